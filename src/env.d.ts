@@ -1,0 +1,11 @@
+// Variables that are secrets or test-only, so `wrangler types` cannot see them.
+interface TroupeSecretVars {
+  /** JSON `{ "<token>": "<orgId>" }`; unset in local development means `dev-token` → `dev`. */
+  API_TOKENS?: string;
+  /** `"on"` only under the test runner: short leases and waits. */
+  TROUPE_TEST_MODE?: string;
+}
+interface Env extends TroupeSecretVars {}
+declare namespace Cloudflare {
+  interface Env extends TroupeSecretVars {}
+}

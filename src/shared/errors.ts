@@ -1,0 +1,46 @@
+/**
+ * A small error hierarchy with stable codes. Errors that cross an RPC
+ * boundary lose their class, so receivers classify them by `code` (carried in
+ * results, or as a `[code]` prefix in the message).
+ */
+
+export class TroupeError extends Error {
+  readonly code: string;
+  readonly status: number;
+  readonly details: unknown;
+  constructor(code: string, message: string, options: { status?: number; details?: unknown; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.name = new.target.name;
+    this.code = code;
+    this.status = options.status ?? 500;
+    this.details = options.details;
+  }
+}
+
+/** The caller asked for something malformed: HTTP 400 `invalid_request`. */
+export class ValidationError extends TroupeError {
+  constructor(message: string, details?: unknown) {
+    super("invalid_request", message, { status: 400, details });
+  }
+}
+
+/** Something the caller named does not exist (or belongs to another org). */
+export class NotFoundError extends TroupeError {
+  constructor(code: string, message: string) {
+    super(code, message, { status: 404 });
+  }
+}
+
+/** A failure that must not be retried: it will fail the same way again. */
+export class TerminalError extends TroupeError {}
+
+/** Reads a `[code]` prefix back out of an error message that crossed RPC. */
+export function codeOf(error: unknown): string | undefined {
+  if (error instanceof TroupeError) return error.code;
+  const message = error instanceof Error ? error.message : String(error);
+  return /^\[([a-z_]+)\]/.exec(message)?.[1];
+}
+
+export function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

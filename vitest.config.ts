@@ -1,0 +1,19 @@
+import { cloudflareTest } from "@cloudflare/vitest-plugin";
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  plugins: [
+    cloudflareTest({
+      wrangler: { configPath: "./wrangler.toml" },
+      miniflare: {
+        // Test policy: short leases and waits so the suite runs in seconds.
+        bindings: { TROUPE_TEST_MODE: "on" },
+      },
+    }),
+  ],
+  test: {
+    include: ["test/**/*.test.ts", "src/**/*.test.ts"],
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
+});
