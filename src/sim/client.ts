@@ -1,0 +1,106 @@
+/**
+ * How the rest of Troupe reaches the simulated provider: through the stub of
+ * its one global object. Replies are returned, not thrown, so callers (the
+ * tool definitions) classify them by status: 200 success, 4xx permanent
+ * except 429, 429/503 transient (honour `retryAfterMs` when present).
+ */
+import type { BatchMember, SimConfig, SimConfigPatch } from "./protocol";
+import { SimConfig as SimConfigSchema, SimStats as SimStatsSchema, type SimStats } from "./protocol";
+
+export type { SimStats, SimConfig, SimConfigPatch, BatchMember, BatchMemberResult } from "./protocol";
+
+/** The name of the one simulator instance. */
+export const SIM_OBJECT_NAME = "sim";
+
+/** A provider answer: its HTTP status, its JSON body, and the wait a `429` asks for. */
+export interface SimReply {
+  status: number;
+  // The body's shape depends on the status and tool: `{ output }`, `{ results }` or `{ error }`.
+  body: any;
+  /** From `Retry-After-Ms` (else `Retry-After` seconds); null when absent. */
+  retryAfterMs: number | null;
+}
+
+/** The stub of the global simulator object. */
+export function simStub(env: Env): DurableObjectStub {
+  return env.SIM.getByName(SIM_OBJECT_NAME);
+}
+
+/**
+ * Calls one tool once under `idempotencyKey`.
+ *
+ * @example
+ * const reply = await callSim(env, { tool: "sim_find_email", input: { name: "Ada Lovelace", domain: "example.com" }, idempotencyKey: "k1" });
+ * if (reply.status === 200) reply.body.output.email; // "ada.lovelace@example.com"
+ */
+export async function callSim(env: Env, req: { tool: string; input: unknown; idempotencyKey: string; signal?: AbortSignal }): Promise<SimReply> {
+  const response = await simStub(env).fetch("https://sim/call", {
+    method: "POST",
+    headers: { "content-type": "application/json", "Idempotency-Key": req.idempotencyKey },
+    body: JSON.stringify({ tool: req.tool, input: req.input }),
+    signal: req.signal,
+  });
+  return toReply(response);
+}
+
+/**
+ * Calls a batchable tool once for several members, each under its own key.
+ * A 200 reply's `body.results` holds one `{ status, output }` or
+ * `{ status, error }` per member, in member order.
+ */
+export async function callSimBatch(env: Env, req: { tool: string; members: BatchMember[]; signal?: AbortSignal }): Promise<SimReply> {
+  const response = await simStub(env).fetch("https://sim/batch", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ tool: req.tool, members: req.members }),
+    signal: req.signal,
+  });
+  return toReply(response);
+}
+
+/** The simulator's counters since the last reset. */
+export async function simStats(env: Env): Promise<SimStats> {
+  return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/stats")));
+}
+
+/** The simulator's current config. */
+export async function simConfig(env: Env): Promise<SimConfig> {
+  return SimConfigSchema.parse(await expectOk(await simStub(env).fetch("https://sim/config")));
+}
+
+/**
+ * Changes the simulator's config (a partial update) and returns the result.
+ * An invalid patch comes back as a non-200 reply rather than a throw.
+ */
+export async function updateSimConfig(env: Env, patch: SimConfigPatch): Promise<SimReply> {
+  const response = await simStub(env).fetch("https://sim/config", {
+    method: "PUT",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(patch),
+  });
+  return toReply(response);
+}
+
+/** Zeroes the counters and forgets billed keys; returns the zeroed stats. */
+export async function resetSim(env: Env): Promise<SimStats> {
+  return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/reset", { method: "POST" })));
+}
+
+async function toReply(response: Response): Promise<SimReply> {
+  return { status: response.status, body: await response.json(), retryAfterMs: retryAfterMsOf(response.headers) };
+}
+
+async function expectOk(response: Response): Promise<unknown> {
+  const body: unknown = await response.json();
+  if (!response.ok) throw new Error(`[sim_error] The simulator answered ${response.status}: ${JSON.stringify(body)}`);
+  return body;
+}
+
+/** The wait a response asks for, from `Retry-After-Ms` or `Retry-After` (seconds); null when absent. */
+export function retryAfterMsOf(headers: Headers): number | null {
+  const precise = Number(headers.get("Retry-After-Ms"));
+  if (headers.has("Retry-After-Ms") && Number.isFinite(precise) && precise >= 0) return precise;
+  const seconds = Number(headers.get("Retry-After"));
+  if (headers.has("Retry-After") && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
+  return null;
+}

@@ -1,0 +1,43 @@
+/**
+ * A sliding one-second window over admitted requests, kept in memory: the
+ * simulator's rate limit need not survive a restart.
+ */
+
+/** The verdict on one request. */
+export type Admission = { admitted: true } | { admitted: false; retryAfterMs: number };
+
+/** The window's length; the limit is per this many milliseconds. */
+export const RATE_WINDOW_MS = 1000;
+
+/**
+ * Admits at most `limit` requests in any window of {@link RATE_WINDOW_MS}.
+ * Rejected requests do not occupy the window.
+ *
+ * @example
+ * const limiter = new SlidingWindowLimiter();
+ * limiter.admit(Date.now(), 10); // { admitted: true }
+ */
+export class SlidingWindowLimiter {
+  /** Times of admitted requests, oldest first. */
+  #admittedAt: number[] = [];
+
+  /** Decides on a request arriving at `nowMs`; `limit` null means unlimited. */
+  admit(nowMs: number, limit: number | null): Admission {
+    const horizon = nowMs - RATE_WINDOW_MS;
+    let expired = 0;
+    while (expired < this.#admittedAt.length && this.#admittedAt[expired]! <= horizon) expired++;
+    if (expired > 0) this.#admittedAt.splice(0, expired);
+    if (limit !== null && this.#admittedAt.length >= limit) {
+      // The request fits once the oldest admission that keeps the window full leaves it.
+      const freesAt = this.#admittedAt[this.#admittedAt.length - limit]! + RATE_WINDOW_MS;
+      return { admitted: false, retryAfterMs: Math.max(1, freesAt - nowMs) };
+    }
+    this.#admittedAt.push(nowMs);
+    return { admitted: true };
+  }
+
+  /** Forgets every admission. */
+  clear(): void {
+    this.#admittedAt = [];
+  }
+}

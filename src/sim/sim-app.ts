@@ -1,0 +1,119 @@
+/**
+ * The simulated provider's internal HTTP surface, served by the `SimProvider`
+ * object (reached through its stub, so the host is irrelevant):
+ *
+ * - `POST /call` (`Idempotency-Key` header, body {@link CallBody}) → `{ output }`
+ * - `POST /batch` (body {@link BatchBody}) → `{ results: BatchMemberResult[] }`
+ * - `GET /stats`, `GET /config`, `PUT /config` ({@link SimConfigPatch}), `POST /reset`
+ *
+ * Every request to `/call` and `/batch` is counted, then rate-limited, then
+ * validated, then delayed by `latencyMs`, then settled by the store in one
+ * synchronous step.
+ */
+import { Hono, type Context } from "hono";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { TroupeError, ValidationError } from "../shared/errors";
+import { BatchBody, CallBody, parse, readJson, SimConfigPatch, type BatchMemberResult, type SimErrorBody } from "./protocol";
+import { SlidingWindowLimiter } from "./rate-limiter";
+import type { SimStore } from "./sim-store";
+import { BATCHABLE_TOOLS, isSimTool, type SimToolName } from "./simulator";
+
+/** What the app needs from its host. */
+export interface SimAppOptions {
+  store: SimStore;
+  /** Defaults to `Date.now`. */
+  now?: () => number;
+  /** Defaults to a `setTimeout` promise. */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/** Builds the simulator's request handler over `store`; one per object instance. */
+export function createSimApp(options: SimAppOptions): Hono {
+  const { store } = options;
+  const now = options.now ?? Date.now;
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+  const limiter = new SlidingWindowLimiter();
+  const app = new Hono();
+
+  /** Counts the request, then answers `429` if it is over the rate limit. */
+  const admit = (c: Context, tool: SimToolName | null, batch: boolean): Response | null => {
+    store.recordRequest({ tool, batch });
+    const admission = limiter.admit(now(), store.config().ratePerSecond);
+    if (admission.admitted) return null;
+    store.recordRateLimited();
+    const retryAfterMs = Math.ceil(admission.retryAfterMs);
+    c.header("Retry-After", String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
+    c.header("Retry-After-Ms", String(retryAfterMs));
+    return c.json<SimErrorBody>({ error: { code: "rate_limited", message: `Over ${store.config().ratePerSecond} requests per second; retry after ${retryAfterMs} ms.` } }, 429);
+  };
+
+  const delay = async () => {
+    const { latencyMs } = store.config();
+    if (latencyMs > 0) await sleep(latencyMs);
+  };
+
+  app.post("/call", async (c) => {
+    const raw = await readJson(c.req.raw);
+    const tool = knownTool(raw);
+    const limited = admit(c, tool, false);
+    if (limited) return limited;
+    const body = parse(CallBody, raw, "call body");
+    const key = c.req.header("Idempotency-Key");
+    if (!key) throw new ValidationError("The Idempotency-Key header is required.", [{ path: "Idempotency-Key", message: "Required" }]);
+    const callTool = requireTool(body.tool);
+    await delay();
+    const settlement = store.settle(callTool, key, body.input);
+    if (settlement.status === 200) return c.json({ output: settlement.output }, 200);
+    return c.json<SimErrorBody>({ error: settlement.error }, settlement.status);
+  });
+
+  app.post("/batch", async (c) => {
+    const raw = await readJson(c.req.raw);
+    const tool = knownTool(raw);
+    const limited = admit(c, tool, true);
+    if (limited) return limited;
+    const body = parse(BatchBody, raw, "batch body");
+    const batchTool = requireTool(body.tool);
+    if (!BATCHABLE_TOOLS.has(batchTool)) throw new ValidationError(`${batchTool} cannot be batched; call it once per input.`, [{ path: "tool", message: "Not batchable" }]);
+    const { batchMaxSize } = store.config();
+    if (body.members.length > batchMaxSize) {
+      throw new ValidationError(`A batch holds at most ${batchMaxSize} members; got ${body.members.length}.`, [{ path: "members", message: `At most ${batchMaxSize}` }]);
+    }
+    await delay();
+    const results: BatchMemberResult[] = body.members.map((member) => {
+      const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
+      return settlement.status === 200 ? { status: 200, output: settlement.output } : { status: settlement.status, error: settlement.error };
+    });
+    return c.json({ results }, 200);
+  });
+
+  app.get("/stats", (c) => c.json(store.stats()));
+  app.get("/config", (c) => c.json(store.config()));
+  app.put("/config", async (c) => c.json(store.updateConfig(parse(SimConfigPatch, await readJson(c.req.raw), "config"))));
+  app.post("/reset", (c) => {
+    store.reset();
+    limiter.clear();
+    return c.json(store.stats());
+  });
+
+  app.notFound((c) => c.json<SimErrorBody>({ error: { code: "not_found", message: `No route ${c.req.method} ${c.req.path}.` } }, 404));
+  app.onError((error, c) => {
+    if (error instanceof TroupeError && error.status < 500) {
+      const body: SimErrorBody = { error: { code: error.code, message: error.message, ...(error.details === undefined ? {} : { details: error.details }) } };
+      return c.json(body, error.status as ContentfulStatusCode);
+    }
+    console.error("sim provider failed", error);
+    return c.json<SimErrorBody>({ error: { code: "internal_error", message: "The simulated provider failed unexpectedly." } }, 500);
+  });
+  return app;
+}
+
+function knownTool(raw: unknown): SimToolName | null {
+  const tool = raw && typeof raw === "object" ? (raw as { tool?: unknown }).tool : undefined;
+  return typeof tool === "string" && isSimTool(tool) ? tool : null;
+}
+
+function requireTool(tool: string): SimToolName {
+  if (!isSimTool(tool)) throw new TroupeError("unknown_tool", `The simulator has no tool "${tool}".`, { status: 400 });
+  return tool;
+}

@@ -1,0 +1,157 @@
+/**
+ * The simulator's durable state over one object's SQLite: its config, its
+ * counters, the keys it has billed (with their outputs, for idempotent replay)
+ * and the `!flaky` keys it has seen. Every method is synchronous, so a
+ * decision and the counter writes it implies cannot interleave with another
+ * request: a key is billed at most once however many callers race.
+ */
+import type { Sql } from "../storage/sql";
+import { DEFAULT_SIM_CONFIG, type SimConfig, type SimConfigPatch, type SimStats } from "./protocol";
+import { evaluate, SIM_TOOLS, type SimFailure, type SimToolName } from "./simulator";
+
+/** Schema of the simulator's storage, applied in order by `migrate`. */
+export const SIM_MIGRATIONS: readonly string[] = [
+  `CREATE TABLE sim_config (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     latency_ms INTEGER NOT NULL,
+     rate_per_second INTEGER,
+     batch_max_size INTEGER NOT NULL
+   );
+   CREATE TABLE sim_counters (
+     id INTEGER PRIMARY KEY CHECK (id = 1),
+     calls INTEGER NOT NULL DEFAULT 0,
+     billed INTEGER NOT NULL DEFAULT 0,
+     duplicates INTEGER NOT NULL DEFAULT 0,
+     batch_calls INTEGER NOT NULL DEFAULT 0,
+     rate_limited INTEGER NOT NULL DEFAULT 0
+   );
+   INSERT INTO sim_counters (id) VALUES (1);
+   CREATE TABLE sim_tool_counters (
+     tool TEXT PRIMARY KEY,
+     calls INTEGER NOT NULL DEFAULT 0,
+     billed INTEGER NOT NULL DEFAULT 0
+   );
+   CREATE TABLE sim_billed (
+     idempotency_key TEXT PRIMARY KEY,
+     tool TEXT NOT NULL,
+     output TEXT NOT NULL,
+     billed_at_ms INTEGER NOT NULL
+   );
+   CREATE TABLE sim_flaky_seen (idempotency_key TEXT PRIMARY KEY);`,
+];
+
+/** The outcome of one call or batch member after billing. */
+export type Settlement =
+  | { status: 200; output: unknown; duplicate: boolean }
+  | { status: SimFailure["status"]; error: { code: string; message: string } };
+
+type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number };
+type CountersRow = { calls: number; billed: number; duplicates: number; batch_calls: number; rate_limited: number };
+type ToolCountersRow = { tool: string; calls: number; billed: number };
+
+function rowToConfig(row: ConfigRow | undefined): SimConfig {
+  if (!row) return { ...DEFAULT_SIM_CONFIG };
+  return { latencyMs: row.latency_ms, ratePerSecond: row.rate_per_second, batchMaxSize: row.batch_max_size };
+}
+
+/**
+ * Billing and counting for the simulated provider. Construct over the
+ * object's {@link Sql} after {@link SIM_MIGRATIONS} have been applied.
+ */
+export class SimStore {
+  readonly #sql: Sql;
+  readonly #now: () => number;
+
+  constructor(options: { sql: Sql; now?: () => number }) {
+    this.#sql = options.sql;
+    this.#now = options.now ?? Date.now;
+  }
+
+  /** The current config (defaults until first changed). */
+  config(): SimConfig {
+    return rowToConfig(this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size FROM sim_config WHERE id = 1`[0]);
+  }
+
+  /** Applies a partial update and returns the whole resulting config. */
+  updateConfig(patch: SimConfigPatch): SimConfig {
+    const next: SimConfig = { ...this.config(), ...patch };
+    this.#sql.write`INSERT INTO sim_config (id, latency_ms, rate_per_second, batch_max_size) VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize})
+      ON CONFLICT (id) DO UPDATE SET latency_ms = excluded.latency_ms, rate_per_second = excluded.rate_per_second, batch_max_size = excluded.batch_max_size`;
+    return next;
+  }
+
+  /** Counts one provider request; `tool` is null when the request named no known tool. */
+  recordRequest(request: { tool: SimToolName | null; batch: boolean }): void {
+    const batch = request.batch ? 1 : 0;
+    this.#sql.write`UPDATE sim_counters SET calls = calls + 1, batch_calls = batch_calls + ${batch} WHERE id = 1`;
+    if (request.tool) {
+      this.#sql.write`INSERT INTO sim_tool_counters (tool, calls) VALUES (${request.tool}, 1)
+        ON CONFLICT (tool) DO UPDATE SET calls = calls + 1`;
+    }
+  }
+
+  /** Counts one `429` answer. */
+  recordRateLimited(): void {
+    this.#sql.write`UPDATE sim_counters SET rate_limited = rate_limited + 1 WHERE id = 1`;
+  }
+
+  /**
+   * Decides one call (or batch member) of `tool` under `idempotencyKey` and
+   * records its billing: invalid input is a 400; an already-billed key replays
+   * its stored output and counts a duplicate; otherwise the tool's failure
+   * rules apply and a success bills the key.
+   */
+  settle(tool: SimToolName, idempotencyKey: string, input: unknown): Settlement {
+    const evaluation = evaluate(tool, input);
+    if (evaluation.kind === "failed" && evaluation.failure.status === 400) return failed(evaluation.failure);
+
+    const billed = this.#sql<{ output: string }>`SELECT output FROM sim_billed WHERE idempotency_key = ${idempotencyKey}`[0];
+    if (billed) {
+      this.#sql.write`UPDATE sim_counters SET duplicates = duplicates + 1 WHERE id = 1`;
+      return { status: 200, output: JSON.parse(billed.output) as unknown, duplicate: true };
+    }
+
+    if (evaluation.kind === "failed") return failed(evaluation.failure);
+    if (evaluation.kind === "flaky") {
+      const firstSight = this.#sql.write`INSERT INTO sim_flaky_seen (idempotency_key) VALUES (${idempotencyKey}) ON CONFLICT DO NOTHING`;
+      if (firstSight > 0) return failed(evaluation.failure);
+    }
+
+    const output = evaluation.output;
+    this.#sql.write`INSERT INTO sim_billed (idempotency_key, tool, output, billed_at_ms) VALUES (${idempotencyKey}, ${tool}, ${JSON.stringify(output)}, ${this.#now()})`;
+    this.#sql.write`UPDATE sim_counters SET billed = billed + 1 WHERE id = 1`;
+    this.#sql.write`INSERT INTO sim_tool_counters (tool, billed) VALUES (${tool}, 1)
+      ON CONFLICT (tool) DO UPDATE SET billed = billed + 1`;
+    return { status: 200, output, duplicate: false };
+  }
+
+  /** Every counter, with every known tool listed in `byTool` (zeros included). */
+  stats(): SimStats {
+    const counters = this.#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited FROM sim_counters WHERE id = 1`[0];
+    const byTool: SimStats["byTool"] = {};
+    for (const tool of SIM_TOOLS) byTool[tool] = { calls: 0, billed: 0 };
+    for (const row of this.#sql<ToolCountersRow>`SELECT tool, calls, billed FROM sim_tool_counters ORDER BY tool`) {
+      byTool[row.tool] = { calls: row.calls, billed: row.billed };
+    }
+    return {
+      calls: counters?.calls ?? 0,
+      billed: counters?.billed ?? 0,
+      duplicates: counters?.duplicates ?? 0,
+      byTool,
+      batchCalls: counters?.batch_calls ?? 0,
+      rateLimited: counters?.rate_limited ?? 0,
+    };
+  }
+
+  /** Zeroes every counter and forgets billed and flaky-seen keys; keeps the config. */
+  reset(): void {
+    this.#sql.write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0 WHERE id = 1`;
+    this.#sql.write`DELETE FROM sim_tool_counters`;
+    this.#sql.write`DELETE FROM sim_billed`;
+    this.#sql.write`DELETE FROM sim_flaky_seen`;
+  }
+}
+
+function failed(failure: SimFailure): Settlement {
+  return { status: failure.status, error: { code: failure.code, message: failure.message } };
+}

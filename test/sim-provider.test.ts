@@ -1,0 +1,251 @@
+import { env } from "cloudflare:workers";
+import { evictDurableObject } from "cloudflare:test";
+import { Hono } from "hono";
+import { beforeEach, describe, expect, it } from "vitest";
+import { TroupeError } from "../src/shared/errors";
+import { callSim, callSimBatch, simConfig, simStats, simStub, updateSimConfig, resetSim } from "../src/sim/client";
+import { simRoutes } from "../src/sim/routes";
+
+// One global simulator per test file: every test resets it and restores the default config.
+beforeEach(async () => {
+  await resetSim(env);
+  const reply = await updateSimConfig(env, { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 });
+  expect(reply.status).toBe(200);
+});
+
+const find = (name: string, domain: string, idempotencyKey: string) =>
+  callSim(env, { tool: "sim_find_email", input: { name, domain }, idempotencyKey });
+
+/** The expected verdict, computed apart from the simulator's own code. */
+function expectedVerdict(email: string): string {
+  const units = Array.from({ length: email.length }, (_, i) => email.charCodeAt(i));
+  return units.reduce((a, b) => a + b, 0) % 3 === 0 ? "invalid" : "valid";
+}
+
+describe("sim_find_email", () => {
+  it("joins whitespace runs with dots and lowercases name and domain", async () => {
+    const a = await find("Ada   Lovelace", "Example.COM", "fe-1");
+    expect(a).toMatchObject({ status: 200, body: { output: { email: "ada.lovelace@example.com" } } });
+    const b = await find("Grace \t Brewster  HOPPER", "Navy.Mil", "fe-2");
+    expect(b.body.output.email).toBe("grace.brewster.hopper@navy.mil");
+  });
+
+  it("bills each key once and counts replays of a billed key as duplicates", async () => {
+    const first = await find("Alan Turing", "bletchley.uk", "bill-1");
+    const replay = await find("Alan Turing", "bletchley.uk", "bill-1");
+    expect(replay.status).toBe(200);
+    expect(replay.body.output).toEqual(first.body.output);
+    await find("Alan Turing", "bletchley.uk", "bill-2");
+
+    const stats = await simStats(env);
+    expect(stats).toMatchObject({ calls: 3, billed: 2, duplicates: 1, batchCalls: 0, rateLimited: 0 });
+    expect(stats.byTool.sim_find_email).toEqual({ calls: 3, billed: 2 });
+    expect(stats.byTool.sim_verify_email).toEqual({ calls: 0, billed: 0 });
+  });
+
+  it("answers !fail with a permanent 422 that is never billed", async () => {
+    for (let i = 0; i < 2; i++) {
+      const reply = await find("!fail Nobody", "example.com", "fail-1");
+      expect(reply.status).toBe(422);
+      expect(reply.body.error.code).toBe("person_not_found");
+    }
+    expect(await simStats(env)).toMatchObject({ calls: 2, billed: 0, duplicates: 0 });
+  });
+
+  it("answers !flaky with 503 on a key's first call, then succeeds and bills once", async () => {
+    const first = await find("!flaky Ada", "example.com", "flaky-1");
+    expect(first.status).toBe(503);
+    const second = await find("!flaky Ada", "example.com", "flaky-1");
+    expect(second.status).toBe(200);
+    expect(second.body.output.email).toBe("!flaky.ada@example.com");
+    // Each key is flaky on its own first call.
+    expect((await find("!flaky Ada", "example.com", "flaky-2")).status).toBe(503);
+    expect(await simStats(env)).toMatchObject({ calls: 3, billed: 1, duplicates: 0 });
+  });
+
+  it("rejects bad requests with 400 and bills nothing", async () => {
+    const badInput = await callSim(env, { tool: "sim_find_email", input: { name: 3 }, idempotencyKey: "bad-1" });
+    expect(badInput.status).toBe(400);
+    expect(badInput.body.error.code).toBe("invalid_request");
+    const unknown = await callSim(env, { tool: "sim_guess", input: {}, idempotencyKey: "bad-2" });
+    expect(unknown.status).toBe(400);
+    expect(unknown.body.error.code).toBe("unknown_tool");
+    const noKey = await simStub(env).fetch("https://sim/call", { method: "POST", body: JSON.stringify({ tool: "sim_find_email", input: { name: "A", domain: "b.c" } }) });
+    expect(noKey.status).toBe(400);
+    expect(await noKey.json()).toMatchObject({ error: { code: "invalid_request" } });
+    const notJson = await simStub(env).fetch("https://sim/call", { method: "POST", headers: { "Idempotency-Key": "bad-3" }, body: "{" });
+    expect(notJson.status).toBe(400);
+    expect(await notJson.json()).toMatchObject({ error: { code: "invalid_request" } });
+    expect(await simStats(env)).toMatchObject({ billed: 0, duplicates: 0 });
+  });
+});
+
+describe("sim_verify_email", () => {
+  it("gives the verdict of the UTF-16 code-unit sum modulo 3", async () => {
+    const emails = ["a@b.co", "ab@b.co", "abc@b.co", "ada.lovelace@example.com", "😀@emoji.io", "zoë@例え.jp"];
+    const verdicts = new Set<string>();
+    for (const [i, email] of emails.entries()) {
+      const reply = await callSim(env, { tool: "sim_verify_email", input: { email }, idempotencyKey: `ve-${i}` });
+      expect(reply.status).toBe(200);
+      expect(reply.body.output).toEqual({ email, verdict: expectedVerdict(email) });
+      verdicts.add(reply.body.output.verdict);
+    }
+    expect(verdicts).toEqual(new Set(["valid", "invalid"]));
+  });
+});
+
+describe("batch", () => {
+  it("answers each member in order, counts one call, and bills members by their keys", async () => {
+    await callSim(env, { tool: "sim_verify_email", input: { email: "pre@billed.io" }, idempotencyKey: "m-pre" });
+    const reply = await callSimBatch(env, {
+      tool: "sim_verify_email",
+      members: [
+        { idempotencyKey: "m-1", input: { email: "one@x.io" } },
+        { idempotencyKey: "m-2", input: { nope: true } },
+        { idempotencyKey: "m-pre", input: { email: "pre@billed.io" } },
+        { idempotencyKey: "m-3", input: { email: "three@x.io" } },
+      ],
+    });
+    expect(reply.status).toBe(200);
+    expect(reply.body.results).toEqual([
+      { status: 200, output: { email: "one@x.io", verdict: expectedVerdict("one@x.io") } },
+      { status: 400, error: expect.objectContaining({ code: "invalid_request" }) },
+      { status: 200, output: { email: "pre@billed.io", verdict: expectedVerdict("pre@billed.io") } },
+      { status: 200, output: { email: "three@x.io", verdict: expectedVerdict("three@x.io") } },
+    ]);
+    const stats = await simStats(env);
+    expect(stats).toMatchObject({ calls: 2, batchCalls: 1, billed: 3, duplicates: 1 });
+    expect(stats.byTool.sim_verify_email).toEqual({ calls: 2, billed: 3 });
+
+    // A member key billed by a batch is a duplicate when called alone.
+    await callSim(env, { tool: "sim_verify_email", input: { email: "one@x.io" }, idempotencyKey: "m-1" });
+    expect(await simStats(env)).toMatchObject({ billed: 3, duplicates: 2 });
+  });
+
+  it("rejects oversize batches and non-batchable tools without billing", async () => {
+    await updateSimConfig(env, { batchMaxSize: 3 });
+    const members = [1, 2, 3, 4].map((i) => ({ idempotencyKey: `o-${i}`, input: { email: `${i}@x.io` } }));
+    const oversize = await callSimBatch(env, { tool: "sim_verify_email", members });
+    expect(oversize.status).toBe(400);
+    expect(oversize.body.error.code).toBe("invalid_request");
+    const fits = await callSimBatch(env, { tool: "sim_verify_email", members: members.slice(0, 3) });
+    expect(fits.status).toBe(200);
+
+    const notBatchable = await callSimBatch(env, { tool: "sim_find_email", members: [{ idempotencyKey: "nb-1", input: { name: "A", domain: "b.c" } }] });
+    expect(notBatchable.status).toBe(400);
+    expect(await simStats(env)).toMatchObject({ calls: 3, batchCalls: 3, billed: 3, duplicates: 0 });
+  });
+});
+
+describe("config", () => {
+  it("updates partially, validates, and keeps the rest", async () => {
+    const reply = await updateSimConfig(env, { latencyMs: 5 });
+    expect(reply.body).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50 });
+    const bad = await simStub(env).fetch("https://sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: -1, extra: 1 }) });
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: { code: "invalid_request" } });
+    expect(await simConfig(env)).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50 });
+  });
+
+  it("rate-limits requests over ratePerSecond with 429 and Retry-After", async () => {
+    await updateSimConfig(env, { ratePerSecond: 10 });
+    const replies = await Promise.all(
+      Array.from({ length: 30 }, (_, i) => simStub(env).fetch("https://sim/call", {
+        method: "POST",
+        headers: { "Idempotency-Key": `rl-${i}` },
+        body: JSON.stringify({ tool: "sim_verify_email", input: { email: `${i}@rate.io` } }),
+      })),
+    );
+    const limited = replies.filter((r) => r.status === 429);
+    const ok = replies.filter((r) => r.status === 200);
+    expect(ok.length).toBeGreaterThanOrEqual(10);
+    expect(limited.length).toBeGreaterThan(0);
+    expect(ok.length + limited.length).toBe(30);
+    for (const r of limited) {
+      expect(Number(r.headers.get("Retry-After"))).toBeGreaterThanOrEqual(1);
+      const ms = Number(r.headers.get("Retry-After-Ms"));
+      expect(ms).toBeGreaterThan(0);
+      expect(ms).toBeLessThanOrEqual(1000);
+      expect(await r.json()).toMatchObject({ error: { code: "rate_limited" } });
+    }
+    for (const r of ok) expect(await r.json()).toHaveProperty("output");
+    const stats = await simStats(env);
+    expect(stats).toMatchObject({ calls: 30, rateLimited: limited.length, billed: ok.length });
+
+    const reply = await callSim(env, { tool: "sim_verify_email", input: { email: "x@y.z" }, idempotencyKey: "rl-client" });
+    if (reply.status === 429) expect(reply.retryAfterMs).toBeGreaterThan(0);
+  });
+
+  it("delays each answer by latencyMs", async () => {
+    await updateSimConfig(env, { latencyMs: 150 });
+    const started = Date.now();
+    const reply = await find("Ada Lovelace", "example.com", "lat-1");
+    expect(reply.status).toBe(200);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(150);
+  });
+});
+
+describe("durability", () => {
+  it("keeps counters, billed keys, flaky keys and config across eviction", async () => {
+    await updateSimConfig(env, { batchMaxSize: 7 });
+    await find("Ada Lovelace", "example.com", "ev-1");
+    expect((await find("!flaky Bob", "example.com", "ev-flaky")).status).toBe(503);
+    const before = await simStats(env);
+    expect(before).toMatchObject({ calls: 2, billed: 1 });
+
+    await evictDurableObject(simStub(env));
+    expect(await simStats(env)).toEqual(before);
+    expect((await simConfig(env)).batchMaxSize).toBe(7);
+
+    expect((await find("Ada Lovelace", "example.com", "ev-1")).status).toBe(200);
+    expect((await find("!flaky Bob", "example.com", "ev-flaky")).status).toBe(200);
+    expect(await simStats(env)).toMatchObject({ calls: 4, billed: 2, duplicates: 1 });
+  });
+
+  it("reset zeroes every counter and forgets billed and flaky keys, keeping config", async () => {
+    await updateSimConfig(env, { batchMaxSize: 9 });
+    await find("Ada Lovelace", "example.com", "rs-1");
+    await find("Ada Lovelace", "example.com", "rs-1");
+    await find("!flaky Cy", "example.com", "rs-flaky");
+    await find("!flaky Cy", "example.com", "rs-flaky");
+    await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "rs-b", input: { email: "a@b.c" } }] });
+
+    const zeroed = await resetSim(env);
+    expect(zeroed).toEqual({ calls: 0, billed: 0, duplicates: 0, batchCalls: 0, rateLimited: 0, byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } } });
+    expect(await simStats(env)).toEqual(zeroed);
+    expect((await simConfig(env)).batchMaxSize).toBe(9);
+
+    expect((await find("Ada Lovelace", "example.com", "rs-1")).status).toBe(200);
+    expect((await find("!flaky Cy", "example.com", "rs-flaky")).status).toBe(503);
+    expect(await simStats(env)).toMatchObject({ calls: 2, billed: 1, duplicates: 0 });
+  });
+});
+
+describe("/v1/sim routes", () => {
+  const app = new Hono<{ Bindings: Env }>()
+    .route("/v1/sim", simRoutes)
+    .onError((error, c) => {
+      if (error instanceof TroupeError) return c.json({ error: { code: error.code, message: error.message, details: error.details } }, 400);
+      throw error;
+    });
+
+  it("forwards stats, config and reset, and rejects invalid config bodies", async () => {
+    await find("Ada Lovelace", "example.com", "rt-1");
+    const stats = await app.request("/v1/sim/stats", {}, env);
+    expect(await stats.json()).toMatchObject({ calls: 1, billed: 1 });
+
+    const put = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: 3 }) }, env);
+    expect(await put.json()).toEqual({ latencyMs: 3, ratePerSecond: null, batchMaxSize: 50 });
+    expect(await (await app.request("/v1/sim/config", {}, env)).json()).toMatchObject({ latencyMs: 3 });
+
+    const invalid = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ batchMaxSize: 0 }) }, env);
+    expect(invalid.status).toBe(400);
+    expect(await invalid.json()).toMatchObject({ error: { code: "invalid_request", details: [{ path: "batchMaxSize" }] } });
+    const notJson = await app.request("/v1/sim/config", { method: "PUT", body: "nope" }, env);
+    expect(notJson.status).toBe(400);
+    expect((await simConfig(env)).latencyMs).toBe(3);
+
+    const reset = await app.request("/v1/sim/reset", { method: "POST" }, env);
+    expect(await reset.json()).toMatchObject({ calls: 0, billed: 0 });
+  });
+});
