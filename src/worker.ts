@@ -1,3 +1,6 @@
+/** The Worker: the HTTP API, and the Durable Object actors it is made of. */
+import { app } from "./http/app";
+
 export { RunCoordinator } from "./objects/RunCoordinator";
 export { SheetShard } from "./objects/SheetShard";
 export { ReceiptShard } from "./objects/ReceiptShard";
@@ -5,7 +8,5 @@ export { OrgDirectory } from "./objects/OrgDirectory";
 export { SimProvider } from "./objects/SimProvider";
 
 export default {
-  async fetch(): Promise<Response> {
-    return new Response("troupe");
-  },
+  fetch: (request, env, ctx) => app.fetch(request, env, ctx),
 } satisfies ExportedHandler<Env>;

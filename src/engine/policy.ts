@@ -1,0 +1,66 @@
+/**
+ * Runtime policy: the knobs of leases, chunking, concurrency and budgets.
+ * Production defaults; the test runner (TROUPE_TEST_MODE) shortens waits so
+ * the suite runs in seconds.
+ */
+export interface RuntimePolicy {
+  /** Shards of a new dataset (recorded with the dataset; later changes do not move rows). */
+  sheetShards: number;
+  /** Receipt shards per org. Fixed for the life of the deployment: keys route by it. */
+  receiptShards: number;
+  /** Rows per chunk (a chunk costs about one RPC per shard per phase). */
+  chunkRows: number;
+  /** Chunks in flight at once per map. */
+  chunkConcurrency: number;
+  /** Rows of one chunk computed at once. */
+  rowConcurrency: number;
+  rowLeaseTtlMs: number;
+  receiptLeaseTtlMs: number;
+  /** How long a call waits on a receipt another live attempt is running. */
+  receiptWaitMs: number;
+  /** Bulk receipt operations queued within this window go out as one call per shard. */
+  receiptFlushMs: number;
+  /** In-process attempts of a retryable provider failure. */
+  providerAttempts: number;
+  providerRetryBaseMs: number;
+  providerRetryMaxMs: number;
+  /** Subrequests one coordinator invocation may spend before it yields (platform cap: 10,000). */
+  invocationSubrequestBudget: number;
+  /** Times a chunk is retried while its rows are blocked by another run's leases. */
+  blockedRetries: number;
+  /** Coalescing window of `map.progress` events. */
+  progressIntervalMs: number;
+}
+
+const production: RuntimePolicy = {
+  sheetShards: 4,
+  receiptShards: 4,
+  chunkRows: 200,
+  chunkConcurrency: 4,
+  rowConcurrency: 200,
+  rowLeaseTtlMs: 5 * 60_000,
+  receiptLeaseTtlMs: 5 * 60_000,
+  receiptWaitMs: 30_000,
+  receiptFlushMs: 8,
+  providerAttempts: 4,
+  providerRetryBaseMs: 250,
+  providerRetryMaxMs: 8_000,
+  invocationSubrequestBudget: 8_000,
+  blockedRetries: 10,
+  progressIntervalMs: 500,
+};
+
+const test: Partial<RuntimePolicy> = {
+  chunkRows: 50,
+  rowLeaseTtlMs: 3_000,
+  receiptLeaseTtlMs: 3_000,
+  receiptWaitMs: 1_000,
+  providerRetryBaseMs: 10,
+  providerRetryMaxMs: 100,
+  blockedRetries: 5,
+  progressIntervalMs: 100,
+};
+
+export function policyFor(env: Env): RuntimePolicy {
+  return env.TROUPE_TEST_MODE === "on" ? { ...production, ...test } : production;
+}

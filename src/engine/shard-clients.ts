@@ -1,0 +1,178 @@
+/**
+ * Callers' side of the storage actors: route keys to shards and make one RPC
+ * per shard per operation. Every stub call is counted, because an invocation
+ * may make at most 10,000 subrequests and the coordinator budgets for them.
+ */
+import { shardOf } from "../shared/hash";
+import type {
+  AttemptRef,
+  ClaimedRow,
+  ClaimReceiptsRequest,
+  CompleteReceiptsRequest,
+  FailReceiptsRequest,
+  PersistRowsRequest,
+  PersistRowsResult,
+  ReceiptClaim,
+  ReceiptWriteResult,
+  SheetRow,
+} from "../storage/contracts";
+import type { PlannedRow } from "./row-keys";
+
+/** Counts subrequests (stub calls and provider calls) made by one invocation. */
+export class SubrequestMeter {
+  rpc = 0;
+  provider = 0;
+  get total(): number {
+    return this.rpc + this.provider;
+  }
+}
+
+/** Groups items by the shard their key routes to. */
+export function groupByShard<T>(items: readonly T[], keyOf: (item: T) => string, shardCount: number): Map<number, T[]> {
+  const groups = new Map<number, T[]>();
+  for (const item of items) {
+    const shard = shardOf(keyOf(item), shardCount);
+    let group = groups.get(shard);
+    if (!group) groups.set(shard, (group = []));
+    group.push(item);
+  }
+  return groups;
+}
+
+/** The name of one sheet shard: datasets are per org and play. */
+export function sheetShardName(org: string, play: string, dataset: string, shard: number): string {
+  return `${org}/${play}/${dataset}/${shard}`;
+}
+
+export interface DatasetLocation {
+  org: string;
+  play: string;
+  dataset: string;
+  shardCount: number;
+}
+
+export class SheetClient {
+  readonly location: DatasetLocation;
+  #ns: DurableObjectNamespace<import("../objects/SheetShard").SheetShard>;
+  #meter: SubrequestMeter;
+
+  constructor(options: { env: Env; location: DatasetLocation; meter: SubrequestMeter }) {
+    this.location = options.location;
+    this.#ns = options.env.SHEET_SHARD;
+    this.#meter = options.meter;
+  }
+
+  /**
+   * Records the dataset's shard count on its shard 0 the first time and
+   * returns the recorded count (first writer wins).
+   */
+  static async ensureDataset(options: { env: Env; org: string; play: string; dataset: string; shardCount: number; meter: SubrequestMeter }) {
+    options.meter.rpc++;
+    const stub = options.env.SHEET_SHARD.getByName(sheetShardName(options.org, options.play, options.dataset, 0));
+    const { shardCount } = await stub.ensureDataset({ shardCount: options.shardCount });
+    return shardCount;
+  }
+
+  #stub(shard: number) {
+    this.#meter.rpc++;
+    const { org, play, dataset } = this.location;
+    return this.#ns.getByName(sheetShardName(org, play, dataset, shard));
+  }
+
+  async claimRows(options: { attempt: AttemptRef; rows: readonly PlannedRow[]; recompute: boolean; leaseTtlMs: number }): Promise<Map<string, ClaimedRow>> {
+    const claimed = new Map<string, ClaimedRow>();
+    const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
+    await Promise.all(
+      [...groups].map(async ([shard, rows]) => {
+        const result = await this.#stub(shard).claimRows({
+          attempt: options.attempt,
+          leaseTtlMs: options.leaseTtlMs,
+          recompute: options.recompute,
+          rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
+        });
+        for (const row of result.rows) claimed.set(row.key, row as ClaimedRow);
+      }),
+    );
+    return claimed;
+  }
+
+  async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
+    const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
+    const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
+    return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
+  }
+
+  /** Frees every row lease the run holds, on every shard. */
+  async releaseRun(runId: string): Promise<number> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).releaseRun({ runId })));
+    return results.reduce((sum, r) => sum + r.released, 0);
+  }
+
+  /** The run's rows with input index in [fromIndex, toIndex), in order, gathered from every shard. */
+  async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
+    if (toIndex <= fromIndex) return [];
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex })));
+    return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
+  }
+
+  async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunRows({ runId })));
+    const sum = { total: 0, completed: 0, failed: 0, pending: 0 };
+    for (const r of results) {
+      sum.total += r.total;
+      sum.completed += r.completed;
+      sum.failed += r.failed;
+      sum.pending += r.pending;
+    }
+    return sum;
+  }
+
+  #allShards(): number[] {
+    return Array.from({ length: this.location.shardCount }, (_, i) => i);
+  }
+}
+
+export function receiptShardName(org: string, shard: number): string {
+  return `${org}/${shard}`;
+}
+
+export class ReceiptClient {
+  readonly shardCount: number;
+  #ns: DurableObjectNamespace<import("../objects/ReceiptShard").ReceiptShard>;
+  #org: string;
+  #meter: SubrequestMeter;
+
+  constructor(options: { env: Env; org: string; shardCount: number; meter: SubrequestMeter }) {
+    this.#ns = options.env.RECEIPT_SHARD;
+    this.#org = options.org;
+    this.shardCount = options.shardCount;
+    this.#meter = options.meter;
+  }
+
+  shardOf(key: string): number {
+    return shardOf(key, this.shardCount);
+  }
+
+  #stub(shard: number) {
+    this.#meter.rpc++;
+    return this.#ns.getByName(receiptShardName(this.#org, shard));
+  }
+
+  async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
+    return (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+  }
+
+  complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
+    return this.#stub(shard).complete(request);
+  }
+
+  fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
+    return this.#stub(shard).fail(request);
+  }
+
+  async releaseRun(runId: string): Promise<number> {
+    const shards = Array.from({ length: this.shardCount }, (_, i) => i);
+    const results = await Promise.all(shards.map((s) => this.#stub(s).releaseRun({ runId })));
+    return results.reduce((sum, r) => sum + r.released, 0);
+  }
+}

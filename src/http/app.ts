@@ -1,0 +1,44 @@
+/** The HTTP API (API.md): auth, size limits, validation, routes. */
+import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import { simRoutes } from "../sim/routes";
+import { orgOf } from "./auth";
+import { errorResponse, onError } from "./errors";
+import { datasetRoutes } from "./datasets";
+import { runRoutes } from "./runs";
+
+export type AppEnv = { Bindings: Env; Variables: { org: string } };
+
+/** The largest request body accepted (a run's input travels in it). */
+export const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
+
+export const app = new Hono<AppEnv>();
+
+app.onError(onError);
+app.notFound((c) => errorResponse(c, 404, "not_found", `no route for ${c.req.method} ${new URL(c.req.url).pathname}`));
+
+app.get("/", (c) => c.json({ name: "troupe", docs: "see README.md", api: "/v1" }));
+
+app.use("/v1/*", async (c, next) => {
+  const org = orgOf(c.env, c.req.raw);
+  if (!org) return errorResponse(c, 401, "unauthorized", "send Authorization: Bearer <token> with a token from API_TOKENS");
+  c.set("org", org);
+  await next();
+});
+
+app.use(
+  "/v1/*",
+  bodyLimit({
+    maxSize: MAX_REQUEST_BYTES,
+    onError: (c) => errorResponse(c, 413, "request_too_large", `request bodies are limited to ${MAX_REQUEST_BYTES} bytes; split the input into several runs`),
+  }),
+);
+
+app.route("/v1", runRoutes);
+app.route("/v1", datasetRoutes);
+
+app.use("/v1/sim/*", async (c, next) => {
+  if (c.env.SIM_PROVIDER !== "on") return errorResponse(c, 404, "not_found", "the simulated provider is off (SIM_PROVIDER)");
+  await next();
+});
+app.route("/v1/sim", simRoutes);

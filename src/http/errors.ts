@@ -1,0 +1,36 @@
+/** Maps errors to API.md's error shape, in one place. */
+import type { Context } from "hono";
+import type { ContentfulStatusCode } from "hono/utils/http-status";
+import { z } from "zod";
+import { TroupeError, ValidationError } from "../shared/errors";
+
+export interface ErrorBody {
+  error: { code: string; message: string; details?: unknown };
+}
+
+export function errorResponse(c: Context, status: ContentfulStatusCode, code: string, message: string, details?: unknown): Response {
+  const body: ErrorBody = { error: { code, message, ...(details === undefined ? {} : { details }) } };
+  return c.json(body, status);
+}
+
+/** zod issues as `details`: each names the offending field. */
+export function issuesOf(error: z.ZodError, prefix: (string | number)[] = []): { path: string; message: string }[] {
+  return error.issues.map((issue) => ({ path: [...prefix, ...issue.path].map(String).join(".") || "(body)", message: issue.message }));
+}
+
+/** Parses `value` with `schema`, or throws a 400 naming every offending field. */
+export function validate<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix: (string | number)[] = []): z.infer<S> {
+  const result = schema.safeParse(value);
+  if (result.success) return result.data;
+  const details = issuesOf(result.error, prefix);
+  throw new ValidationError(`${what} is invalid: ${details.map((d) => `${d.path}: ${d.message}`).join("; ")}`, details);
+}
+
+export function onError(error: unknown, c: Context): Response {
+  if (error instanceof TroupeError && error.status < 500) {
+    return errorResponse(c, error.status as ContentfulStatusCode, error.code, error.message, error.details);
+  }
+  console.error("unhandled error", error);
+  const code = error instanceof TroupeError ? error.code : "internal_error";
+  return errorResponse(c, 500, code, "the server failed to answer; the request may be retried");
+}

@@ -1,0 +1,52 @@
+/** The constructors play and tool authors use. */
+import { z } from "zod";
+import { parse } from "csv-parse/sync";
+import type { PlayDefinition, Row, ToolDefinition } from "./types";
+
+export type * from "./types";
+export { ToolCallError } from "./tool-error";
+
+/** Declares a play. Register it in `src/plays/index.ts` to make it runnable. */
+export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): PlayDefinition<Input, Result> {
+  if (!/^[a-z0-9][a-z0-9-]{0,63}$/.test(play.name)) throw new Error(`play name ${JSON.stringify(play.name)} must match [a-z0-9-]{1,64}`);
+  return play;
+}
+
+/** Declares a tool. Register it in `src/tools/index.ts`. */
+export function defineTool<Input, Output>(tool: ToolDefinition<Input, Output>): ToolDefinition<Input, Output> {
+  if (!/^[a-z0-9_]{1,64}$/.test(tool.id)) throw new Error(`tool id ${JSON.stringify(tool.id)} must match [a-z0-9_]{1,64}`);
+  return tool;
+}
+
+/** Limits on a play's row input; larger inputs are a 400, never a crash. */
+export const MAX_INPUT_ROWS = 100_000;
+export const MAX_ROW_BYTES = 64 * 1024;
+
+/**
+ * An input schema for plays over rows, accepting `{ rows: [...] }` or
+ * `{ csv: "header\n..." }` (RFC 4180: quotes, embedded commas and newlines).
+ * Either way the play receives `{ rows }`, each row validated by `row`.
+ *
+ * @example
+ * input: rowsInput(z.object({ id: z.coerce.string(), name: z.string() }))
+ */
+export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
+  const rows = z
+    .array(row)
+    .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run`)
+    .superRefine((list, ctx) => {
+      list.forEach((r, i) => {
+        if (JSON.stringify(r).length > MAX_ROW_BYTES) ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
+      });
+    });
+  const fromCsv = z.object({ csv: z.string().min(1, "csv is empty") }).strict().transform((value, ctx) => {
+    try {
+      const records = parse(value.csv, { columns: true, skip_empty_lines: true, bom: true }) as Row[];
+      return { rows: records };
+    } catch (error) {
+      ctx.addIssue({ code: "custom", path: ["csv"], message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}` });
+      return z.NEVER;
+    }
+  });
+  return z.union([z.object({ rows }).strict(), fromCsv.pipe(z.object({ rows }))]);
+}

@@ -1,0 +1,126 @@
+/**
+ * The play author's API: everything a play or a tool imports. Interfaces only;
+ * the engine that implements them lives in `src/engine`.
+ *
+ * Plays are re-executed from the top whenever their coordinator restarts
+ * (eviction, crash, redeploy, or a deliberate yield between invocations).
+ * Every effect goes through `ctx` and is memoized durably, so a replay makes no
+ * provider call it already made. Keep play code deterministic outside `ctx`:
+ * no `Math.random()` or `Date.now()` deciding what to call.
+ */
+import type { z } from "zod";
+
+/** A row as plays see it: the input fields plus the fields computed so far. */
+export type Row = Record<string, unknown>;
+
+/** What a field function or a play may call while it runs. */
+export interface ToolCaller {
+  /**
+   * A durable tool call. The first call with a given input is executed through
+   * the provider and its result stored in a receipt; every later identical call
+   * (in this run, a rerun, or another play of the org) returns the stored
+   * result without paying again.
+   *
+   * @throws ToolCallError when the provider fails permanently (the row fails).
+   * @example
+   * const { email } = await ctx.tool("sim_find_email", { name: row.name, domain: row.domain });
+   */
+  tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T>;
+  /** Appends a line to the run's log (and event ledger). */
+  log(...args: unknown[]): void;
+}
+
+export interface ToolCallOptions {
+  /** A stored result older than this is not reused: the call is made again. */
+  staleAfterSeconds?: number;
+  /** Re-execute the call even if a stored result exists (a deliberate re-bill). */
+  force?: boolean;
+}
+
+/** Given to each field function: the row's identity and the tool caller. */
+export interface RowContext extends ToolCaller {
+  readonly rowKey: string;
+  /** Aborted when the run is cancelled or this attempt lost its lease. */
+  readonly signal: AbortSignal;
+}
+
+/** One computed column: sees the input fields and every earlier field. */
+export type FieldFn = (row: Row, ctx: RowContext) => unknown | Promise<unknown>;
+
+/** Ordered: later fields see the values of earlier ones. */
+export type FieldSet = Record<string, FieldFn>;
+
+export interface MapOptions {
+  /**
+   * The row key: a field name of the input rows, or a function of the row.
+   * Without it the key is a hash of the row's content plus its input index.
+   * Rows with a duplicate explicit key are dropped (and counted).
+   */
+  key?: string | ((row: Row, index: number) => string);
+  /**
+   * `continue` (default): a failed row is persisted with its error and the map
+   * goes on. `fail`: the first failed row stops dispatching and fails the run.
+   */
+  onRowError?: "continue" | "fail";
+}
+
+/** A persistent dataset as this run sees it: counts and paged reads, never all rows in memory. */
+export interface DatasetHandle {
+  readonly name: string;
+  /** Rows of this run's input, after dropping duplicate keys. */
+  readonly total: number;
+  readonly completed: number;
+  readonly failed: number;
+  /** Input rows dropped because their explicit key repeated an earlier row's. */
+  readonly duplicatesDropped: number;
+  /** One page of rows in input order, each with `_key`, `_status`, `_error`. */
+  rows(page?: { offset?: number; limit?: number }): Promise<Row[]>;
+}
+
+export interface PlayContext extends ToolCaller {
+  readonly runId: string;
+  readonly org: string;
+  /**
+   * Computes `fields` for every row into the persistent dataset `name`.
+   * Rows completed by an earlier run are reused; failed rows run again.
+   *
+   * @example
+   * const leads = await ctx.map("leads", input.rows, {
+   *   email: async (row, c) => (await c.tool("sim_find_email", row)).email,
+   * }, { key: "id" });
+   */
+  map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle>;
+}
+
+export interface PlayDefinition<Input = any, Result = unknown> {
+  /** Unique, `[a-z0-9-]`, used in `POST /v1/runs`. */
+  name: string;
+  description: string;
+  /** Validates (and may transform) the run's input at submit time. */
+  input: z.ZodType<Input, any>;
+  run(ctx: PlayContext, input: Input): Promise<Result>;
+}
+
+/** What a tool's `execute` receives besides its input. */
+export interface ToolCall {
+  /** Derived from the receipt key: send it to the provider so a retried call is billed once. */
+  readonly idempotencyKey: string;
+  readonly signal: AbortSignal;
+  /** The Worker's bindings (provider credentials, the simulated provider). */
+  readonly env: Env;
+}
+
+export interface ToolDefinition<Input = any, Output = unknown> {
+  /** Unique id, e.g. `sim_find_email`. */
+  id: string;
+  /** The provider it bills through (pacing and rate limits are per provider). */
+  provider: string;
+  /** Bump when the output for the same input changes: old receipts stop matching. */
+  version: string;
+  input: z.ZodType<Input, any>;
+  /**
+   * Calls the provider. Throw `ToolCallError` with `retryable` to classify a
+   * failure; any other throw is treated as permanent.
+   */
+  execute(input: Input, call: ToolCall): Promise<Output>;
+}

@@ -1,0 +1,74 @@
+/** An org's run index: upserted by each run's coordinator, paged newest first. */
+import { z } from "zod";
+import type { Sql } from "../storage/sql";
+
+export const directoryMigrations = [
+  `CREATE TABLE runs (
+     run_id TEXT PRIMARY KEY, play TEXT NOT NULL, status TEXT NOT NULL, parent_run_id TEXT,
+     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+   CREATE INDEX runs_newest ON runs (created_at DESC, run_id DESC);`,
+];
+
+export const RunEntry = z.object({
+  runId: z.string().min(1).max(100),
+  play: z.string().min(1).max(64),
+  status: z.string().min(1).max(20),
+  parentRunId: z.string().max(100).nullable(),
+  createdAt: z.number().int(),
+  updatedAt: z.number().int(),
+});
+export type RunEntry = z.infer<typeof RunEntry>;
+
+export interface ListRunsRequest {
+  limit: number;
+  /** Opaque: from the previous page's `nextCursor`. */
+  cursor: string | null;
+}
+
+type EntryRow = { run_id: string; play: string; status: string; parent_run_id: string | null; created_at: number; updated_at: number };
+
+function rowToEntry(r: EntryRow): RunEntry {
+  return { runId: r.run_id, play: r.play, status: r.status, parentRunId: r.parent_run_id, createdAt: r.created_at, updatedAt: r.updated_at };
+}
+
+export class DirectoryStore {
+  #sql: Sql;
+
+  constructor(options: { sql: Sql }) {
+    this.#sql = options.sql;
+  }
+
+  record(entry: RunEntry): void {
+    this.#sql.write`INSERT INTO runs (run_id, play, status, parent_run_id, created_at, updated_at)
+      VALUES (${entry.runId}, ${entry.play}, ${entry.status}, ${entry.parentRunId}, ${entry.createdAt}, ${entry.updatedAt})
+      ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, updated_at = excluded.updated_at
+      WHERE excluded.updated_at >= runs.updated_at`;
+  }
+
+  list({ limit, cursor }: ListRunsRequest): { runs: RunEntry[]; nextCursor: string | null } {
+    const after = decodeCursor(cursor);
+    const rows = after
+      ? this.#sql<EntryRow>`SELECT * FROM runs WHERE (created_at, run_id) < (${after.createdAt}, ${after.runId})
+          ORDER BY created_at DESC, run_id DESC LIMIT ${limit + 1}`
+      : this.#sql<EntryRow>`SELECT * FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ${limit + 1}`;
+    const page = rows.slice(0, limit).map(rowToEntry);
+    const last = page[page.length - 1];
+    return { runs: page, nextCursor: rows.length > limit && last ? encodeCursor(last) : null };
+  }
+}
+
+function encodeCursor(entry: RunEntry): string {
+  return btoa(`${entry.createdAt}:${entry.runId}`);
+}
+
+function decodeCursor(cursor: string | null): { createdAt: number; runId: string } | null {
+  if (!cursor) return null;
+  try {
+    const [createdAt, runId] = atob(cursor).split(/:(.*)/s);
+    if (!createdAt || !runId || !/^\d+$/.test(createdAt)) return null;
+    return { createdAt: Number(createdAt), runId };
+  } catch {
+    // A cursor that is not base64 is treated as "from the start", like an absent one.
+    return null;
+  }
+}

@@ -1,0 +1,107 @@
+/**
+ * One invocation of a run: replays the play from the top (completed work comes
+ * back from storage without cost), and decides what happens next. Returns when
+ * the coordinator's alarm should fire again, or null once the run is terminal.
+ */
+import { InfraError, MapRunner, YieldSignal } from "../engine/map-runner";
+import { RunContext } from "../engine/play-context";
+import type { RuntimePolicy } from "../engine/policy";
+import { ReceiptClient, SheetClient, SubrequestMeter } from "../engine/shard-clients";
+import type { PlayDefinition, ToolDefinition } from "../play/types";
+import { codeOf, messageOf } from "../shared/errors";
+import type { RunError, RunStore } from "./run-store";
+
+export interface DriveOptions {
+  env: Env;
+  store: RunStore;
+  policy: RuntimePolicy;
+  plays: ReadonlyMap<string, PlayDefinition>;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  signal: AbortSignal;
+  now(): number;
+  /** Appends to the ledger (and tells watchers). */
+  emit(type: string, data: Record<string, unknown>): void;
+  /** The run's status changed: tell the org's directory. */
+  onStatus(): Promise<void>;
+  /** Subrequests spent by this invocation (for the bench and the budget). */
+  meter?: SubrequestMeter;
+}
+
+const MAX_INFRA_RETRIES = 6;
+const MAX_LOG_LINE = 4000;
+
+export async function driveRun(o: DriveOptions): Promise<number | null> {
+  const { store, now } = o;
+  let run = store.run();
+  if (!run || run.status === "completed" || run.status === "failed" || run.status === "cancelled") return null;
+  if (run.cancelRequested) return finish(o, "cancelled", {});
+  if (now() >= run.deadlineAt) {
+    return finish(o, "failed", { error: { code: "deadline_exceeded", message: `the run passed its runtime limit at ${new Date(run.deadlineAt).toISOString()}` } });
+  }
+  if (run.status === "queued") {
+    store.setStatus("running");
+    o.emit("run.started", { play: run.play, runAttempt: run.runAttempt });
+    await o.onStatus();
+  }
+  if (store.runningChunks() > 0) {
+    // The previous invocation died with chunk attempts in flight: fence them off and redispatch.
+    store.resetRunningChunks();
+    const epoch = store.bumpAttempt();
+    o.emit("log.appended", { line: `resuming after an interrupted invocation; chunks in flight are redispatched under attempt ${epoch}` });
+  }
+  run = store.run()!;
+  const play = o.plays.get(run.play);
+  if (!play) return finish(o, "failed", { error: { code: "unknown_play", message: `play "${run.play}" is no longer deployed` } });
+
+  const log = (line: string) => o.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE) });
+  const meter = o.meter ?? new SubrequestMeter();
+  const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal: o.signal, log, emit: o.emit, now });
+  const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log });
+  try {
+    const result = await play.run(ctx, store.input());
+    store.noteInfraFailure(true);
+    return finish(o, "completed", { result: result ?? null });
+  } catch (error) {
+    if (error instanceof YieldSignal) {
+      store.noteInfraFailure(true);
+      return error.resumeAt;
+    }
+    if (o.signal.aborted || store.run()!.cancelRequested) return finish(o, "cancelled", {});
+    if (error instanceof InfraError) {
+      const failures = store.noteInfraFailure(false);
+      if (failures <= MAX_INFRA_RETRIES) {
+        log(`retrying after an infrastructure error (${failures}/${MAX_INFRA_RETRIES}): ${error.message}`);
+        return now() + Math.min(30_000, 250 * 2 ** failures);
+      }
+    }
+    return finish(o, "failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error) } });
+  }
+}
+
+/** Ends the run: releases its leases, records the outcome, appends the terminal event. */
+async function finish(o: DriveOptions, status: "completed" | "failed" | "cancelled", outcome: { result?: unknown; error?: RunError }): Promise<null> {
+  const { store } = o;
+  if (status !== "completed") await releaseLeases(o);
+  const error = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
+  store.setStatus(status, { result: outcome.result, error });
+  const progress = store.allProgress();
+  if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });
+  else if (status === "failed") o.emit("run.failed", { error, progress });
+  else o.emit("run.cancelled", { progress });
+  await o.onStatus();
+  return null;
+}
+
+/** Teardown: free the row and receipt leases the run holds so an immediate rerun is not blocked. */
+async function releaseLeases(o: DriveOptions): Promise<void> {
+  const run = o.store.run()!;
+  const meter = new SubrequestMeter();
+  const releases: Promise<number>[] = [new ReceiptClient({ env: o.env, org: run.org, shardCount: o.policy.receiptShards, meter }).releaseRun(run.runId)];
+  for (const name of Object.keys(o.store.allProgress())) {
+    const map = o.store.map(name)!;
+    releases.push(new SheetClient({ env: o.env, meter, location: { org: run.org, play: run.play, dataset: name, shardCount: map.shardCount } }).releaseRun(run.runId));
+  }
+  const results = await Promise.allSettled(releases);
+  const failed = results.filter((r) => r.status === "rejected").length;
+  if (failed) o.emit("log.appended", { line: `could not release leases on ${failed} shards; they expire by themselves` });
+}

@@ -1,0 +1,261 @@
+/**
+ * The run's durable state in its coordinator: the run record, its input, the
+ * chunk plan with each chunk's state and attempt, progress, and the event
+ * ledger. Plain logic over the Sql helper; the actor only adapts it.
+ */
+import type { Sql } from "../storage/sql";
+
+export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
+export const TERMINAL: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
+
+export interface RunError {
+  code: string;
+  message: string;
+  failureSamples?: { map: string; key: string; error: string }[];
+}
+
+export interface RunRecord {
+  runId: string;
+  org: string;
+  play: string;
+  parentRunId: string | null;
+  status: RunStatus;
+  force: boolean;
+  forceToolRefresh: boolean;
+  runAttempt: number;
+  result: unknown;
+  error: RunError | null;
+  cancelRequested: boolean;
+  infraFailures: number;
+  deadlineAt: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface MapRecord {
+  name: string;
+  shardCount: number;
+  total: number;
+  duplicatesDropped: number;
+  chunkRows: number;
+  chunkCount: number;
+  done: boolean;
+}
+
+export type ChunkState = "pending" | "running" | "done";
+
+export interface ChunkRecord {
+  idx: number;
+  rows: number;
+  state: ChunkState;
+  attemptSeq: number;
+  retries: number;
+}
+
+export interface MapProgress {
+  total: number;
+  completed: number;
+  failed: number;
+  active: number;
+  waiting: number;
+  blocked: number;
+}
+
+export interface LedgerEvent {
+  seq: number;
+  type: string;
+  at: string;
+  // Event fields are JSON; `any` because RPC types cannot carry a recursive JSON type.
+  [field: string]: any;
+}
+
+const INPUT_PART_CHARS = 512 * 1024;
+
+type RunRow = {
+  run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
+  force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
+  cancel_requested: number; infra_failures: number; deadline_at: number; created_at: number; updated_at: number;
+};
+
+function rowToRun(r: RunRow): RunRecord {
+  return {
+    runId: r.run_id,
+    org: r.org,
+    play: r.play,
+    parentRunId: r.parent_run_id,
+    status: r.status as RunStatus,
+    force: r.force === 1,
+    forceToolRefresh: r.force_tool_refresh === 1,
+    runAttempt: r.run_attempt,
+    result: r.result === null ? null : JSON.parse(r.result),
+    error: r.error === null ? null : (JSON.parse(r.error) as RunError),
+    cancelRequested: r.cancel_requested === 1,
+    infraFailures: r.infra_failures,
+    deadlineAt: r.deadline_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export class RunStore {
+  #sql: Sql;
+  #now: () => number;
+
+  constructor(options: { sql: Sql; now: () => number }) {
+    this.#sql = options.sql;
+    this.#now = options.now;
+  }
+
+  run(): RunRecord | null {
+    const row = this.#sql<RunRow>`SELECT * FROM run WHERE id = 1`[0];
+    return row ? rowToRun(row) : null;
+  }
+
+  /** Records a new run and its input; a no-op if the run exists (idempotent start). */
+  create(init: { runId: string; org: string; play: string; parentRunId: string | null; force: boolean; forceToolRefresh: boolean; deadlineAt: number }, input: unknown): boolean {
+    if (this.run()) return false;
+    const now = this.#now();
+    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, status, force, force_tool_refresh, deadline_at, created_at, updated_at)
+      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${now}, ${now})`;
+    const text = JSON.stringify(input);
+    for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
+      this.#sql.write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;
+    }
+    return true;
+  }
+
+  input(): unknown {
+    const parts = this.#sql<{ text: string }>`SELECT text FROM input_parts ORDER BY part`;
+    return JSON.parse(parts.map((p) => p.text).join(""));
+  }
+
+  setStatus(status: RunStatus, outcome: { result?: unknown; error?: RunError | null } = {}): void {
+    const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
+    const error = outcome.error ? JSON.stringify(outcome.error) : null;
+    this.#sql.write`UPDATE run SET status = ${status}, result = coalesce(${result}, result), error = coalesce(${error}, error), updated_at = ${this.#now()} WHERE id = 1`;
+  }
+
+  requestCancel(): void {
+    this.#sql.write`UPDATE run SET cancel_requested = 1, updated_at = ${this.#now()} WHERE id = 1`;
+  }
+
+  /** Starts a new attempt epoch: every chunk attempt of an older epoch is fenced off. */
+  bumpAttempt(): number {
+    this.#sql.write`UPDATE run SET run_attempt = run_attempt + 1, updated_at = ${this.#now()} WHERE id = 1`;
+    return this.run()!.runAttempt;
+  }
+
+  noteInfraFailure(reset: boolean): number {
+    if (reset) this.#sql.write`UPDATE run SET infra_failures = 0 WHERE id = 1`;
+    else this.#sql.write`UPDATE run SET infra_failures = infra_failures + 1 WHERE id = 1`;
+    return this.run()!.infraFailures;
+  }
+
+  // ---- maps and chunks
+
+  map(name: string): MapRecord | null {
+    const r = this.#sql<{ name: string; shard_count: number; total: number; duplicates_dropped: number; chunk_rows: number; chunk_count: number; done: number }>`
+      SELECT * FROM maps WHERE name = ${name}`[0];
+    if (!r) return null;
+    return { name: r.name, shardCount: r.shard_count, total: r.total, duplicatesDropped: r.duplicates_dropped, chunkRows: r.chunk_rows, chunkCount: r.chunk_count, done: r.done === 1 };
+  }
+
+  /** Records a map's chunk plan once; a replay finds it and continues. */
+  createMap(map: Omit<MapRecord, "done" | "chunkCount">): MapRecord {
+    const chunkCount = Math.ceil(map.total / map.chunkRows);
+    const ordinal = this.#sql<{ n: number }>`SELECT count(*) AS n FROM maps`[0]!.n;
+    this.#sql.write`INSERT INTO maps (name, ordinal, shard_count, total, duplicates_dropped, chunk_rows, chunk_count)
+      VALUES (${map.name}, ${ordinal}, ${map.shardCount}, ${map.total}, ${map.duplicatesDropped}, ${map.chunkRows}, ${chunkCount})`;
+    this.#sql.write`INSERT INTO chunks (map, idx, rows)
+      WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < ${chunkCount})
+      SELECT ${map.name}, i, min(${map.chunkRows}, ${map.total} - i * ${map.chunkRows}) FROM seq WHERE ${chunkCount} > 0`;
+    return this.map(map.name)!;
+  }
+
+  chunks(map: string): ChunkRecord[] {
+    return this.#sql<{ idx: number; rows: number; state: string; attempt_seq: number; retries: number }>`
+      SELECT idx, rows, state, attempt_seq, retries FROM chunks WHERE map = ${map} ORDER BY idx`.map((c) => ({
+      idx: c.idx,
+      rows: c.rows,
+      state: c.state as ChunkState,
+      attemptSeq: c.attempt_seq,
+      retries: c.retries,
+    }));
+  }
+
+  /** Chunks whose attempt was in flight when the previous invocation ended. */
+  runningChunks(): number {
+    return this.#sql<{ n: number }>`SELECT count(*) AS n FROM chunks WHERE state = 'running'`[0]!.n;
+  }
+
+  startChunk(map: string, idx: number, attemptSeq: number): void {
+    this.#sql.write`UPDATE chunks SET state = 'running', attempt_seq = ${attemptSeq} WHERE map = ${map} AND idx = ${idx}`;
+  }
+
+  /** Records an attempt's outcome; `done` false sends the chunk back to pending (retried later). */
+  finishChunk(map: string, idx: number, outcome: { done: boolean; completed: number; failed: number; reused: number; blocked: number; failureSamples: { key: string; error: string }[] }): void {
+    const state: ChunkState = outcome.done ? "done" : "pending";
+    const retry = outcome.done ? 0 : 1;
+    this.#sql.write`UPDATE chunks SET state = ${state}, completed = ${outcome.completed}, failed = ${outcome.failed}, reused = ${outcome.reused},
+      blocked = ${outcome.blocked}, retries = retries + ${retry} WHERE map = ${map} AND idx = ${idx}`;
+    for (const sample of outcome.failureSamples) {
+      this.#sql.write`INSERT OR IGNORE INTO failure_samples (map, key, error) SELECT ${map}, ${sample.key}, ${sample.error}
+        WHERE (SELECT count(*) FROM failure_samples WHERE map = ${map}) < 20`;
+    }
+  }
+
+  /** Any chunk still marked running (by a dead invocation) goes back to pending. */
+  resetRunningChunks(): void {
+    this.#sql.write`UPDATE chunks SET state = 'pending' WHERE state = 'running'`;
+  }
+
+  markMapDone(map: string): void {
+    this.#sql.write`UPDATE maps SET done = 1 WHERE name = ${map}`;
+  }
+
+  progress(map: string): MapProgress {
+    const r = this.#sql<{ total: number; completed: number; failed: number; active: number; waiting: number; blocked: number }>`
+      SELECT m.total AS total,
+        coalesce(sum(c.completed), 0) AS completed,
+        coalesce(sum(c.failed), 0) AS failed,
+        coalesce(sum(CASE WHEN c.state = 'running' THEN c.rows ELSE 0 END), 0) AS active,
+        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.rows - c.blocked ELSE 0 END), 0) AS waiting,
+        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
+      FROM maps m LEFT JOIN chunks c ON c.map = m.name WHERE m.name = ${map} GROUP BY m.name`[0];
+    return r ?? { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
+  }
+
+  allProgress(): Record<string, MapProgress> {
+    const out: Record<string, MapProgress> = {};
+    for (const { name } of this.#sql<{ name: string }>`SELECT name FROM maps ORDER BY ordinal`) out[name] = this.progress(name);
+    return out;
+  }
+
+  failureSamples(): { map: string; key: string; error: string }[] {
+    return this.#sql<{ map: string; key: string; error: string }>`SELECT map, key, error FROM failure_samples ORDER BY rowid LIMIT 20`;
+  }
+
+  // ---- the ledger
+
+  /** Appends an event; returns its sequence number. */
+  append(type: string, data: Record<string, unknown> = {}): LedgerEvent {
+    const at = this.#now();
+    this.#sql.write`INSERT INTO events (type, at, data) VALUES (${type}, ${at}, ${JSON.stringify(data)})`;
+    const seq = this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq;
+    return { ...data, seq, type, at: new Date(at).toISOString() };
+  }
+
+  events(after: number, limit: number): LedgerEvent[] {
+    return this.#sql<{ seq: number; type: string; at: number; data: string }>`
+      SELECT seq, type, at, data FROM events WHERE seq > ${after} ORDER BY seq LIMIT ${limit}`.map((e) => ({
+      ...(JSON.parse(e.data) as Record<string, unknown>),
+      seq: e.seq,
+      type: e.type,
+      at: new Date(e.at).toISOString(),
+    }));
+  }
+
+  lastSeq(): number {
+    return this.#sql<{ seq: number | null }>`SELECT max(seq) AS seq FROM events`[0]?.seq ?? 0;
+  }
+}

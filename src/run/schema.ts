@@ -1,0 +1,49 @@
+/** The RunCoordinator's SQLite schema, as ordered migrations. */
+export const runMigrations = [
+  `
+  CREATE TABLE run (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    run_id TEXT NOT NULL,
+    org TEXT NOT NULL,
+    play TEXT NOT NULL,
+    parent_run_id TEXT,
+    status TEXT NOT NULL,
+    force INTEGER NOT NULL,
+    force_tool_refresh INTEGER NOT NULL,
+    run_attempt INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    infra_failures INTEGER NOT NULL DEFAULT 0,
+    deadline_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE TABLE input_parts (part INTEGER PRIMARY KEY, text TEXT NOT NULL);
+  CREATE TABLE maps (
+    name TEXT PRIMARY KEY,
+    ordinal INTEGER NOT NULL,
+    shard_count INTEGER NOT NULL,
+    total INTEGER NOT NULL,
+    duplicates_dropped INTEGER NOT NULL,
+    chunk_rows INTEGER NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+  );
+  CREATE TABLE chunks (
+    map TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    attempt_seq INTEGER NOT NULL DEFAULT -1,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    reused INTEGER NOT NULL DEFAULT 0,
+    blocked INTEGER NOT NULL DEFAULT 0,
+    retries INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (map, idx)
+  );
+  CREATE TABLE failure_samples (map TEXT NOT NULL, key TEXT NOT NULL, error TEXT NOT NULL, PRIMARY KEY (map, key));
+  CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, type TEXT NOT NULL, at INTEGER NOT NULL, data TEXT NOT NULL);
+  `,
+];

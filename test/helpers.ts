@@ -1,0 +1,82 @@
+/** Test helpers: talk to the Worker over its real HTTP API. */
+import { exports } from "cloudflare:workers";
+
+export const TOKEN = "dev-token";
+
+export async function api(path: string, init: RequestInit & { token?: string | null; json?: unknown } = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  const token = init.token === undefined ? TOKEN : init.token;
+  if (token) headers.set("Authorization", `Bearer ${token}`);
+  let body = init.body;
+  if (init.json !== undefined) {
+    headers.set("Content-Type", "application/json");
+    body = JSON.stringify(init.json);
+  }
+  return exports.default.fetch(new Request(`http://troupe.test${path}`, { ...init, headers, body }));
+}
+
+export async function apiJson<T = any>(path: string, init: Parameters<typeof api>[1] = {}): Promise<{ status: number; body: T }> {
+  const res = await api(path, init);
+  return { status: res.status, body: (await res.json()) as T };
+}
+
+export async function startRun(play: string, input: unknown, options: { force?: boolean; forceToolRefresh?: boolean; token?: string } = {}): Promise<string> {
+  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...options }, token: options.token });
+  if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
+  return body.runId as string;
+}
+
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+/** Polls the run until it is terminal (the coordinator's alarm drives it meanwhile). */
+export async function waitForRun(runId: string, options: { token?: string; timeoutMs?: number } = {}): Promise<any> {
+  const deadline = Date.now() + (options.timeoutMs ?? 45_000);
+  for (;;) {
+    const { status, body } = await apiJson(`/v1/runs/${runId}`, { token: options.token });
+    if (status !== 200) throw new Error(`GET run: ${status} ${JSON.stringify(body)}`);
+    if (TERMINAL.has(body.status)) return body;
+    if (Date.now() > deadline) throw new Error(`run ${runId} still ${body.status}: ${JSON.stringify(body.progress)}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Every row of a run's dataset, paged through the API. */
+export async function datasetRows(runId: string, name: string): Promise<any[]> {
+  const rows: any[] = [];
+  for (let offset = 0; ; offset += 1000) {
+    const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/${name}?offset=${offset}&limit=1000`);
+    if (status !== 200) throw new Error(`dataset: ${status} ${JSON.stringify(body)}`);
+    rows.push(...body.rows);
+    if (offset + 1000 >= body.total) return rows;
+  }
+}
+
+export async function allEvents(runId: string): Promise<any[]> {
+  const events: any[] = [];
+  let after = 0;
+  for (;;) {
+    const { body } = await apiJson(`/v1/runs/${runId}/events?after=${after}&limit=1000`);
+    events.push(...body.events);
+    if (body.events.length < 1000) return events;
+    after = body.nextCursor;
+  }
+}
+
+export async function simStats(): Promise<any> {
+  return (await apiJson("/v1/sim/stats")).body;
+}
+
+export async function simReset(): Promise<void> {
+  await api("/v1/sim/reset", { method: "POST" });
+}
+
+/** The simulated provider's rules (API.md), computed independently of its code. */
+export function expectedEmail(name: string, domain: string): string {
+  return `${name.replace(/\s+/g, ".").toLowerCase()}@${domain.toLowerCase()}`;
+}
+
+export function expectedVerdict(email: string): "valid" | "invalid" {
+  let sum = 0;
+  for (let i = 0; i < email.length; i++) sum += email.charCodeAt(i);
+  return sum % 3 !== 0 ? "valid" : "invalid";
+}
