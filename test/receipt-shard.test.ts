@@ -1,0 +1,338 @@
+import { env } from "cloudflare:workers";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { AttemptRef } from "../src/storage/contracts";
+
+const LONG_LEASE_MS = 60_000;
+
+function shard() {
+  return env.RECEIPT_SHARD.getByName(`t-${crypto.randomUUID()}`);
+}
+type Shard = ReturnType<typeof shard>;
+
+function attempt(runId: string, attemptSeq = 0, attemptId = `${runId}:a${attemptSeq}`): AttemptRef {
+  return { attemptId, runId, attemptSeq };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** A lease short enough to expire during a test, long enough to postpone its alarm first. */
+const SHORT_LEASE_MS = 100;
+const PAST_SHORT_LEASE_MS = 150;
+
+/**
+ * Alarms fire on their own under the test runner. Holding this one back makes
+ * the test the one that delivers it (`runDurableObjectAlarm`), so it asserts
+ * what the handler did rather than racing it.
+ */
+async function postponeAlarm(stub: Shard) {
+  await runInDurableObject(stub, (_shard, state) => state.storage.setAlarm(Date.now() + 3_600_000));
+}
+
+async function scheduledAlarm(stub: Shard) {
+  return runInDurableObject(stub, (_shard, state) => state.storage.getAlarm());
+}
+
+async function rejection(promise: PromiseLike<unknown>): Promise<Error> {
+  try {
+    await promise;
+  } catch (error) {
+    return error as Error;
+  }
+  throw new Error("expected the call to reject");
+}
+
+async function claim(stub: Shard, who: AttemptRef, keys: string[], options: { refresh?: boolean; leaseTtlMs?: number } = {}) {
+  const { results } = await stub.claim({
+    attempt: who,
+    leaseTtlMs: options.leaseTtlMs ?? LONG_LEASE_MS,
+    refresh: options.refresh ?? false,
+    items: keys.map((key) => ({ key, toolId: "email.find" })),
+  });
+  return results;
+}
+
+/** A receipt completed by run `a` and deliberately re-billed by run `b`: generation 1, running, owned by `b`. */
+async function atGenerationOne(stub: Shard, key: string, b: AttemptRef, leaseTtlMs = LONG_LEASE_MS) {
+  const a = attempt(`run-a-${crypto.randomUUID()}`);
+  await claim(stub, a, [key]);
+  expect(await stub.complete({ attempt: a, items: [{ key, output: { email: "old@x.com" } }] })).toEqual({ accepted: [key], rejected: [] });
+  expect(await claim(stub, b, [key], { refresh: true, leaseTtlMs })).toEqual([{ key, disposition: "claimed", generation: 1 }]);
+}
+
+describe("claim dispositions", () => {
+  it("claims a new key for the attempt at generation 0", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const before = Date.now();
+    expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
+    const receipt = await stub.get({ key: "k1" });
+    expect(receipt).toMatchObject({ key: "k1", toolId: "email.find", status: "running", owner: a, generation: 0 });
+    expect(receipt!.leaseExpiresAt).toBeGreaterThanOrEqual(before + LONG_LEASE_MS);
+  });
+
+  it("reuses a completed receipt's output in another run", async () => {
+    const stub = shard();
+    await claim(stub, attempt("run-a"), ["k1"]);
+    const output = { email: "ada@example.com", score: 0.93, tags: ["a", "b"] };
+    await stub.complete({ attempt: attempt("run-a"), items: [{ key: "k1", output }] });
+    expect(await claim(stub, attempt("run-b"), ["k1"])).toEqual([{ key: "k1", disposition: "reused", output }]);
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output, finishedByRun: "run-a", leaseExpiresAt: null });
+  });
+
+  it("reports a receipt running under another live run with its owner", async () => {
+    const stub = shard();
+    const a = attempt("run-a", 2);
+    await claim(stub, a, ["k1"]);
+    const [result] = await claim(stub, attempt("run-b"), ["k1"]);
+    expect(result).toMatchObject({ key: "k1", disposition: "running", owner: a });
+    expect(result?.disposition === "running" && result.leaseExpiresAt).toBeGreaterThan(Date.now());
+    expect(await stub.get({ key: "k1" })).toMatchObject({ owner: a });
+  });
+
+  it("reports a non-retryable failure with its error", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    const error = { code: "not_found", message: "no such domain" };
+    expect(await stub.fail({ attempt: a, items: [{ key: "k1", error, retryable: false }] })).toEqual({ accepted: ["k1"], rejected: [] });
+    expect(await claim(stub, attempt("run-b"), ["k1"])).toEqual([{ key: "k1", disposition: "failed", error }]);
+    expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "failed", error }]);
+  });
+
+  it("reclaims a retryable failure with the same generation", async () => {
+    const stub = shard();
+    const b = attempt("run-b");
+    await atGenerationOne(stub, "k1", b);
+    await stub.fail({ attempt: b, items: [{ key: "k1", error: { code: "http_503", message: "unavailable" }, retryable: true }] });
+    const c = attempt("run-c");
+    expect(await claim(stub, c, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: c, error: null, generation: 1 });
+  });
+
+  it("lets the owner re-claim idempotently, refreshing the lease", async () => {
+    const stub = shard();
+    const b = attempt("run-b");
+    await atGenerationOne(stub, "k1", b, 1_000);
+    const first = (await stub.get({ key: "k1" }))!.leaseExpiresAt!;
+    await sleep(5);
+    expect(await claim(stub, b, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+    expect((await stub.get({ key: "k1" }))!.leaseExpiresAt).toBeGreaterThan(first + LONG_LEASE_MS - 1_000);
+  });
+
+  it("processes a key repeated in one request in order", async () => {
+    const stub = shard();
+    const results = await claim(stub, attempt("run-a"), ["k1", "k2", "k1"]);
+    expect(results).toEqual([
+      { key: "k1", disposition: "claimed", generation: 0 },
+      { key: "k2", disposition: "claimed", generation: 0 },
+      { key: "k1", disposition: "claimed", generation: 0 },
+    ]);
+  });
+
+  it("rejects malformed input with a classifiable code", async () => {
+    const stub = shard();
+    const badTtl = await rejection(stub.claim({ attempt: attempt("run-a"), leaseTtlMs: -1, refresh: false, items: [] }));
+    expect(badTtl.message).toMatch(/^\[invalid_request\].*leaseTtlMs/s);
+    expect((await rejection(stub.get({ key: "" }))).message).toMatch(/^\[invalid_request\]/);
+  });
+});
+
+describe("takeover and fencing", () => {
+  it("hands a running receipt to a newer attempt of the same run, fencing the old one", async () => {
+    const stub = shard();
+    const old = attempt("run-b", 0);
+    await atGenerationOne(stub, "k1", old);
+    const newer = attempt("run-b", 1);
+    expect(await claim(stub, newer, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+
+    // The old attempt can neither take it back, write it, nor renew it.
+    expect(await claim(stub, old, ["k1"])).toMatchObject([{ disposition: "running", owner: newer }]);
+    expect(await stub.complete({ attempt: old, items: [{ key: "k1", output: "stale" }] })).toEqual({ accepted: [], rejected: ["k1"] });
+    expect(await stub.fail({ attempt: old, items: [{ key: "k1", error: { code: "x", message: "y" }, retryable: false }] })).toEqual({
+      accepted: [],
+      rejected: ["k1"],
+    });
+    expect(await stub.renew({ attempt: old, keys: ["k1"], leaseTtlMs: LONG_LEASE_MS })).toEqual({ renewed: [], lost: ["k1"] });
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: newer, output: null });
+
+    expect(await stub.complete({ attempt: newer, items: [{ key: "k1", output: "fresh" }] })).toEqual({ accepted: ["k1"], rejected: [] });
+    // Even after the new owner finished, the old attempt's late write is rejected and changes nothing.
+    expect(await stub.complete({ attempt: old, items: [{ key: "k1", output: "stale" }] })).toEqual({ accepted: [], rejected: ["k1"] });
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output: "fresh", owner: newer });
+  });
+
+  it("treats a repeated complete as harmless and keeps the first output", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    expect(await stub.complete({ attempt: a, items: [{ key: "k1", output: 1 }] })).toEqual({ accepted: ["k1"], rejected: [] });
+    expect(await stub.complete({ attempt: a, items: [{ key: "k1", output: 1 }] })).toEqual({ accepted: ["k1"], rejected: [] });
+    expect(await stub.fail({ attempt: a, items: [{ key: "k1", error: { code: "x", message: "y" }, retryable: true }] })).toEqual({
+      accepted: [],
+      rejected: ["k1"],
+    });
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output: 1, error: null });
+    expect(await stub.complete({ attempt: a, items: [{ key: "never-claimed", output: 1 }] })).toEqual({ accepted: [], rejected: ["never-claimed"] });
+  });
+
+  it("renews only the leases the attempt holds", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["mine"], { leaseTtlMs: 1_000 });
+    await claim(stub, attempt("run-b"), ["theirs"]);
+    const result = await stub.renew({ attempt: a, keys: ["mine", "theirs", "missing"], leaseTtlMs: LONG_LEASE_MS });
+    expect(result).toEqual({ renewed: ["mine"], lost: ["theirs", "missing"] });
+    expect((await stub.get({ key: "mine" }))!.leaseExpiresAt).toBeGreaterThan(Date.now() + LONG_LEASE_MS / 2);
+  });
+});
+
+describe("dead owners", () => {
+  it("expires a dead owner's lease by alarm, then another run reclaims it at the same generation", async () => {
+    const stub = shard();
+    const dead = attempt("run-b");
+    await atGenerationOne(stub, "k1", dead, SHORT_LEASE_MS);
+    await postponeAlarm(stub);
+    await sleep(PAST_SHORT_LEASE_MS);
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "k1" })).toMatchObject({
+      status: "failed",
+      retryable: true,
+      error: { code: "lease_expired", message: expect.stringContaining("stopped heartbeating") },
+      leaseExpiresAt: null,
+    });
+    // Nothing else is running, so the alarm was deleted rather than re-armed.
+    expect(await scheduledAlarm(stub)).toBeNull();
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+  });
+
+  it("reclaims an expired lease at claim time, before any alarm ran", async () => {
+    const stub = shard();
+    const dead = attempt("run-b");
+    await atGenerationOne(stub, "k1", dead, SHORT_LEASE_MS);
+    await postponeAlarm(stub);
+    await sleep(PAST_SHORT_LEASE_MS);
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
+    const c = attempt("run-c");
+    expect(await claim(stub, c, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+    expect(await stub.complete({ attempt: dead, items: [{ key: "k1", output: "late" }] })).toEqual({ accepted: [], rejected: ["k1"] });
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: c });
+  });
+
+  it("keeps a late result from the expired owner when nobody took the receipt over", async () => {
+    const stub = shard();
+    const slow = attempt("run-b");
+    await claim(stub, slow, ["k1"], { leaseTtlMs: SHORT_LEASE_MS });
+    await postponeAlarm(stub);
+    await sleep(PAST_SHORT_LEASE_MS);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
+    expect(await stub.complete({ attempt: slow, items: [{ key: "k1", output: "billed" }] })).toEqual({ accepted: ["k1"], rejected: [] });
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "reused", output: "billed" }]);
+  });
+
+  it("re-arms the alarm for the next lease and leaves live leases alone", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["short"], { leaseTtlMs: SHORT_LEASE_MS });
+    await claim(stub, a, ["long"], { leaseTtlMs: LONG_LEASE_MS });
+    expect(await scheduledAlarm(stub)).toBe((await stub.get({ key: "short" }))!.leaseExpiresAt);
+    await postponeAlarm(stub);
+    await sleep(PAST_SHORT_LEASE_MS);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "short" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
+    expect(await scheduledAlarm(stub)).toBe((await stub.get({ key: "long" }))!.leaseExpiresAt);
+    // Delivered again early (at-least-once): the live lease survives.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "long" })).toMatchObject({ status: "running", owner: a });
+    await stub.complete({ attempt: a, items: [{ key: "long", output: null }] });
+    expect(await scheduledAlarm(stub)).toBeNull();
+  });
+});
+
+describe("refresh (forceToolRefresh)", () => {
+  it("re-claims a receipt finished by another run with generation + 1, but reuses one finished by this run", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["done", "broken"]);
+    await stub.complete({ attempt: a, items: [{ key: "done", output: "v0" }] });
+    await stub.fail({ attempt: a, items: [{ key: "broken", error: { code: "bad_input", message: "no" }, retryable: false }] });
+
+    const sameRun = attempt("run-a", 1);
+    expect(await claim(stub, sameRun, ["done", "broken"], { refresh: true })).toEqual([
+      { key: "done", disposition: "reused", output: "v0" },
+      { key: "broken", disposition: "failed", error: { code: "bad_input", message: "no" } },
+    ]);
+
+    const b = attempt("run-b");
+    expect(await claim(stub, b, ["done", "broken"], { refresh: true })).toEqual([
+      { key: "done", disposition: "claimed", generation: 1 },
+      { key: "broken", disposition: "claimed", generation: 1 },
+    ]);
+    await stub.complete({ attempt: b, items: [{ key: "done", output: "v1" }] });
+    // Run b finished generation 1; refreshing again within run b reuses it.
+    expect(await claim(stub, attempt("run-b", 1), ["done"], { refresh: true })).toEqual([{ key: "done", disposition: "reused", output: "v1" }]);
+    expect(await stub.get({ key: "done" })).toMatchObject({ generation: 1, finishedByRun: "run-b" });
+  });
+});
+
+describe("teardown", () => {
+  it("releaseRun makes the run's running receipts reclaimable at once", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2", "k3"]);
+    await stub.complete({ attempt: a, items: [{ key: "k3", output: "kept" }] });
+    await claim(stub, attempt("run-other"), ["other"]);
+
+    expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 2 });
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "failed", retryable: true, error: { code: "released" } });
+    expect(await stub.get({ key: "other" })).toMatchObject({ status: "running" });
+
+    const b = attempt("run-b");
+    expect(await claim(stub, b, ["k1", "k2", "k3"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 0 },
+      { key: "k2", disposition: "claimed", generation: 0 },
+      { key: "k3", disposition: "reused", output: "kept" },
+    ]);
+    expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 0 });
+  });
+});
+
+describe("scale and durability", () => {
+  it("claims, completes and reuses 500 receipts in one call each", async () => {
+    const stub = shard();
+    const keys = Array.from({ length: 500 }, (_, i) => `key-${i}`);
+    const a = attempt("run-a");
+    const claimed = await claim(stub, a, keys);
+    expect(claimed).toHaveLength(500);
+    expect(claimed.every((r, i) => r.key === keys[i] && r.disposition === "claimed")).toBe(true);
+
+    const written = await stub.complete({ attempt: a, items: keys.map((key, i) => ({ key, output: { i } })) });
+    expect(written.accepted).toHaveLength(500);
+    expect(written.rejected).toEqual([]);
+
+    const reused = await claim(stub, attempt("run-b"), keys);
+    expect(reused).toEqual(keys.map((key, i) => ({ key, disposition: "reused", output: { i } })));
+  });
+
+  it("keeps receipts and their alarm across eviction", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["done", "dying"]);
+    await stub.complete({ attempt: a, items: [{ key: "done", output: { ok: true } }] });
+    await stub.renew({ attempt: a, keys: ["dying"], leaseTtlMs: SHORT_LEASE_MS });
+    await postponeAlarm(stub);
+
+    await evictDurableObject(stub);
+    await sleep(PAST_SHORT_LEASE_MS);
+    // `get` does not touch the alarm, so the one delivered below is the one stored before eviction.
+    expect(await stub.get({ key: "done" })).toMatchObject({ status: "completed", output: { ok: true } });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "dying" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
+    expect(await claim(stub, attempt("run-b"), ["done", "dying"])).toEqual([
+      { key: "done", disposition: "reused", output: { ok: true } },
+      { key: "dying", disposition: "claimed", generation: 0 },
+    ]);
+  });
+});
