@@ -7,7 +7,10 @@ export default defineConfig({
       wrangler: { configPath: "./wrangler.toml" },
       miniflare: {
         // Test policy: short leases and waits so the suite runs in seconds.
-        bindings: { TROUPE_TEST_MODE: "on" },
+        bindings: {
+          TROUPE_TEST_MODE: "on",
+          API_TOKENS: JSON.stringify({ "dev-token": "dev", "other-token": "other" }),
+        },
       },
     }),
   ],

@@ -39,14 +39,29 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
         if (JSON.stringify(r).length > MAX_ROW_BYTES) ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
       });
     });
-  const fromCsv = z.object({ csv: z.string().min(1, "csv is empty") }).strict().transform((value, ctx) => {
-    try {
-      const records = parse(value.csv, { columns: true, skip_empty_lines: true, bom: true }) as Row[];
-      return { rows: records };
-    } catch (error) {
-      ctx.addIssue({ code: "custom", path: ["csv"], message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}` });
-      return z.NEVER;
-    }
-  });
-  return z.union([z.object({ rows }).strict(), fromCsv.pipe(z.object({ rows }))]);
+  return z
+    .object({ rows: z.unknown().optional(), csv: z.string().optional() })
+    .strict()
+    .transform((value, ctx) => {
+      if ((value.rows === undefined) === (value.csv === undefined)) {
+        ctx.addIssue({ code: "custom", path: ["rows"], message: "give exactly one of rows (an array) or csv (text)" });
+        return z.NEVER;
+      }
+      let source: unknown = value.rows;
+      const path = value.csv === undefined ? "rows" : "csv";
+      if (value.csv !== undefined) {
+        try {
+          source = parse(value.csv, { columns: true, skip_empty_lines: true, bom: true });
+        } catch (error) {
+          ctx.addIssue({ code: "custom", path: ["csv"], message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}` });
+          return z.NEVER;
+        }
+      }
+      const result = rows.safeParse(source);
+      if (!result.success) {
+        for (const issue of result.error.issues) ctx.addIssue({ code: "custom", path: [path, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))], message: issue.message });
+        return z.NEVER;
+      }
+      return { rows: result.data };
+    });
 }

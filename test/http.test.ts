@@ -1,0 +1,139 @@
+import { describe, expect, it } from "vitest";
+import { api, apiJson, startRun, waitForRun } from "./helpers";
+
+const lead = { id: "1", name: "Ada Lovelace", domain: "example.com" };
+
+function expectError(body: any, code: string) {
+  expect(body).toEqual({ error: expect.objectContaining({ code, message: expect.any(String) }) });
+}
+
+describe("authentication and org isolation", () => {
+  it("answers 401 without a token or with an unknown one", async () => {
+    for (const token of [null, "nope"]) {
+      const { status, body } = await apiJson("/v1/runs", { token });
+      expect(status).toBe(401);
+      expectError(body, "unauthorized");
+    }
+    const malformed = await api("/v1/plays", { token: null, headers: { Authorization: "Basic abc" } });
+    expect(malformed.status).toBe(401);
+  });
+
+  it("hides another org's run, events, datasets and cancel behind a 404", async () => {
+    const runId = await startRun("demo-enrich", { rows: [lead] });
+    await waitForRun(runId);
+    for (const [method, path] of [
+      ["GET", `/v1/runs/${runId}`],
+      ["GET", `/v1/runs/${runId}/events`],
+      ["GET", `/v1/runs/${runId}/datasets/leads`],
+      ["POST", `/v1/runs/${runId}/cancel`],
+    ] as const) {
+      const { status, body } = await apiJson(path, { method, token: "other-token" });
+      expect(status, `${method} ${path}`).toBe(404);
+      expectError(body, "run_not_found");
+    }
+    const mine = await apiJson(`/v1/runs/${runId}`);
+    expect(mine.status).toBe(200);
+    const theirs = await apiJson("/v1/runs", { token: "other-token" });
+    expect(theirs.body.runs.map((r: any) => r.runId)).not.toContain(runId);
+  });
+
+  it("answers 404 for runs that do not exist, well-formed or not", async () => {
+    for (const id of ["run_0123456789abcdef0123456789abcdef", "nonsense"]) {
+      const { status, body } = await apiJson(`/v1/runs/${id}`);
+      expect(status).toBe(404);
+      expectError(body, "run_not_found");
+    }
+  });
+});
+
+describe("validation", () => {
+  const cases: [string, unknown, string[]][] = [
+    ["no play", { input: { rows: [] } }, ["play"]],
+    ["play of the wrong type", { play: 7, input: { rows: [] } }, ["play"]],
+    ["unknown field", { play: "demo-enrich", input: { rows: [] }, extra: 1 }, ["(body)"]],
+    ["force not boolean", { play: "demo-enrich", input: { rows: [] }, force: "yes" }, ["force"]],
+    ["input missing rows", { play: "demo-enrich", input: {} }, ["input"]],
+    ["row missing a field", { play: "demo-enrich", input: { rows: [{ id: "1", name: "A" }] } }, ["input.rows.0.domain"]],
+    ["csv that does not parse", { play: "demo-enrich", input: { csv: 'id,name,domain\n1,"unterminated,x\n' } }, ["input.csv"]],
+    ["row over the size limit", { play: "demo-enrich", input: { rows: [{ ...lead, name: "x".repeat(70_000) }] } }, ["input.rows.0"]],
+  ];
+  for (const [label, json, paths] of cases) {
+    it(`rejects ${label} with 400 invalid_request naming the field`, async () => {
+      const { status, body } = await apiJson("/v1/runs", { method: "POST", json });
+      expect(status).toBe(400);
+      expectError(body, "invalid_request");
+      const named = (body.error.details as { path: string }[]).map((d) => d.path);
+      for (const path of paths) expect(named.some((n) => n.startsWith(path)), `${named} names ${path}`).toBe(true);
+    });
+  }
+
+  it("rejects a body that is not JSON", async () => {
+    const { status, body } = await apiJson("/v1/runs", { method: "POST", body: "{nope", headers: { "Content-Type": "application/json" } });
+    expect(status).toBe(400);
+    expectError(body, "invalid_request");
+  });
+
+  it("rejects bad query parameters", async () => {
+    for (const path of ["/v1/runs?limit=0", "/v1/runs?limit=500", "/v1/runs?cursor=%%%", "/v1/runs/run_0123456789abcdef0123456789abcdef/events?after=-1"]) {
+      const { status, body } = await apiJson(path);
+      expect(status, path).toBe(400);
+      expectError(body, "invalid_request");
+    }
+  });
+
+  it("answers 404 unknown_play for a play that does not exist", async () => {
+    const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "no-such-play", input: {} } });
+    expect(status).toBe(404);
+    expectError(body, "unknown_play");
+  });
+
+  it("answers 413 for a body over the limit, without creating a run", async () => {
+    const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
+    const res = await api("/v1/runs", { method: "POST", body: "x".repeat(17 * 1024 * 1024), headers: { "Content-Type": "application/json" } });
+    expect(res.status).toBe(413);
+    expectError(await res.json(), "request_too_large");
+    expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before);
+  });
+});
+
+describe("runs and plays", () => {
+  it("lists the plays", async () => {
+    const { body } = await apiJson("/v1/plays");
+    expect(body.plays).toContainEqual({ name: "demo-enrich", description: expect.any(String) });
+  });
+
+  it("starts a run with 202 and links, and lists the org's runs newest first, paged", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: [{ ...lead, id: `list-${i}` }] } } });
+      expect(status).toBe(202);
+      expect(body).toEqual({ runId: expect.stringMatching(/^run_/), status: "queued", links: { self: `/v1/runs/${body.runId}`, live: `/v1/runs/${body.runId}/live`, events: `/v1/runs/${body.runId}/events` } });
+      ids.push(body.runId);
+      await waitForRun(body.runId);
+    }
+    const first = await apiJson("/v1/runs?limit=2");
+    expect(first.body.runs.map((r: any) => r.runId)).toEqual([ids[2], ids[1]]);
+    expect(first.body.runs[0]).toMatchObject({ play: "demo-enrich", status: "completed", parentRunId: null });
+    const second = await apiJson(`/v1/runs?limit=2&cursor=${encodeURIComponent(first.body.nextCursor)}`);
+    expect(second.body.runs[0].runId).toBe(ids[0]);
+  });
+
+  it("pages a run's events by cursor", async () => {
+    const runId = await startRun("demo-enrich", { rows: [lead] });
+    await waitForRun(runId);
+    const page1 = await apiJson(`/v1/runs/${runId}/events?limit=1`);
+    expect(page1.body.events).toHaveLength(1);
+    expect(page1.body.events[0]).toMatchObject({ seq: 1, type: "run.started", at: expect.any(String) });
+    const page2 = await apiJson(`/v1/runs/${runId}/events?after=${page1.body.nextCursor}&limit=1000`);
+    expect(page2.body.events[0].seq).toBe(2);
+    expect(page2.body.events.at(-1).type).toBe("run.completed");
+  });
+
+  it("answers 404 for a dataset the run does not have", async () => {
+    const runId = await startRun("demo-enrich", { rows: [lead] });
+    await waitForRun(runId);
+    const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/nope`);
+    expect(status).toBe(404);
+    expectError(body, "dataset_not_found");
+  });
+});
