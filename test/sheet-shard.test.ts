@@ -1,0 +1,366 @@
+import { env } from "cloudflare:workers";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { SheetShard } from "../src/objects/SheetShard";
+import type { AttemptRef } from "../src/storage/contracts";
+
+const LONG_TTL_MS = 60_000;
+const SHORT_TTL_MS = 20;
+
+function shard() {
+  return env.SHEET_SHARD.getByName("t-" + crypto.randomUUID());
+}
+type Shard = ReturnType<typeof shard>;
+
+function attempt(runId: string, attemptSeq = 0): AttemptRef {
+  return { attemptId: `${runId}#${attemptSeq}`, runId, attemptSeq };
+}
+
+function claim(stub: Shard, by: AttemptRef, keys: string[], options: { leaseTtlMs?: number; recompute?: boolean; firstIndex?: number } = {}) {
+  return stub.claimRows({
+    attempt: by,
+    leaseTtlMs: options.leaseTtlMs ?? LONG_TTL_MS,
+    recompute: options.recompute ?? false,
+    rows: keys.map((key, i) => ({ key, index: (options.firstIndex ?? 0) + i, input: { name: key } })),
+  });
+}
+
+function complete(stub: Shard, by: AttemptRef, keys: string[], data: (key: string) => Record<string, unknown> = (key) => ({ name: key, by: by.attemptId })) {
+  return stub.persistRows({ attempt: by, rows: keys.map((key) => ({ key, status: "completed" as const, data: data(key), error: null })) });
+}
+
+async function readAll(stub: Shard, runId: string) {
+  return (await stub.readRunRows({ runId, fromIndex: 0, toIndex: 1000 })).rows;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The shard's scheduled alarm (epoch ms), or null. */
+function alarmOf(stub: Shard) {
+  return runInDurableObject(stub, (_o, state) => state.storage.getAlarm());
+}
+
+/**
+ * Claims with a short lease and cancels the alarm in the same event (no alarm
+ * can run in between), as if its delivery were late: the lease then expires
+ * without being freed.
+ */
+function claimWithLateAlarm(stub: Shard, by: AttemptRef, keys: string[]) {
+  return runInDurableObject(stub, async (instance: SheetShard, state) => {
+    const rows = keys.map((key, index) => ({ key, index, input: { name: key } }));
+    await instance.claimRows({ attempt: by, leaseTtlMs: SHORT_TTL_MS, recompute: false, rows });
+    await state.storage.deleteAlarm();
+  });
+}
+
+/**
+ * Calls an RPC method on the instance inside the object and returns the
+ * message it rejects with. A rejection through a stub leaks an unhandled
+ * rejection under vitest-pool-workers (cloudflare/workers-sdk#14736).
+ */
+function rejectionOf(stub: Shard, call: (shard: SheetShard) => Promise<unknown>) {
+  return runInDurableObject(stub, (instance: SheetShard) =>
+    call(instance).then(
+      () => "resolved",
+      (error: unknown) => (error instanceof Error ? error.message : String(error)),
+    ),
+  );
+}
+
+describe("claim and persist", () => {
+  it("claims a new row as pending, stores its input, and completes it on persist", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    expect((await claim(stub, a, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    expect(await readAll(stub, "run-a")).toEqual([{ index: 0, key: "k1", status: "pending", data: { name: "k1" }, error: null }]);
+
+    const data = { name: "k1", email: "é@x.io", score: 0.1, nested: { list: [1, "two", null] } };
+    expect(await complete(stub, a, ["k1"], () => data)).toEqual({ written: ["k1"], rejected: [] });
+    expect(await readAll(stub, "run-a")).toEqual([{ index: 0, key: "k1", status: "completed", data, error: null }]);
+    expect(await stub.countRunRows({ runId: "run-a" })).toEqual({ total: 1, completed: 1, failed: 0, pending: 0 });
+  });
+
+  it("reuses a row completed by another run, with its data, and takes no lease", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    await complete(stub, a, ["k1"], () => ({ email: "a@x.io" }));
+
+    const b = attempt("run-b");
+    expect((await claim(stub, b, ["k1", "k2"])).rows).toEqual([
+      { key: "k1", status: "completed", data: { email: "a@x.io" } },
+      { key: "k2", status: "blocked", owner: a, leaseExpiresAt: expect.any(Number) },
+    ]);
+    // Reuse took no lease: a third run reuses it too.
+    expect((await claim(stub, attempt("run-c"), ["k1"])).rows).toEqual([{ key: "k1", status: "completed", data: { email: "a@x.io" } }]);
+    expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
+  });
+
+  it("re-executes a failed row, keeping its error until the next persist", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    await stub.persistRows({ attempt: a, rows: [{ key: "k1", status: "failed", data: { name: "k1" }, error: "provider said no" }] });
+    expect(await stub.countRunRows({ runId: "run-a" })).toEqual({ total: 1, completed: 0, failed: 1, pending: 0 });
+
+    const b = attempt("run-b");
+    expect((await claim(stub, b, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    expect((await readAll(stub, "run-b"))[0]).toMatchObject({ status: "failed", error: "provider said no" });
+
+    await complete(stub, b, ["k1"], () => ({ ok: true }));
+    expect(await readAll(stub, "run-b")).toEqual([{ index: 0, key: "k1", status: "completed", data: { ok: true }, error: null }]);
+  });
+
+  it("treats a repeated persist by the same attempt as written and changes nothing", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    expect(await complete(stub, a, ["k1"], () => ({ v: 1 }))).toEqual({ written: ["k1"], rejected: [] });
+    expect(await complete(stub, a, ["k1"], () => ({ v: 1 }))).toEqual({ written: ["k1"], rejected: [] });
+    expect(await complete(stub, a, ["k1"], () => ({ v: 2 }))).toEqual({ written: ["k1"], rejected: [] });
+    expect((await readAll(stub, "run-a"))[0]!.data).toEqual({ v: 1 });
+    // A row it never claimed is rejected.
+    expect(await complete(stub, a, ["unknown"])).toEqual({ written: [], rejected: ["unknown"] });
+    // Once another attempt has leased the row, a late repeat is rejected.
+    await claim(stub, attempt("run-b"), ["k1"], { recompute: true });
+    expect(await complete(stub, a, ["k1"], () => ({ v: 1 }))).toEqual({ written: [], rejected: ["k1"] });
+  });
+
+  it("recomputes rows completed by another run but reuses its own when recompute is set", async () => {
+    const stub = shard();
+    const old = attempt("run-old");
+    await claim(stub, old, ["k1"]);
+    await complete(stub, old, ["k1"]);
+    const mine = attempt("run-new");
+    await claim(stub, mine, ["k2"], { firstIndex: 1 });
+    await complete(stub, mine, ["k2"], () => ({ mine: true }));
+
+    const retry = attempt("run-new", 1);
+    expect((await claim(stub, retry, ["k1", "k2"], { recompute: true })).rows).toEqual([
+      { key: "k1", status: "pending" },
+      { key: "k2", status: "completed", data: { mine: true } },
+    ]);
+    // While the recompute runs, the row is leased: other runs are blocked, not served stale data.
+    expect((await claim(stub, attempt("run-third"), ["k1"])).rows).toEqual([
+      { key: "k1", status: "blocked", owner: retry, leaseExpiresAt: expect.any(Number) },
+    ]);
+  });
+});
+
+describe("leases and fencing", () => {
+  it("blocks a row leased by a live attempt of another run until its lease expires and the alarm frees it", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const before = Date.now();
+    await claim(stub, a, ["k1"]);
+
+    const b = attempt("run-b");
+    const [blocked] = (await claim(stub, b, ["k1"])).rows;
+    expect(blocked).toMatchObject({ key: "k1", status: "blocked", owner: a });
+    if (blocked?.status !== "blocked") throw new Error("expected blocked");
+    expect(blocked.leaseExpiresAt).toBeGreaterThanOrEqual(before + LONG_TTL_MS);
+    expect(await alarmOf(stub)).toBe(blocked.leaseExpiresAt);
+
+    // Shorten the lease (a renewal sets it to now + ttl), then let it lapse.
+    await stub.renewLeases({ attempt: a, keys: ["k1"], leaseTtlMs: SHORT_TTL_MS });
+    await sleep(SHORT_TTL_MS * 2);
+    // Miniflare fires due alarms by itself; run it here in case it has not yet.
+    await runDurableObjectAlarm(stub);
+    expect(await alarmOf(stub)).toBeNull();
+    // The alarm freed the lease: the old attempt no longer owns the row.
+    expect(await complete(stub, a, ["k1"])).toEqual({ written: [], rejected: ["k1"] });
+    expect((await claim(stub, b, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+  });
+
+  it("rejects a write from an attempt that lost its lease and keeps the newer attempt's data", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claimWithLateAlarm(stub, a, ["k1"]);
+    await sleep(SHORT_TTL_MS * 2);
+    // An expired lease is free to another run even before the alarm runs.
+    const b = attempt("run-b");
+    expect((await claim(stub, b, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+
+    expect(await complete(stub, a, ["k1"], () => ({ by: "stale" }))).toEqual({ written: [], rejected: ["k1"] });
+    expect(await complete(stub, b, ["k1"], () => ({ by: "b" }))).toEqual({ written: ["k1"], rejected: [] });
+    expect(await complete(stub, a, ["k1"], () => ({ by: "stale" }))).toEqual({ written: [], rejected: ["k1"] });
+    expect((await readAll(stub, "run-b"))[0]).toMatchObject({ status: "completed", data: { by: "b" } });
+  });
+
+  it("accepts a write under an expired lease nobody else has taken", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claimWithLateAlarm(stub, a, ["k1"]);
+    await sleep(SHORT_TTL_MS * 2);
+    expect(await complete(stub, a, ["k1"])).toEqual({ written: ["k1"], rejected: [] });
+  });
+
+  it("lets a newer attempt of the same run take over a live lease and fences the old one", async () => {
+    const stub = shard();
+    const old = attempt("run-a", 0);
+    const newer = attempt("run-a", 1);
+    await claim(stub, old, ["k1"]);
+    expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    expect((await claim(stub, newer, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "blocked", owner: newer, leaseExpiresAt: expect.any(Number) }]);
+
+    expect(await complete(stub, old, ["k1"], () => ({ by: "old" }))).toEqual({ written: [], rejected: ["k1"] });
+    expect(await complete(stub, newer, ["k1"], () => ({ by: "newer" }))).toEqual({ written: ["k1"], rejected: [] });
+    expect((await readAll(stub, "run-a"))[0]).toMatchObject({ status: "completed", data: { by: "newer" } });
+  });
+
+  it("renews only the leases the attempt holds", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    expect(await stub.renewLeases({ attempt: a, keys: ["k2"], leaseTtlMs: SHORT_TTL_MS })).toEqual({ renewed: ["k2"], lost: [] });
+    expect(await stub.renewLeases({ attempt: a, keys: ["k1", "nope"], leaseTtlMs: LONG_TTL_MS })).toEqual({ renewed: ["k1"], lost: ["nope"] });
+    expect(await stub.renewLeases({ attempt: attempt("run-b"), keys: ["k1"], leaseTtlMs: LONG_TTL_MS })).toEqual({ renewed: [], lost: ["k1"] });
+
+    await sleep(SHORT_TTL_MS * 2);
+    // Whether miniflare fired it already or it runs now, the alarm re-armed for k1's lease.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await alarmOf(stub)).toBeGreaterThan(Date.now() + LONG_TTL_MS / 2);
+    const b = attempt("run-b");
+    expect((await claim(stub, b, ["k1", "k2"])).rows).toEqual([
+      { key: "k1", status: "blocked", owner: a, leaseExpiresAt: expect.any(Number) },
+      { key: "k2", status: "pending" },
+    ]);
+  });
+
+  it("releases a run's leases so that another run can claim at once", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    await complete(stub, a, ["k2"]);
+    expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 1 });
+    // No lease left to expire: the alarm is gone.
+    expect(await alarmOf(stub)).toBeNull();
+    expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 0 });
+    expect((await claim(stub, attempt("run-b"), ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    expect(await complete(stub, a, ["k1"])).toEqual({ written: [], rejected: ["k1"] });
+  });
+
+  it("runs the alarm idempotently: an early delivery frees nothing and re-arms", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    const [blocked] = (await claim(stub, attempt("run-b"), ["k1"])).rows;
+    if (blocked?.status !== "blocked") throw new Error("expected blocked");
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await alarmOf(stub)).toBe(blocked.leaseExpiresAt);
+    expect((await claim(stub, attempt("run-b"), ["k1"])).rows).toEqual([blocked]);
+
+    await stub.releaseRun({ runId: "run-a" });
+    expect(await runDurableObjectAlarm(stub)).toBe(false);
+  });
+
+  it("deletes the alarm once every lease has expired", async () => {
+    const stub = shard();
+    await claim(stub, attempt("run-a"), ["k1", "k2"], { leaseTtlMs: SHORT_TTL_MS });
+    await sleep(SHORT_TTL_MS * 2);
+    await runDurableObjectAlarm(stub);
+    expect(await alarmOf(stub)).toBeNull();
+    expect(await runDurableObjectAlarm(stub)).toBe(false);
+    expect((await claim(stub, attempt("run-b"), ["k1", "k2"])).rows.map((r) => r.status)).toEqual(["pending", "pending"]);
+  });
+});
+
+describe("a run's view", () => {
+  it("reads only the run's rows, in input order", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const b = attempt("run-b");
+    await stub.claimRows({
+      attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false,
+      rows: [{ key: "a2", index: 2, input: { n: 2 } }, { key: "shared", index: 0, input: { n: 0 } }, { key: "a1", index: 1, input: { n: 1 } }],
+    });
+    await complete(stub, a, ["a2", "shared", "a1"]);
+    await stub.claimRows({
+      attempt: b, leaseTtlMs: LONG_TTL_MS, recompute: false,
+      rows: [{ key: "b0", index: 0, input: { n: 0 } }, { key: "shared", index: 5, input: { n: 5 } }],
+    });
+
+    expect((await readAll(stub, "run-a")).map((r) => [r.index, r.key])).toEqual([[0, "shared"], [1, "a1"], [2, "a2"]]);
+    expect((await readAll(stub, "run-b")).map((r) => [r.index, r.key, r.status])).toEqual([[0, "b0", "pending"], [5, "shared", "completed"]]);
+    expect((await stub.readRunRows({ runId: "run-a", fromIndex: 1, toIndex: 2 })).rows.map((r) => r.key)).toEqual(["a1"]);
+    expect((await stub.readRunRows({ runId: "run-a", fromIndex: 3, toIndex: 1 })).rows).toEqual([]);
+    expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
+  });
+
+  it("claims, persists and reads 500 rows of 2 KB in one call each", async () => {
+    const stub = shard();
+    // 500 rows and about 1 MB per call: far past 100 bound parameters and one JSON parameter's budget.
+    const pad = "x".repeat(2000);
+    const keys = Array.from({ length: 500 }, (_, i) => `row-${i}`);
+    const a = attempt("run-a");
+    const claimed = await stub.claimRows({
+      attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false,
+      rows: keys.map((key, index) => ({ key, index, input: { name: key, pad } })),
+    });
+    expect(claimed.rows.map((r) => r.key)).toEqual(keys);
+    expect(claimed.rows.every((r) => r.status === "pending")).toBe(true);
+    expect((await complete(stub, a, keys, (key) => ({ name: key, out: pad }))).written).toEqual(keys);
+
+    const rows = await readAll(stub, "run-a");
+    expect(rows.map((r) => r.key)).toEqual(keys);
+    expect(rows[499]).toEqual({ index: 499, key: "row-499", status: "completed", data: { name: "row-499", out: pad }, error: null });
+    const reused = (await claim(stub, attempt("run-b"), keys)).rows;
+    expect(reused.filter((r) => r.status === "completed")).toHaveLength(500);
+    expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 500, completed: 500, failed: 0, pending: 0 });
+    const renewed = await stub.renewLeases({ attempt: a, keys, leaseTtlMs: LONG_TTL_MS });
+    expect(renewed.lost).toEqual(keys);
+  });
+
+  it("keeps rows, leases and the alarm across eviction", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    await complete(stub, a, ["k1"], () => ({ kept: true }));
+    await evictDurableObject(stub);
+
+    expect((await readAll(stub, "run-a")).map((r) => [r.key, r.status, r.data])).toEqual([
+      ["k1", "completed", { kept: true }],
+      ["k2", "pending", { name: "k2" }],
+    ]);
+    expect((await claim(stub, attempt("run-b"), ["k2"])).rows[0]).toMatchObject({ status: "blocked", owner: a });
+    expect(await complete(stub, a, ["k2"])).toEqual({ written: ["k2"], rejected: [] });
+  });
+});
+
+describe("dataset and validation", () => {
+  it("records the shard count once: the first writer wins", async () => {
+    const stub = shard();
+    expect(await stub.ensureDataset({ shardCount: 4 })).toEqual({ shardCount: 4 });
+    expect(await stub.ensureDataset({ shardCount: 8 })).toEqual({ shardCount: 4 });
+    await evictDurableObject(stub);
+    expect(await stub.ensureDataset({ shardCount: 16 })).toEqual({ shardCount: 4 });
+  });
+
+  it("rejects malformed requests with an invalid_request code", async () => {
+    const stub = shard();
+    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 0 }))).toMatch(/^\[invalid_request\] shardCount/);
+    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 257 }))).toMatch(/^\[invalid_request\]/);
+    const badAttempt = { attemptId: "", runId: "r", attemptSeq: 0 };
+    expect(await rejectionOf(stub, (o) => o.claimRows({ attempt: badAttempt, leaseTtlMs: 1000, recompute: false, rows: [] }))).toMatch(
+      /^\[invalid_request\] attempt.attemptId/,
+    );
+    const notAnObject = { key: "k", index: 0, input: "not an object" };
+    expect(await rejectionOf(stub, (o) => o.claimRows({ attempt: attempt("r"), leaseTtlMs: 1000, recompute: false, rows: [notAnObject] }))).toMatch(
+      /^\[invalid_request\] row "k"/,
+    );
+    // Nothing was recorded by the rejected claims.
+    expect(await stub.countRunRows({ runId: "r" })).toEqual({ total: 0, completed: 0, failed: 0, pending: 0 });
+  });
+
+  it("refuses row data over 1 MiB and writes nothing of that request", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    const huge = { blob: "é".repeat(600 * 1024) };
+    const rows = ["k1", "k2"].map((key) => ({ key, status: "completed" as const, data: key === "k2" ? huge : { ok: true }, error: null }));
+    expect(await rejectionOf(stub, (o) => o.persistRows({ attempt: a, rows }))).toMatch(/^\[invalid_request\] row "k2": data is over/);
+    expect((await readAll(stub, "run-a")).map((r) => r.status)).toEqual(["pending", "pending"]);
+  });
+});
