@@ -1,7 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
 import { policyFor, type RuntimePolicy } from "../engine/policy";
-import type { DatasetLocation } from "../engine/shard-clients";
+import { SubrequestMeter, type DatasetLocation } from "../engine/shard-clients";
 import { plays } from "../plays";
 import { driveRun } from "../run/run-driver";
 import { RunStore, TERMINAL, type LedgerEvent } from "../run/run-store";
@@ -95,6 +95,7 @@ export class RunCoordinator extends DurableObject<Env> {
     if (this.#driving) return;
     const controller = new AbortController();
     this.#driving = controller;
+    const meter = new SubrequestMeter();
     let next: number | null = null;
     try {
       next = await driveRun({
@@ -107,9 +108,11 @@ export class RunCoordinator extends DurableObject<Env> {
         now: Date.now,
         emit: (type, data) => void this.#store.append(type, data),
         onStatus: () => this.#syncDirectory(),
+        meter,
       });
     } finally {
       this.#driving = null;
+      this.#store.addUsage(meter);
     }
     if (next !== null) await this.ctx.storage.setAlarm(next);
   }

@@ -83,6 +83,11 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   const { store } = o;
   if (status !== "completed") await releaseLeases(o);
   const error = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
+  if (o.meter) {
+    // Counted before the terminal status is visible, so a reader of the finished run sees all of it.
+    store.addUsage(o.meter);
+    o.meter.rpc = o.meter.provider = 0;
+  }
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
   if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });

@@ -27,6 +27,8 @@ export interface RunRecord {
   error: RunError | null;
   cancelRequested: boolean;
   infraFailures: number;
+  /** Durable Object RPCs and provider requests made for this run, over all invocations. */
+  usage: { objectRpcs: number; providerRequests: number };
   deadlineAt: number;
   createdAt: number;
   updatedAt: number;
@@ -74,7 +76,7 @@ const INPUT_PART_CHARS = 512 * 1024;
 type RunRow = {
   run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
-  cancel_requested: number; infra_failures: number; deadline_at: number; created_at: number; updated_at: number;
+  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; deadline_at: number; created_at: number; updated_at: number;
 };
 
 function rowToRun(r: RunRow): RunRecord {
@@ -91,6 +93,7 @@ function rowToRun(r: RunRow): RunRecord {
     error: r.error === null ? null : (JSON.parse(r.error) as RunError),
     cancelRequested: r.cancel_requested === 1,
     infraFailures: r.infra_failures,
+    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests },
     deadlineAt: r.deadline_at,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
@@ -143,6 +146,10 @@ export class RunStore {
   bumpAttempt(): number {
     this.#sql.write`UPDATE run SET run_attempt = run_attempt + 1, updated_at = ${this.#now()} WHERE id = 1`;
     return this.run()!.runAttempt;
+  }
+
+  addUsage(usage: { rpc: number; provider: number }): void {
+    this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider} WHERE id = 1`;
   }
 
   noteInfraFailure(reset: boolean): number {

@@ -12,6 +12,7 @@ export interface RunView {
   /** The play's JSON result (typed loosely: RPC types cannot carry a recursive JSON type). */
   result: any;
   error: RunRecord["error"];
+  usage: RunRecord["usage"];
   createdAt: string;
   updatedAt: string;
 }
@@ -29,6 +30,7 @@ export function runView(store: RunStore): RunView | null {
     progress: { maps: store.allProgress() },
     result: run.result,
     error: run.error,
+    usage: run.usage,
     createdAt: new Date(run.createdAt).toISOString(),
     updatedAt: new Date(run.updatedAt).toISOString(),
   };

@@ -15,6 +15,8 @@ export const runMigrations = [
     error TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     infra_failures INTEGER NOT NULL DEFAULT 0,
+    object_rpcs INTEGER NOT NULL DEFAULT 0,
+    provider_requests INTEGER NOT NULL DEFAULT 0,
     deadline_at INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     updated_at INTEGER NOT NULL
