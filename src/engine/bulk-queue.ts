@@ -1,13 +1,19 @@
 /**
- * Collects operations for a short window and sends them as one call per
- * group (a shard), so a chunk costs one RPC per shard per phase, not one per
- * row. Each caller gets its own item's result back.
+ * Collects operations and sends them as one call per group (a shard), so a
+ * chunk costs one RPC per shard per phase, not one per row. Each caller gets
+ * its own item's result back.
+ *
+ * A queue sends when every row worker of the chunk is parked (waiting on a
+ * queue, on another call's result, or on a backoff): nobody else can add to
+ * the batch then. A timer bounds the wait for stragglers.
  */
 export interface BulkQueueOptions<Item, Result> {
-  /** How long the first queued item waits for company. */
-  flushMs: number;
+  /** The longest the first queued item waits for company. */
+  maxWaitMs: number;
   /** A group is sent at once when it reaches this many items. */
   maxBatch: number;
+  /** Tracks whether every row worker is parked; absent means timer-only. */
+  workers?: WorkerBarrier;
   /** Sends one group; returns one result per item, in order. */
   send(group: string, items: Item[]): Promise<Result[]>;
 }
@@ -18,6 +24,49 @@ interface Pending<Item, Result> {
   reject(error: unknown): void;
 }
 
+/**
+ * Counts the chunk's row workers that are running and those parked waiting.
+ * Listeners hear when everyone is parked.
+ */
+export class WorkerBarrier {
+  #active = 0;
+  #parked = 0;
+  #listeners = new Set<() => void>();
+
+  enter(): void {
+    this.#active++;
+  }
+
+  leave(): void {
+    this.#active--;
+    this.#check();
+  }
+
+  /** Marks one worker as waiting until `promise` settles. */
+  async park<T>(promise: Promise<T>): Promise<T> {
+    this.#parked++;
+    this.#check();
+    try {
+      return await promise;
+    } finally {
+      this.#parked--;
+    }
+  }
+
+  get allParked(): boolean {
+    return this.#active > 0 && this.#parked >= this.#active;
+  }
+
+  onAllParked(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #check(): void {
+    if (this.allParked) for (const listener of this.#listeners) listener();
+  }
+}
+
 export class BulkQueue<Item, Result> {
   #options: BulkQueueOptions<Item, Result>;
   #groups = new Map<string, Pending<Item, Result>[]>();
@@ -25,16 +74,18 @@ export class BulkQueue<Item, Result> {
 
   constructor(options: BulkQueueOptions<Item, Result>) {
     this.#options = options;
+    options.workers?.onAllParked(() => queueMicrotask(() => this.flush()));
   }
 
   push(group: string, item: Item): Promise<Result> {
-    return new Promise<Result>((resolve, reject) => {
+    const result = new Promise<Result>((resolve, reject) => {
       let pending = this.#groups.get(group);
       if (!pending) this.#groups.set(group, (pending = []));
       pending.push({ item, resolve, reject });
       if (pending.length >= this.#options.maxBatch) this.#send(group);
-      else this.#timer ??= setTimeout(() => this.flush(), this.#options.flushMs);
+      else this.#timer ??= setTimeout(() => this.flush(), this.#options.maxWaitMs);
     });
+    return this.#options.workers ? this.#options.workers.park(result) : result;
   }
 
   /** Sends everything queued now. */

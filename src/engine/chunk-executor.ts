@@ -8,6 +8,7 @@ import { ToolCallError } from "../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../play/types";
 import { messageOf } from "../shared/errors";
 import type { AttemptRef, PersistRowsRequest } from "../storage/contracts";
+import { WorkerBarrier } from "./bulk-queue";
 import type { FatalLatch } from "./latch";
 import type { RuntimePolicy } from "./policy";
 import type { PlannedRow } from "./row-keys";
@@ -50,7 +51,7 @@ export interface InProcessExecutorOptions {
   recompute: boolean;
   latch: FatalLatch;
   signal: AbortSignal;
-  scheduler(attempt: AttemptRef): ToolScheduler;
+  scheduler(attempt: AttemptRef, workers: WorkerBarrier): ToolScheduler;
   log(line: string): void;
 }
 
@@ -77,11 +78,17 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       else pending.push(row);
     }
 
-    const scheduler = this.#o.scheduler(attempt);
+    const workers = new WorkerBarrier();
+    const scheduler = this.#o.scheduler(attempt, workers);
     const results: PersistRowsRequest["rows"] = [];
     await forEachLimited(pending, policy.rowConcurrency, async (planned) => {
-      const outcome = await this.#computeRow(planned, scheduler);
-      if (outcome) results.push(outcome);
+      workers.enter();
+      try {
+        const outcome = await this.#computeRow(planned, scheduler);
+        if (outcome) results.push(outcome);
+      } finally {
+        workers.leave();
+      }
     });
 
     if (results.length) {

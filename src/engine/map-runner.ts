@@ -8,6 +8,7 @@ import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from ".
 import { messageOf, TerminalError, TroupeError } from "../shared/errors";
 import type { AttemptRef } from "../storage/contracts";
 import type { MapRecord, RunRecord, RunStore } from "../run/run-store";
+import type { WorkerBarrier } from "./bulk-queue";
 import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import { readPage } from "./dataset-view";
 import { FatalLatch } from "./latch";
@@ -61,9 +62,9 @@ export class MapRunner {
     return new ReceiptClient({ env: this.#o.env, org: this.#o.run.org, shardCount: this.#o.policy.receiptShards, meter: this.#o.meter });
   }
 
-  scheduler(attempt: AttemptRef, latch: FatalLatch): ToolScheduler {
+  scheduler(attempt: AttemptRef, latch: FatalLatch, workers?: WorkerBarrier): ToolScheduler {
     const { env, run, tools, policy, signal, meter, log } = this.#o;
-    return new ToolScheduler({ env, org: run.org, tools, receipts: this.receiptClient(), attempt, policy, refresh: run.forceToolRefresh, signal, meter, latch, log });
+    return new ToolScheduler({ env, org: run.org, tools, receipts: this.receiptClient(), attempt, policy, refresh: run.forceToolRefresh, signal, meter, latch, workers, log });
   }
 
   async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
@@ -97,7 +98,7 @@ export class MapRunner {
     const latch = new FatalLatch();
     const executor = new InProcessChunkExecutor({
       sheets, fields, policy, latch, signal, recompute: run.force || run.forceToolRefresh, log: this.#o.log,
-      scheduler: (attempt) => this.scheduler(attempt, latch),
+      scheduler: (attempt, workers) => this.scheduler(attempt, latch, workers),
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];

@@ -18,8 +18,11 @@ export interface RuntimePolicy {
   receiptLeaseTtlMs: number;
   /** How long a call waits on a receipt another live attempt is running. */
   receiptWaitMs: number;
-  /** Bulk receipt operations queued within this window go out as one call per shard. */
-  receiptFlushMs: number;
+  /**
+   * Bulk receipt operations go out when every row of the chunk waits on one,
+   * or after this long: one call per shard per phase.
+   */
+  receiptMaxWaitMs: number;
   /** In-process attempts of a retryable provider failure. */
   providerAttempts: number;
   providerRetryBaseMs: number;
@@ -35,13 +38,13 @@ export interface RuntimePolicy {
 const production: RuntimePolicy = {
   sheetShards: 4,
   receiptShards: 4,
-  chunkRows: 200,
+  chunkRows: 400,
   chunkConcurrency: 4,
-  rowConcurrency: 200,
+  rowConcurrency: 400,
   rowLeaseTtlMs: 5 * 60_000,
   receiptLeaseTtlMs: 5 * 60_000,
   receiptWaitMs: 30_000,
-  receiptFlushMs: 8,
+  receiptMaxWaitMs: 200,
   providerAttempts: 4,
   providerRetryBaseMs: 250,
   providerRetryMaxMs: 8_000,

@@ -9,7 +9,7 @@ import type { ToolCallOptions, ToolDefinition } from "../play/types";
 import { messageOf, TroupeError } from "../shared/errors";
 import { sleep } from "../shared/time";
 import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../storage/contracts";
-import { BulkQueue } from "./bulk-queue";
+import { BulkQueue, type WorkerBarrier } from "./bulk-queue";
 import type { FatalLatch } from "./latch";
 import type { RuntimePolicy } from "./policy";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
@@ -27,6 +27,8 @@ export interface ToolSchedulerOptions {
   signal: AbortSignal;
   meter: SubrequestMeter;
   latch: FatalLatch;
+  /** The chunk's row workers, so bulk receipt calls go out when every row waits. */
+  workers?: WorkerBarrier;
   log(line: string): void;
 }
 
@@ -50,7 +52,7 @@ export class ToolScheduler {
   constructor(options: ToolSchedulerOptions) {
     this.#o = options;
     const { receipts, attempt, policy } = options;
-    const common = { flushMs: policy.receiptFlushMs, maxBatch: 500 };
+    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
     const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
       const ok = new Set(result.accepted);
       return items.map((i) => ok.has(i.key));
@@ -95,12 +97,16 @@ export class ToolScheduler {
       staleAfterSeconds: options.staleAfterSeconds,
       nowMs: Date.now(),
     });
-    let call = this.#inflight.get(key);
-    if (!call) {
-      call = this.#own(key, tool, parsed.data, this.#o.refresh || options.force === true);
-      this.#inflight.set(key, call);
-    }
+    const owner = this.#inflight.get(key);
+    if (owner) return this.#park(owner);
+    const call = this.#own(key, tool, parsed.data, this.#o.refresh || options.force === true);
+    this.#inflight.set(key, call);
     return call;
+  }
+
+  /** A follower or a backoff waits without holding up the chunk's bulk calls. */
+  #park<T>(promise: Promise<T>): Promise<T> {
+    return this.#o.workers ? this.#o.workers.park(promise) : promise;
   }
 
   async #own(key: string, tool: ToolDefinition, input: unknown, refresh: boolean): Promise<unknown> {
@@ -127,7 +133,7 @@ export class ToolScheduler {
               retryable: true,
             });
           }
-          await sleep(Math.min(left, Math.max(policy.receiptFlushMs, 50 * 2 ** Math.min(poll, 4))), signal);
+          await this.#park(sleep(Math.min(left, 50 * 2 ** Math.min(poll, 4)), signal));
           continue;
         }
         case "claimed":
@@ -168,7 +174,7 @@ export class ToolScheduler {
             : { error: { code: "tool_error", message: messageOf(error) }, retryable: false, retryAfterMs: null };
         if (!failure.retryable || attempt >= policy.providerAttempts) return { ok: false, error: failure.error, retryable: failure.retryable };
         const backoff = Math.min(policy.providerRetryMaxMs, policy.providerRetryBaseMs * 2 ** (attempt - 1));
-        await sleep(Math.min(policy.providerRetryMaxMs, Math.max(backoff, failure.retryAfterMs ?? 0)), signal);
+        await this.#park(sleep(Math.min(policy.providerRetryMaxMs, Math.max(backoff, failure.retryAfterMs ?? 0)), signal));
       }
     }
   }
