@@ -62,6 +62,8 @@ const test: Partial<RuntimePolicy> = {
   providerRetryMaxMs: 100,
   blockedRetries: 5,
   progressIntervalMs: 100,
+  // Small enough that a few-hundred-row run yields and replays across several invocations.
+  invocationSubrequestBudget: 400,
 };
 
 export function policyFor(env: Env): RuntimePolicy {

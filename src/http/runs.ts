@@ -1,7 +1,7 @@
 /** Runs: start, read, list, cancel, events (API.md "Runs", "Events"). */
 import { Hono } from "hono";
 import { z } from "zod";
-import { plays } from "../plays";
+import { playRegistry } from "../plays";
 import { NotFoundError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
 import { validate } from "./errors";
@@ -47,11 +47,11 @@ export async function readJsonBody(request: Request): Promise<unknown> {
 
 export const runRoutes = new Hono<AppEnv>();
 
-runRoutes.get("/plays", (c) => c.json({ plays: [...plays.values()].map((p) => ({ name: p.name, description: p.description })) }));
+runRoutes.get("/plays", (c) => c.json({ plays: [...playRegistry(c.env).values()].map((p) => ({ name: p.name, description: p.description })) }));
 
 runRoutes.post("/runs", async (c) => {
   const body = validate(StartRunBody, await readJsonBody(c.req.raw), "the run request");
-  const play = plays.get(body.play);
+  const play = playRegistry(c.env).get(body.play);
   if (!play) throw new NotFoundError("unknown_play", `no play named ${JSON.stringify(body.play)}; GET /v1/plays lists them`);
   const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
   const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;

@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
 import { policyFor, type RuntimePolicy } from "../engine/policy";
 import { SubrequestMeter, type DatasetLocation } from "../engine/shard-clients";
-import { plays } from "../plays";
+import { playRegistry } from "../plays";
 import { driveRun } from "../run/run-driver";
 import { RunStore, TERMINAL, type LedgerEvent } from "../run/run-store";
 import { runMigrations } from "../run/schema";
@@ -102,7 +102,7 @@ export class RunCoordinator extends DurableObject<Env> {
         env: this.env,
         store: this.#store,
         policy: this.#policy,
-        plays,
+        plays: playRegistry(this.env),
         tools: toolRegistry(this.env),
         signal: controller.signal,
         now: Date.now,

@@ -1,7 +1,12 @@
 /** The plays bundled with the Worker, by name. */
 import type { PlayDefinition } from "../play/types";
 import { demoEnrich } from "./demo-enrich";
+import { testPlays } from "./testing";
 
-export const plays: ReadonlyMap<string, PlayDefinition> = new Map(
-  [demoEnrich as PlayDefinition].map((p) => [p.name, p]),
-);
+const bundled: PlayDefinition[] = [demoEnrich as PlayDefinition];
+
+/** The plays runnable under `env`: the test plays only under the test runner. */
+export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
+  const list = env.TROUPE_TEST_MODE === "on" ? [...bundled, ...(testPlays as PlayDefinition[])] : bundled;
+  return new Map(list.map((p) => [p.name, p]));
+}

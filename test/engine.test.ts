@@ -1,0 +1,120 @@
+import { abortAllDurableObjects } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+const person = (i: number, extra: Record<string, unknown> = {}) => ({ id: `p${i}`, name: `Person ${i}`, domain: "keys.test", ...extra });
+
+describe("ctx.map keys and row errors", () => {
+  it("drops rows whose explicit key repeats, and counts them", async () => {
+    const rows = [person(1), person(2), { ...person(1), name: "Someone Else" }, person(3), person(2)];
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ total: 3, completed: 3, failed: 0, duplicatesDropped: 2, firstKeys: ["p1", "p2", "p3"] });
+    const stored = await datasetRows(run.runId, "items");
+    expect(stored.map((r) => r.name)).toEqual(["Person 1", "Person 2", "Person 3"]);
+  });
+
+  it("keys rows by a function, or by content hash plus index", async () => {
+    const rows = [person(1), person(1), person(2)];
+    const byFn = await waitForRun(await startRun("test-map", { rows, keyMode: "function" }));
+    expect(byFn.result).toMatchObject({ total: 2, duplicatesDropped: 1, firstKeys: ["keys.test/Person 1", "keys.test/Person 2"] });
+    const byHash = await waitForRun(await startRun("test-map", { rows, keyMode: "hash" }));
+    expect(byHash.result.total).toBe(3);
+    expect(byHash.result.duplicatesDropped).toBe(0);
+    expect(new Set(byHash.result.firstKeys).size).toBe(3);
+  });
+
+  it("persists a row whose field throws as failed, with its error and the fields computed before", async () => {
+    const rows = [person(10), person(11, { throw: true }), person(12)];
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ completed: 2, failed: 1 });
+    const failed = (await datasetRows(run.runId, "items"))[1];
+    expect(failed).toMatchObject({ _key: "p11", _status: "failed", email: expectedEmail("Person 11", "keys.test") });
+    expect(failed._error).toContain("boom for Person 11");
+    expect(run.error).toBeNull();
+  });
+
+  it("fails the run on the first failed row with onRowError: 'fail'", async () => {
+    const rows = [person(20), person(21, { throw: true }), person(22)];
+    const run = await waitForRun(await startRun("test-map", { rows, onRowError: "fail" }));
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("row_failed");
+    expect(run.error.message).toContain("row p21 failed");
+    expect(run.error.failureSamples).toEqual([{ map: "items", key: "p21", error: expect.stringContaining("boom") }]);
+    const events = await allEvents(run.runId);
+    expect(events.at(-1)).toMatchObject({ type: "run.failed", error: { code: "row_failed" } });
+  });
+
+  it("writes ctx.log lines to the ledger", async () => {
+    const run = await waitForRun(await startRun("test-map", { rows: [person(30)], log: "hello from the play" }));
+    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended");
+    expect(logs.map((e) => e.line)).toContain('hello from the play {"rows":1}');
+  });
+});
+
+describe("ctx.tool at play level", () => {
+  it("dedupes identical calls and bills once", async () => {
+    await simReset();
+    const run = await waitForRun(await startRun("test-tool", { name: "Play Level", domain: "tool.test" }));
+    const email = expectedEmail("Play Level", "tool.test");
+    expect(run.result).toEqual({ a: { email }, b: { email }, again: { email } });
+    expect((await simStats()).byTool.sim_find_email).toEqual({ calls: 1, billed: 1 });
+  });
+});
+
+describe("durability of the coordinator", () => {
+  it("replays the play across invocations when an invocation's subrequest budget is spent", async () => {
+    const rows = Array.from({ length: 400 }, (_, i) => person(1000 + i));
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ total: 400, completed: 400 });
+    // Each invocation spends at most the test budget (400), so 400 rows took several.
+    expect(run.usage.objectRpcs + run.usage.providerRequests).toBeGreaterThan(400);
+  });
+
+  it("resumes by its alarm after every object is aborted mid-run, under a new attempt epoch", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 20 } });
+    try {
+      const rows = Array.from({ length: 300 }, (_, i) => person(2000 + i));
+      const runId = await startRun("test-map", { rows });
+      for (;;) {
+        const { body } = await apiJson(`/v1/runs/${runId}`);
+        if (body.progress.maps.items?.completed > 0) break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      await abortAllDurableObjects();
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("completed");
+      expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+      const stored = await datasetRows(runId, "items");
+      expect(stored).toHaveLength(300);
+      stored.forEach((row, i) => expect(row).toMatchObject({ _key: `p${2000 + i}`, _status: "completed", email: expectedEmail(`Person ${2000 + i}`, "keys.test") }));
+      const stats = await simStats();
+      // Calls cut off by the abort may be repeated (the provider replays them); each key is billed once.
+      expect(stats.billed).toBe(300);
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+  });
+
+  it("cancels a run: it ends cancelled, and a rerun completes every row", async () => {
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 30 } });
+    try {
+      const rows = Array.from({ length: 300 }, (_, i) => person(3000 + i));
+      const runId = await startRun("test-map", { rows });
+      const cancel = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+      expect(cancel.status).toBe(202);
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("cancelled");
+      expect((await allEvents(runId)).at(-1).type).toBe("run.cancelled");
+      const rerun = await waitForRun(await startRun("test-map", { rows }));
+      expect(rerun.status).toBe("completed");
+      expect(rerun.result).toMatchObject({ total: 300, completed: 300 });
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+  });
+});
+
