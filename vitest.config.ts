@@ -10,6 +10,8 @@ export default defineConfig({
         bindings: {
           TROUPE_TEST_MODE: "on",
           API_TOKENS: JSON.stringify({ "dev-token": "dev", "other-token": "other" }),
+          // A tool credential: log lines that quote it must come out redacted.
+          SIM_API_KEY: "sim-secret-credential-7f3a9c",
         },
       },
     }),

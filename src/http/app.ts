@@ -5,6 +5,7 @@ import { simRoutes } from "../sim/routes";
 import { orgOf } from "./auth";
 import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
+import { liveRoutes } from "./live";
 import { runRoutes } from "./runs";
 
 export type AppEnv = { Bindings: Env; Variables: { org: string } };
@@ -19,8 +20,11 @@ app.notFound((c) => errorResponse(c, 404, "not_found", `no route for ${c.req.met
 
 app.get("/", (c) => c.json({ name: "troupe", docs: "see README.md", api: "/v1" }));
 
+/** The one route that may carry its token as `?token=`: WebSocket clients in browsers cannot send headers. */
+const QUERY_TOKEN_ROUTE = /^\/v1\/runs\/[^/]+\/live$/;
+
 app.use("/v1/*", async (c, next) => {
-  const org = orgOf(c.env, c.req.raw);
+  const org = orgOf(c.env, c.req.raw, { queryToken: QUERY_TOKEN_ROUTE.test(new URL(c.req.url).pathname) });
   if (!org) return errorResponse(c, 401, "unauthorized", "send Authorization: Bearer <token> with a token from API_TOKENS");
   c.set("org", org);
   await next();
@@ -36,6 +40,7 @@ app.use(
 
 app.route("/v1", runRoutes);
 app.route("/v1", datasetRoutes);
+app.route("/v1", liveRoutes);
 
 app.use("/v1/sim/*", async (c, next) => {
   if (c.env.SIM_PROVIDER !== "on") return errorResponse(c, 404, "not_found", "the simulated provider is off (SIM_PROVIDER)");

@@ -23,10 +23,15 @@ function tokensOf(env: Env): Record<string, string> {
   return result.data;
 }
 
-/** The org a request's bearer token (or `token` query parameter, for WebSockets) maps to, or null. */
-export function orgOf(env: Env, request: Request): string | null {
+/**
+ * The org a request's bearer token maps to, or null. With `queryToken` (only
+ * the live WebSocket route: browsers cannot set headers on a WebSocket) a
+ * `token` query parameter is accepted when there is no Authorization header.
+ */
+export function orgOf(env: Env, request: Request, options: { queryToken?: boolean } = {}): string | null {
   const header = request.headers.get("Authorization");
-  const token = header?.match(/^Bearer\s+(\S+)$/i)?.[1] ?? null;
+  let token = header?.match(/^Bearer\s+(\S+)$/i)?.[1] ?? null;
+  if (header === null && options.queryToken) token = new URL(request.url).searchParams.get("token");
   if (!token) return null;
   return Object.hasOwn(tokensOf(env), token) ? tokensOf(env)[token]! : null;
 }

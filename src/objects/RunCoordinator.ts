@@ -1,8 +1,10 @@
-import { DurableObject } from "cloudflare:workers";
+import { Server, type Connection, type ConnectionContext } from "partyserver";
 import { z } from "zod";
 import { policyFor, type RuntimePolicy } from "../engine/policy";
 import { SubrequestMeter, type DatasetLocation } from "../engine/shard-clients";
 import { playRegistry } from "../plays";
+import { LiveFeed, type LiveState } from "../run/live-feed";
+import { Redactor, secretsFromEnv } from "../run/redact";
 import { driveRun } from "../run/run-driver";
 import { RunStore, TERMINAL, type LedgerEvent } from "../run/run-store";
 import { runMigrations } from "../run/schema";
@@ -21,24 +23,52 @@ export const StartRun = z.object({
 });
 export type StartRun = z.infer<typeof StartRun>;
 
+/**
+ * Set by the Worker on a live (WebSocket) request it forwards: the org whose
+ * token it verified. The coordinator trusts it because only the Worker can
+ * reach the coordinator; the Worker overwrites whatever a client sent.
+ */
+export const VERIFIED_ORG_HEADER = "X-Troupe-Verified-Org";
+
+/** What a rerun needs of the run it repeats. */
+export interface RunSource {
+  play: string;
+  /** The run's validated input (typed loosely: RPC types cannot carry a recursive JSON type). */
+  input: any;
+  force: boolean;
+  forceToolRefresh: boolean;
+}
+
 /** The longest a run may take before it fails with `deadline_exceeded`. */
 const RUN_DEADLINE_MS = 24 * 3600 * 1000;
 
 /**
  * One per run (named by the run id): the run record, chunk plan, attempt
- * epoch and ledger. Its alarm drives the run, so an evicted or restarted
- * coordinator resumes by itself. Every read checks the caller's org: another
- * org's run answers `null`, exactly like a missing one.
+ * epoch, ledger and live watchers. Its alarm drives the run, so an evicted or
+ * restarted coordinator resumes by itself. Every read checks the caller's
+ * org: another org's run answers `null`, exactly like a missing one.
+ *
+ * A partyserver `Server` with hibernation: watchers' sockets stay open while
+ * the object sleeps, and what each was sent lives in its attachment.
  */
-export class RunCoordinator extends DurableObject<Env> {
+export class RunCoordinator extends Server<Env> {
+  static override options = { hibernate: true };
+
   #store: RunStore;
   #policy: RuntimePolicy;
   #driving: AbortController | null = null;
+  #feed: LiveFeed;
+  #redactor: Redactor;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#policy = policyFor(env);
+    this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
+    this.#feed = new LiveFeed({
+      events: (after, limit) => this.#store.events(after, limit),
+      snapshot: () => ({ run: runView(this.#store)!, seq: this.#store.lastSeq() }),
+    });
     ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, runMigrations));
   }
 
@@ -75,6 +105,13 @@ export class RunCoordinator extends DurableObject<Env> {
     return runView(this.#store);
   }
 
+  /** The play and input of the run, for a rerun; null for another org's or a missing run. */
+  async source(org: string): Promise<RunSource | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    return { play: run.play, input: this.#store.input(), force: run.force, forceToolRefresh: run.forceToolRefresh };
+  }
+
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
@@ -91,7 +128,27 @@ export class RunCoordinator extends DurableObject<Env> {
     return { location: { org: run.org, play: run.play, dataset: name, shardCount: map.shardCount }, total: map.total };
   }
 
-  override async alarm(): Promise<void> {
+  /**
+   * Live watchers: the Worker has authenticated the request and names the org
+   * in {@link VERIFIED_ORG_HEADER}; anything else is refused before the upgrade.
+   */
+  override async fetch(request: Request): Promise<Response> {
+    const org = request.headers.get(VERIFIED_ORG_HEADER);
+    const run = this.#store.run();
+    if (!org || !run || run.org !== org) return Response.json({ error: { code: "run_not_found", message: "no such run in this org" } }, { status: 404 });
+    if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
+      return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
+    }
+    return super.fetch(request);
+  }
+
+  /** A watcher connected: the snapshot and the ledger after `?after=` (default 0: all of it). */
+  override onConnect(connection: Connection<LiveState>, ctx: ConnectionContext): void {
+    const after = Number(new URL(ctx.request.url).searchParams.get("after") ?? 0);
+    this.#feed.open(connection, Number.isSafeInteger(after) && after >= 0 ? after : 0);
+  }
+
+  override async onAlarm(): Promise<void> {
     if (this.#driving) return;
     const controller = new AbortController();
     this.#driving = controller;
@@ -106,7 +163,7 @@ export class RunCoordinator extends DurableObject<Env> {
         tools: toolRegistry(this.env),
         signal: controller.signal,
         now: Date.now,
-        emit: (type, data) => void this.#store.append(type, data),
+        emit: (type, data) => this.#emit(type, data),
         onStatus: () => this.#syncDirectory(),
         meter,
       });
@@ -115,6 +172,24 @@ export class RunCoordinator extends DurableObject<Env> {
       this.#store.addUsage(meter);
     }
     if (next !== null) await this.ctx.storage.setAlarm(next);
+  }
+
+  /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
+  #emit(type: string, data: Record<string, unknown>): void {
+    const event = this.#store.append(type, this.#redact(type, data));
+    try {
+      this.#feed.publish(event, this.getConnections<LiveState>());
+    } catch (error) {
+      // The event is in the ledger; a watcher that missed it catches up from there on its next event or reconnect.
+      console.error(`could not publish event ${event.seq} (${type}) to live watchers`, error);
+    }
+  }
+
+  /** Log lines and failure messages may quote credentials: redact them before they are stored or sent. */
+  #redact(type: string, data: Record<string, unknown>): Record<string, unknown> {
+    if (type === "log.appended" && typeof data.line === "string") return { ...data, line: this.#redactor.redact(data.line) };
+    if (type === "run.failed" && data.error) return { ...data, error: this.#redactor.redactDeep(data.error) };
+    return data;
   }
 
   async #syncDirectory(): Promise<void> {

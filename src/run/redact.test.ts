@@ -63,6 +63,16 @@ describe("Redactor", () => {
     for (const line of kept) expect(redactor.redact(line)).toBe(line);
   });
 
+  it("redacts every string inside a JSON value", () => {
+    const error = { code: "tool_error", message: "401 for Bearer abc", failureSamples: [{ key: "k1", error: "bad key sim-key-value-1" }], count: 2 };
+    expect(redactor.redactDeep(error)).toEqual({
+      code: "tool_error",
+      message: `401 for Bearer ${REDACTED}`,
+      failureSamples: [{ key: "k1", error: `bad key ${REDACTED}` }],
+      count: 2,
+    });
+  });
+
   it("works without any known secrets", () => {
     expect(new Redactor({ secrets: [] }).redact("Bearer x")).toBe(`Bearer ${REDACTED}`);
   });

@@ -96,4 +96,14 @@ export class Redactor {
     for (const shape of KNOWN_SHAPES) out = out.replace(shape, REDACTED);
     return out.replace(LONG_TOKEN, (candidate) => (looksLikeKey(candidate) ? REDACTED : candidate));
   }
+
+  /** A copy of a JSON value with every string in it redacted. */
+  redactDeep<T>(value: T): T {
+    if (typeof value === "string") return this.redact(value) as T;
+    if (Array.isArray(value)) return value.map((v) => this.redactDeep(v)) as T;
+    if (value && typeof value === "object") {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, this.redactDeep(v)])) as T;
+    }
+    return value;
+  }
 }

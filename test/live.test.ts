@@ -1,0 +1,159 @@
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { allEvents, api, apiJson, startRun, TOKEN, waitForRun } from "./helpers";
+
+interface Live {
+  status: number;
+  ws: WebSocket;
+  messages: any[];
+  closed: Promise<{ code: number; reason: string }>;
+}
+
+/** Opens `GET /v1/runs/<id>/live` the way a client would, and collects every message. */
+async function openLive(runId: string, options: { after?: number; token?: string | null; queryToken?: string } = {}): Promise<Live> {
+  const url = new URL(`http://troupe.test/v1/runs/${runId}/live`);
+  if (options.after !== undefined) url.searchParams.set("after", String(options.after));
+  const headers = new Headers({ Upgrade: "websocket" });
+  if (options.queryToken) url.searchParams.set("token", options.queryToken);
+  const token = options.token === undefined ? TOKEN : options.token;
+  if (token && !options.queryToken) headers.set("Authorization", `Bearer ${token}`);
+  const res = await exports.default.fetch(new Request(url, { headers }));
+  if (res.status !== 101) throw Object.assign(new Error(`live: ${res.status}`), { status: res.status, body: await res.json() });
+  const ws = res.webSocket!;
+  const messages: any[] = [];
+  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })));
+  ws.addEventListener("message", (e) => {
+    messages.push(JSON.parse(e.data as string));
+  });
+  ws.accept();
+  return { status: res.status, ws, messages, closed };
+}
+
+async function refused(runId: string, options: Parameters<typeof openLive>[1]): Promise<{ status: number; body: any }> {
+  try {
+    await openLive(runId, options);
+  } catch (error) {
+    return error as { status: number; body: any };
+  }
+  throw new Error("the socket opened");
+}
+
+async function until(condition: () => boolean | Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function seqs(messages: any[]): number[] {
+  return messages.filter((m) => m.type !== "snapshot").map((m) => m.seq);
+}
+
+const rowsOf = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Live ${prefix} ${i}`, domain: "live.test" }));
+
+async function withLatency<T>(latencyMs: number, fn: () => Promise<T>): Promise<T> {
+  await api("/v1/sim/config", { method: "PUT", json: { latencyMs } });
+  try {
+    return await fn();
+  } finally {
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+  }
+}
+
+describe("GET /v1/runs/<id>/live", () => {
+  it("sends a snapshot, then every ledger event in seq order without gaps, through the terminal event", async () => {
+    await withLatency(10, async () => {
+      const runId = await startRun("test-map", { rows: rowsOf("a", 300) });
+      const live = await openLive(runId, { queryToken: TOKEN });
+      const close = await live.closed;
+      expect(close.code).toBe(1000);
+
+      const [snapshot, ...events] = live.messages;
+      expect(snapshot).toMatchObject({ type: "snapshot", seq: expect.any(Number), run: { runId, play: "test-map", org: "dev", status: expect.any(String) } });
+      expect(seqs(live.messages)).toEqual(events.map((_, i) => i + 1));
+      expect(events).toEqual(await allEvents(runId));
+      expect(events[0].type).toBe("run.started");
+      expect(events.at(-1)).toMatchObject({ type: "run.completed", result: { total: 300, completed: 300 } });
+      const progress = events.filter((e) => e.type === "map.progress");
+      expect(progress.length).toBeGreaterThan(0);
+      expect(progress.at(-1)).toMatchObject({ map: "items", total: 300, completed: 300, failed: 0, active: 0, waiting: 0, blocked: 0, rowsPerSecond: expect.any(Number) });
+      for (const p of progress) expect(Object.keys(p)).toEqual(expect.arrayContaining(["total", "completed", "failed", "active", "waiting", "blocked", "rowsPerSecond", "etaSeconds"]));
+      expect(events.filter((e) => e.type === "chunk.completed")).toHaveLength(6);
+    });
+  });
+
+  it("matches the snapshot to GET /v1/runs/<id> for a finished run, replays its ledger and closes", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("b", 3) });
+    const run = await waitForRun(runId);
+    const live = await openLive(runId);
+    await live.closed;
+    const [snapshot, ...events] = live.messages;
+    const ledger = await allEvents(runId);
+    expect(snapshot).toEqual({ type: "snapshot", run, seq: ledger.at(-1).seq });
+    expect(events).toEqual(ledger);
+
+    const tail = await openLive(runId, { after: ledger.at(-2).seq });
+    await tail.closed;
+    expect(tail.messages.slice(1)).toEqual([ledger.at(-1)]);
+  });
+
+  it("lets a client that reconnects with ?after= see every event exactly once across both connections", async () => {
+    await withLatency(25, async () => {
+      const runId = await startRun("test-map", { rows: rowsOf("c", 400) });
+      const first = await openLive(runId);
+      await until(() => first.messages.some((m) => m.type === "chunk.completed"), "a first chunk");
+      first.ws.close(1000, "going away");
+      await first.closed;
+      const seen = seqs(first.messages);
+      const lastSeen = seen.at(-1)!;
+      // Let the run go on without a watcher, so the second connection has something to replay.
+      await until(async () => (await allEvents(runId)).length > lastSeen + 2, "events while disconnected");
+
+      const second = await openLive(runId, { after: lastSeen });
+      await second.closed;
+      expect(second.messages[0].type).toBe("snapshot");
+      const all = [...first.messages.slice(1), ...second.messages.slice(1)];
+      const ledger = await allEvents(runId);
+      expect(all).toEqual(ledger);
+      expect(seqs(all)).toEqual(ledger.map((_, i) => i + 1));
+      expect(ledger.at(-1).type).toBe("run.completed");
+    });
+  });
+
+  it("refuses a bad token with 401 and another org's run with 404, before the upgrade", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("d", 2) });
+    for (const options of [{ token: null }, { token: "nope" }, { queryToken: "nope" }]) {
+      const { status, body } = await refused(runId, options);
+      expect(status, JSON.stringify(options)).toBe(401);
+      expect(body.error.code).toBe("unauthorized");
+    }
+    for (const options of [{ token: "other-token" }, { queryToken: "other-token" }]) {
+      const { status, body } = await refused(runId, options);
+      expect(status, JSON.stringify(options)).toBe(404);
+      expect(body.error.code).toBe("run_not_found");
+    }
+    expect((await refused("run_0123456789abcdef0123456789abcdef", {})).status).toBe(404);
+    expect((await refused(runId, { after: -1 })).status).toBe(400);
+    // The query token is for the live route only.
+    expect((await apiJson(`/v1/runs/${runId}?token=${TOKEN}`, { token: null })).status).toBe(401);
+    // Without an upgrade the route answers 426, not a socket.
+    const plain = await apiJson(`/v1/runs/${runId}/live`);
+    expect(plain.status).toBe(426);
+    expect(plain.body.error.code).toBe("upgrade_required");
+    await waitForRun(runId);
+  });
+
+  it("redacts a credential a play logs, in the ledger and on the socket", async () => {
+    const secret = (env as unknown as Record<string, string>).SIM_API_KEY;
+    expect(secret).toBeTruthy();
+    const runId = await startRun("test-map", { rows: rowsOf("e", 1), log: `calling with ${secret} and Authorization: Bearer abc.def-123` });
+    const live = await openLive(runId);
+    await live.closed;
+    const expected = 'calling with [REDACTED] and Authorization: Bearer [REDACTED] {"rows":1}';
+    expect(live.messages.filter((m) => m.type === "log.appended").map((m) => m.line)).toContain(expected);
+    const ledger = (await allEvents(runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(ledger).toContain(expected);
+    expect(JSON.stringify(await allEvents(runId))).not.toContain(secret);
+  });
+});
