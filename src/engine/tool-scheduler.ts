@@ -165,7 +165,8 @@ export class ToolScheduler {
       this.#o.latch.guard();
       this.#o.meter.provider++;
       try {
-        return { ok: true, output: await tool.execute(input, { idempotencyKey: idempotency, signal, env }) };
+        // A cancel stops new calls, not one in flight: it may already be billed, so let it finish and complete its receipt.
+        return { ok: true, output: await tool.execute(input, { idempotencyKey: idempotency, signal: new AbortController().signal, env }) };
       } catch (error) {
         if (signal.aborted) throw signal.reason;
         const failure =
