@@ -1,8 +1,10 @@
-/** Runs: start, read, list, cancel, events (API.md "Runs", "Events"). */
+/** Runs: start (idempotently), rerun, read, list, cancel, events (API.md "Runs", "Events"). */
 import { Hono } from "hono";
 import { z } from "zod";
 import { playRegistry } from "../plays";
-import { NotFoundError, ValidationError } from "../shared/errors";
+import type { PlayDefinition } from "../play/types";
+import { canonicalJson, sha256Hex } from "../shared/hash";
+import { NotFoundError, TroupeError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
 import { validate } from "./errors";
 
@@ -24,7 +26,57 @@ const EventsQuery = z.object({
   limit: z.coerce.number().int().min(1).max(1000).default(100),
 });
 
+const RerunBody = z.object({
+  force: z.boolean().default(false),
+  forceToolRefresh: z.boolean().default(false),
+}).strict();
+
 const RUN_ID = /^run_[0-9a-f]{32}$/;
+
+/** Printable ASCII, no leading or trailing space, at most 200 characters. */
+const IDEMPOTENCY_KEY = /^[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?$/;
+
+/** The request's `Idempotency-Key`, validated; null without one. */
+function idempotencyKeyOf(request: Request): string | null {
+  const key = request.headers.get("Idempotency-Key");
+  if (key === null) return null;
+  if (!IDEMPOTENCY_KEY.test(key)) {
+    throw new ValidationError("the Idempotency-Key header must be 1 to 200 printable ASCII characters", [{ path: "Idempotency-Key", message: "1 to 200 printable ASCII characters" }]);
+  }
+  return key;
+}
+
+function playByName(env: Env, name: string): PlayDefinition {
+  const play = playRegistry(env).get(name);
+  if (!play) throw new NotFoundError("unknown_play", `no play named ${JSON.stringify(name)}; GET /v1/plays lists them`);
+  return play;
+}
+
+/**
+ * Starts a run, once per `Idempotency-Key` of the org: the org's directory
+ * records key → run id atomically, and the run is started under whichever id
+ * it holds. Starting is idempotent, so a submit that died between the two
+ * steps is completed by the next submit with the same key.
+ */
+async function submitRun(env: Env, request: { org: string; play: string; input: unknown; force: boolean; forceToolRefresh: boolean; idempotencyKey: string | null }): Promise<{ runId: string; status: string }> {
+  const { org, play, input, force, forceToolRefresh, idempotencyKey } = request;
+  let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
+  if (idempotencyKey !== null) {
+    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh]));
+    const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({ key: idempotencyKey, fingerprint, runId, now: Date.now() });
+    if (claimed.fingerprint !== fingerprint) {
+      throw new TroupeError("idempotency_key_reused", `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`, { status: 409 });
+    }
+    runId = claimed.runId;
+  }
+  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null });
+  return { runId, status: run.status };
+}
+
+function submitted(runId: string, status: string) {
+  const self = `/v1/runs/${runId}`;
+  return { runId, status, links: { self, live: `${self}/live`, events: `${self}/events` } };
+}
 
 /** The coordinator of a run id, or a 404 for ids this API never gave out. */
 export function coordinatorOf(env: Env, runId: string) {
@@ -37,7 +89,10 @@ export function runNotFound(runId: string): NotFoundError {
 }
 
 export async function readJsonBody(request: Request): Promise<unknown> {
-  const text = await request.text();
+  return parseJson(await request.text());
+}
+
+function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch {
@@ -50,16 +105,26 @@ export const runRoutes = new Hono<AppEnv>();
 runRoutes.get("/plays", (c) => c.json({ plays: [...playRegistry(c.env).values()].map((p) => ({ name: p.name, description: p.description })) }));
 
 runRoutes.post("/runs", async (c) => {
+  const idempotencyKey = idempotencyKeyOf(c.req.raw);
   const body = validate(StartRunBody, await readJsonBody(c.req.raw), "the run request");
-  const play = playRegistry(c.env).get(body.play);
-  if (!play) throw new NotFoundError("unknown_play", `no play named ${JSON.stringify(body.play)}; GET /v1/plays lists them`);
+  const play = playByName(c.env, body.play);
   const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
-  const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
-  const run = await c.env.RUN_COORDINATOR.getByName(runId).start({
-    runId, org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, parentRunId: null,
-  });
-  const self = `/v1/runs/${runId}`;
-  return c.json({ runId, status: run.status, links: { self, live: `${self}/live`, events: `${self}/events` } }, 202);
+  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey });
+  return c.json(submitted(runId, status), 202);
+});
+
+runRoutes.post("/runs/:runId/rerun", async (c) => {
+  const sourceId = c.req.param("runId");
+  const idempotencyKey = idempotencyKeyOf(c.req.raw);
+  const text = await c.req.text();
+  const body = validate(RerunBody, text.trim() === "" ? {} : parseJson(text), "the rerun request");
+  const source = await coordinatorOf(c.env, sourceId).source(c.get("org"));
+  if (!source) throw runNotFound(sourceId);
+  const play = playByName(c.env, source.play);
+  // The stored input passed this play's schema once; parse it again in case the play changed since.
+  const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, ["input"]);
+  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey });
+  return c.json({ ...submitted(runId, status), rerunOf: sourceId }, 202);
 });
 
 runRoutes.get("/runs", async (c) => {

@@ -33,8 +33,8 @@ export const VERIFIED_ORG_HEADER = "X-Troupe-Verified-Org";
 /** What a rerun needs of the run it repeats. */
 export interface RunSource {
   play: string;
-  /** The run's validated input (typed loosely: RPC types cannot carry a recursive JSON type). */
-  input: any;
+  /** The run's validated input, as JSON text (RPC types cannot carry a recursive JSON type). */
+  inputJson: string;
   force: boolean;
   forceToolRefresh: boolean;
 }
@@ -109,7 +109,7 @@ export class RunCoordinator extends Server<Env> {
   async source(org: string): Promise<RunSource | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
-    return { play: run.play, input: this.#store.input(), force: run.force, forceToolRefresh: run.forceToolRefresh };
+    return { play: run.play, inputJson: this.#store.inputJson(), force: run.force, forceToolRefresh: run.forceToolRefresh };
   }
 
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {

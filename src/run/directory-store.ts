@@ -7,6 +7,8 @@ export const directoryMigrations = [
      run_id TEXT PRIMARY KEY, play TEXT NOT NULL, status TEXT NOT NULL, parent_run_id TEXT,
      created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
    CREATE INDEX runs_newest ON runs (created_at DESC, run_id DESC);`,
+  `CREATE TABLE idempotency_keys (
+     key TEXT PRIMARY KEY, run_id TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at INTEGER NOT NULL);`,
 ];
 
 export const RunEntry = z.object({
@@ -18,6 +20,24 @@ export const RunEntry = z.object({
   updatedAt: z.number().int(),
 });
 export type RunEntry = z.infer<typeof RunEntry>;
+
+/** A submit carrying an `Idempotency-Key`: the run it would start, and what it asks for. */
+export const IdempotentSubmit = z.object({
+  key: z.string().min(1).max(200),
+  /** A digest of the request (play, input, flags): the same key with another request is a conflict. */
+  fingerprint: z.string().min(1).max(200),
+  /** The run id this submit would create if the key is new. */
+  runId: z.string().min(1).max(100),
+  now: z.number().int(),
+});
+export type IdempotentSubmit = z.infer<typeof IdempotentSubmit>;
+
+/** The run a key stands for: `created` only for the submit that recorded it. */
+export interface IdempotentRun {
+  runId: string;
+  fingerprint: string;
+  created: boolean;
+}
 
 export interface ListRunsRequest {
   limit: number;
@@ -43,6 +63,18 @@ export class DirectoryStore {
       VALUES (${entry.runId}, ${entry.play}, ${entry.status}, ${entry.parentRunId}, ${entry.createdAt}, ${entry.updatedAt})
       ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, updated_at = excluded.updated_at
       WHERE excluded.updated_at >= runs.updated_at`;
+  }
+
+  /**
+   * Records `key` → `runId` unless the key is already taken, in one statement:
+   * of any number of concurrent submits with one key, exactly one is `created`
+   * and every other gets that one's run.
+   */
+  claimKey(submit: IdempotentSubmit): IdempotentRun {
+    const created = this.#sql.write`INSERT INTO idempotency_keys (key, run_id, fingerprint, created_at)
+      VALUES (${submit.key}, ${submit.runId}, ${submit.fingerprint}, ${submit.now}) ON CONFLICT (key) DO NOTHING`;
+    const row = this.#sql<{ run_id: string; fingerprint: string }>`SELECT run_id, fingerprint FROM idempotency_keys WHERE key = ${submit.key}`[0]!;
+    return { runId: row.run_id, fingerprint: row.fingerprint, created: created > 0 };
   }
 
   list({ limit, cursor }: ListRunsRequest): { runs: RunEntry[]; nextCursor: string | null } {

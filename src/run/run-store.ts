@@ -128,8 +128,12 @@ export class RunStore {
   }
 
   input(): unknown {
-    const parts = this.#sql<{ text: string }>`SELECT text FROM input_parts ORDER BY part`;
-    return JSON.parse(parts.map((p) => p.text).join(""));
+    return JSON.parse(this.inputJson());
+  }
+
+  /** The run's input as stored: JSON text. */
+  inputJson(): string {
+    return this.#sql<{ text: string }>`SELECT text FROM input_parts ORDER BY part`.map((p) => p.text).join("");
   }
 
   setStatus(status: RunStatus, outcome: { result?: unknown; error?: RunError | null } = {}): void {

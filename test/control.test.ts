@@ -1,0 +1,141 @@
+import { describe, expect, it } from "vitest";
+import { api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+const rowsOf = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Control ${prefix} ${i}`, domain: "control.test" }));
+
+/** Test policy: chunks of 50 rows, 4 chunks in flight (src/engine/policy.ts). */
+const ONE_WAVE_OF_CALLS = 4 * 50;
+
+async function until(condition: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+describe("cancel and rerun over HTTP", () => {
+  it("cancel stops provider calls within one wave and ends the run cancelled; a rerun completes the rest and bills nothing twice", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 40 } });
+    const rows = rowsOf("cancel", 1200);
+    let runId: string;
+    let callsAtCancel: number;
+    try {
+      runId = await startRun("test-map", { rows });
+      await until(async () => (await apiJson(`/v1/runs/${runId}`)).body.progress.maps.items?.completed >= 100, "some rows");
+      callsAtCancel = (await simStats()).calls;
+      const cancel = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+      expect(cancel.status).toBe(202);
+      expect(cancel.body.runId).toBe(runId);
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("cancelled");
+      expect(run.progress.maps.items.completed).toBeLessThan(1200);
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+
+    // Once the run is cancelled nothing more reaches the provider, and what did was at most the wave in flight.
+    const settled = (await simStats()).calls;
+    expect(settled - callsAtCancel).toBeLessThanOrEqual(ONE_WAVE_OF_CALLS);
+    for (let read = 0; read < 3; read++) {
+      await new Promise((r) => setTimeout(r, 50));
+      expect((await simStats()).calls).toBe(settled);
+    }
+
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
+    expect(rerun.status).toBe(202);
+    expect(rerun.body).toEqual({
+      runId: expect.stringMatching(/^run_/), status: "queued", rerunOf: runId,
+      links: { self: `/v1/runs/${rerun.body.runId}`, live: `/v1/runs/${rerun.body.runId}/live`, events: `/v1/runs/${rerun.body.runId}/events` },
+    });
+    expect(rerun.body.runId).not.toBe(runId);
+    const done = await waitForRun(rerun.body.runId);
+    expect(done).toMatchObject({ status: "completed", play: "test-map", result: { total: 1200, completed: 1200, failed: 0 } });
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(1200);
+    const stored = await datasetRows(rerun.body.runId, "items");
+    expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
+  });
+
+  it("reruns with the flags given, hides another org's run, and validates the body", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("flags", 3) });
+    await waitForRun(runId);
+    await simReset();
+    const refresh = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: { forceToolRefresh: true } });
+    expect(refresh.status).toBe(202);
+    expect((await waitForRun(refresh.body.runId)).status).toBe("completed");
+    // forceToolRefresh re-bills the three calls; a plain rerun reuses everything.
+    expect((await simStats()).billed).toBe(3);
+    const plain = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", body: "" });
+    expect(plain.status).toBe(202);
+    await waitForRun(plain.body.runId);
+    expect((await simStats()).billed).toBe(3);
+
+    const theirs = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", token: "other-token" });
+    expect(theirs.status).toBe(404);
+    expect(theirs.body.error.code).toBe("run_not_found");
+    for (const json of [{ force: "yes" }, { play: "test-map" }]) {
+      const bad = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json });
+      expect(bad.status, JSON.stringify(json)).toBe(400);
+      expect(bad.body.error.code).toBe("invalid_request");
+    }
+    expect((await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", body: "{nope" })).status).toBe(400);
+  });
+});
+
+describe("Idempotency-Key on POST /v1/runs", () => {
+  const submit = (key: string | null, input: unknown, token?: string) =>
+    apiJson("/v1/runs", { method: "POST", json: { play: "test-map", input }, token, headers: key === null ? {} : { "Idempotency-Key": key } });
+
+  it("returns the same run for the same key and org, and a different one for another org", async () => {
+    const input = { rows: rowsOf("idem", 2) };
+    const first = await submit("order-42", input);
+    const again = await submit("order-42", input);
+    expect(first.status).toBe(202);
+    expect(again.status).toBe(202);
+    expect(again.body.runId).toBe(first.body.runId);
+    const otherOrg = await submit("order-42", input, "other-token");
+    expect(otherOrg.status).toBe(202);
+    expect(otherOrg.body.runId).not.toBe(first.body.runId);
+    const withoutKey = await submit(null, input);
+    expect(withoutKey.body.runId).not.toBe(first.body.runId);
+    await waitForRun(first.body.runId);
+    const afterwards = await submit("order-42", input);
+    expect(afterwards.body).toMatchObject({ runId: first.body.runId, status: "completed" });
+    const listed = (await apiJson("/v1/runs?limit=200")).body.runs.filter((r: any) => r.runId === first.body.runId);
+    expect(listed).toHaveLength(1);
+  });
+
+  it("starts one run for concurrent submits with one key", async () => {
+    const input = { rows: rowsOf("race", 2) };
+    const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
+    const answers = await Promise.all(Array.from({ length: 8 }, () => submit("race-key", input)));
+    expect(answers.map((a) => a.status)).toEqual(Array(8).fill(202));
+    expect(new Set(answers.map((a) => a.body.runId)).size).toBe(1);
+    await waitForRun(answers[0]!.body.runId);
+    expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before + 1);
+  });
+
+  it("refuses a key reused for a different request with 409", async () => {
+    const first = await submit("reused-key", { rows: rowsOf("r1", 1) });
+    expect(first.status).toBe(202);
+    const other = await submit("reused-key", { rows: rowsOf("r2", 1) });
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe("idempotency_key_reused");
+    await waitForRun(first.body.runId);
+  });
+
+  it("validates the header before creating anything", async () => {
+    const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
+    for (const key of ["", "x".repeat(201), "tab\there"]) {
+      const res = await api("/v1/runs", { method: "POST", json: { play: "test-map", input: { rows: [] } }, headers: { "Idempotency-Key": key } });
+      const body = (await res.json()) as any;
+      expect(res.status, JSON.stringify(key)).toBe(400);
+      expect(body.error.details).toEqual([{ path: "Idempotency-Key", message: expect.any(String) }]);
+    }
+    expect((await submit("x".repeat(200), { rows: [] })).status).toBe(202);
+    expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before + 1);
+  });
+});
