@@ -156,4 +156,17 @@ describe("GET /v1/runs/<id>/live", () => {
     expect(ledger).toContain(expected);
     expect(JSON.stringify(await allEvents(runId))).not.toContain(secret);
   });
+
+  it("redacts a credential quoted by a run's failure, in GET /v1/runs/<id>, the snapshot and the run.failed event", async () => {
+    const secret = (env as unknown as Record<string, string>).SIM_API_KEY;
+    const runId = await startRun("test-map", { rows: [{ id: "f1", name: `Key ${secret}`, domain: "live.test", throw: true }], onRowError: "fail" });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.message).toContain("boom for Key [REDACTED]");
+    const live = await openLive(runId);
+    await live.closed;
+    expect(live.messages[0].run.error).toEqual(run.error);
+    expect(live.messages.at(-1)).toMatchObject({ type: "run.failed", error: run.error });
+    expect(JSON.stringify(live.messages)).not.toContain(secret);
+  });
 });

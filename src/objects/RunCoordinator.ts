@@ -165,6 +165,7 @@ export class RunCoordinator extends Server<Env> {
         now: Date.now,
         emit: (type, data) => this.#emit(type, data),
         onStatus: () => this.#syncDirectory(),
+        redact: (value) => this.#redactor.redactDeep(value),
         meter,
       });
     } finally {
@@ -185,10 +186,9 @@ export class RunCoordinator extends Server<Env> {
     }
   }
 
-  /** Log lines and failure messages may quote credentials: redact them before they are stored or sent. */
+  /** Log lines may quote credentials: redact them before they are stored or sent (run errors are redacted by the driver). */
   #redact(type: string, data: Record<string, unknown>): Record<string, unknown> {
     if (type === "log.appended" && typeof data.line === "string") return { ...data, line: this.#redactor.redact(data.line) };
-    if (type === "run.failed" && data.error) return { ...data, error: this.#redactor.redactDeep(data.error) };
     return data;
   }
 

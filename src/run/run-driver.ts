@@ -25,6 +25,8 @@ export interface DriveOptions {
   onStatus(): Promise<void>;
   /** Subrequests spent by this invocation (for the bench and the budget). */
   meter?: SubrequestMeter;
+  /** Removes secrets a failure message may quote, before the run's error is stored. */
+  redact?<T>(value: T): T;
 }
 
 const MAX_INFRA_RETRIES = 6;
@@ -82,7 +84,8 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
 async function finish(o: DriveOptions, status: "completed" | "failed" | "cancelled", outcome: { result?: unknown; error?: RunError }): Promise<null> {
   const { store } = o;
   if (status !== "completed") await releaseLeases(o);
-  const error = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
+  const raw = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
+  const error = raw && o.redact ? o.redact(raw) : raw;
   if (o.meter) {
     // Counted before the terminal status is visible, so a reader of the finished run sees all of it.
     store.addUsage(o.meter);
