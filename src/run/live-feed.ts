@@ -96,16 +96,24 @@ export class LiveFeed {
     }
   }
 
+  /** Sends `events` in order; the state (an attachment write) is updated once per batch. */
   #deliver(connection: LiveConnection, events: readonly LedgerEvent[]): "more" | "ended" | "gone" {
+    let outcome: "more" | "ended" | "gone" = "more";
+    let sent = 0;
     for (const event of events) {
-      if (!this.#send(connection, JSON.stringify(event))) return "gone";
-      connection.setState({ lastSeq: event.seq });
+      if (!this.#send(connection, JSON.stringify(event))) {
+        outcome = "gone";
+        break;
+      }
+      sent = event.seq;
       if (TERMINAL_EVENTS.has(event.type)) {
         closeQuietly(connection, CLOSE_RUN_ENDED, "the run has ended");
-        return "ended";
+        outcome = "ended";
+        break;
       }
     }
-    return "more";
+    if (sent) connection.setState({ lastSeq: sent });
+    return outcome;
   }
 
   #send(connection: LiveConnection, message: string): boolean {
