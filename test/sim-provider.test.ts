@@ -211,7 +211,7 @@ describe("durability", () => {
     await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "rs-b", input: { email: "a@b.c" } }] });
 
     const zeroed = await resetSim(env);
-    expect(zeroed).toEqual({ calls: 0, billed: 0, duplicates: 0, batchCalls: 0, rateLimited: 0, byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } } });
+    expect(zeroed).toEqual({ calls: 0, billed: 0, duplicates: 0, batchCalls: 0, rateLimited: 0, maxObservedPerSecond: 0, byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } } });
     expect(await simStats(env)).toEqual(zeroed);
     expect((await simConfig(env)).batchMaxSize).toBe(9);
 

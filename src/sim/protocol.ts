@@ -44,7 +44,8 @@ export type ToolStats = z.infer<typeof ToolStats>;
  * - `billed`: distinct idempotency keys (calls and batch members) that succeeded;
  * - `duplicates`: successes whose key had already been billed (exactly-once keeps this at 0);
  * - `byTool`: `calls` and `billed` per known tool;
- * - `batchCalls`: batch requests; `rateLimited`: `429` answers.
+ * - `batchCalls`: batch requests; `rateLimited`: `429` answers;
+ * - `maxObservedPerSecond`: the most requests (admitted or not) received in any one-second window.
  */
 export const SimStats = z.object({
   calls: z.number(),
@@ -53,6 +54,7 @@ export const SimStats = z.object({
   byTool: z.record(z.string(), ToolStats),
   batchCalls: z.number(),
   rateLimited: z.number(),
+  maxObservedPerSecond: z.number(),
 });
 export type SimStats = z.infer<typeof SimStats>;
 

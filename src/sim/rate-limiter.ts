@@ -41,3 +41,25 @@ export class SlidingWindowLimiter {
     this.#admittedAt = [];
   }
 }
+
+/**
+ * The most requests seen in any window of {@link RATE_WINDOW_MS}, admitted
+ * or not: what callers actually sent, for checking their pacing.
+ */
+export class ArrivalWindow {
+  #arrivals: number[] = [];
+
+  /** Records a request arriving at `nowMs`; returns how many arrived in the window ending now. */
+  record(nowMs: number): number {
+    const horizon = nowMs - RATE_WINDOW_MS;
+    let expired = 0;
+    while (expired < this.#arrivals.length && this.#arrivals[expired]! <= horizon) expired++;
+    if (expired > 0) this.#arrivals.splice(0, expired);
+    this.#arrivals.push(nowMs);
+    return this.#arrivals.length;
+  }
+
+  clear(): void {
+    this.#arrivals = [];
+  }
+}

@@ -14,7 +14,7 @@ import { Hono, type Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { TroupeError, ValidationError } from "../shared/errors";
 import { BatchBody, CallBody, parse, readJson, SimConfigPatch, type BatchMemberResult, type SimErrorBody } from "./protocol";
-import { SlidingWindowLimiter } from "./rate-limiter";
+import { ArrivalWindow, SlidingWindowLimiter } from "./rate-limiter";
 import type { SimStore } from "./sim-store";
 import { BATCHABLE_TOOLS, isSimTool, type SimToolName } from "./simulator";
 
@@ -33,11 +33,13 @@ export function createSimApp(options: SimAppOptions): Hono {
   const now = options.now ?? Date.now;
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const limiter = new SlidingWindowLimiter();
+  const arrivals = new ArrivalWindow();
   const app = new Hono();
 
   /** Counts the request, then answers `429` if it is over the rate limit. */
   const admit = (c: Context, tool: SimToolName | null, batch: boolean): Response | null => {
     store.recordRequest({ tool, batch });
+    store.recordObservedRate(arrivals.record(now()));
     const admission = limiter.admit(now(), store.config().ratePerSecond);
     if (admission.admitted) return null;
     store.recordRateLimited();
@@ -93,6 +95,7 @@ export function createSimApp(options: SimAppOptions): Hono {
   app.post("/reset", (c) => {
     store.reset();
     limiter.clear();
+    arrivals.clear();
     return c.json(store.stats());
   });
 

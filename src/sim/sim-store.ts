@@ -38,6 +38,7 @@ export const SIM_MIGRATIONS: readonly string[] = [
      billed_at_ms INTEGER NOT NULL
    );
    CREATE TABLE sim_flaky_seen (idempotency_key TEXT PRIMARY KEY);`,
+  `ALTER TABLE sim_counters ADD COLUMN max_observed_per_second INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** The outcome of one call or batch member after billing. */
@@ -46,7 +47,7 @@ export type Settlement =
   | { status: SimFailure["status"]; error: { code: string; message: string } };
 
 type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number };
-type CountersRow = { calls: number; billed: number; duplicates: number; batch_calls: number; rate_limited: number };
+type CountersRow = { calls: number; billed: number; duplicates: number; batch_calls: number; rate_limited: number; max_observed_per_second: number };
 type ToolCountersRow = { tool: string; calls: number; billed: number };
 
 function rowToConfig(row: ConfigRow | undefined): SimConfig {
@@ -90,6 +91,11 @@ export class SimStore {
     }
   }
 
+  /** Raises the peak of requests seen in one second to `observed` if it is higher. */
+  recordObservedRate(observed: number): void {
+    this.#sql.write`UPDATE sim_counters SET max_observed_per_second = max(max_observed_per_second, ${observed}) WHERE id = 1`;
+  }
+
   /** Counts one `429` answer. */
   recordRateLimited(): void {
     this.#sql.write`UPDATE sim_counters SET rate_limited = rate_limited + 1 WHERE id = 1`;
@@ -127,7 +133,7 @@ export class SimStore {
 
   /** Every counter, with every known tool listed in `byTool` (zeros included). */
   stats(): SimStats {
-    const counters = this.#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited FROM sim_counters WHERE id = 1`[0];
+    const counters = this.#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second FROM sim_counters WHERE id = 1`[0];
     const byTool: SimStats["byTool"] = {};
     for (const tool of SIM_TOOLS) byTool[tool] = { calls: 0, billed: 0 };
     for (const row of this.#sql<ToolCountersRow>`SELECT tool, calls, billed FROM sim_tool_counters ORDER BY tool`) {
@@ -140,12 +146,13 @@ export class SimStore {
       byTool,
       batchCalls: counters?.batch_calls ?? 0,
       rateLimited: counters?.rate_limited ?? 0,
+      maxObservedPerSecond: counters?.max_observed_per_second ?? 0,
     };
   }
 
   /** Zeroes every counter and forgets billed and flaky-seen keys; keeps the config. */
   reset(): void {
-    this.#sql.write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0 WHERE id = 1`;
+    this.#sql.write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0 WHERE id = 1`;
     this.#sql.write`DELETE FROM sim_tool_counters`;
     this.#sql.write`DELETE FROM sim_billed`;
     this.#sql.write`DELETE FROM sim_flaky_seen`;
