@@ -6,6 +6,8 @@ export { SheetShard } from "./objects/SheetShard";
 export { ReceiptShard } from "./objects/ReceiptShard";
 export { OrgDirectory } from "./objects/OrgDirectory";
 export { SimProvider } from "./objects/SimProvider";
+export { PacingGate } from "./objects/PacingGate";
+export { FaultInjector } from "./objects/FaultInjector";
 
 export default {
   fetch: (request, env, ctx) => app.fetch(request, env, ctx),

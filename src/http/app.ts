@@ -1,7 +1,9 @@
 /** The HTTP API (API.md): auth, size limits, validation, routes. */
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { pacingRoutes } from "../pacing/routes";
 import { simRoutes } from "../sim/routes";
+import { testRoutes } from "../testing/routes";
 import { orgOf } from "./auth";
 import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
@@ -41,6 +43,10 @@ app.use(
 app.route("/v1", runRoutes);
 app.route("/v1", datasetRoutes);
 app.route("/v1", liveRoutes);
+
+// Tool dispatch: the org's provider pacing, and the test-only fault plan (404 outside test mode).
+app.route("/v1/pacing", pacingRoutes);
+app.route("/v1/test", testRoutes);
 
 app.use("/v1/sim/*", async (c, next) => {
   if (c.env.SIM_PROVIDER !== "on") return errorResponse(c, 404, "not_found", "the simulated provider is off (SIM_PROVIDER)");

@@ -1,0 +1,117 @@
+/**
+ * Fault injection for tests: a plan of named operations to fail, stored by the
+ * test-only `FaultInjector` object and consulted by the engine at those
+ * operations. It exists only when the Worker runs with `TROUPE_TEST_MODE=on`
+ * and the `FAULTS` binding is configured (never in production config);
+ * otherwise every check is a no-op that makes no call.
+ *
+ * A rule fails the matching calls of one operation from the `fromCall`-th on
+ * (counting from 1, per rule), for `times` calls or for ever.
+ *
+ * @example
+ * // Every receipt completion from the third on fails:
+ * { rules: [{ point: "receipt.complete", fromCall: 3 }] }
+ */
+import { z } from "zod";
+import { ToolCallError } from "../play/tool-error";
+
+/** The operations a fault can be injected into. */
+export const FAULT_POINTS = ["receipt.claim", "receipt.complete", "receipt.fail", "sheet.persist", "provider.before", "provider.after"] as const;
+export const FaultPoint = z.enum(FAULT_POINTS);
+export type FaultPoint = z.infer<typeof FaultPoint>;
+
+export const FaultRule = z
+  .object({
+    point: FaultPoint,
+    /** Only calls of this tool count (provider points only). */
+    tool: z.string().min(1).max(64).optional(),
+    /** The first matching call that fails, counting from 1. */
+    fromCall: z.number().int().min(1).default(1),
+    /** How many matching calls fail from `fromCall` on; absent means every one. */
+    times: z.number().int().min(1).optional(),
+    /** What the failed call throws. Provider points throw a `ToolCallError` with this code. */
+    error: z
+      .object({
+        code: z.string().regex(/^[a-z_]{1,64}$/).default("injected_fault"),
+        message: z.string().max(500).optional(),
+        retryable: z.boolean().default(false),
+      })
+      .prefault({}),
+    /** When the rule fires, this provider's test credential becomes `value` (auth-scope tests). */
+    rotateCredential: z.object({ provider: z.string().min(1).max(64), value: z.string().min(1).max(200) }).optional(),
+  })
+  .strict();
+export type FaultRule = z.infer<typeof FaultRule>;
+
+export const FaultPlan = z.object({ rules: z.array(FaultRule).max(20) }).strict();
+export type FaultPlan = z.infer<typeof FaultPlan>;
+
+/** The verdict on one call of an operation. */
+export type FaultDecision =
+  | { fail: false }
+  | { fail: true; rule: number; call: number; error: { code: string; message: string; retryable: boolean }; rotateCredential?: { provider: string; value: string } };
+
+/**
+ * Counts one call of `point` (of `tool`) against every rule and decides it.
+ * `counts[i]` is how many calls rule `i` has matched so far; it is updated in place.
+ */
+export function decideFault(plan: FaultPlan, counts: number[], point: FaultPoint, tool: string | null): FaultDecision {
+  let decision: FaultDecision = { fail: false };
+  plan.rules.forEach((rule, i) => {
+    if (rule.point !== point || (rule.tool !== undefined && rule.tool !== tool)) return;
+    const call = (counts[i] = (counts[i] ?? 0) + 1);
+    const inRange = call >= rule.fromCall && (rule.times === undefined || call < rule.fromCall + rule.times);
+    if (!inRange || decision.fail) return;
+    const message = rule.error.message ?? `injected fault: ${point} call #${call} fails (test fault plan rule ${i})`;
+    decision = { fail: true, rule: i, call, error: { code: rule.error.code, message, retryable: rule.error.retryable }, ...(rule.rotateCredential ? { rotateCredential: rule.rotateCredential } : {}) };
+  });
+  return decision;
+}
+
+/** Checks named operations against the fault plan; throws the injected failure. */
+export interface FaultProbe {
+  check(point: FaultPoint, tool?: string): Promise<void>;
+  /** The test credential of `provider`, or null when none is set (or faults are off). */
+  credential(provider: string): Promise<string | null>;
+}
+
+/** The probe outside test mode: checks nothing, calls nothing. */
+export const NO_FAULTS: FaultProbe = {
+  check: async () => {},
+  credential: async () => null,
+};
+
+/** The one FaultInjector instance's name. */
+export const FAULT_OBJECT_NAME = "faults";
+
+/** The probe for `env`: live only under the test runner with the FAULTS binding. */
+export function faultProbeFor(env: Env): FaultProbe {
+  const ns = (env as { FAULTS?: DurableObjectNamespace<import("../objects/FaultInjector").FaultInjector> }).FAULTS;
+  if (env.TROUPE_TEST_MODE !== "on" || !ns) return NO_FAULTS;
+  return new RemoteFaultProbe(ns.getByName(FAULT_OBJECT_NAME));
+}
+
+/**
+ * Asks the FaultInjector once per probe whether any rule is set; only then
+ * does each check cost a call. Build one probe per invocation.
+ */
+class RemoteFaultProbe implements FaultProbe {
+  #stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>;
+  #armed: Promise<boolean> | null = null;
+
+  constructor(stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>) {
+    this.#stub = stub;
+  }
+
+  async check(point: FaultPoint, tool?: string): Promise<void> {
+    if (!(await (this.#armed ??= this.#stub.armed()))) return;
+    const decision = (await this.#stub.hit({ point, tool: tool ?? null })) as FaultDecision;
+    if (!decision.fail) return;
+    if (point.startsWith("provider.")) throw new ToolCallError({ ...decision.error });
+    throw new Error(`[${decision.error.code}] ${decision.error.message}`);
+  }
+
+  credential(provider: string): Promise<string | null> {
+    return this.#stub.credential(provider);
+  }
+}

@@ -1,0 +1,29 @@
+/**
+ * `/v1/test/faults`: the fault plan over HTTP, for black-box tests. Answers
+ * 404 unless the Worker runs with `TROUPE_TEST_MODE=on` and the `FAULTS`
+ * binding exists, so production config never reaches it.
+ *
+ * - `GET` → `{ plan, counts, hits, credentials }`
+ * - `PUT` with a {@link FaultPlan} → the new state (counters zeroed)
+ * - `DELETE` → clears rules, counters and credentials
+ */
+import { Hono } from "hono";
+import { validate } from "../http/errors";
+import { NotFoundError } from "../shared/errors";
+import { readJson } from "../sim/protocol";
+import { FAULT_OBJECT_NAME, FaultPlan } from "./faults";
+
+export const testRoutes = new Hono<{ Bindings: Env }>();
+
+function injector(env: Env) {
+  const ns = (env as { FAULTS?: DurableObjectNamespace<import("../objects/FaultInjector").FaultInjector> }).FAULTS;
+  if (env.TROUPE_TEST_MODE !== "on" || !ns) throw new NotFoundError("not_found", "no such route");
+  return ns.getByName(FAULT_OBJECT_NAME);
+}
+
+testRoutes.get("/faults", async (c) => c.json(await injector(c.env).state()));
+testRoutes.put("/faults", async (c) => {
+  const stub = injector(c.env);
+  return c.json(await stub.setPlan(validate(FaultPlan, await readJson(c.req.raw), "the fault plan")));
+});
+testRoutes.delete("/faults", async (c) => c.json(await injector(c.env).clear()));
