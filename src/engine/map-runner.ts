@@ -5,16 +5,16 @@
  * and progress, and reconciles the sheets against the plan at the end.
  */
 import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from "../play/types";
-import { messageOf, TerminalError, TroupeError } from "../shared/errors";
+import { codeOf, messageOf, TerminalError, TroupeError } from "../shared/errors";
 import type { AttemptRef } from "../storage/contracts";
 import type { MapRecord, RunRecord, RunStore } from "../run/run-store";
+import { createMapGuards, type DispatchServices, type MapGuards } from "../dispatch/services";
 import type { WorkerBarrier } from "./bulk-queue";
 import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import { readPage } from "./dataset-view";
-import { FatalLatch } from "./latch";
 import type { RuntimePolicy } from "./policy";
 import { planRows, type PlannedRow } from "./row-keys";
-import { ReceiptClient, SheetClient, type SubrequestMeter } from "./shard-clients";
+import { SheetClient, type SubrequestMeter } from "./shard-clients";
 import { ToolScheduler } from "./tool-scheduler";
 
 /** Thrown through the play to end this invocation; the alarm resumes the run at `resumeAt`. */
@@ -43,6 +43,8 @@ export interface MapRunnerOptions {
   /** Appends a ledger event. */
   emit(type: string, data: Record<string, unknown>): void;
   now(): number;
+  /** Tool dispatch for this invocation (pacing, retries, faults, salvage). */
+  dispatch: DispatchServices;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -58,13 +60,13 @@ export class MapRunner {
     this.#startedAt = options.now();
   }
 
-  receiptClient(): ReceiptClient {
-    return new ReceiptClient({ env: this.#o.env, org: this.#o.run.org, shardCount: this.#o.policy.receiptShards, meter: this.#o.meter });
+  /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
+  guards(): MapGuards {
+    return createMapGuards({ policy: this.#o.policy, deadlineAt: this.#o.run.deadlineAt, now: this.#o.now });
   }
 
-  scheduler(attempt: AttemptRef, latch: FatalLatch, workers?: WorkerBarrier): ToolScheduler {
-    const { env, run, tools, policy, signal, meter, log } = this.#o;
-    return new ToolScheduler({ env, org: run.org, tools, receipts: this.receiptClient(), attempt, policy, refresh: run.forceToolRefresh, signal, meter, latch, workers, log });
+  scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier): ToolScheduler {
+    return new ToolScheduler({ services: this.#o.dispatch, guards, attempt, refresh: this.#o.run.forceToolRefresh, workers });
   }
 
   async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
@@ -82,7 +84,7 @@ export class MapRunner {
 
   #sheets(record: MapRecord): SheetClient {
     const { env, run, meter } = this.#o;
-    return new SheetClient({ env, meter, location: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount } });
+    return new SheetClient({ env, meter, faults: this.#o.dispatch.faults, location: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount } });
   }
 
   async #createMap(name: string, total: number, duplicatesDropped: number): Promise<MapRecord> {
@@ -95,10 +97,11 @@ export class MapRunner {
 
   async #drain(record: MapRecord, planned: PlannedRow[], sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
     const { store, policy, signal, run } = this.#o;
-    const latch = new FatalLatch();
+    const guards = this.guards();
+    const latch = guards.latch;
     const executor = new InProcessChunkExecutor({
       sheets, fields, policy, latch, signal, recompute: run.force || run.forceToolRefresh, log: this.#o.log,
-      scheduler: (attempt, workers) => this.scheduler(attempt, latch, workers),
+      scheduler: (attempt, workers) => this.scheduler(attempt, guards, workers),
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
@@ -147,7 +150,8 @@ export class MapRunner {
 
     signal.throwIfAborted();
     if (latch.tripped) {
-      throw new TerminalError("receipt_store_failed", `${latch.tripped.message}; ${latch.prevented} provider calls were not dispatched after the failure`, { cause: latch.tripped });
+      const code = codeOf(latch.tripped) ?? "receipt_store_failed";
+      throw new TerminalError(code, `${latch.tripped.message}; the circuit breaker prevented ${latch.prevented} provider calls after the failure (none reached the provider; a rerun makes each once)`, { cause: latch.tripped });
     }
     if (rowFailure) {
       const { key, error } = rowFailure;

@@ -1,6 +1,5 @@
 /** The engine behind `PlayContext`: what a play's `run(ctx, input)` calls. */
 import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, ToolCallOptions } from "../play/types";
-import { FatalLatch } from "./latch";
 import type { MapRunner } from "./map-runner";
 import type { ToolScheduler } from "./tool-scheduler";
 
@@ -28,7 +27,7 @@ export class RunContext implements PlayContext {
     if (!this.#scheduler) {
       const attemptSeq = this.#attemptSeq();
       const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
-      this.#scheduler = this.#maps.scheduler(attempt, new FatalLatch());
+      this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
     }
     return this.#scheduler.call(toolId, input, options) as Promise<T>;
   }

@@ -16,12 +16,17 @@ import type {
   ReceiptWriteResult,
   SheetRow,
 } from "../storage/contracts";
+import { NO_FAULTS, type FaultProbe } from "../testing/faults";
 import type { PlannedRow } from "./row-keys";
 
-/** Counts subrequests (stub calls and provider calls) made by one invocation. */
+/** Counts subrequests (stub calls and provider calls) made by one invocation, and provider retries and 429s. */
 export class SubrequestMeter {
   rpc = 0;
   provider = 0;
+  /** In-process retries of provider requests (each is also counted in `provider`). */
+  retries = 0;
+  /** Provider requests answered 429. */
+  rateLimited = 0;
   get total(): number {
     return this.rpc + this.provider;
   }
@@ -56,10 +61,13 @@ export class SheetClient {
   #ns: DurableObjectNamespace<import("../objects/SheetShard").SheetShard>;
   #meter: SubrequestMeter;
 
-  constructor(options: { env: Env; location: DatasetLocation; meter: SubrequestMeter }) {
+  #faults: FaultProbe;
+
+  constructor(options: { env: Env; location: DatasetLocation; meter: SubrequestMeter; faults?: FaultProbe }) {
     this.location = options.location;
     this.#ns = options.env.SHEET_SHARD;
     this.#meter = options.meter;
+    this.#faults = options.faults ?? NO_FAULTS;
   }
 
   /**
@@ -97,6 +105,7 @@ export class SheetClient {
   }
 
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
+    await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
     return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
@@ -142,11 +151,14 @@ export class ReceiptClient {
   #org: string;
   #meter: SubrequestMeter;
 
-  constructor(options: { env: Env; org: string; shardCount: number; meter: SubrequestMeter }) {
+  #faults: FaultProbe;
+
+  constructor(options: { env: Env; org: string; shardCount: number; meter: SubrequestMeter; faults?: FaultProbe }) {
     this.#ns = options.env.RECEIPT_SHARD;
     this.#org = options.org;
     this.shardCount = options.shardCount;
     this.#meter = options.meter;
+    this.#faults = options.faults ?? NO_FAULTS;
   }
 
   shardOf(key: string): number {
@@ -159,14 +171,17 @@ export class ReceiptClient {
   }
 
   async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
+    await this.#faults.check("receipt.claim");
     return (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
   }
 
-  complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
+  async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
+    await this.#faults.check("receipt.complete");
     return this.#stub(shard).complete(request);
   }
 
-  fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
+  async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
+    await this.#faults.check("receipt.fail");
     return this.#stub(shard).fail(request);
   }
 

@@ -1,39 +1,45 @@
 /**
- * The path from `ctx.tool(...)` to a provider, for one chunk attempt: receipt
- * keys, in-attempt dedupe (one owner, followers share its result), bulk
- * receipt claims and completions per ReceiptShard, dispositions, and
- * in-process retries of retryable provider failures.
+ * The path from `ctx.tool(...)` to a provider, for one chunk attempt:
+ * receipt keys (with the tool's auth scope), in-attempt dedupe (one owner,
+ * followers share its result), bulk receipt claims, completions and failures
+ * per ReceiptShard, the claim dispositions, and the hand-off to the tool
+ * queue (batching, waves, pacing, retries). Completions climb the ladder and
+ * end in a salvage record when the store stays broken.
  */
-import { ToolCallError } from "../play/tool-error";
+import { AuthScopeChange } from "../dispatch/auth-scope";
+import { LadderExhausted } from "../dispatch/completion-ladder";
+import type { DispatchServices, MapGuards } from "../dispatch/services";
+import { ToolQueue, type HeldOutcome } from "../dispatch/tool-queue";
+import { AUTH_SCOPE_CHANGED, ToolCallError } from "../play/tool-error";
 import type { ToolCallOptions, ToolDefinition } from "../play/types";
 import { messageOf, TroupeError } from "../shared/errors";
 import { sleep } from "../shared/time";
 import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../storage/contracts";
 import { BulkQueue, type WorkerBarrier } from "./bulk-queue";
-import type { FatalLatch } from "./latch";
-import type { RuntimePolicy } from "./policy";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
-import type { ReceiptClient, SubrequestMeter } from "./shard-clients";
 
 export interface ToolSchedulerOptions {
-  env: Env;
-  org: string;
-  tools: ReadonlyMap<string, ToolDefinition>;
-  receipts: ReceiptClient;
+  services: DispatchServices;
+  guards: MapGuards;
   attempt: AttemptRef;
-  policy: RuntimePolicy;
   /** `forceToolRefresh` for the whole run. */
   refresh: boolean;
-  signal: AbortSignal;
-  meter: SubrequestMeter;
-  latch: FatalLatch;
   /** The chunk's row workers, so bulk receipt calls go out when every row waits. */
   workers?: WorkerBarrier;
-  log(line: string): void;
 }
 
-type ClaimItem = { key: string; toolId: string };
-type Outcome = { ok: true; output: unknown } | { ok: false; error: ReceiptError; retryable: boolean };
+type ClaimItem = { key: string; toolId: string; takeover: boolean };
+
+/** One call this attempt owns: what it needs to claim, execute and persist it. */
+interface OwnedCall {
+  key: string;
+  tool: ToolDefinition;
+  input: unknown;
+  scope: string;
+  options: ToolCallOptions;
+  /** Already re-claimed once under a new auth scope. */
+  rescoped: boolean;
+}
 
 /** Receipt persistence failed: the run must stop (never bill into a broken store). */
 export class ReceiptStoreError extends TroupeError {
@@ -44,14 +50,19 @@ export class ReceiptStoreError extends TroupeError {
 
 export class ToolScheduler {
   #o: ToolSchedulerOptions;
+  #s: DispatchServices;
   #inflight = new Map<string, Promise<unknown>>();
   #claims: BulkQueue<ClaimItem, ReceiptClaim>;
   #completes: BulkQueue<{ key: string; output: unknown }, boolean>;
   #fails: BulkQueue<{ key: string; error: ReceiptError; retryable: boolean }, boolean>;
+  #queue: ToolQueue;
+  #rescopes: AuthScopeChange;
 
   constructor(options: ToolSchedulerOptions) {
     this.#o = options;
-    const { receipts, attempt, policy } = options;
+    this.#s = options.services;
+    const { receipts, policy } = options.services;
+    const { attempt } = options;
     const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
     const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
       const ok = new Set(result.accepted);
@@ -61,13 +72,7 @@ export class ToolScheduler {
       ...common,
       send: async (group, items) => {
         const [shard, refresh] = group.split(":");
-        const results = await receipts.claim(Number(shard), {
-          attempt,
-          leaseTtlMs: policy.receiptLeaseTtlMs,
-          refresh: refresh === "1",
-          items,
-        });
-        return results;
+        return receipts.claim(Number(shard), { attempt, leaseTtlMs: policy.receiptLeaseTtlMs, refresh: refresh === "1", items });
       },
     });
     this.#completes = new BulkQueue({
@@ -78,30 +83,32 @@ export class ToolScheduler {
       ...common,
       send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
+    this.#queue = new ToolQueue({ services: this.#s, window: options.guards.window });
+    this.#rescopes = new AuthScopeChange({ scopes: this.#s.scopes, log: this.#s.log });
   }
 
   /** Calls a tool durably; identical calls in this attempt share one execution. */
   async call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
-    const tool = this.#o.tools.get(toolId);
+    const tool = this.#s.tools.get(toolId);
     if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
     const parsed = tool.input.safeParse(input);
     if (!parsed.success) {
       throw new ToolCallError({ code: "invalid_tool_input", message: `invalid input for ${toolId}: ${parsed.error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`, retryable: false });
     }
-    const key = await receiptKey({
-      org: this.#o.org,
-      toolId,
-      toolVersion: tool.version,
-      input: parsed.data,
-      authScope: "default",
-      staleAfterSeconds: options.staleAfterSeconds,
-      nowMs: Date.now(),
-    });
-    const owner = this.#inflight.get(key);
+    const scope = await this.#s.scopes.digest(tool);
+    return this.#dedupe({ key: await this.#keyOf(tool, parsed.data, scope, options), tool, input: parsed.data, scope, options, rescoped: false });
+  }
+
+  #keyOf(tool: ToolDefinition, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
+    return receiptKey({ org: this.#s.org, toolId: tool.id, toolVersion: tool.version, input, authScope: scope, staleAfterSeconds: options.staleAfterSeconds, nowMs: this.#s.now() });
+  }
+
+  #dedupe(call: OwnedCall): Promise<unknown> {
+    const owner = this.#inflight.get(call.key);
     if (owner) return this.#park(owner);
-    const call = this.#own(key, tool, parsed.data, this.#o.refresh || options.force === true);
-    this.#inflight.set(key, call);
-    return call;
+    const owned = this.#own(call);
+    this.#inflight.set(call.key, owned);
+    return owned;
   }
 
   /** A follower or a backoff waits without holding up the chunk's bulk calls. */
@@ -109,79 +116,102 @@ export class ToolScheduler {
     return this.#o.workers ? this.#o.workers.park(promise) : promise;
   }
 
-  async #own(key: string, tool: ToolDefinition, input: unknown, refresh: boolean): Promise<unknown> {
-    const { policy, signal } = this.#o;
-    const shard = this.#o.receipts.shardOf(key);
-    const waitUntil = Date.now() + policy.receiptWaitMs;
+  #fatal(error: Error): Error {
+    this.#o.guards.latch.trip(error);
+    return error;
+  }
+
+  /** Claims the receipt and follows its disposition until the call has an outcome. */
+  async #own(call: OwnedCall): Promise<unknown> {
+    const { policy, signal, receipts } = this.#s;
+    const shard = receipts.shardOf(call.key);
+    const refresh = this.#o.refresh || call.options.force === true;
+    const waitUntil = this.#s.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
+    let takeover = false;
     for (let poll = 0; ; poll++) {
       signal.throwIfAborted();
-      this.#o.latch.guard();
-      const claim = await this.#claims.push(`${shard}:${refresh ? 1 : 0}`, { key, toolId: tool.id }).catch((error: unknown) => {
+      // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
+      this.#o.guards.latch.guard();
+      const claim = await this.#claims.push(`${shard}:${refresh ? 1 : 0}`, { key: call.key, toolId: call.tool.id, takeover }).catch((error: unknown) => {
         throw this.#fatal(new ReceiptStoreError("claim", error));
       });
+      takeover = false;
       switch (claim.disposition) {
         case "reused":
           return claim.output;
         case "failed":
           throw new ToolCallError({ code: claim.error.code, message: claim.error.message, retryable: false });
         case "running": {
-          const left = waitUntil - Date.now();
+          if (await this.#ownerIsDead(claim.owner)) {
+            this.#s.log(`${call.tool.id}: receipt ${call.key.slice(0, 14)}… was left running by ${claim.owner.runId} (attempt ${claim.owner.attemptSeq}), which can no longer finish it; taking it over`);
+            takeover = true;
+            continue;
+          }
+          const left = waitUntil - this.#s.now();
           if (left <= 0) {
-            throw new ToolCallError({
-              code: "receipt_busy",
-              message: `${tool.id} is being executed by another live attempt (${claim.owner.runId}); rerun once it finishes`,
-              retryable: true,
-            });
+            this.#s.log(`${call.tool.id}: receipt ${call.key.slice(0, 14)}… is still running in ${claim.owner.runId} after the call's receipt wait; taking it over`);
+            takeover = true;
+            continue;
           }
           await this.#park(sleep(Math.min(left, 50 * 2 ** Math.min(poll, 4)), signal));
           continue;
         }
         case "claimed":
-          return this.#execute(key, shard, tool, input, claim.generation);
+          return this.#execute(call, shard, claim.generation);
       }
     }
   }
 
-  async #execute(key: string, shard: number, tool: ToolDefinition, input: unknown, generation: number): Promise<unknown> {
-    const outcome = await this.#invoke(tool, input, await idempotencyKey(key, generation));
-    if (outcome.ok) {
-      const accepted = await this.#completes.push(String(shard), { key, output: outcome.output }).catch((error: unknown) => {
-        throw this.#fatal(new ReceiptStoreError("complete", error));
+  async #ownerIsDead(owner: AttemptRef): Promise<boolean> {
+    try {
+      return await this.#s.owners.isDead(owner);
+    } catch (error) {
+      // Unknown is treated as alive: waiting (bounded by receiptWaitMs) is safe, a takeover might double-call.
+      this.#s.log(`could not check whether run ${owner.runId} is alive (${messageOf(error)}); waiting for its receipt`);
+      return false;
+    }
+  }
+
+  async #execute(call: OwnedCall, shard: number, generation: number): Promise<unknown> {
+    const held: HeldOutcome = await this.#park(
+      this.#queue.submit(call.tool, { input: call.input, idempotencyKey: await idempotencyKey(call.key, generation), authScopeDigest: call.scope }),
+    );
+    const { outcome } = held;
+    try {
+      if (outcome.ok) {
+        await this.#complete(call, shard, outcome.output);
+        return outcome.output;
+      }
+      const rescope = outcome.error.code === AUTH_SCOPE_CHANGED && !call.rescoped;
+      await this.#fails.push(String(shard), { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope }).catch((error: unknown) => {
+        throw this.#fatal(new ReceiptStoreError("fail", error));
       });
-      if (!accepted) this.#o.log(`receipt ${key.slice(0, 14)}… for ${tool.id} was taken over by a newer attempt; its result is kept there`);
-      return outcome.output;
+      if (!rescope) throw new ToolCallError({ ...outcome.error, retryable: outcome.retryable });
+    } finally {
+      held.done();
     }
-    await this.#fails.push(String(shard), { key, error: outcome.error, retryable: outcome.retryable }).catch((error: unknown) => {
-      throw this.#fatal(new ReceiptStoreError("fail", error));
-    });
-    throw new ToolCallError({ ...outcome.error, retryable: outcome.retryable });
+    const next = await this.#rescopes.rescope(call.tool, call.scope, outcome.error);
+    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
   }
 
-  /** Calls the provider, retrying retryable failures with capped, escalating delays. */
-  async #invoke(tool: ToolDefinition, input: unknown, idempotency: string): Promise<Outcome> {
-    const { policy, signal, env } = this.#o;
-    for (let attempt = 1; ; attempt++) {
-      signal.throwIfAborted();
-      this.#o.latch.guard();
-      this.#o.meter.provider++;
-      try {
-        // A cancel stops new calls, not one in flight: it may already be billed, so let it finish and complete its receipt.
-        return { ok: true, output: await tool.execute(input, { idempotencyKey: idempotency, signal: new AbortController().signal, env }) };
-      } catch (error) {
-        if (signal.aborted) throw signal.reason;
-        const failure =
-          error instanceof ToolCallError
-            ? { error: { code: error.code, message: error.message }, retryable: error.retryable, retryAfterMs: error.retryAfterMs }
-            : { error: { code: "tool_error", message: messageOf(error) }, retryable: false, retryAfterMs: null };
-        if (!failure.retryable || attempt >= policy.providerAttempts) return { ok: false, error: failure.error, retryable: failure.retryable };
-        const backoff = Math.min(policy.providerRetryMaxMs, policy.providerRetryBaseMs * 2 ** (attempt - 1));
-        await this.#park(sleep(Math.min(policy.providerRetryMaxMs, Math.max(backoff, failure.retryAfterMs ?? 0)), signal));
-      }
+  /** Completes the receipt, climbing the ladder; salvages the output when the store stays broken. */
+  async #complete(call: OwnedCall, shard: number, output: unknown): Promise<void> {
+    const { signal } = this.#s;
+    let accepted: boolean;
+    try {
+      accepted = await this.#o.guards.ladder.run({
+        attempt: () => this.#completes.push(String(shard), { key: call.key, output }),
+        // The first failure trips the latch: nothing new is billed into a store that may be broken.
+        onFailure: (error) => this.#o.guards.latch.trip(new ReceiptStoreError("complete", error)),
+        sleep: (ms) => this.#park(sleep(ms, signal)),
+        signal,
+      });
+    } catch (error) {
+      const attempts = error instanceof LadderExhausted ? error.attempts : 1;
+      const cause = error instanceof LadderExhausted ? error.last : error;
+      this.#s.salvage({ receiptKey: call.key, toolId: call.tool.id, attempt: this.#o.attempt, output, completeAttempts: attempts, error: messageOf(cause), at: this.#s.now() });
+      throw this.#fatal(new ReceiptStoreError("complete", cause));
     }
-  }
-
-  #fatal(error: Error): Error {
-    this.#o.latch.trip(error);
-    return error;
+    if (!accepted) this.#s.log(`receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`);
   }
 }

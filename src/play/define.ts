@@ -4,7 +4,7 @@ import { parse } from "csv-parse/sync";
 import type { PlayDefinition, Row, ToolDefinition } from "./types";
 
 export type * from "./types";
-export { ToolCallError } from "./tool-error";
+export { AUTH_SCOPE_CHANGED, ToolCallError } from "./tool-error";
 
 /** Declares a play. Register it in `src/plays/index.ts` to make it runnable. */
 export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): PlayDefinition<Input, Result> {
@@ -15,6 +15,9 @@ export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): 
 /** Declares a tool. Register it in `src/tools/index.ts`. */
 export function defineTool<Input, Output>(tool: ToolDefinition<Input, Output>): ToolDefinition<Input, Output> {
   if (!/^[a-z0-9_]{1,64}$/.test(tool.id)) throw new Error(`tool id ${JSON.stringify(tool.id)} must match [a-z0-9_]{1,64}`);
+  if (tool.batch && !(Number.isInteger(tool.batch.maxMembers) && tool.batch.maxMembers >= 1)) {
+    throw new Error(`tool ${tool.id}: batch.maxMembers must be a positive integer`);
+  }
   return tool;
 }
 

@@ -35,6 +35,13 @@ export interface ToolCallOptions {
   staleAfterSeconds?: number;
   /** Re-execute the call even if a stored result exists (a deliberate re-bill). */
   force?: boolean;
+  /**
+   * How long to wait for the same call that another live run is executing
+   * before taking it over (default: the runtime's `receiptWaitMs`). A call
+   * whose owner is dead (its run ended, or moved to a newer attempt) is taken
+   * over at once.
+   */
+  receiptWaitMs?: number;
 }
 
 /** Given to each field function: the row's identity and the tool caller. */
@@ -105,9 +112,65 @@ export interface PlayDefinition<Input = any, Result = unknown> {
 export interface ToolCall {
   /** Derived from the receipt key: send it to the provider so a retried call is billed once. */
   readonly idempotencyKey: string;
+  /**
+   * Aborted when the request runs past the runtime's provider timeout. A
+   * cancelled run does not abort a request already sent: its result is billed,
+   * so the engine still stores it in the receipt.
+   */
   readonly signal: AbortSignal;
   /** The Worker's bindings (provider credentials, the simulated provider). */
   readonly env: Env;
+  /**
+   * Digest of the credentials the call runs with (see `authScope`). A provider
+   * that can tell the credentials changed should answer with the code
+   * `auth_scope_changed` (`AUTH_SCOPE_CHANGED`).
+   */
+  readonly authScopeDigest: string;
+}
+
+/** What a batch `send` receives: each member carries its own idempotency key. */
+export interface BatchCall {
+  /** As {@link ToolCall.signal}: the provider timeout, never a cancel. */
+  readonly signal: AbortSignal;
+  readonly env: Env;
+}
+
+/** One member of a batch call. */
+export interface BatchMember<Input> {
+  readonly input: Input;
+  /** The member's own key: the provider bills each member once. */
+  readonly idempotencyKey: string;
+}
+
+/** One member's result, split out of a batch reply. */
+export type BatchMemberResult<Output> =
+  | { ok: true; output: Output }
+  | { ok: false; error: { code: string; message: string; retryable: boolean } };
+
+/**
+ * How a tool batches: the engine queues a chunk's calls of the tool for a
+ * short grace window, cuts them into batches of at most `maxMembers`, and
+ * makes one provider request per batch (`compile` → `send` → `split`). The
+ * request is paced and retried like one call; a failed request fails only
+ * its own batch's members. A lone member goes through `execute` instead.
+ *
+ * @example
+ * batch: {
+ *   maxMembers: 50,
+ *   compile: (members) => ({ members: members.map((m) => ({ idempotencyKey: m.idempotencyKey, input: m.input })) }),
+ *   send: (payload, call) => post("/batch", payload, call.signal),
+ *   split: (reply, members) => reply.results.map((r) => (r.status === 200 ? { ok: true, output: r.output } : { ok: false, error: { ...r.error, retryable: false } })),
+ * }
+ */
+export interface ToolBatchStrategy<Input, Output, Payload = unknown, Reply = unknown> {
+  /** Most members one batch request may carry (the provider's limit). */
+  maxMembers: number;
+  /** Builds one provider request from the members, in order. */
+  compile(members: readonly BatchMember<Input>[]): Payload;
+  /** Sends one batch request. Throw `ToolCallError` to classify a failure of the whole batch. */
+  send(payload: Payload, call: BatchCall): Promise<Reply>;
+  /** Splits the provider's reply into exactly one result per member, in member order. */
+  split(reply: Reply, members: readonly BatchMember<Input>[]): BatchMemberResult<Output>[];
 }
 
 export interface ToolDefinition<Input = any, Output = unknown> {
@@ -120,7 +183,18 @@ export interface ToolDefinition<Input = any, Output = unknown> {
   input: z.ZodType<Input, any>;
   /**
    * Calls the provider. Throw `ToolCallError` with `retryable` to classify a
-   * failure; any other throw is treated as permanent.
+   * failure (and `retryAfterMs` for a 429's Retry-After); any other throw is
+   * treated as permanent.
    */
   execute(input: Input, call: ToolCall): Promise<Output>;
+  /** Makes the tool batchable (see {@link ToolBatchStrategy}). */
+  batch?: ToolBatchStrategy<Input, Output, any, any>;
+  /**
+   * Names the credentials the tool runs with (an account id, a key's
+   * fingerprint; never needs to be secret, it is digested). Its digest is part
+   * of every receipt key, so new credentials mean new receipts. Without it the
+   * scope is `"default"`. Resolved once per invocation and again when the
+   * provider answers `auth_scope_changed`.
+   */
+  authScope?(env: Env): string | Promise<string>;
 }

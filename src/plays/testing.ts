@@ -47,4 +47,21 @@ export const testTool = definePlay({
   },
 });
 
-export const testPlays = [testMap, testTool];
+/**
+ * One tool call per row, whatever the test asks: `{ rows: [{ id, tool, input }] }`
+ * maps them into the dataset `calls` with the call's output in `out`.
+ */
+export const testCalls = definePlay({
+  name: "test-calls",
+  description: "test only: one ctx.tool call per row (any tool, any input)",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), tool: z.string(), input: z.unknown() })).max(5000),
+    dataset: z.string().default("calls"),
+  }),
+  async run(ctx, input) {
+    const calls = await ctx.map(input.dataset, input.rows, { out: (row, c) => c.tool(String(row.tool), row.input) }, { key: "id" });
+    return { total: calls.total, completed: calls.completed, failed: calls.failed };
+  },
+});
+
+export const testPlays = [testMap, testTool, testCalls];

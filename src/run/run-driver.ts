@@ -3,13 +3,16 @@
  * back from storage without cost), and decides what happens next. Returns when
  * the coordinator's alarm should fire again, or null once the run is terminal.
  */
+import { createDispatchServices } from "../dispatch/services";
 import { InfraError, MapRunner, YieldSignal } from "../engine/map-runner";
 import { RunContext } from "../engine/play-context";
 import type { RuntimePolicy } from "../engine/policy";
 import { ReceiptClient, SheetClient, SubrequestMeter } from "../engine/shard-clients";
 import type { PlayDefinition, ToolDefinition } from "../play/types";
 import { codeOf, messageOf } from "../shared/errors";
+import { faultProbeFor } from "../testing/faults";
 import type { RunError, RunStore } from "./run-store";
+import { MAX_RESTORE_TRIES } from "./salvage-store";
 
 export interface DriveOptions {
   env: Env;
@@ -35,7 +38,8 @@ const MAX_LOG_LINE = 4000;
 export async function driveRun(o: DriveOptions): Promise<number | null> {
   const { store, now } = o;
   let run = store.run();
-  if (!run || run.status === "completed" || run.status === "failed" || run.status === "cancelled") return null;
+  if (!run) return null;
+  if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") return restoreSalvage(o);
   if (run.cancelRequested) return finish(o, "cancelled", {});
   if (now() >= run.deadlineAt) {
     return finish(o, "failed", { error: { code: "deadline_exceeded", message: `the run passed its runtime limit at ${new Date(run.deadlineAt).toISOString()}` } });
@@ -57,8 +61,22 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
 
   const log = (line: string) => o.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE) });
   const meter = o.meter ?? new SubrequestMeter();
-  const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal: o.signal, log, emit: o.emit, now });
+  const dispatch = createDispatchServices({
+    env: o.env, run, tools: o.tools, policy: o.policy, signal: o.signal, meter, faults: faultProbeFor(o.env), log, now,
+    // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
+    salvage: (entry) => store.salvage.add(entry),
+  });
+  const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal: o.signal, log, emit: o.emit, now, dispatch });
   const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log });
+  try {
+    return await drivePlay(o, play, ctx, log);
+  } finally {
+    await dispatch.pacers.closeAll();
+  }
+}
+
+async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void): Promise<number | null> {
+  const { store, now } = o;
   try {
     const result = await play.run(ctx, store.input());
     store.noteInfraFailure(true);
@@ -80,16 +98,25 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   }
 }
 
-/** Ends the run: releases its leases, records the outcome, appends the terminal event. */
-async function finish(o: DriveOptions, status: "completed" | "failed" | "cancelled", outcome: { result?: unknown; error?: RunError }): Promise<null> {
+/**
+ * Ends the run: writes salvage back into receipts if it can, releases its
+ * leases, records the outcome (salvage included), appends the terminal event.
+ * Returns when the alarm should retry the salvage still pending, else null.
+ */
+async function finish(o: DriveOptions, status: "completed" | "failed" | "cancelled", outcome: { result?: unknown; error?: RunError }): Promise<number | null> {
   const { store } = o;
+  const restore = store.salvage.pendingCount() > 0 ? await store.salvage.restore(receiptClient(o)) : null;
   if (status !== "completed") await releaseLeases(o);
   const raw = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
-  const error = raw && o.redact ? o.redact(raw) : raw;
+  const redacted = raw && o.redact ? o.redact(raw) : raw;
+  // Salvage is attached after redaction: it holds the exact billed outputs.
+  const salvage = store.salvage.record();
+  const error = redacted && salvage ? { ...redacted, message: `${redacted.message}; ${salvageSummary(salvage)}`, salvage } : redacted;
+  if (restore?.failure) o.emit("log.appended", { line: `salvage could not be written back into receipts yet (${restore.failure}); retrying by alarm` });
   if (o.meter) {
     // Counted before the terminal status is visible, so a reader of the finished run sees all of it.
     store.addUsage(o.meter);
-    o.meter.rpc = o.meter.provider = 0;
+    o.meter.rpc = o.meter.provider = o.meter.retries = o.meter.rateLimited = 0;
   }
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
@@ -97,6 +124,36 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   else if (status === "failed") o.emit("run.failed", { error, progress });
   else o.emit("run.cancelled", { progress });
   await o.onStatus();
+  return restore && restore.pending > 0 ? o.now() + restoreDelayMs(o, 0) : null;
+}
+
+function salvageSummary(salvage: NonNullable<ReturnType<RunStore["salvage"]["record"]>>): string {
+  return `${salvage.total} billed provider outputs could not be stored in their receipts and are kept as salvage on this run (${salvage.restored} written back since, ${salvage.pending} pending)`;
+}
+
+function receiptClient(o: DriveOptions): ReceiptClient {
+  const run = o.store.run()!;
+  return new ReceiptClient({ env: o.env, org: run.org, shardCount: o.policy.receiptShards, meter: o.meter ?? new SubrequestMeter(), faults: faultProbeFor(o.env) });
+}
+
+function restoreDelayMs(o: DriveOptions, tries: number): number {
+  const ladder = o.policy.salvageRestoreRetryMs;
+  return ladder[Math.min(tries, ladder.length - 1)]!;
+}
+
+/** A finished run with salvage still pending: try to write it into its receipts again (by alarm, with backoff). */
+async function restoreSalvage(o: DriveOptions): Promise<number | null> {
+  const { store } = o;
+  if (store.salvage.pendingCount() === 0) return null;
+  const tries = store.salvage.restoreTries();
+  if (tries >= MAX_RESTORE_TRIES) {
+    o.emit("log.appended", { line: `gave up writing salvage back into receipts after ${tries} tries; it stays in this run's error` });
+    return null;
+  }
+  const { pending, failure } = await store.salvage.restore(receiptClient(o));
+  if (pending > 0) return o.now() + restoreDelayMs(o, tries + 1);
+  const record = store.salvage.record()!;
+  o.emit("salvage.restored", { total: record.total, restored: record.restored, superseded: record.superseded, ...(failure ? { lastFailure: failure } : {}) });
   return null;
 }
 

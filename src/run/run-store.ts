@@ -4,6 +4,7 @@
  * ledger. Plain logic over the Sql helper; the actor only adapts it.
  */
 import type { Sql } from "../storage/sql";
+import { SalvageStore, type SalvageRecord } from "./salvage-store";
 
 export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
 export const TERMINAL: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
@@ -12,6 +13,8 @@ export interface RunError {
   code: string;
   message: string;
   failureSamples?: { map: string; key: string; error: string }[];
+  /** Billed outputs that could not be stored in receipts (see `SalvageStore`). */
+  salvage?: SalvageRecord;
 }
 
 export interface RunRecord {
@@ -28,7 +31,7 @@ export interface RunRecord {
   cancelRequested: boolean;
   infraFailures: number;
   /** Durable Object RPCs and provider requests made for this run, over all invocations. */
-  usage: { objectRpcs: number; providerRequests: number };
+  usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number };
   deadlineAt: number;
   createdAt: number;
   updatedAt: number;
@@ -76,7 +79,7 @@ const INPUT_PART_CHARS = 512 * 1024;
 type RunRow = {
   run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
-  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; deadline_at: number; created_at: number; updated_at: number;
+  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; deadline_at: number; created_at: number; updated_at: number;
 };
 
 function rowToRun(r: RunRow): RunRecord {
@@ -93,7 +96,7 @@ function rowToRun(r: RunRow): RunRecord {
     error: r.error === null ? null : (JSON.parse(r.error) as RunError),
     cancelRequested: r.cancel_requested === 1,
     infraFailures: r.infra_failures,
-    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests },
+    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited },
     deadlineAt: r.deadline_at,
     createdAt: r.created_at,
     updatedAt: r.updated_at,
@@ -103,10 +106,13 @@ function rowToRun(r: RunRow): RunRecord {
 export class RunStore {
   #sql: Sql;
   #now: () => number;
+  /** Billed outputs whose receipts could not be completed. */
+  readonly salvage: SalvageStore;
 
   constructor(options: { sql: Sql; now: () => number }) {
     this.#sql = options.sql;
     this.#now = options.now;
+    this.salvage = new SalvageStore({ sql: options.sql });
   }
 
   run(): RunRecord | null {
@@ -152,8 +158,9 @@ export class RunStore {
     return this.run()!.runAttempt;
   }
 
-  addUsage(usage: { rpc: number; provider: number }): void {
-    this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider} WHERE id = 1`;
+  addUsage(usage: { rpc: number; provider: number; retries?: number; rateLimited?: number }): void {
+    this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider},
+      provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0} WHERE id = 1`;
   }
 
   noteInfraFailure(reset: boolean): number {

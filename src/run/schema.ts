@@ -48,4 +48,20 @@ export const runMigrations = [
   CREATE TABLE failure_samples (map TEXT NOT NULL, key TEXT NOT NULL, error TEXT NOT NULL, PRIMARY KEY (map, key));
   CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, type TEXT NOT NULL, at INTEGER NOT NULL, data TEXT NOT NULL);
   `,
+  // Tool dispatch: provider retries and 429s in the run's usage, and salvage (src/run/salvage-store.ts).
+  `
+  ALTER TABLE run ADD COLUMN provider_retries INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN rate_limited INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE salvage (
+    receipt_key TEXT PRIMARY KEY,
+    tool_id TEXT NOT NULL,
+    attempt TEXT NOT NULL,
+    output TEXT NOT NULL,
+    complete_attempts INTEGER NOT NULL,
+    error TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'restored', 'superseded')),
+    restore_tries INTEGER NOT NULL DEFAULT 0
+  );
+  `,
 ];

@@ -97,7 +97,19 @@ export const ClaimReceiptsRequest = z.object({
   leaseTtlMs: LeaseTtlMs,
   /** `forceToolRefresh`: receipts finished by another run are claimed again (a deliberate re-bill). */
   refresh: z.boolean(),
-  items: z.array(z.object({ key: Key, toolId: z.string().min(1).max(200) })).max(1000),
+  items: z
+    .array(
+      z.object({
+        key: Key,
+        toolId: z.string().min(1).max(200),
+        /**
+         * Take a `running` receipt over from its owner (same generation): the
+         * caller found the owner dead, or waited for it long enough.
+         */
+        takeover: z.boolean().optional(),
+      }),
+    )
+    .max(1000),
 });
 export type ClaimReceiptsRequest = z.infer<typeof ClaimReceiptsRequest>;
 

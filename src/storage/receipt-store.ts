@@ -299,8 +299,8 @@ function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
  * The disposition of one claim, and the receipt to store when it changes:
  * - none → `claimed`, generation 0;
  * - `completed` → `reused`, unless `refresh` and another run finished it: `claimed`, generation + 1;
- * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, or anyone once
- *   the lease has passed; else `running` with its owner;
+ * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, anyone once
+ *   the lease has passed, or a caller asking to `takeover`; else `running` with its owner;
  * - `failed` → retryable: `claimed` (same generation); else like `completed` but `failed` with the error.
  */
 function decideClaim(
@@ -333,7 +333,7 @@ function decideClaim(
       const owner = existing.owner;
       const leaseExpiresAt = existing.leaseExpiresAt ?? now;
       const newerAttemptOfRun = owner.runId === attempt.runId && owner.attemptSeq < attempt.attemptSeq;
-      if (owner.attemptId === attempt.attemptId || newerAttemptOfRun || leaseExpiresAt <= now) {
+      if (owner.attemptId === attempt.attemptId || newerAttemptOfRun || leaseExpiresAt <= now || item.takeover === true) {
         return own(existing.generation);
       }
       return { result: { key: item.key, disposition: "running", owner, leaseExpiresAt } };

@@ -1,7 +1,14 @@
 /** Tools served by the simulated provider (API.md), available when `SIM_PROVIDER` is `on`. */
 import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
-import { callSim, type SimReply } from "../sim/client";
+import type { BatchMemberResult } from "../play/types";
+import { callSim, callSimBatch, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
+
+/** The simulator's credential: a key if the deployment sets one, else the local default. */
+function simAuthScope(env: Env): string {
+  const key = (env as { SIM_API_KEY?: string }).SIM_API_KEY;
+  return key ? `key:${key}` : "sim-local";
+}
 
 /** Maps the simulator's HTTP answer to an output or a classified failure. */
 export function outputOf<T>(reply: SimReply): T {
@@ -20,6 +27,7 @@ export const simFindEmail = defineTool({
   id: "sim_find_email",
   provider: "sim",
   version: "1",
+  authScope: simAuthScope,
   input: z.object({ name: z.string().min(1).max(500), domain: z.string().min(1).max(253) }),
   async execute(input, call) {
     return outputOf<{ email: string }>(
@@ -28,14 +36,32 @@ export const simFindEmail = defineTool({
   },
 });
 
+type Verdict = { email: string; verdict: "valid" | "invalid" };
+
+/** Batchable through the simulator's `/batch` (at most 50 members, its default `batchMaxSize`). */
 export const simVerifyEmail = defineTool({
   id: "sim_verify_email",
   provider: "sim",
   version: "1",
+  authScope: simAuthScope,
   input: z.object({ email: z.string().min(1).max(600) }),
   async execute(input, call) {
-    return outputOf<{ email: string; verdict: "valid" | "invalid" }>(
-      await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }),
-    );
+    return outputOf<Verdict>(await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }));
+  },
+  batch: {
+    maxMembers: 50,
+    compile: (members) => members.map((m) => ({ idempotencyKey: m.idempotencyKey, input: m.input })),
+    send: async (members: { idempotencyKey: string; input: unknown }[], call) => {
+      const reply = await callSimBatch(call.env, { tool: "sim_verify_email", members, signal: call.signal });
+      // A batch-level failure (429, 5xx, 400) fails the whole batch: outputOf throws it, classified like a single call's.
+      if (reply.status !== 200) outputOf(reply);
+      return reply.body.results as SimMemberResult[];
+    },
+    split: (results: SimMemberResult[]): BatchMemberResult<Verdict>[] =>
+      results.map((r) =>
+        r.status === 200
+          ? { ok: true, output: r.output as Verdict }
+          : { ok: false, error: { code: r.error.code, message: r.error.message, retryable: r.status >= 500 } },
+      ),
   },
 });
