@@ -1,0 +1,167 @@
+/**
+ * Tool dispatch end to end, in workerd with real objects: batching, dedupe,
+ * pacing shared across runs, backpressure, and the receipt dispositions.
+ * (The circuit breaker, salvage and auth-scope paths are in faults.test.ts.)
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, describe, expect, it } from "vitest";
+import { AuthScopes } from "../src/dispatch/auth-scope";
+import { receiptKey } from "../src/engine/receipt-keys";
+import { receiptShardName } from "../src/engine/shard-clients";
+import { shardOf } from "../src/shared/hash";
+import { simFindEmail } from "../src/tools/sim-tools";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+const RECEIPT_SHARDS = 4;
+
+async function setSim(config: Record<string, unknown>): Promise<void> {
+  const res = await api("/v1/sim/config", { method: "PUT", json: config });
+  expect(res.status).toBe(200);
+}
+
+async function setPacing(provider: string, override: Record<string, unknown> | null): Promise<void> {
+  const res = override === null ? await api(`/v1/pacing/${provider}`, { method: "DELETE" }) : await api(`/v1/pacing/${provider}`, { method: "PUT", json: override });
+  expect(res.status).toBe(200);
+}
+
+afterEach(async () => {
+  await setSim({ latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 });
+  await setPacing("sim", null);
+});
+
+describe("batching", () => {
+  it("verifies 300 emails in a handful of batch calls, each member with its own result and bill", async () => {
+    await simReset();
+    const emails = Array.from({ length: 300 }, (_, i) => `batch.person${i}@example${i % 9}.com`);
+    const rows = emails.map((email, i) => ({ id: `b${i}`, tool: "sim_verify_email", input: { email } }));
+    const run = await waitForRun(await startRun("test-calls", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ total: 300, completed: 300, failed: 0 });
+
+    const stats = await simStats();
+    expect(stats.batchCalls).toBeGreaterThanOrEqual(6);
+    expect(stats.batchCalls).toBeLessThanOrEqual(6 + 3);
+    expect(stats.byTool.sim_verify_email.billed).toBe(300);
+    expect(stats.duplicates).toBe(0);
+    const stored = await datasetRows(run.runId, "calls");
+    stored.forEach((row, i) => expect(row.out).toEqual({ email: emails[i], verdict: expectedVerdict(emails[i]!) }));
+  });
+
+  it("fails only the members of a batch the provider refuses", async () => {
+    await simReset();
+    // A batch larger than the provider now accepts is a 400 for the whole batch; a lone call still succeeds.
+    await setSim({ batchMaxSize: 5 });
+    const rows = Array.from({ length: 12 }, (_, i) => ({ id: `r${i}`, tool: "sim_verify_email", input: { email: `refused${i}@example.com` } }));
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "refused" }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ total: 12, failed: 12 });
+    const stored = await datasetRows(run.runId, "refused");
+    for (const row of stored) expect(row._error).toContain("invalid_request");
+    expect((await simStats()).billed).toBe(0);
+  });
+});
+
+describe("dedupe", () => {
+  it("bills 100 rows making the same call once; every row gets the owner's result", async () => {
+    await simReset();
+    const input = { name: "Same Person", domain: "dedupe.test" };
+    const rows = Array.from({ length: 100 }, (_, i) => ({ id: `d${i}`, tool: "sim_find_email", input }));
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "dedupe" }));
+    expect(run.result).toEqual({ total: 100, completed: 100, failed: 0 });
+    expect((await simStats()).byTool.sim_find_email).toEqual({ calls: 1, billed: 1 });
+    for (const row of await datasetRows(run.runId, "dedupe")) expect(row.out).toEqual({ email: expectedEmail(input.name, input.domain) });
+  });
+});
+
+describe("pacing across runs", () => {
+  it("keeps two concurrent runs together under the provider's 20 requests/s, and both complete", async () => {
+    await simReset();
+    await setSim({ ratePerSecond: 20 });
+    await setPacing("sim", { requestsPerSecond: 20 });
+    const rowsOf = (run: string) => Array.from({ length: 40 }, (_, i) => ({ id: `${run}${i}`, tool: "sim_find_email", input: { name: `Paced ${run} ${i}`, domain: "pace.test" } }));
+    const [a, b] = await Promise.all([startRun("test-calls", { rows: rowsOf("a"), dataset: "paced" }), startRun("test-calls", { rows: rowsOf("b"), dataset: "paced" })]);
+    const [runA, runB] = await Promise.all([waitForRun(a, { timeoutMs: 60_000 }), waitForRun(b, { timeoutMs: 60_000 })]);
+    expect([runA.status, runB.status]).toEqual(["completed", "completed"]);
+    expect(runA.result.completed + runB.result.completed).toBe(80);
+
+    const stats = await simStats();
+    expect(stats.maxObservedPerSecond).toBeLessThanOrEqual(20);
+    expect(stats.rateLimited).toBeLessThanOrEqual(Math.ceil(stats.calls * 0.05));
+    expect(stats.billed).toBe(80);
+    expect(stats.duplicates).toBe(0);
+  });
+
+  it("slows every caller after a 429 with Retry-After when the gate does not know the limit", async () => {
+    await simReset();
+    await setSim({ ratePerSecond: 20 });
+    const rows = Array.from({ length: 60 }, (_, i) => ({ id: `p${i}`, tool: "sim_find_email", input: { name: `Pushed Back ${i}`, domain: "backpressure.test" } }));
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "pushback" }), { timeoutMs: 60_000 });
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ total: 60, completed: 60, failed: 0 });
+    const stats = await simStats();
+    expect(stats.rateLimited).toBeGreaterThan(0);
+    expect(stats.billed).toBe(60);
+    expect(stats.duplicates).toBe(0);
+    // Every 429 was retried in process and counted; the gate learned a rate from them.
+    expect(run.usage.rateLimited).toBe(stats.rateLimited);
+    expect(run.usage.providerRetries).toBeGreaterThanOrEqual(stats.rateLimited);
+    const gate = await apiJson("/v1/pacing/sim");
+    expect(gate.body.state.backpressureReports).toBeGreaterThan(0);
+    expect(gate.body.state.learnedRequestsPerSecond).not.toBeNull();
+  });
+
+  it("validates a pacing override", async () => {
+    const bad = await apiJson("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: -1 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe("invalid_request");
+    const state = await apiJson("/v1/pacing/sim");
+    expect(state.body.policy).toEqual({ requestsPerSecond: null, concurrency: 256, batchParallelism: 4 });
+  });
+});
+
+describe("receipt dispositions", () => {
+  /** Leaves a `running` receipt for `input` of sim_find_email, owned by `owner`, with a long lease. */
+  async function leaveRunning(input: { name: string; domain: string }, owner: { runId: string; attemptSeq: number }) {
+    const scope = await new AuthScopes({ env }).digest(simFindEmail);
+    const key = await receiptKey({ org: "dev", toolId: "sim_find_email", toolVersion: "1", input, authScope: scope, nowMs: Date.now() });
+    const stub = env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, RECEIPT_SHARDS)));
+    const attempt = { attemptId: `${owner.runId}/items/0/${owner.attemptSeq}`, ...owner };
+    const [claim] = (await stub.claim({ attempt, leaseTtlMs: 3_600_000, refresh: false, items: [{ key, toolId: "sim_find_email" }] })).results;
+    expect(claim?.disposition).toBe("claimed");
+  }
+
+  it("takes over at once a receipt left running by a run that no longer exists", async () => {
+    await simReset();
+    const input = { name: "Orphaned Call", domain: "dead.test" };
+    await leaveRunning(input, { runId: "run_00000000000000000000000000dead01", attemptSeq: 0 });
+    const run = await waitForRun(await startRun("test-calls", { rows: [{ id: "o1", tool: "sim_find_email", input }], dataset: "orphan" }));
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(logs.some((l) => l.includes("can no longer finish it; taking it over"))).toBe(true);
+    expect((await simStats()).billed).toBe(1);
+  });
+
+  it("waits for a live owner up to the receipt wait, then takes over", async () => {
+    await simReset();
+    await setSim({ latencyMs: 20 });
+    // A live run to own the receipt: long enough to outlast the test's receipt wait (1 s).
+    const owner = await startRun("test-map", { rows: Array.from({ length: 1500 }, (_, i) => ({ id: `live${i}`, name: `Live Owner ${i}`, domain: "live.test" })) });
+    try {
+      for (;;) {
+        const { body } = await apiJson(`/v1/runs/${owner}`);
+        if (body.status === "running") break;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+      const input = { name: "Busy Call", domain: "live.test" };
+      await leaveRunning(input, { runId: owner, attemptSeq: 0 });
+      const run = await waitForRun(await startRun("test-calls", { rows: [{ id: "w1", tool: "sim_find_email", input }], dataset: "busy" }));
+      expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+      const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+      expect(logs.some((l) => l.includes("after the call's receipt wait; taking it over"))).toBe(true);
+      expect((await apiJson(`/v1/runs/${owner}`)).body.status).toBe("running");
+    } finally {
+      await api(`/v1/runs/${owner}/cancel`, { method: "POST" });
+      await waitForRun(owner);
+    }
+  });
+});

@@ -1,0 +1,177 @@
+/**
+ * Never bill into a broken store: the fault seam fails named operations, and
+ * the engine must stop dispatching, keep what was billed, and let a rerun
+ * make every remaining call exactly once. Also the in-process retries and
+ * the auth-scope re-claim, driven by provider faults.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, describe, expect, it } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/testing/faults";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+/** The test policy's dispatch window (src/engine/policy.ts): what a broken store may cost at most. */
+const WAVE = 25;
+
+const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
+
+async function setFaults(rules: unknown[]): Promise<void> {
+  const res = await api("/v1/test/faults", { method: "PUT", json: { rules } });
+  expect(res.status).toBe(200);
+}
+
+async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const findRows = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, tool: "sim_find_email", input: { name: `${prefix} Person ${i}`, domain: "faults.test" } }));
+
+afterEach(async () => {
+  await api("/v1/test/faults", { method: "DELETE" });
+});
+
+describe("the fault seam", () => {
+  it("is validated, counts calls per operation, and clears", async () => {
+    const bad = await apiJson("/v1/test/faults", { method: "PUT", json: { rules: [{ point: "nowhere" }] } });
+    expect(bad.status).toBe(400);
+    await setFaults([{ point: "receipt.claim", fromCall: 1000 }]);
+    await waitForRun(await startRun("test-calls", { rows: findRows("Seam", 3), dataset: "seam" }));
+    const state = (await apiJson("/v1/test/faults")).body;
+    expect(state.plan.rules).toHaveLength(1);
+    expect(state.hits["receipt.claim"]).toBeGreaterThanOrEqual(1);
+    const cleared = (await apiJson("/v1/test/faults", { method: "DELETE" })).body;
+    expect(cleared).toMatchObject({ plan: { rules: [] }, hits: {} });
+  });
+});
+
+describe("the persistence circuit breaker", () => {
+  it("stops billing after a receipt completion fails, salvages what was billed, and a rerun bills each remaining call once", async () => {
+    await simReset();
+    const rows = findRows("Breaker", 200);
+    await setFaults([{ point: "receipt.complete", fromCall: 3 }]);
+    const runId = await startRun("test-calls", { rows, dataset: "breaker" });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("receipt_store_failed");
+    const prevented = Number(/prevented (\d+) provider calls/.exec(run.error.message)?.[1]);
+    expect(prevented).toBeGreaterThan(0);
+
+    // What was billed after the first failed completion is at most one wave, and every output of it is salvaged exactly.
+    const billed = (await simStats()).billed;
+    expect(billed).toBeLessThan(200);
+    const salvage = run.error.salvage;
+    expect(salvage.total).toBeGreaterThan(0);
+    expect(salvage.total).toBeLessThanOrEqual(WAVE);
+    const byName = new Map(rows.map((r) => [expectedEmail(r.input.name, r.input.domain), r]));
+    for (const entry of salvage.entries) {
+      expect(entry.toolId).toBe("sim_find_email");
+      expect(byName.has(entry.output.email)).toBe(true);
+    }
+    const failed = (await allEvents(runId)).at(-1);
+    expect(failed).toMatchObject({ type: "run.failed", error: { code: "receipt_store_failed", salvage: { total: salvage.total } } });
+
+    // Once the store works again the finished run writes its salvage into the receipts (by its alarm)...
+    await api("/v1/test/faults", { method: "DELETE" });
+    await until(() => allEvents(runId), (events) => events.some((e) => e.type === "salvage.restored"), "the salvage to be restored");
+
+    // ...and a rerun makes every remaining call exactly once.
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
+    const done = await waitForRun(rerun.body.runId);
+    expect(done.result).toEqual({ total: 200, completed: 200, failed: 0 });
+    const stats = await simStats();
+    expect(stats.billed).toBe(200);
+    expect(stats.duplicates).toBe(0);
+    const stored = await datasetRows(rerun.body.runId, "breaker");
+    stored.forEach((row, i) => expect(row.out).toEqual({ email: expectedEmail(rows[i]!.input.name, rows[i]!.input.domain) }));
+  });
+
+  it("makes no provider call when receipt claims fail, and a rerun completes", async () => {
+    await simReset();
+    const rows = findRows("Claimless", 60);
+    await setFaults([{ point: "receipt.claim" }]);
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "claimless" }));
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("receipt_store_failed");
+    expect(run.error.message).toContain("could not claim");
+    expect((await simStats()).calls).toBe(0);
+    await api("/v1/test/faults", { method: "DELETE" });
+    const rerun = await waitForRun(await startRun("test-calls", { rows, dataset: "claimless" }));
+    expect(rerun.result).toEqual({ total: 60, completed: 60, failed: 0 });
+    expect(await simStats()).toMatchObject({ billed: 60, duplicates: 0 });
+  });
+
+  it("fails the run when rows cannot be persisted; a rerun reuses every billed receipt", async () => {
+    await simReset();
+    const rows = findRows("Sheetless", 80);
+    await setFaults([{ point: "sheet.persist" }]);
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "sheetless" }));
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("sheet_store_failed");
+    const billed = (await simStats()).billed;
+    expect(billed).toBeGreaterThan(0);
+    await api("/v1/test/faults", { method: "DELETE" });
+    const rerun = await waitForRun(await startRun("test-calls", { rows, dataset: "sheetless" }));
+    expect(rerun.result).toEqual({ total: 80, completed: 80, failed: 0 });
+    expect(await simStats()).toMatchObject({ billed: 80, duplicates: 0 });
+  });
+});
+
+describe("provider failures", () => {
+  it("retries a retryable failure in process, counts the retry, and bills once", async () => {
+    await simReset();
+    await setFaults([{ point: "provider.before", fromCall: 2, times: 2, error: { code: "provider_unavailable", retryable: true } }]);
+    const run = await waitForRun(await startRun("test-calls", { rows: findRows("Retry", 5), dataset: "retry" }));
+    expect(run.result).toEqual({ total: 5, completed: 5, failed: 0 });
+    expect(run.usage.providerRetries).toBe(2);
+    expect(await simStats()).toMatchObject({ billed: 5, duplicates: 0 });
+  });
+
+  it("fails a row on a permanent failure, and remembers it", async () => {
+    await simReset();
+    await setFaults([{ point: "provider.before", fromCall: 1, times: 1, error: { code: "account_suspended" } }]);
+    const run = await waitForRun(await startRun("test-calls", { rows: findRows("Permanent", 1), dataset: "permanent" }));
+    expect(run.result).toEqual({ total: 1, completed: 0, failed: 1 });
+    expect((await datasetRows(run.runId, "permanent"))[0]._error).toContain("account_suspended");
+    expect(run.usage.providerRetries).toBe(0);
+  });
+
+  it("asks again with the same idempotency key when a response is lost after billing: billed once", async () => {
+    await simReset();
+    await setFaults([{ point: "provider.after", fromCall: 1, times: 1, error: { code: "connection_reset", retryable: true } }]);
+    const run = await waitForRun(await startRun("test-calls", { rows: findRows("Lost", 1), dataset: "lost" }));
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    // The provider replays the billed key (the simulator counts the replay as a duplicate); it bills once.
+    expect(await simStats()).toMatchObject({ billed: 1, calls: 2, duplicates: 1 });
+  });
+});
+
+describe("auth scope", () => {
+  it("re-resolves the credentials once when the provider says they changed, and re-claims under the new scope", async () => {
+    await simReset();
+    await injector().setCredential("sim", "key-1");
+    await setFaults([
+      { point: "provider.before", tool: "test_scoped_find", fromCall: 1, times: 1, error: { code: "auth_scope_changed" }, rotateCredential: { provider: "sim", value: "key-2" } },
+    ]);
+    const rows = [{ id: "s1", tool: "test_scoped_find", input: { name: "Scoped Person", domain: "scope.test" } }];
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "scoped" }));
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(logs.filter((l) => l.includes("auth_scope_changed_reclaim"))).toHaveLength(1);
+    expect(await simStats()).toMatchObject({ billed: 1, duplicates: 0 });
+
+    // The same credentials reuse the receipt; new credentials are a new receipt (and a new bill).
+    await api("/v1/test/faults", { method: "DELETE" });
+    await injector().setCredential("sim", "key-2");
+    await waitForRun(await startRun("test-calls", { rows, dataset: "scoped" }, { force: true }));
+    expect((await simStats()).billed).toBe(1);
+    await injector().setCredential("sim", "key-3");
+    await waitForRun(await startRun("test-calls", { rows, dataset: "scoped" }, { force: true }));
+    expect((await simStats()).billed).toBe(2);
+  });
+});
