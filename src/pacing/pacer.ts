@@ -147,9 +147,14 @@ export class Pacer {
     });
   }
 
+  /** Asks the gate for slots and units; deferred a microtask so a burst of waiters shares one call. */
   #lease(): void {
     if (this.#leasing || this.#retryTimer) return;
     this.#leasing = true;
+    queueMicrotask(() => this.#acquire());
+  }
+
+  #acquire(): void {
     const slots = Math.max(0, this.#waiters.length - this.#stock.length);
     this.#o.gate
       .acquire({ caller: this.#o.caller, slots, inFlight: this.#inFlight })
