@@ -141,3 +141,7 @@ try {
   stop(server);
   rmSync(stateDir, { recursive: true, force: true });
 }
+
+// ---- Pacing (scripts/bench-pacing.mjs, owned by tool dispatch): provider throughput
+// and 429s under a rate limit, on its own local server after the run above.
+await (await import("./bench-pacing.mjs")).benchPacing();
