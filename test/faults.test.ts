@@ -132,6 +132,23 @@ describe("provider failures", () => {
     expect(await simStats()).toMatchObject({ billed: 5, duplicates: 0 });
   });
 
+  it("fails only the members of the batch whose request failed", async () => {
+    await simReset();
+    await setFaults([{ point: "provider.before", tool: "sim_verify_email", fromCall: 1, times: 1, error: { code: "batch_refused" } }]);
+    const rows = Array.from({ length: 150 }, (_, i) => ({ id: `v${i}`, tool: "sim_verify_email", input: { email: `isolated${i}@example.com` } }));
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "isolated" }));
+    expect(run.status).toBe("completed");
+    const stored = await datasetRows(run.runId, "isolated");
+    const failed = stored.filter((r) => r._status === "failed");
+    // One batch (at most 50 members) failed; every other batch's members have their own results.
+    expect(failed.length).toBeGreaterThan(1);
+    expect(failed.length).toBeLessThanOrEqual(50);
+    for (const row of failed) expect(row._error).toContain("batch_refused");
+    const stats = await simStats();
+    expect(stats.billed).toBe(150 - failed.length);
+    expect(stats.batchCalls).toBeGreaterThanOrEqual(2);
+  });
+
   it("fails a row on a permanent failure, and remembers it", async () => {
     await simReset();
     await setFaults([{ point: "provider.before", fromCall: 1, times: 1, error: { code: "account_suspended" } }]);

@@ -35,6 +35,7 @@ export class AuthScopes {
    * handed out (many calls hear of one credential change at once).
    */
   async refresh(tool: ToolDefinition, stale: string): Promise<string> {
+    // A current resolution that failed counts as stale: resolve afresh below.
     const current = await this.digest(tool).catch(() => stale);
     if (current !== stale) return current;
     this.#cache.delete(tool.id);

@@ -1,5 +1,7 @@
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { decideFault, FaultPlan } from "./faults";
+import { app } from "../http/app";
+import { decideFault, FaultPlan, faultProbeFor, NO_FAULTS } from "./faults";
 
 const plan = (rules: unknown[]) => FaultPlan.parse({ rules });
 
@@ -30,5 +32,15 @@ describe("decideFault", () => {
   it("rejects unknown operations and fields", () => {
     expect(FaultPlan.safeParse({ rules: [{ point: "disk.write" }] }).success).toBe(false);
     expect(FaultPlan.safeParse({ rules: [{ point: "sheet.persist", when: "now" }] }).success).toBe(false);
+  });
+});
+
+describe("outside test mode", () => {
+  it("checks nothing and answers 404 on /v1/test/faults", async () => {
+    const production = { ...env, TROUPE_TEST_MODE: undefined } as Env;
+    expect(faultProbeFor(production)).toBe(NO_FAULTS);
+    expect(faultProbeFor({ ...env, FAULTS: undefined } as Env)).toBe(NO_FAULTS);
+    const res = await app.request("/v1/test/faults", { headers: { Authorization: "Bearer dev-token" } }, production);
+    expect(res.status).toBe(404);
   });
 });

@@ -16,9 +16,8 @@ import { FAULT_OBJECT_NAME, FaultPlan } from "./faults";
 export const testRoutes = new Hono<{ Bindings: Env }>();
 
 function injector(env: Env) {
-  const ns = (env as { FAULTS?: DurableObjectNamespace<import("../objects/FaultInjector").FaultInjector> }).FAULTS;
-  if (env.TROUPE_TEST_MODE !== "on" || !ns) throw new NotFoundError("not_found", "no such route");
-  return ns.getByName(FAULT_OBJECT_NAME);
+  if (env.TROUPE_TEST_MODE !== "on" || !env.FAULTS) throw new NotFoundError("not_found", "no such route");
+  return env.FAULTS.getByName(FAULT_OBJECT_NAME);
 }
 
 testRoutes.get("/faults", async (c) => c.json(await injector(c.env).state()));
