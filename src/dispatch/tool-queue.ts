@@ -9,8 +9,10 @@
  * Each caller gets its outcome together with its place in the window:
  * `done()` gives the place back once the receipt is written.
  */
+import { ToolCallError } from "../play/tool-error";
 import type { BatchMember, ToolDefinition } from "../play/types";
 import { messageOf } from "../shared/errors";
+import type { WorkerBarrier } from "../engine/bulk-queue";
 import type { ReceiptError } from "../storage/contracts";
 import { checkSplit, planBatches } from "./batching";
 import { callProvider, type ProviderCallContext } from "./provider-call";
@@ -41,11 +43,14 @@ interface Pending {
 export interface ToolQueueOptions {
   services: DispatchServices;
   window: DispatchWindow;
+  /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
+  workers?: WorkerBarrier;
 }
 
 export class ToolQueue {
   #s: DispatchServices;
   #window: DispatchWindow;
+  #workers: WorkerBarrier | undefined;
   #pending = new Map<string, Pending[]>();
   #timers = new Map<string, ReturnType<typeof setTimeout>>();
   #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
@@ -53,6 +58,7 @@ export class ToolQueue {
   constructor(options: ToolQueueOptions) {
     this.#s = options.services;
     this.#window = options.window;
+    this.#workers = options.workers;
   }
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
@@ -72,9 +78,22 @@ export class ToolQueue {
     return { toolId: tool.id, pacer: pacers.for(tool.provider), budget, faults, retry: policy, signal, meter, log };
   }
 
-  /** A sent request is never aborted by a cancel (its result is billed and must be stored); only the timeout stops it. */
-  #requestSignal(): AbortSignal {
-    return AbortSignal.timeout(this.#s.policy.providerTimeoutMs);
+  /**
+   * Sends one request under the provider timeout. A sent request is never
+   * aborted by a cancel (its result is billed and must be stored); only the
+   * timeout stops it, as a retryable failure. The timer is cleared when the
+   * request settles, so no timer outlives the work.
+   */
+  async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const timeoutMs = this.#s.policy.providerTimeoutMs;
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new ToolCallError({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true })), timeoutMs);
+    try {
+      const request = send(controller.signal);
+      return await (this.#workers ? this.#workers.external(request) : request);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   async #single(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
@@ -82,7 +101,7 @@ export class ToolQueue {
     await this.#window.enter(1, signal);
     try {
       const result = await callProvider(this.#context(tool), () =>
-        tool.execute(call.input, { idempotencyKey: call.idempotencyKey, signal: this.#requestSignal(), env, authScopeDigest: call.authScopeDigest }),
+        this.#timed((requestSignal) => tool.execute(call.input, { idempotencyKey: call.idempotencyKey, signal: requestSignal, env, authScopeDigest: call.authScopeDigest })),
       );
       return this.#held(result.ok ? { ok: true, output: result.value } : result);
     } catch (error) {
@@ -147,7 +166,7 @@ export class ToolQueue {
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
-      const result = await callProvider(this.#context(tool), async () => strategy.send(strategy.compile(batchMembers), { signal: this.#requestSignal(), env }));
+      const result = await callProvider(this.#context(tool), () => this.#timed((requestSignal) => strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env })));
       if (!result.ok) outcomes = members.map(() => result);
       else {
         try {

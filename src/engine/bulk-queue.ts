@@ -25,12 +25,16 @@ interface Pending<Item, Result> {
 }
 
 /**
- * Counts the chunk's row workers that are running and those parked waiting.
- * Listeners hear when everyone is parked.
+ * Counts the chunk's row workers that are running and those parked waiting,
+ * and the provider requests of the chunk in flight. Listeners hear when
+ * everyone is parked and no request is in flight: a request in flight will
+ * wake a worker with more to add (its receipt completion), so a bulk call
+ * sent before it returns would go out half empty.
  */
 export class WorkerBarrier {
   #active = 0;
   #parked = 0;
+  #external = 0;
   #listeners = new Set<() => void>();
 
   enter(): void {
@@ -53,8 +57,19 @@ export class WorkerBarrier {
     }
   }
 
+  /** Marks a provider request in flight until `promise` settles (its worker stays parked meanwhile). */
+  async external<T>(promise: Promise<T>): Promise<T> {
+    this.#external++;
+    try {
+      return await promise;
+    } finally {
+      this.#external--;
+      this.#check();
+    }
+  }
+
   get allParked(): boolean {
-    return this.#active > 0 && this.#parked >= this.#active;
+    return this.#active > 0 && this.#parked >= this.#active && this.#external === 0;
   }
 
   onAllParked(listener: () => void): () => void {

@@ -83,7 +83,7 @@ export class ToolScheduler {
       ...common,
       send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
-    this.#queue = new ToolQueue({ services: this.#s, window: options.guards.window });
+    this.#queue = new ToolQueue({ services: this.#s, window: options.guards.window, workers: options.workers });
     this.#rescopes = new AuthScopeChange({ scopes: this.#s.scopes, log: this.#s.log });
   }
 

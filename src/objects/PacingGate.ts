@@ -13,6 +13,7 @@ export const GateAcquire = z.object({
   caller: z.string().min(1).max(200),
   slots: z.number().int().min(0).max(10_000),
   inFlight: z.number().int().min(0).max(100_000),
+  units: z.number().int().min(0).max(100_000).optional(),
 });
 export type GateAcquire = z.infer<typeof GateAcquire>;
 export const GateReport = z.object({ provider: Provider, retryAfterMs: z.number().min(0).max(3_600_000) });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CONCURRENCY_RETRY_MS, GateLedger, MIN_RATE_FACTOR, RATE_DECREASE, SLOT_HORIZON_MS } from "./gate";
+import { CONCURRENCY_RETRY_MS, GateLedger, MIN_RATE_FACTOR, RATE_DECREASE, SLOT_HORIZON_MS, UNPACED_LEASE_MS } from "./gate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
 
 const policy = (p: Partial<PacingPolicy> = {}): PacingPolicy => ({ requestsPerSecond: null, concurrency: null, batchParallelism: 4, ...p });
@@ -45,9 +45,14 @@ describe("GateLedger: rate", () => {
     expect(second.retryInMs).toBeGreaterThan(0);
   });
 
-  it("grants every slot at once without a declared rate", () => {
+  it("grants every slot at once without a declared rate, and lets the caller go unpaced for a while", () => {
     const gate = new GateLedger();
-    expect(gate.acquire(policy(), { caller: "a", slots: 50, inFlight: 0, now: 100 }).startInMs).toEqual(Array(50).fill(0));
+    const grant = gate.acquire(policy(), { caller: "a", slots: 50, inFlight: 0, now: 100 });
+    expect(grant.startInMs).toEqual(Array(50).fill(0));
+    expect(grant.unpacedForMs).toBe(UNPACED_LEASE_MS);
+    expect(gate.acquire(policy({ requestsPerSecond: 5 }), { caller: "a", slots: 1, inFlight: 0, now: 100 }).unpacedForMs).toBe(0);
+    gate.report(policy(), { retryAfterMs: 500, now: 200 });
+    expect(gate.acquire(policy(), { caller: "a", slots: 1, inFlight: 0, now: 300 }).unpacedForMs).toBe(0);
   });
 });
 

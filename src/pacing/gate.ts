@@ -38,6 +38,8 @@ export const DECREASE_DEBOUNCE_MS = 1000;
 export const LEARNED_RATE_CEILING = 10_000;
 /** A caller refused concurrency asks again after this long. */
 export const CONCURRENCY_RETRY_MS = 25;
+/** While nothing paces the provider, a caller may start requests without asking for this long. */
+export const UNPACED_LEASE_MS = 1000;
 
 export interface AcquireRequest {
   /** Stable for one caller (one invocation of one run). */
@@ -46,6 +48,8 @@ export interface AcquireRequest {
   slots: number;
   /** The caller's provider requests in flight. */
   inFlight: number;
+  /** Concurrency units wanted in all (in flight, waiting, and some headroom); at least `inFlight + slots` is assumed. */
+  units?: number;
   now: number;
 }
 
@@ -56,6 +60,12 @@ export interface Grant {
   units: number | null;
   /** When nothing was granted: ask again after this long. */
   retryInMs: number | null;
+  /**
+   * Nothing paces the provider now (no declared or learned rate, no pause):
+   * for this long the caller may start requests within its units without
+   * asking for slots. 0 when paced.
+   */
+  unpacedForMs: number;
   policy: PacingPolicy;
 }
 
@@ -96,7 +106,7 @@ export class GateLedger {
     let slots = Math.max(0, Math.min(request.slots, MAX_SLOTS_PER_LEASE));
     let units: number | null = null;
     if (policy.concurrency !== null) {
-      units = this.#units(policy.concurrency, caller, inFlight, inFlight + slots, now);
+      units = this.#units(policy.concurrency, caller, inFlight, Math.max(request.units ?? 0, inFlight + slots), now);
       slots = Math.min(slots, Math.max(0, units - inFlight));
     }
     const startInMs: number[] = [];
@@ -116,7 +126,8 @@ export class GateLedger {
       const slotAt = Math.max(earliest, rps === null ? earliest : this.#nextSlotAt);
       retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, slotAt - now - SLOT_HORIZON_MS);
     }
-    return { startInMs, units, retryInMs, policy };
+    const unpacedForMs = rps === null && this.#pausedUntil <= now ? UNPACED_LEASE_MS : 0;
+    return { startInMs, units, retryInMs, unpacedForMs, policy };
   }
 
   /**

@@ -40,6 +40,15 @@ describe("Pacer", () => {
     expect(calls.release).toBe(1);
   });
 
+  it("asks the gate about once a second while nothing paces the provider", async () => {
+    const policy = pacingPolicyFor("sim");
+    const { gate, calls } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    for (let i = 0; i < 100; i++) (await p.slot(signal)).release();
+    expect(calls.acquire).toBe(1);
+  });
+
   it("keeps its requests in flight within the units it holds", async () => {
     const policy: PacingPolicy = { requestsPerSecond: null, concurrency: 3, batchParallelism: 1 };
     const { gate } = fakeGate(policy);

@@ -11,7 +11,7 @@ import type { PacingPolicy } from "./policy";
 
 /** The gate as a pacer needs it (the PacingGate stub, bound to one provider). */
 export interface GateClient {
-  acquire(request: { caller: string; slots: number; inFlight: number }): Promise<Grant>;
+  acquire(request: { caller: string; slots: number; inFlight: number; units: number }): Promise<Grant>;
   report(request: { retryAfterMs: number }): Promise<void>;
   release(request: { caller: string }): Promise<void>;
 }
@@ -38,6 +38,8 @@ interface Waiter {
   onAbort(): void;
 }
 
+/** Units asked for beyond the requests waiting, so a trickle of calls does not ask the gate each time. */
+const UNIT_HEADROOM = 16;
 /** A pacer refused concurrency units asks the gate again after this long. */
 const UNIT_RETRY_MS = 50;
 /** Idle this long with units held, the pacer gives them back. */
@@ -57,6 +59,8 @@ export class Pacer {
   #idleTimer: ReturnType<typeof setTimeout> | null = null;
   /** Slots that start before this were leased before a 429: they are dropped. */
   #pausedUntil = 0;
+  /** Until this local time the gate said nothing paces the provider: requests need only a unit. */
+  #unpacedUntil = 0;
 
   constructor(options: PacerOptions) {
     this.#o = options;
@@ -93,6 +97,7 @@ export class Pacer {
    */
   async backpressure(retryAfterMs: number): Promise<void> {
     this.#pausedUntil = Math.max(this.#pausedUntil, this.#o.now() + retryAfterMs);
+    this.#unpacedUntil = 0;
     this.#stock = this.#stock.filter((at) => at >= this.#pausedUntil);
     await this.#o.gate.report({ retryAfterMs });
   }
@@ -113,11 +118,12 @@ export class Pacer {
     }
     while (this.#waiters.length > 0) {
       const unitFree = this.#units === null || this.#inFlight < this.#units;
-      if (this.#stock.length === 0 || !unitFree) {
+      const unpaced = this.#o.now() < this.#unpacedUntil;
+      if ((this.#stock.length === 0 && !unpaced) || !unitFree) {
         this.#lease();
         return;
       }
-      const at = this.#stock.shift()!;
+      const at = this.#stock.shift() ?? this.#o.now();
       const waiter = this.#waiters.shift()!;
       this.#inFlight++;
       const delay = at - this.#o.now();
@@ -156,14 +162,16 @@ export class Pacer {
 
   #acquire(): void {
     const slots = Math.max(0, this.#waiters.length - this.#stock.length);
+    const units = this.#inFlight + this.#waiters.length + UNIT_HEADROOM;
     this.#o.gate
-      .acquire({ caller: this.#o.caller, slots, inFlight: this.#inFlight })
+      .acquire({ caller: this.#o.caller, slots, inFlight: this.#inFlight, units })
       .then(
         (grant) => {
           this.#leasing = false;
           const now = this.#o.now();
           this.#policy = grant.policy;
           this.#units = grant.units;
+          this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
           for (const offset of grant.startInMs) if (now + offset >= this.#pausedUntil) this.#stock.push(now + offset);
           // Without a free unit, wait for one of ours to end (release pumps) or for others' to lapse (the timer).
           const blocked = this.#units !== null && this.#inFlight >= this.#units;
