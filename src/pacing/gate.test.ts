@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { CONCURRENCY_RETRY_MS, GateLedger, MIN_RATE_FACTOR, RATE_DECREASE, SLOT_HORIZON_MS, UNPACED_LEASE_MS } from "./gate";
+import { CONCURRENCY_RETRY_MS, DECLARED_RATE_DECREASE, GateLedger, MIN_RATE_FACTOR, RATE_DECREASE, SLOT_HORIZON_MS, UNPACED_LEASE_MS } from "./gate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
 
 const policy = (p: Partial<PacingPolicy> = {}): PacingPolicy => ({ requestsPerSecond: null, concurrency: null, batchParallelism: 4, ...p });
@@ -63,10 +63,10 @@ describe("GateLedger: backpressure", () => {
     gate.acquire(p, { caller: "a", slots: 1, inFlight: 0, now: 0 });
     gate.report(p, { retryAfterMs: 400, now: 100 });
     gate.report(p, { retryAfterMs: 400, now: 150 });
-    expect(gate.snapshot(p, 150).rateFactor).toBeCloseTo(RATE_DECREASE, 6);
+    expect(gate.snapshot(p, 150).rateFactor).toBeCloseTo(DECLARED_RATE_DECREASE, 6);
     const other = gate.acquire(p, { caller: "b", slots: 2, inFlight: 0, now: 200 });
     expect(starts(200, other)[0]).toBeGreaterThanOrEqual(550);
-    const interval = 1000 / (10 * PACE_UTILIZATION * RATE_DECREASE);
+    const interval = 1000 / (10 * PACE_UTILIZATION * DECLARED_RATE_DECREASE);
     expect(other.startInMs[1]! - other.startInMs[0]!).toBeGreaterThanOrEqual(interval - 1);
   });
 

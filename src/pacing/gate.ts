@@ -26,8 +26,14 @@ export const SLOT_HORIZON_MS = 1000;
 export const HOLDER_TTL_MS = 10_000;
 /** Most slots one lease carries. */
 export const MAX_SLOTS_PER_LEASE = 500;
-/** The rate factor after a 429 is multiplied by this. */
+/** A learned rate (the provider declares none) is multiplied by this after a 429. */
 export const RATE_DECREASE = 0.7;
+/**
+ * A declared rate's factor is multiplied by this after a 429: the limit is
+ * known, so a 429 means jitter or another consumer of the quota, not a wrong
+ * guess; a gentle step keeps throughput while repeated 429s still add up.
+ */
+export const DECLARED_RATE_DECREASE = 0.9;
 /** The rate never drops below this share of the declared rate. */
 export const MIN_RATE_FACTOR = 0.2;
 /** Share of the declared rate regained per second without a 429. */
@@ -142,7 +148,7 @@ export class GateLedger {
     this.#lastDecreaseAt = now;
     this.#lastRecoveryAt = Math.max(now, this.#pausedUntil);
     if (policy.requestsPerSecond !== null) {
-      this.#rateFactor = Math.max(MIN_RATE_FACTOR, this.#rateFactor * RATE_DECREASE);
+      this.#rateFactor = Math.max(MIN_RATE_FACTOR, this.#rateFactor * DECLARED_RATE_DECREASE);
     } else {
       this.#trimRecent(now);
       const observed = this.#recent.filter((t) => t <= now).length;
