@@ -10,6 +10,7 @@ import { sha256Hex } from "../shared/hash";
 /** The scope of a tool that declares no `authScope`. */
 export const DEFAULT_AUTH_SCOPE = "default";
 
+/** Resolves and caches each tool's auth-scope digest for one invocation. */
 export class AuthScopes {
   #env: Env;
   #cache = new Map<string, Promise<string>>();

@@ -25,6 +25,7 @@ export interface SalvageEntry {
   at: number;
 }
 
+/** The ladder's rungs and the deadline that bounds it. */
 export interface CompletionLadderOptions {
   /** The waits between attempts; its length is the number of retries. */
   delaysMs: readonly number[];
@@ -40,6 +41,7 @@ export class LadderExhausted extends Error {
   }
 }
 
+/** One map's completion ladder; see the module comment. */
 export class CompletionLadder {
   #o: CompletionLadderOptions;
   #exhausted = false;

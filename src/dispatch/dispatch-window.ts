@@ -19,6 +19,7 @@ interface Entrant {
   onAbort(): void;
 }
 
+/** One map's window of billed-but-unpersisted calls; see the module comment. */
 export class DispatchWindow {
   readonly size: number;
   #latch: FatalLatch;

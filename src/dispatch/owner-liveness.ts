@@ -14,6 +14,7 @@ const LIVENESS_TTL_MS = 1000;
 
 const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
+/** How to look another run up, and which run is asking. */
 export interface OwnerLivenessOptions {
   /** Looks up another run of the org: its status and attempt epoch, or null when it does not exist. */
   lookup(runId: string): Promise<{ status: string; runAttempt: number } | null>;
@@ -21,6 +22,7 @@ export interface OwnerLivenessOptions {
   now(): number;
 }
 
+/** Judges the owners of running receipts, caching each other run's answer briefly. */
 export class OwnerLiveness {
   #o: OwnerLivenessOptions;
   #cache = new Map<string, { at: number; run: Promise<{ status: string; runAttempt: number } | null> }>();

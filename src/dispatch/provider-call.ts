@@ -17,6 +17,7 @@ import { mayRetry, retryDelayMs, type RetryBudget, type RetryClass, type RetryPo
 /** The pause reported to the gate for a 429 that gave no Retry-After. */
 export const DEFAULT_BACKPRESSURE_MS = 1000;
 
+/** What one provider request needs: its tool's pacer, the run's budget, the fault seam, the retry policy. */
 export interface ProviderCallContext {
   toolId: string;
   pacer: Pacer;

@@ -16,6 +16,7 @@ import { CompletionLadder, type SalvageEntry } from "./completion-ladder";
 import { DispatchWindow } from "./dispatch-window";
 import { OwnerLiveness } from "./owner-liveness";
 
+/** Per invocation of a run: shared by every scheduler the invocation makes. */
 export interface DispatchServices {
   env: Env;
   org: string;
@@ -36,12 +37,14 @@ export interface DispatchServices {
   now(): number;
 }
 
+/** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */
 export interface MapGuards {
   latch: FatalLatch;
   window: DispatchWindow;
   ladder: CompletionLadder;
 }
 
+/** What `createDispatchServices` builds the services from. */
 export interface CreateDispatchOptions {
   env: Env;
   run: { runId: string; org: string; usage: { providerRetries: number } };

@@ -19,12 +19,14 @@ import { callProvider, type ProviderCallContext } from "./provider-call";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 
+/** One owned call, ready to send: its validated input and keys. */
 export interface QueuedCall {
   input: unknown;
   idempotencyKey: string;
   authScopeDigest: string;
 }
 
+/** How a call ended at the provider (after its in-process retries). */
 export type CallOutcome = { ok: true; output: unknown } | { ok: false; error: ReceiptError; retryable: boolean };
 
 /** An outcome still holding its place in the dispatch window. */
@@ -40,6 +42,7 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+/** The invocation's services, the map's window, and the chunk's row workers. */
 export interface ToolQueueOptions {
   services: DispatchServices;
   window: DispatchWindow;
@@ -47,6 +50,7 @@ export interface ToolQueueOptions {
   workers?: WorkerBarrier;
 }
 
+/** One chunk attempt's queue of owned calls; see the module comment. */
 export class ToolQueue {
   #s: DispatchServices;
   #window: DispatchWindow;

@@ -18,6 +18,7 @@ import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from 
 import { BulkQueue, type WorkerBarrier } from "./bulk-queue";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
 
+/** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
 export interface ToolSchedulerOptions {
   services: DispatchServices;
   guards: MapGuards;
@@ -48,6 +49,7 @@ export class ReceiptStoreError extends TroupeError {
   }
 }
 
+/** One chunk attempt's `ctx.tool` calls; see the module comment. */
 export class ToolScheduler {
   #o: ToolSchedulerOptions;
   #s: DispatchServices;

@@ -8,6 +8,7 @@ import { createSql, migrate, type Sql } from "../storage/sql";
 const GATE_MIGRATIONS = [`CREATE TABLE pacing_override (provider TEXT PRIMARY KEY, policy TEXT NOT NULL);`];
 
 const Provider = z.string().min(1).max(64);
+/** `acquire` input: a caller's request for slots and units. */
 export const GateAcquire = z.object({
   provider: Provider,
   caller: z.string().min(1).max(200),
@@ -16,8 +17,10 @@ export const GateAcquire = z.object({
   units: z.number().int().min(0).max(100_000).optional(),
 });
 export type GateAcquire = z.infer<typeof GateAcquire>;
+/** `report` input: a 429's Retry-After. */
 export const GateReport = z.object({ provider: Provider, retryAfterMs: z.number().min(0).max(3_600_000) });
 export type GateReport = z.infer<typeof GateReport>;
+/** `release` input: the caller giving its units back. */
 export const GateRelease = z.object({ provider: Provider, caller: z.string().min(1).max(200) });
 export type GateRelease = z.infer<typeof GateRelease>;
 

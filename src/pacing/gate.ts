@@ -47,6 +47,7 @@ export const CONCURRENCY_RETRY_MS = 25;
 /** While nothing paces the provider, a caller may start requests without asking for this long. */
 export const UNPACED_LEASE_MS = 1000;
 
+/** One caller asking for slots and concurrency. */
 export interface AcquireRequest {
   /** Stable for one caller (one invocation of one run). */
   caller: string;
@@ -59,6 +60,7 @@ export interface AcquireRequest {
   now: number;
 }
 
+/** What the gate leased to a caller. */
 export interface Grant {
   /** When each granted slot may start, as offsets from the gate's now (ascending). */
   startInMs: number[];
@@ -92,6 +94,7 @@ export interface GateSnapshot {
   backpressureReports: number;
 }
 
+/** The pacing state of one (org, provider); see the module comment. */
 export class GateLedger {
   #nextSlotAt = 0;
   #pausedUntil = 0;

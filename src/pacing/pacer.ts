@@ -21,6 +21,7 @@ export interface PacerSlot {
   release(): void;
 }
 
+/** The gate to lease from, this caller's id, and the policy assumed until the gate answers. */
 export interface PacerOptions {
   gate: GateClient;
   /** Unique per invocation of a run. */
@@ -45,6 +46,7 @@ const UNIT_RETRY_MS = 50;
 /** Idle this long with units held, the pacer gives them back. */
 const IDLE_RELEASE_MS = 250;
 
+/** Hands out pacing slots in order; see the module comment. */
 export class Pacer {
   #o: PacerOptions;
   #policy: PacingPolicy;

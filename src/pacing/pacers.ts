@@ -4,6 +4,7 @@ import { messageOf } from "../shared/errors";
 import { Pacer } from "./pacer";
 import { pacingGateName, pacingPolicyFor } from "./policy";
 
+/** Where the gates are, whose they are, and this invocation's caller id. */
 export interface PacerRegistryOptions {
   env: Env;
   org: string;
@@ -14,6 +15,7 @@ export interface PacerRegistryOptions {
   now(): number;
 }
 
+/** One pacer per provider for one invocation. */
 export class PacerRegistry {
   #o: PacerRegistryOptions;
   #pacers = new Map<string, Pacer>();

@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 
+/** How fast and how wide an org may call one provider. */
 export const PacingPolicy = z
   .object({
     /** The provider's documented request rate for the org; null: none. The gate paces at {@link PACE_UTILIZATION} of it. */

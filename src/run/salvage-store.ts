@@ -32,6 +32,7 @@ export interface SalvageRecord {
 
 type SalvageRow = { receipt_key: string; tool_id: string; attempt: string; output: string; complete_attempts: number; error: string; at: number; state: string; restore_tries: number };
 
+/** The salvage table of one run's coordinator. */
 export class SalvageStore {
   #sql: Sql;
 

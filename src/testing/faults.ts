@@ -17,9 +17,11 @@ import { ToolCallError } from "../play/tool-error";
 
 /** The operations a fault can be injected into. */
 export const FAULT_POINTS = ["receipt.claim", "receipt.complete", "receipt.fail", "sheet.persist", "provider.before", "provider.after"] as const;
+/** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);
 export type FaultPoint = z.infer<typeof FaultPoint>;
 
+/** One rule of a fault plan. */
 export const FaultRule = z
   .object({
     point: FaultPoint,
@@ -43,6 +45,7 @@ export const FaultRule = z
   .strict();
 export type FaultRule = z.infer<typeof FaultRule>;
 
+/** The fault plan: at most 20 rules, each counted separately. */
 export const FaultPlan = z.object({ rules: z.array(FaultRule).max(20) }).strict();
 export type FaultPlan = z.infer<typeof FaultPlan>;
 
