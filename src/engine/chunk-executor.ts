@@ -118,7 +118,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
   async #computeRow(planned: PlannedRow, scheduler: ToolScheduler): Promise<PersistRowsRequest["rows"][number] | null> {
     const { signal, latch } = this.#o;
     const row: Row = { ...planned.input };
-    const ctx: RowContext = {
+    const ctx = <RowContext>{ // runPlay and fetch are added by RunContext.map (src/engine/play-context.ts)
       rowKey: planned.key,
       signal,
       tool: (toolId, input, options) => scheduler.call(toolId, input, options) as Promise<any>,
