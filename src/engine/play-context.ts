@@ -1,7 +1,22 @@
 /** The engine behind `PlayContext`: what a play's `run(ctx, input)` calls. */
-import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, ToolCallOptions } from "../play/types";
+import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, RowContext, RunPlayOptions, ToolCallOptions } from "../play/types";
+import type { JournalStore } from "../run/journal-store";
+import type { ChildPlays } from "./child-plays";
 import type { MapRunner } from "./map-runner";
+import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "./tool-scheduler";
+import type { Waits } from "./waits";
+
+/** Child plays, waits and fetch for one invocation (see src/engine/child-plays.ts, waits.ts, play-fetch.ts). */
+export interface PlayServices {
+  children: ChildPlays;
+  waits: Waits;
+  egress: PlayFetch;
+  /** Secret header values sent by `fetch`: redacted from log lines. */
+  secrets: SecretValues;
+  /** Counts play-level log lines, so that a replay does not append one twice. */
+  journal: JournalStore;
+}
 
 export class RunContext implements PlayContext {
   readonly runId: string;
@@ -10,17 +25,38 @@ export class RunContext implements PlayContext {
   #scheduler: ToolScheduler | null = null;
   #attemptSeq: () => number;
   #log: (line: string) => void;
+  #services: PlayServices;
+  #logOrdinal = 0;
 
-  constructor(options: { runId: string; org: string; maps: MapRunner; attemptSeq: () => number; log(line: string): void }) {
+  constructor(options: { runId: string; org: string; maps: MapRunner; attemptSeq: () => number; log(line: string): void; services: PlayServices }) {
     this.runId = options.runId;
     this.org = options.org;
     this.#maps = options.maps;
     this.#attemptSeq = options.attemptSeq;
     this.#log = options.log;
+    this.#services = options.services;
   }
 
   map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
-    return this.#maps.map(name, rows, fields, options);
+    const withServices: FieldSet = {};
+    for (const [field, fn] of Object.entries(fields)) withServices[field] = (row, rc) => fn(row, this.#rowContext(rc));
+    return this.#maps.map(name, rows, withServices, options);
+  }
+
+  runPlay<T = any>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
+    return this.#services.children.run(play, input, options, null) as Promise<T>;
+  }
+
+  waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
+    return this.#services.waits.waitForEvent<T>(eventKey, options);
+  }
+
+  sleep(ms: number): Promise<void> {
+    return this.#services.waits.sleep(ms);
+  }
+
+  fetch(url: string | URL, init?: RequestInit): Promise<Response> {
+    return this.#services.egress.fetch(url, init);
   }
 
   tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
@@ -32,8 +68,26 @@ export class RunContext implements PlayContext {
     return this.#scheduler.call(toolId, input, options) as Promise<T>;
   }
 
+  /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
   log(...args: unknown[]): void {
-    this.#log(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" "));
+    const ordinal = this.#logOrdinal++;
+    const { journal, secrets } = this.#services;
+    if (ordinal < journal.counter("play_log")) return;
+    journal.bump("play_log");
+    this.#log(secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" ")));
+  }
+
+  /** The executor's row context plus child plays and fetch (the executor itself knows only tools). */
+  #rowContext(rc: RowContext): RowContext {
+    const { children, egress, secrets } = this.#services;
+    return {
+      rowKey: rc.rowKey,
+      signal: rc.signal,
+      tool: rc.tool,
+      log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(String(a)))),
+      runPlay: (play, input, options = {}) => children.run(play, input, options, rc.rowKey) as Promise<any>,
+      fetch: (url, init) => egress.fetch(url, init),
+    };
   }
 }
 

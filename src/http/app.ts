@@ -9,6 +9,7 @@ import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
 import { liveRoutes } from "./live";
 import { runRoutes } from "./runs";
+import { signalRoutes } from "./signals";
 
 export type AppEnv = { Bindings: Env; Variables: { org: string } };
 
@@ -43,6 +44,7 @@ app.use(
 app.route("/v1", runRoutes);
 app.route("/v1", datasetRoutes);
 app.route("/v1", liveRoutes);
+app.route("/v1", signalRoutes);
 
 // Tool dispatch: the org's provider pacing, and the test-only fault plan (404 outside test mode).
 app.route("/v1/pacing", pacingRoutes);

@@ -37,7 +37,7 @@ const RUN_ID = /^run_[0-9a-f]{32}$/;
 const IDEMPOTENCY_KEY = /^[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?$/;
 
 /** The request's `Idempotency-Key`, validated; null without one. */
-function idempotencyKeyOf(request: Request): string | null {
+export function idempotencyKeyOf(request: Request): string | null {
   const key = request.headers.get("Idempotency-Key");
   if (key === null) return null;
   if (!IDEMPOTENCY_KEY.test(key)) {

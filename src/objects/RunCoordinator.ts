@@ -1,12 +1,16 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
 import { z } from "zod";
+import { ChildWaiters, recordChildEnd } from "../engine/child-plays";
 import { policyFor, type RuntimePolicy } from "../engine/policy";
+import { deliverSignal, EVENT_KEY } from "../engine/waits";
 import { SubrequestMeter, type DatasetLocation } from "../engine/shard-clients";
 import { playRegistry } from "../plays";
+import { JournalStore } from "../run/journal-store";
 import { LiveFeed, type LiveState } from "../run/live-feed";
 import { Redactor, secretsFromEnv } from "../run/redact";
 import { driveRun } from "../run/run-driver";
-import { RunStore, TERMINAL, type LedgerEvent } from "../run/run-store";
+import { cancelChildren, ChildFinished, tellParents } from "../run/run-links";
+import { RunStore, TERMINAL, type LedgerEvent, type RunStatus } from "../run/run-store";
 import { runMigrations } from "../run/schema";
 import { runView, type RunView } from "../run/run-view";
 import { createSql, migrate } from "../storage/sql";
@@ -20,8 +24,16 @@ export const StartRun = z.object({
   force: z.boolean(),
   forceToolRefresh: z.boolean(),
   parentRunId: z.string().max(100).nullable(),
+  /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
+  depth: z.number().int().min(0).max(64).optional(),
 });
 export type StartRun = z.infer<typeof StartRun>;
+
+/** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
+export type SignalResult =
+  | { outcome: "not_found" }
+  | { outcome: "finished"; status: RunStatus }
+  | { outcome: "accepted"; status: RunStatus; consumed: boolean; duplicate: boolean };
 
 /**
  * Set by the Worker on a live (WebSocket) request it forwards: the org whose
@@ -59,10 +71,15 @@ export class RunCoordinator extends Server<Env> {
   #driving: AbortController | null = null;
   #feed: LiveFeed;
   #redactor: Redactor;
+  #journal: JournalStore;
+  #waiters = new ChildWaiters();
+  /** A signal or a child's end arrived while the play was being driven: drive it again at once. */
+  #wakeRequested = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
+    this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#policy = policyFor(env);
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
     this.#feed = new LiveFeed({
@@ -76,11 +93,43 @@ export class RunCoordinator extends Server<Env> {
   async start(request: StartRun): Promise<RunView> {
     const init = StartRun.parse(request);
     const now = Date.now();
-    if (this.#store.create({ ...init, deadlineAt: now + RUN_DEADLINE_MS }, init.input)) {
+    const created = this.#store.create({ ...init, deadlineAt: now + RUN_DEADLINE_MS }, init.input);
+    // A parent (the first, or another run of the same child identity) is told when this run ends.
+    if (init.parentRunId !== null && !TERMINAL.has(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
+    if (created) {
       await this.#syncDirectory();
       await this.ctx.storage.setAlarm(now);
     }
     return runView(this.#store)!;
+  }
+
+  /**
+   * Delivers `data` to the play's `ctx.waitForEvent(eventKey)`: the oldest
+   * wait on the key takes it now (and the run is woken), or it is kept for
+   * the next one. With `dedupeKey`, a repeated delivery is dropped.
+   */
+  async signal(org: string, eventKey: string, data: unknown, dedupeKey: string | null): Promise<SignalResult> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return { outcome: "not_found" };
+    if (TERMINAL.has(run.status)) return { outcome: "finished", status: run.status };
+    if (!EVENT_KEY.test(eventKey)) throw new Error(`[invalid_request] event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
+    const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
+    if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
+    if (consumedBy) {
+      this.#emit("wait.finished", { kind: "event", key: consumedBy, eventKey, outcome: "signal" });
+      await this.#wake();
+    }
+    return { outcome: "accepted", status: this.#store.run()!.status, consumed: consumedBy !== null, duplicate };
+  }
+
+  /** A child run ended (told by the child's coordinator): record it and wake the play. Idempotent. */
+  async childFinished(message: ChildFinished): Promise<void> {
+    const end = ChildFinished.parse(message);
+    const run = this.#store.run();
+    if (!run || TERMINAL.has(run.status)) return;
+    const ended = recordChildEnd(this.#journal, { ...end, error: end.error ? { code: end.error.code, message: end.error.message } : null }, (type, data) => this.#emit(type, data));
+    this.#waiters.notify(end.childRunId);
+    if (ended > 0) await this.#wake();
   }
 
   /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */
@@ -152,12 +201,16 @@ export class RunCoordinator extends Server<Env> {
     if (this.#driving) return;
     const controller = new AbortController();
     this.#driving = controller;
+    this.#wakeRequested = false;
+    const wasTerminal = TERMINAL.has(this.#store.run()?.status ?? "queued");
     const meter = new SubrequestMeter();
     let next: number | null = null;
     try {
       next = await driveRun({
         env: this.env,
         store: this.#store,
+        journal: this.#journal,
+        waiters: this.#waiters,
         policy: this.#policy,
         plays: playRegistry(this.env),
         tools: toolRegistry(this.env),
@@ -172,7 +225,17 @@ export class RunCoordinator extends Server<Env> {
       this.#driving = null;
       this.#store.addUsage(meter);
     }
+    if (next !== null && this.#wakeRequested) next = Date.now();
     if (next !== null) await this.ctx.storage.setAlarm(next);
+    const links = { env: this.env, store: this.#store, journal: this.#journal, log: (line: string) => this.#emit("log.appended", { line }) };
+    if (!wasTerminal) await cancelChildren(links);
+    await tellParents(links);
+  }
+
+  /** Drives the run again at once (after the current invocation, if one is running). */
+  async #wake(): Promise<void> {
+    if (this.#driving) this.#wakeRequested = true;
+    else if (!TERMINAL.has(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */

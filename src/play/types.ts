@@ -44,8 +44,59 @@ export interface ToolCallOptions {
   receiptWaitMs?: number;
 }
 
-/** Given to each field function: the row's identity and the tool caller. */
-export interface RowContext extends ToolCaller {
+/** Options of `ctx.runPlay`. */
+export interface RunPlayOptions {
+  /**
+   * Tells apart calls of the same play with the same input. Without it they
+   * are one child: a second identical call gets the first one's result.
+   */
+  key?: string;
+  /**
+   * Stop waiting after this long: the call throws `child_timeout`, and a
+   * child this run started is cancelled.
+   */
+  timeoutMs?: number;
+  /** A completed child that ended longer ago than this is not reused: a new one runs. */
+  staleAfterSeconds?: number;
+}
+
+/** What a play and each of its rows may call besides tools: child plays and safe egress. */
+export interface PlayCaller {
+  /**
+   * Runs another play as a child run (its own coordinator, listed by
+   * `GET /v1/runs` with this run as `parentRunId`) and returns its result.
+   * Durable: the child is identified by (play name, the play's code, its
+   * input, `key`), so a replay, a retry or a rerun of this run never starts
+   * it twice; a completed child is reused, a failed one runs again on a new
+   * call. Limits: `maxPlayDepth` nesting, `maxChildrenPerRun` children.
+   *
+   * At play level the run is `waiting` while the child runs. Inside a field
+   * function each row runs its own child (bounded concurrency); a row whose
+   * child runs long makes its chunk yield until the child ends.
+   *
+   * @throws TerminalError `child_failed` / `child_cancelled` / `child_timeout`
+   *   when the child did not complete; inside `ctx.map` the row fails.
+   * @example
+   * const leads = await ctx.runPlay("demo-enrich", { rows }, { key: account.id });
+   */
+  runPlay<T = any>(play: string, input: unknown, options?: RunPlayOptions): Promise<T>;
+  /**
+   * `fetch` for plays: http(s) to public hosts only (loopback, private,
+   * link-local and metadata addresses are refused, every redirect checked),
+   * the org's `EGRESS_ALLOWLIST`, bounded request and response sizes, a
+   * timeout. Secret header values never reach logs or errors. Not memoized:
+   * a replay fetches again, so use it for idempotent reads; make billed or
+   * changing calls tools.
+   *
+   * @throws EgressError with a code such as `egress_forbidden_address`.
+   * @example
+   * const page = await ctx.fetch("https://api.example.com/v1/company?domain=acme.com", { headers: { Authorization: `Bearer ${key}` } });
+   */
+  fetch(url: string | URL, init?: RequestInit): Promise<Response>;
+}
+
+/** Given to each field function: the row's identity, the tool caller, child plays and fetch. */
+export interface RowContext extends ToolCaller, PlayCaller {
   readonly rowKey: string;
   /** Aborted when the run is cancelled or this attempt lost its lease. */
   readonly signal: AbortSignal;
@@ -84,9 +135,28 @@ export interface DatasetHandle {
   rows(page?: { offset?: number; limit?: number }): Promise<Row[]>;
 }
 
-export interface PlayContext extends ToolCaller {
+export interface PlayContext extends ToolCaller, PlayCaller {
   readonly runId: string;
   readonly org: string;
+  /**
+   * Waits for `POST /v1/runs/<runId>/signals/<eventKey>` and returns its
+   * `data`. A signal sent before the wait began is kept for it; each signal
+   * is taken by one wait. While it waits the run is `waiting` and costs
+   * nothing (no invocation, no timer: one alarm at its earliest deadline).
+   *
+   * @throws TerminalError `event_timeout` when `timeoutMs` passes first.
+   * @example
+   * const decision = await ctx.waitForEvent<{ ok: boolean }>("approve", { timeoutMs: 86_400_000 });
+   */
+  waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T>;
+  /**
+   * A durable sleep: the run is `waiting` and the coordinator's alarm wakes
+   * it; an eviction or restart meanwhile changes nothing.
+   *
+   * @example
+   * await ctx.sleep(60_000);
+   */
+  sleep(ms: number): Promise<void>;
   /**
    * Computes `fields` for every row into the persistent dataset `name`.
    * Rows completed by an earlier run are reused; failed rows run again.
@@ -103,6 +173,11 @@ export interface PlayDefinition<Input = any, Result = unknown> {
   /** Unique, `[a-z0-9-]`, used in `POST /v1/runs`. */
   name: string;
   description: string;
+  /**
+   * Part of a child run's identity with the play's code: bump it to make
+   * parents start this play afresh instead of reusing children that completed.
+   */
+  version?: string;
   /** Validates (and may transform) the run's input at submit time. */
   input: z.ZodType<Input, any>;
   run(ctx: PlayContext, input: Input): Promise<Result>;

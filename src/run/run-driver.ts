@@ -4,19 +4,27 @@
  * the coordinator's alarm should fire again, or null once the run is terminal.
  */
 import { createDispatchServices } from "../dispatch/services";
+import { ChildPlays, type ChildWaiters } from "../engine/child-plays";
 import { InfraError, MapRunner, YieldSignal } from "../engine/map-runner";
-import { RunContext } from "../engine/play-context";
+import { RunContext, type PlayServices } from "../engine/play-context";
+import { PlayFetch, SecretValues } from "../engine/play-fetch";
+import { WaitSignal, Waits, waitPolicyFor } from "../engine/waits";
 import type { RuntimePolicy } from "../engine/policy";
 import { ReceiptClient, SheetClient, SubrequestMeter } from "../engine/shard-clients";
 import type { PlayDefinition, ToolDefinition } from "../play/types";
 import { codeOf, messageOf } from "../shared/errors";
 import { faultProbeFor } from "../testing/faults";
-import type { RunError, RunStore } from "./run-store";
+import type { JournalStore } from "./journal-store";
+import type { RunError, RunRecord, RunStore } from "./run-store";
 import { MAX_RESTORE_TRIES } from "./salvage-store";
 
 export interface DriveOptions {
   env: Env;
   store: RunStore;
+  /** The run's waits: child plays, events, sleeps, signals. */
+  journal: JournalStore;
+  /** In-process waits of rows for their children's messages. */
+  waiters: ChildWaiters;
   policy: RuntimePolicy;
   plays: ReadonlyMap<string, PlayDefinition>;
   tools: ReadonlyMap<string, ToolDefinition>;
@@ -44,9 +52,9 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   if (now() >= run.deadlineAt) {
     return finish(o, "failed", { error: { code: "deadline_exceeded", message: `the run passed its runtime limit at ${new Date(run.deadlineAt).toISOString()}` } });
   }
-  if (run.status === "queued") {
+  if (run.status === "queued" || run.status === "waiting") {
     store.setStatus("running");
-    o.emit("run.started", { play: run.play, runAttempt: run.runAttempt });
+    if (run.status === "queued") o.emit("run.started", { play: run.play, runAttempt: run.runAttempt, parentRunId: run.parentRunId, depth: run.depth });
     await o.onStatus();
   }
   if (store.runningChunks() > 0) {
@@ -61,30 +69,73 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
 
   const log = (line: string) => o.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE) });
   const meter = o.meter ?? new SubrequestMeter();
+  // A row whose child runs long stops this invocation the way a cancel would, except that the run goes on (waiting).
+  const suspension = new AbortController();
+  const signal = AbortSignal.any([o.signal, suspension.signal]);
   const dispatch = createDispatchServices({
-    env: o.env, run, tools: o.tools, policy: o.policy, signal: o.signal, meter, faults: faultProbeFor(o.env), log, now,
+    env: o.env, run, tools: o.tools, policy: o.policy, signal, meter, faults: faultProbeFor(o.env), log, now,
     // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
     salvage: (entry) => store.salvage.add(entry),
   });
-  const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal: o.signal, log, emit: o.emit, now, dispatch });
-  const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log });
+  const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal, log, emit: o.emit, now, dispatch });
+  const services = playServices(o, run, { signal, suspension, meter, log });
+  const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log, services });
   try {
-    return await drivePlay(o, play, ctx, log);
+    await services.children.checkDue();
+    return await drivePlay(o, play, ctx, log, services, suspension.signal);
   } finally {
     await dispatch.pacers.closeAll();
   }
 }
 
-async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void): Promise<number | null> {
+/** Child plays, waits and fetch for this invocation. */
+function playServices(o: DriveOptions, run: RunRecord, x: { signal: AbortSignal; suspension: AbortController; meter: SubrequestMeter; log(line: string): void }): PlayServices {
+  const waits = new Waits({ journal: o.journal, now: o.now, emit: o.emit, deadlineAt: run.deadlineAt });
+  const secrets = new SecretValues();
+  const children = new ChildPlays({
+    env: o.env, run, journal: o.journal, plays: o.plays, policy: waitPolicyFor(o.env), waiters: o.waiters, waits, meter: x.meter, signal: x.signal, emit: o.emit, log: x.log, now: o.now,
+    suspend: (resumeAt, reason) => {
+      if (!x.suspension.signal.aborted) {
+        x.log(`${reason}: this invocation yields; the map goes on when the child ends`);
+        x.suspension.abort(new WaitSignal(resumeAt, reason));
+      }
+      return x.suspension.signal.reason as Error;
+    },
+  });
+  return { children, waits, secrets, journal: o.journal, egress: new PlayFetch({ env: o.env, org: run.org, signal: x.signal, secrets }) };
+}
+
+/**
+ * Parks the run: `waiting` when it waits on the journal (a wait, a sleep, a
+ * child), and the alarm at the earliest of its deadlines and the run's limit.
+ */
+async function park(o: DriveOptions, resumeAt: number, waiting: boolean): Promise<number> {
+  const due = o.journal.nextDue();
+  const at = Math.min(resumeAt, due ?? resumeAt, o.store.run()!.deadlineAt);
+  if (waiting) {
+    o.store.setStatus("waiting");
+    await o.onStatus();
+  }
+  return at;
+}
+
+async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void, services: PlayServices, suspended: AbortSignal): Promise<number | null> {
   const { store, now } = o;
   try {
     const result = await play.run(ctx, store.input());
+    await services.children.idle();
     store.noteInfraFailure(true);
     return finish(o, "completed", { result: result ?? null });
   } catch (error) {
+    // Child submits still in flight are answered (and recorded) before the invocation ends.
+    await services.children.idle();
     if (error instanceof YieldSignal) {
       store.noteInfraFailure(true);
-      return error.resumeAt;
+      return park(o, error.resumeAt, error instanceof WaitSignal || suspended.aborted);
+    }
+    if (suspended.aborted && !o.signal.aborted && !store.run()!.cancelRequested) {
+      store.noteInfraFailure(true);
+      return park(o, (suspended.reason as YieldSignal).resumeAt, true);
     }
     if (o.signal.aborted || store.run()!.cancelRequested) return finish(o, "cancelled", {});
     if (error instanceof InfraError) {

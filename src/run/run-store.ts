@@ -22,6 +22,8 @@ export interface RunRecord {
   org: string;
   play: string;
   parentRunId: string | null;
+  /** How deeply this run is nested under parent plays: 0 for a run submitted over HTTP. */
+  depth: number;
   status: RunStatus;
   force: boolean;
   forceToolRefresh: boolean;
@@ -80,6 +82,7 @@ type RunRow = {
   run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
   cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; deadline_at: number; created_at: number; updated_at: number;
+  depth: number;
 };
 
 function rowToRun(r: RunRow): RunRecord {
@@ -88,6 +91,7 @@ function rowToRun(r: RunRow): RunRecord {
     org: r.org,
     play: r.play,
     parentRunId: r.parent_run_id,
+    depth: r.depth,
     status: r.status as RunStatus,
     force: r.force === 1,
     forceToolRefresh: r.force_tool_refresh === 1,
@@ -121,11 +125,11 @@ export class RunStore {
   }
 
   /** Records a new run and its input; a no-op if the run exists (idempotent start). */
-  create(init: { runId: string; org: string; play: string; parentRunId: string | null; force: boolean; forceToolRefresh: boolean; deadlineAt: number }, input: unknown): boolean {
+  create(init: { runId: string; org: string; play: string; parentRunId: string | null; depth?: number; force: boolean; forceToolRefresh: boolean; deadlineAt: number }, input: unknown): boolean {
     if (this.run()) return false;
     const now = this.#now();
-    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, status, force, force_tool_refresh, deadline_at, created_at, updated_at)
-      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${now}, ${now})`;
+    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, created_at, updated_at)
+      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${now}, ${now})`;
     const text = JSON.stringify(input);
     for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
       this.#sql.write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;

@@ -64,4 +64,37 @@ export const runMigrations = [
     restore_tries INTEGER NOT NULL DEFAULT 0
   );
   `,
+  // Child plays, durable waits and signals (src/run/journal-store.ts): the run's nesting depth, the
+  // journal of waits, signals kept until a wait takes them, parents to tell when the run ends.
+  `
+  ALTER TABLE run ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE waits (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('sleep', 'event', 'child')),
+    state TEXT NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'done', 'failed')),
+    event_key TEXT,
+    child_play TEXT,
+    child_run_id TEXT,
+    child_owned INTEGER NOT NULL DEFAULT 0,
+    due_at INTEGER,
+    timeout_at INTEGER,
+    result TEXT,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE INDEX waits_due ON waits (due_at) WHERE state = 'waiting';
+  CREATE INDEX waits_child ON waits (child_run_id);
+  CREATE TABLE signals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_key TEXT NOT NULL,
+    data TEXT NOT NULL,
+    dedupe_key TEXT UNIQUE,
+    consumed_by TEXT,
+    at INTEGER NOT NULL
+  );
+  CREATE INDEX signals_open ON signals (event_key, seq) WHERE consumed_by IS NULL;
+  CREATE TABLE watchers (run_id TEXT PRIMARY KEY, notified INTEGER NOT NULL DEFAULT 0);
+  CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+  `,
 ];

@@ -1,0 +1,45 @@
+/** Signals: external events delivered to a play's `ctx.waitForEvent` (API.md "Events and live progress"). */
+import { Hono } from "hono";
+import { EVENT_KEY } from "../engine/waits";
+import { TroupeError, ValidationError } from "../shared/errors";
+import type { AppEnv } from "./app";
+import { coordinatorOf, idempotencyKeyOf, readJsonBody, runNotFound } from "./runs";
+
+/** The largest `data` a signal may carry, as JSON. */
+export const MAX_SIGNAL_BYTES = 64 * 1024;
+
+export const signalRoutes = new Hono<AppEnv>();
+
+/**
+ * `POST /v1/runs/<runId>/signals/<eventKey>` with `{ "data": ... }` → 202
+ * `{ runId, eventKey, status, consumed, duplicate }`. `consumed`: a waiting
+ * `ctx.waitForEvent(eventKey)` took it now; otherwise it is kept for the next
+ * wait on that key. An `Idempotency-Key` header makes a repeated delivery a
+ * no-op. A run that already ended → 409 `run_finished`.
+ */
+signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
+  const runId = c.req.param("runId");
+  const eventKey = c.req.param("eventKey");
+  const coordinator = coordinatorOf(c.env, runId);
+  if (!EVENT_KEY.test(eventKey)) {
+    throw new ValidationError(`the event key must match ${EVENT_KEY.source}`, [{ path: "eventKey", message: `must match ${EVENT_KEY.source}` }]);
+  }
+  const dedupeKey = idempotencyKeyOf(c.req.raw);
+  const body = await readJsonBody(c.req.raw);
+  if (!body || typeof body !== "object" || Array.isArray(body) || !Object.hasOwn(body, "data")) {
+    throw new ValidationError('the body must be a JSON object { "data": ... }', [{ path: "data", message: "required" }]);
+  }
+  const extra = Object.keys(body).filter((k) => k !== "data");
+  if (extra.length) throw new ValidationError(`unknown fields: ${extra.join(", ")}`, extra.map((path) => ({ path, message: "unknown field" })));
+  const data = (body as { data: unknown }).data;
+  const size = new TextEncoder().encode(JSON.stringify(data)).length;
+  if (size > MAX_SIGNAL_BYTES) {
+    throw new ValidationError(`data is ${size} bytes of JSON; a signal carries at most ${MAX_SIGNAL_BYTES}`, [{ path: "data", message: `at most ${MAX_SIGNAL_BYTES} bytes` }]);
+  }
+  const result = await coordinator.signal(c.get("org"), eventKey, data, dedupeKey);
+  if (result.outcome === "not_found") throw runNotFound(runId);
+  if (result.outcome === "finished") {
+    throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, { status: 409 });
+  }
+  return c.json({ runId, eventKey, status: result.status, consumed: result.consumed, duplicate: result.duplicate }, 202);
+});
