@@ -12,6 +12,8 @@ export default defineConfig({
           API_TOKENS: JSON.stringify({ "dev-token": "dev", "other-token": "other" }),
           // A tool credential: log lines that quote it must come out redacted.
           SIM_API_KEY: "sim-secret-credential-7f3a9c",
+          // ctx.fetch: org "other" may fetch only these hosts; every other org has no allowlist.
+          EGRESS_ALLOWLIST: JSON.stringify({ other: ["allowed.example", "*.allowed.example"] }),
         },
       },
     }),

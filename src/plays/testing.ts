@@ -64,4 +64,117 @@ export const testCalls = definePlay({
   },
 });
 
-export const testPlays = [testMap, testTool, testCalls];
+/** A child play for the child-play tests: doubles `n`, after an optional sleep or signal, or fails on purpose. */
+export const testLeaf = definePlay({
+  name: "test-leaf",
+  description: "test only: a child play that returns { n, doubled }",
+  input: z.object({ n: z.number(), fail: z.boolean().optional(), sleepMs: z.number().optional(), waitForSignal: z.boolean().optional() }),
+  async run(ctx, input) {
+    if (input.sleepMs) await ctx.sleep(input.sleepMs);
+    if (input.waitForSignal) await ctx.waitForEvent("go");
+    if (input.fail) throw new Error(`leaf ${input.n} failed on purpose`);
+    return { n: input.n, doubled: input.n * 2 };
+  },
+});
+
+/** ctx.runPlay at play level: one child (twice with `twice`: the same call is one child). */
+export const testParent = definePlay({
+  name: "test-parent",
+  description: "test only: ctx.runPlay at play level",
+  input: z.object({ leaf: z.unknown(), timeoutMs: z.number().optional(), key: z.string().optional(), twice: z.boolean().optional() }),
+  async run(ctx, input) {
+    const first = await ctx.runPlay("test-leaf", input.leaf, { timeoutMs: input.timeoutMs, key: input.key });
+    const second = input.twice ? await ctx.runPlay("test-leaf", input.leaf, { timeoutMs: input.timeoutMs, key: input.key }) : null;
+    return { first, second };
+  },
+});
+
+/** Nests itself `levels` deep: past the depth limit the deepest run fails. */
+export const testNest = definePlay({
+  name: "test-nest",
+  description: "test only: runs itself as a child until levels reaches 0",
+  input: z.object({ levels: z.number().int().min(0).max(20), tag: z.string().optional() }),
+  async run(ctx, input): Promise<{ levels: number; below: unknown }> {
+    const below = input.levels > 0 ? await ctx.runPlay("test-nest", { levels: input.levels - 1, tag: input.tag }) : null;
+    return { levels: input.levels, below };
+  },
+});
+
+/** One child play per row (`test-leaf` of the row's n). */
+export const testMapChildren = definePlay({
+  name: "test-map-children",
+  description: "test only: ctx.runPlay inside ctx.map, one child per row",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), n: z.number(), fail: z.boolean().optional(), sleepMs: z.number().optional() })).max(500) }),
+  async run(ctx, input) {
+    const kids = await ctx.map("kids", input.rows, {
+      child: (row, c) => c.runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs }),
+    }, { key: "id" });
+    return { total: kids.total, completed: kids.completed, failed: kids.failed };
+  },
+});
+
+/** Waits for signals on `keys`, one after another or all at once; `catchTimeout` returns a timeout instead of failing. */
+export const testWaits = definePlay({
+  name: "test-waits",
+  description: "test only: ctx.waitForEvent on several keys",
+  input: z.object({ keys: z.array(z.string()).min(1).max(5), timeoutMs: z.number().optional(), parallel: z.boolean().default(false), catchTimeout: z.boolean().default(false) }),
+  async run(ctx, input) {
+    ctx.log("waiting for", input.keys.join(","));
+    try {
+      const got = input.parallel
+        ? await Promise.all(input.keys.map((key) => ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })))
+        : await input.keys.reduce<Promise<unknown[]>>(async (acc, key) => [...(await acc), await ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })], Promise.resolve([]));
+      ctx.log("got every signal");
+      return { got };
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (input.catchTimeout && code === "event_timeout") return { timedOut: code, message: (error as Error).message };
+      throw error;
+    }
+  },
+});
+
+/** Logs, sleeps durably, logs again. */
+export const testSleep = definePlay({
+  name: "test-sleep",
+  description: "test only: ctx.sleep between two log lines",
+  input: z.object({ ms: z.number(), tag: z.string() }),
+  async run(ctx, input) {
+    ctx.log(`before sleep ${input.tag}`);
+    await ctx.sleep(input.ms);
+    ctx.log(`after sleep ${input.tag}`);
+    return { slept: input.ms };
+  },
+});
+
+/**
+ * ctx.fetch of each row's URL (and of `playUrl` at play level), with the given
+ * headers; each outcome is `{ ok, status }` or the error's `{ code, message }`.
+ * `logHeaders` logs the headers, to check that their secret values are redacted.
+ */
+export const testFetch = definePlay({
+  name: "test-fetch",
+  description: "test only: ctx.fetch from rows and from the play",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), url: z.string() })).max(100),
+    headers: z.record(z.string(), z.string()).default({}),
+    playUrl: z.string().optional(),
+    logHeaders: z.boolean().default(false),
+  }),
+  async run(ctx, input) {
+    const attempt = async (fetcher: { fetch(url: string, init?: RequestInit): Promise<Response> }, url: string, log: (...args: unknown[]) => void) => {
+      try {
+        const res = await fetcher.fetch(url, { headers: input.headers });
+        return { ok: true, status: res.status };
+      } catch (error) {
+        if (input.logHeaders) log("fetch failed with headers", JSON.stringify(input.headers));
+        return { ok: false, code: (error as { code?: string }).code ?? null, message: (error as Error).message };
+      }
+    };
+    const playLevel = input.playUrl ? await attempt(ctx, input.playUrl, (...a) => ctx.log(...a)) : null;
+    const fetched = await ctx.map("fetches", input.rows, { outcome: (row, c) => attempt(c, String(row.url), (...a) => c.log(...a)) }, { key: "id" });
+    return { playLevel, completed: fetched.completed, failed: fetched.failed };
+  },
+});
+
+export const testPlays = [testMap, testTool, testCalls, testLeaf, testParent, testNest, testMapChildren, testWaits, testSleep, testFetch];

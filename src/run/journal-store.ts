@@ -139,9 +139,10 @@ export class JournalStore {
    * carrying the same key is dropped (`duplicate`).
    */
   addSignal(eventKey: string, dataJson: string, dedupeKey: string | null): { seq: number; duplicate: boolean } {
-    const written = this.#sql.write`INSERT INTO signals (event_key, data, dedupe_key, at) VALUES (${eventKey}, ${dataJson}, ${dedupeKey}, ${this.#now()})
-      ON CONFLICT (dedupe_key) DO NOTHING`;
-    if (written === 0) return { seq: this.#sql<{ seq: number }>`SELECT seq FROM signals WHERE dedupe_key = ${dedupeKey}`[0]!.seq, duplicate: true };
+    // Looked up first (rowsWritten cannot tell: an ignored insert still touches the AUTOINCREMENT sequence).
+    const seen = dedupeKey === null ? undefined : this.#sql<{ seq: number }>`SELECT seq FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
+    if (seen) return { seq: seen.seq, duplicate: true };
+    this.#sql.write`INSERT INTO signals (event_key, data, dedupe_key, at) VALUES (${eventKey}, ${dataJson}, ${dedupeKey}, ${this.#now()})`;
     return { seq: this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq, duplicate: false };
   }
 

@@ -1,0 +1,170 @@
+import { abortAllDurableObjects } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { allEvents, api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+let unique = 0;
+const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
+/** A number no other test uses: child identities are shared by the whole org. */
+const uniqueN = () => Date.now() * 1000 + unique++;
+
+/** The org's runs whose parent is `parentRunId`. */
+async function childrenOf(parentRunId: string): Promise<any[]> {
+  const { body } = await apiJson("/v1/runs?limit=200");
+  return body.runs.filter((r: any) => r.parentRunId === parentRunId);
+}
+
+describe("ctx.runPlay at play level", () => {
+  it("runs the child as its own run, linked to the parent both ways, and a rerun reuses it", async () => {
+    const n = uniqueN();
+    const parent = await waitForRun(await startRun("test-parent", { leaf: { n } }));
+    expect(parent.status).toBe("completed");
+    expect(parent.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
+
+    const [child, ...others] = await childrenOf(parent.runId);
+    expect(others).toHaveLength(0);
+    expect(child).toMatchObject({ play: "test-leaf", status: "completed", parentRunId: parent.runId });
+    expect(child.runId).toMatch(/^run_[0-9a-f]{32}$/);
+    const childView = (await apiJson(`/v1/runs/${child.runId}`)).body;
+    expect(childView).toMatchObject({ status: "completed", parentRunId: parent.runId, result: { n, doubled: 2 * n } });
+
+    const childEvents = await allEvents(child.runId);
+    expect(childEvents[0]).toMatchObject({ type: "run.started", parentRunId: parent.runId, depth: 1 });
+    const parentEvents = await allEvents(parent.runId);
+    expect(parentEvents.filter((e) => e.type === "child.started")).toEqual([expect.objectContaining({ childRunId: child.runId, play: "test-leaf", reused: false })]);
+    expect(parentEvents.filter((e) => e.type === "child.finished")).toEqual([expect.objectContaining({ childRunId: child.runId, status: "completed" })]);
+
+    const rerun = await apiJson(`/v1/runs/${parent.runId}/rerun`, { method: "POST" });
+    const again = await waitForRun(rerun.body.runId);
+    expect(again.result).toEqual(parent.result);
+    expect(await childrenOf(again.runId)).toHaveLength(0);
+    expect((await allEvents(again.runId)).filter((e) => e.type === "child.started")).toEqual([expect.objectContaining({ childRunId: child.runId, reused: true })]);
+  });
+
+  it("makes two identical calls one child, and a distinct key another", async () => {
+    const n = uniqueN();
+    const twice = await waitForRun(await startRun("test-parent", { leaf: { n }, twice: true }));
+    expect(twice.result.second).toEqual(twice.result.first);
+    expect(await childrenOf(twice.runId)).toHaveLength(1);
+    const keyed = await waitForRun(await startRun("test-parent", { leaf: { n }, key: "another" }));
+    expect(keyed.status).toBe("completed");
+    expect(await childrenOf(keyed.runId)).toHaveLength(1);
+  });
+
+  it("surfaces a child's failure as a child_failed error of the call, and runs a failed child again on a rerun", async () => {
+    const n = uniqueN();
+    const parent = await waitForRun(await startRun("test-parent", { leaf: { n, fail: true } }));
+    expect(parent.status).toBe("failed");
+    expect(parent.error.code).toBe("child_failed");
+    expect(parent.error.message).toContain(`leaf ${n} failed on purpose`);
+    const [child] = await childrenOf(parent.runId);
+    expect(child.status).toBe("failed");
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${parent.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.status).toBe("failed");
+    const [again] = await childrenOf(rerun.runId);
+    expect(again.runId).not.toBe(child.runId);
+  });
+
+  it("stops waiting after timeoutMs with child_timeout, and cancels the child it started", async () => {
+    const parent = await waitForRun(await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true }, timeoutMs: 300 }));
+    expect(parent.status).toBe("failed");
+    expect(parent.error).toMatchObject({ code: "child_timeout" });
+    expect(parent.error.message).toContain("did not finish within 300 ms");
+    const [child] = await childrenOf(parent.runId);
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+  });
+
+  it("cancels the children a cancelled parent waits on", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(parentId);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
+    expect((await waitForRun(parentId)).status).toBe("cancelled");
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+  });
+});
+
+describe("governance of child plays", () => {
+  it("nests plays up to maxPlayDepth, and fails the call past it with a message naming the limit", async () => {
+    const ok = await waitForRun(await startRun("test-nest", { levels: 3, tag: tag("deep") }));
+    expect(ok.status).toBe("completed");
+    expect(ok.result).toEqual({ levels: 3, below: { levels: 2, below: { levels: 1, below: { levels: 0, below: null } } } });
+
+    const tooDeep = await waitForRun(await startRun("test-nest", { levels: 5, tag: tag("deeper") }));
+    expect(tooDeep.status).toBe("failed");
+    expect(tooDeep.error.code).toBe("child_failed");
+    expect(tooDeep.error.message).toContain("play_depth_exceeded");
+    expect(tooDeep.error.message).toContain("at most 3 deep (maxPlayDepth)");
+  });
+
+  it("starts at most maxChildrenPerRun children; the rows past it fail naming the limit", async () => {
+    const base = uniqueN();
+    const rows = Array.from({ length: 30 }, (_, i) => ({ id: `r${i}`, n: base + i }));
+    const run = await waitForRun(await startRun("test-map-children", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ total: 30, completed: 25, failed: 5 });
+    const stored = await datasetRows(run.runId, "kids");
+    const failed = stored.filter((r) => r._status === "failed");
+    expect(failed).toHaveLength(5);
+    for (const row of failed) expect(row._error).toContain("at most 25 child plays (maxChildrenPerRun)");
+    for (const row of stored.filter((r) => r._status === "completed")) expect(row.child).toEqual({ n: row.n, doubled: 2 * row.n });
+    expect(await childrenOf(run.runId)).toHaveLength(25);
+  });
+
+  it("fails only the row whose child failed", async () => {
+    const base = uniqueN();
+    const rows = [0, 1, 2].map((i) => ({ id: `f${i}`, n: base + i, fail: i === 1 }));
+    const run = await waitForRun(await startRun("test-map-children", { rows }));
+    expect(run.result).toMatchObject({ completed: 2, failed: 1 });
+    const stored = await datasetRows(run.runId, "kids");
+    expect(stored[1]).toMatchObject({ _status: "failed", _error: expect.stringContaining(`leaf ${base + 1} failed on purpose`) });
+  });
+});
+
+describe("ctx.runPlay inside ctx.map", () => {
+  it("a row whose child runs long makes its chunk yield (the run waits), then completes with the child's result", async () => {
+    const base = uniqueN();
+    const rows = [0, 1, 2].map((i) => ({ id: `s${i}`, n: base + i, sleepMs: i === 2 ? 1_500 : 0 }));
+    const runId = await startRun("test-map-children", { rows });
+    const run = await waitForRun(runId);
+    expect(run.result).toMatchObject({ completed: 3, failed: 0 });
+    const stored = await datasetRows(runId, "kids");
+    expect(stored.map((r) => r.child)).toEqual(rows.map((r) => ({ n: r.n, doubled: 2 * r.n })));
+    const lines = (await allEvents(runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(lines.some((line) => line.includes("this invocation yields"))).toBe(true);
+    expect(await childrenOf(runId)).toHaveLength(3);
+  });
+
+  it("demo-accounts: 20 rows, one child each, every coordinator aborted mid-run: each child runs once and the parent completes", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 25 } });
+    try {
+      const domain = `${tag("acct")}.test`;
+      const accounts = Array.from({ length: 20 }, (_, a) => ({ id: `a${a}`, domain, people: [0, 1, 2].map((p) => `Person ${a} ${p}`) }));
+      const runId = await startRun("demo-accounts", { accounts });
+      for (const wanted of [3, 12]) {
+        for (let i = 0; i < 2000 && (await childrenOf(runId)).length < wanted; i++) await new Promise((r) => setTimeout(r, 10));
+        await abortAllDurableObjects();
+      }
+      const run = await waitForRun(runId, { timeoutMs: 90_000 });
+      expect(run.status).toBe("completed");
+      expect(run.result).toEqual({ rows: 20, failed: 0 });
+      const stored = await datasetRows(runId, "accounts");
+      expect(stored.map((r) => [r._key, r._status, r.leads])).toEqual(accounts.map((a) => [a.id, "completed", { rows: 3, failed: 0 }]));
+
+      const children = await childrenOf(runId);
+      expect(children).toHaveLength(20);
+      expect(new Set(children.map((c) => c.runId)).size).toBe(20);
+      expect(children.every((c) => c.play === "demo-enrich" && c.status === "completed")).toBe(true);
+      const stats = await simStats();
+      expect(stats.byTool.sim_find_email.billed).toBe(60);
+      expect(stats.byTool.sim_verify_email.billed).toBe(60);
+      const events = await allEvents(runId);
+      expect(new Set(events.filter((e) => e.type === "child.finished").map((e) => e.childRunId)).size).toBe(20);
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+  });
+});

@@ -1,0 +1,75 @@
+import { describe, expect, it } from "vitest";
+import { allEvents, apiJson, datasetRows, startRun, waitForRun } from "./helpers";
+
+let unique = 0;
+const id = () => `u${Date.now().toString(36)}${unique++}`;
+
+/** Every class of address a play must not reach, with the code `ctx.fetch` refuses it with. */
+const REFUSED: [string, string, string][] = [
+  ["ftp scheme", "ftp://example.com/x", "egress_forbidden_scheme"],
+  ["file scheme", "file:///etc/passwd", "egress_forbidden_scheme"],
+  ["credentials in the URL", "http://user:pw@example.com/", "egress_forbidden_url"],
+  ["loopback", "http://127.0.0.1:8787/", "egress_forbidden_address"],
+  ["loopback, decimal", "http://2130706433/", "egress_forbidden_address"],
+  ["loopback, hex", "http://0x7f000001/", "egress_forbidden_address"],
+  ["loopback, octal", "http://0177.0.0.1/", "egress_forbidden_address"],
+  ["unspecified", "http://0.0.0.0/", "egress_forbidden_address"],
+  ["private 10/8", "http://10.1.2.3/", "egress_forbidden_address"],
+  ["private 172.16/12", "http://172.31.255.255/", "egress_forbidden_address"],
+  ["private 192.168/16", "http://192.168.1.1/", "egress_forbidden_address"],
+  ["shared CGNAT", "http://100.64.0.1/", "egress_forbidden_address"],
+  ["link-local metadata", "http://169.254.169.254/latest/meta-data/", "egress_forbidden_address"],
+  ["multicast", "http://224.0.0.1/", "egress_forbidden_address"],
+  ["broadcast", "http://255.255.255.255/", "egress_forbidden_address"],
+  ["IPv6 loopback", "http://[::1]/", "egress_forbidden_address"],
+  ["IPv6 unspecified", "http://[::]/", "egress_forbidden_address"],
+  ["IPv4-mapped loopback", "http://[::ffff:127.0.0.1]/", "egress_forbidden_address"],
+  ["NAT64 private", "http://[64:ff9b::10.0.0.1]/", "egress_forbidden_address"],
+  ["IPv6 unique local", "http://[fd00:ec2::254]/", "egress_forbidden_address"],
+  ["IPv6 link-local", "http://[fe80::1]/", "egress_forbidden_address"],
+  ["IPv6 multicast", "http://[ff02::1]/", "egress_forbidden_address"],
+  ["localhost", "http://localhost/", "egress_forbidden_address"],
+  ["a localhost subdomain", "http://api.localhost/", "egress_forbidden_address"],
+  ["cloud metadata name", "http://metadata.google.internal/", "egress_forbidden_address"],
+  ["mDNS name", "http://printer.local/", "egress_forbidden_address"],
+  ["not a URL", "not a url", "egress_invalid_url"],
+];
+
+describe("ctx.fetch", () => {
+  it("refuses every forbidden address class, from rows and from the play", async () => {
+    const rows = REFUSED.map(([, url], i) => ({ id: `${id()}-${i}`, url }));
+    const run = await waitForRun(await startRun("test-fetch", { rows, playUrl: "http://169.254.169.254/latest/meta-data/iam/" }));
+    expect(run.status).toBe("completed");
+    expect(run.result.playLevel).toMatchObject({ ok: false, code: "egress_forbidden_address" });
+    const stored = await datasetRows(run.runId, "fetches");
+    expect(stored.map((r) => [r.url, r.outcome.code])).toEqual(REFUSED.map(([, url, code]) => [url, code]));
+    for (const row of stored) expect(row.outcome.ok).toBe(false);
+  });
+
+  it("applies the org's EGRESS_ALLOWLIST", async () => {
+    const rows = [{ id: id(), url: "https://elsewhere.example/data" }, { id: id(), url: "http://10.0.0.1/" }];
+    const started = await apiJson("/v1/runs", { method: "POST", json: { play: "test-fetch", input: { rows } }, token: "other-token" });
+    const run = await waitForRun(started.body.runId, { token: "other-token" });
+    const { body } = await apiJson(`/v1/runs/${run.runId}/datasets/fetches`, { token: "other-token" });
+    expect(body.rows.map((r: any) => r.outcome.code)).toEqual(["egress_host_not_allowed", "egress_forbidden_address"]);
+    expect(body.rows[0].outcome.message).toContain("elsewhere.example is not on this org's egress allowlist");
+  });
+
+  it("keeps the values of secret headers out of log lines and errors", async () => {
+    const bearer = `tok${id()}Zq9`;
+    const apiKey = `hunter2-${id()}`;
+    const headers = { Authorization: `Bearer ${bearer}`, "X-Api-Key": apiKey, Accept: "application/json" };
+    const run = await waitForRun(await startRun("test-fetch", { rows: [{ id: id(), url: "http://[::1]/admin" }], headers, playUrl: "http://127.0.0.1/", logHeaders: true }));
+    expect(run.status).toBe("completed");
+    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(logs.filter((line) => line.includes("fetch failed with headers"))).toHaveLength(2);
+    for (const line of logs) {
+      expect(line).not.toContain(bearer);
+      expect(line).not.toContain(apiKey);
+    }
+    expect(logs.some((line) => line.includes("application/json") && line.includes("[REDACTED]"))).toBe(true);
+    const stored = JSON.stringify(await datasetRows(run.runId, "fetches")) + JSON.stringify(run.result);
+    expect(stored).not.toContain(bearer);
+    expect(stored).not.toContain(apiKey);
+  });
+});

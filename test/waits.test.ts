@@ -1,0 +1,147 @@
+import { abortAllDurableObjects, evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { allEvents, api, apiJson, startRun, waitForRun } from "./helpers";
+
+let unique = 0;
+const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
+
+/** Polls until the run's status is `status` (the coordinator's alarm drives it meanwhile). */
+async function waitForStatus(runId: string, status: string, timeoutMs = 20_000): Promise<any> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { body } = await apiJson(`/v1/runs/${runId}`);
+    if (body.status === status) return body;
+    if (["completed", "failed", "cancelled"].includes(body.status) || Date.now() > deadline) throw new Error(`run ${runId} is ${body.status}, not ${status}: ${JSON.stringify(body.error)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** Polls until the run's journal holds a waiting entry for the signal `eventKey`. */
+async function waitForWaitOn(runId: string, eventKey: string): Promise<void> {
+  for (let i = 0; i < 1000; i++) {
+    const events = await allEvents(runId);
+    if (events.some((e) => e.type === "wait.started" && e.eventKey === eventKey)) return;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error(`run ${runId} never waited on ${eventKey}`);
+}
+
+const signal = (runId: string, eventKey: string, body: unknown, init: { token?: string; headers?: Record<string, string> } = {}) =>
+  apiJson(`/v1/runs/${runId}/signals/${eventKey}`, { method: "POST", json: body, ...init });
+
+async function alarmOf(runId: string): Promise<number | null> {
+  return runInDurableObject(env.RUN_COORDINATOR.getByName(runId), (_instance, state) => state.storage.getAlarm());
+}
+
+describe("ctx.waitForEvent", () => {
+  it("demo-approval waits (status waiting, its one alarm at the run's limit) until the approve signal arrives", async () => {
+    const message = tag("please approve");
+    const runId = await startRun("demo-approval", { message });
+    const waiting = await waitForStatus(runId, "waiting");
+    expect(waiting.result).toBeNull();
+    // No timer and no polling: the only alarm is the run's runtime limit, a day away.
+    expect(await alarmOf(runId)).toBeGreaterThan(Date.now() + 23 * 3600 * 1000);
+    const listed = (await apiJson("/v1/runs?limit=200")).body.runs.find((r: any) => r.runId === runId);
+    expect(listed.status).toBe("waiting");
+
+    const sent = await signal(runId, "approve", { data: { by: "ada", ok: true } });
+    expect(sent.status).toBe(202);
+    expect(sent.body).toMatchObject({ runId, eventKey: "approve", consumed: true, duplicate: false });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ approved: { by: "ada", ok: true } });
+    const logs = (await allEvents(runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(logs.filter((line) => line === message)).toHaveLength(1);
+  });
+
+  it("keeps a signal sent before the wait starts, and the wait takes it", async () => {
+    const [a, b] = [tag("first"), tag("second")];
+    const runId = await startRun("test-waits", { keys: [a, b] });
+    await waitForWaitOn(runId, a);
+    // b arrives while the play still waits on a: it is kept.
+    const early = await signal(runId, b, { data: "bee" });
+    expect(early.body).toMatchObject({ consumed: false, status: "waiting" });
+    expect((await signal(runId, a, { data: "ay" })).body.consumed).toBe(true);
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ got: ["ay", "bee"] });
+  });
+
+  it("waits on two keys at once and returns each signal's data to its own wait", async () => {
+    const [x, y] = [tag("x"), tag("y")];
+    const runId = await startRun("test-waits", { keys: [x, y], parallel: true });
+    await waitForWaitOn(runId, y);
+    expect((await signal(runId, y, { data: { n: 2 } })).body.consumed).toBe(true);
+    expect((await apiJson(`/v1/runs/${runId}`)).body.status).not.toBe("completed");
+    expect((await signal(runId, x, { data: { n: 1 } })).body.consumed).toBe(true);
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ got: [{ n: 1 }, { n: 2 }] });
+  });
+
+  it("throws a clear timeout error into the play when no signal comes in time", async () => {
+    const key = tag("never");
+    const failed = await waitForRun(await startRun("test-waits", { keys: [key], timeoutMs: 300 }));
+    expect(failed.status).toBe("failed");
+    expect(failed.error).toMatchObject({ code: "event_timeout", message: `ctx.waitForEvent("${key}") got no signal within 300 ms` });
+    const caught = await waitForRun(await startRun("test-waits", { keys: [tag("never")], timeoutMs: 300, catchTimeout: true }));
+    expect(caught.status).toBe("completed");
+    expect(caught.result.timedOut).toBe("event_timeout");
+  });
+
+  it("survives eviction while waiting: the signal that comes after wakes the run", async () => {
+    const runId = await startRun("demo-approval", { message: tag("evict me") });
+    await waitForStatus(runId, "waiting");
+    await evictDurableObject(env.RUN_COORDINATOR.getByName(runId));
+    await abortAllDurableObjects();
+    expect((await signal(runId, "approve", { data: "yes" })).body.consumed).toBe(true);
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ approved: "yes" });
+  });
+
+  it("validates signals: the key, the body, the org, a finished run, and repeats with an Idempotency-Key", async () => {
+    const runId = await startRun("test-waits", { keys: [tag("k"), tag("never-sent")] });
+    await waitForStatus(runId, "waiting");
+    expect((await signal(runId, "bad key!", { data: 1 })).body.error.code).toBe("invalid_request");
+    expect((await signal(runId, "ok", { value: 1 })).status).toBe(400);
+    expect((await signal(runId, "ok", { data: 1, extra: true })).status).toBe(400);
+    const raw = await api(`/v1/runs/${runId}/signals/ok`, { method: "POST", body: "{not json", headers: { "Content-Type": "application/json" } });
+    expect(raw.status).toBe(400);
+    expect((await signal(runId, "ok", { data: "x".repeat(70_000) })).status).toBe(400);
+    expect((await signal(runId, "ok", { data: 1 }, { token: "other-token" })).status).toBe(404);
+    expect((await signal("run_0123456789abcdef0123456789abcdef", "ok", { data: 1 })).status).toBe(404);
+    expect((await signal("not-a-run", "ok", { data: 1 })).status).toBe(404);
+
+    const once = { headers: { "Idempotency-Key": tag("signal") } };
+    expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: false });
+    expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: true });
+    expect((await allEvents(runId)).filter((e) => e.type === "signal.received" && e.eventKey === "spare")).toHaveLength(1);
+
+    await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+    expect((await waitForRun(runId)).status).toBe("cancelled");
+    const late = await signal(runId, "ok", { data: 1 });
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe("run_finished");
+  });
+});
+
+describe("ctx.sleep", () => {
+  it("sleeps on the alarm across an eviction and goes on exactly once", async () => {
+    const name = tag("nap");
+    const runId = await startRun("test-sleep", { ms: 600, tag: name });
+    await waitForStatus(runId, "waiting");
+    const alarm = await alarmOf(runId);
+    expect(alarm).not.toBeNull();
+    expect(alarm!).toBeLessThan(Date.now() + 60_000);
+    await evictDurableObject(env.RUN_COORDINATOR.getByName(runId));
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ slept: 600 });
+    const events = await allEvents(runId);
+    const logs = events.filter((e) => e.type === "log.appended").map((e) => e.line);
+    expect(logs.filter((line) => line === `after sleep ${name}`)).toHaveLength(1);
+    // Play-level log lines are not repeated by a replay either.
+    expect(logs.filter((line) => line === `before sleep ${name}`)).toHaveLength(1);
+    expect(events.filter((e) => e.type === "wait.finished" && e.kind === "sleep")).toHaveLength(1);
+  });
+});
