@@ -137,6 +137,19 @@ describe("ctx.runPlay inside ctx.map", () => {
     expect(await childrenOf(runId)).toHaveLength(3);
   });
 
+  it("acts for the row when a field function calls the play's own ctx, and refuses a wait there", async () => {
+    const base = uniqueN();
+    const rows = [0, 1, 2].map((i) => ({ id: `v${i}`, n: base + i, sleepMs: i === 0 ? 800 : 0 }));
+    const run = await waitForRun(await startRun("test-map-children", { rows, viaPlayCtx: true }));
+    expect(run.result).toMatchObject({ completed: 3, failed: 0 });
+    expect((await datasetRows(run.runId, "kids")).map((r) => r.child.doubled)).toEqual(rows.map((r) => 2 * r.n));
+
+    const refused = await waitForRun(await startRun("test-map-children", { rows: [{ id: "w0", n: uniqueN() }], sleepInRow: true }));
+    expect(refused.result).toMatchObject({ completed: 0, failed: 1 });
+    const [row] = await datasetRows(refused.runId, "kids");
+    expect(row._error).toContain("ctx.sleep parks the whole run, so it cannot be called from a field function");
+  });
+
   it("demo-accounts: 20 rows, one child each, every coordinator aborted mid-run: each child runs once and the parent completes", async () => {
     await simReset();
     await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 25 } });

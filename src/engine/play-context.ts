@@ -1,6 +1,8 @@
 /** The engine behind `PlayContext`: what a play's `run(ctx, input)` calls. */
+import { AsyncLocalStorage } from "node:async_hooks";
 import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, RowContext, RunPlayOptions, ToolCallOptions } from "../play/types";
 import type { JournalStore } from "../run/journal-store";
+import { TerminalError } from "../shared/errors";
 import type { ChildPlays } from "./child-plays";
 import type { MapRunner } from "./map-runner";
 import type { PlayFetch, SecretValues } from "./play-fetch";
@@ -17,6 +19,13 @@ export interface PlayServices {
   /** Counts play-level log lines, so that a replay does not append one twice. */
   journal: JournalStore;
 }
+
+/**
+ * The row whose field function is running, across its awaits: a field
+ * function that calls the play's own `ctx` (a closure) instead of its row
+ * context still acts for its row.
+ */
+const rowScope = new AsyncLocalStorage<RowContext>();
 
 export class RunContext implements PlayContext {
   readonly runId: string;
@@ -39,19 +48,28 @@ export class RunContext implements PlayContext {
 
   map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
     const withServices: FieldSet = {};
-    for (const [field, fn] of Object.entries(fields)) withServices[field] = (row, rc) => fn(row, this.#rowContext(rc));
+    for (const [field, fn] of Object.entries(fields)) {
+      withServices[field] = (row, rc) => {
+        const context = this.#rowContext(rc);
+        return rowScope.run(context, () => fn(row, context));
+      };
+    }
     return this.#maps.map(name, rows, withServices, options);
   }
 
   runPlay<T = any>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
+    const row = rowScope.getStore();
+    if (row) return row.runPlay<T>(play, input, options);
     return this.#services.children.run(play, input, options, null) as Promise<T>;
   }
 
   waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
+    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.waitForEvent"));
     return this.#services.waits.waitForEvent<T>(eventKey, options);
   }
 
   sleep(ms: number): Promise<void> {
+    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.sleep"));
     return this.#services.waits.sleep(ms);
   }
 
@@ -70,6 +88,8 @@ export class RunContext implements PlayContext {
 
   /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
   log(...args: unknown[]): void {
+    const row = rowScope.getStore();
+    if (row) return row.log(...args);
     const ordinal = this.#logOrdinal++;
     const { journal, secrets } = this.#services;
     if (ordinal < journal.counter("play_log")) return;
@@ -84,11 +104,15 @@ export class RunContext implements PlayContext {
       rowKey: rc.rowKey,
       signal: rc.signal,
       tool: rc.tool,
-      log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(String(a)))),
+      log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
       runPlay: (play, input, options = {}) => children.run(play, input, options, rc.rowKey) as Promise<any>,
       fetch: (url, init) => egress.fetch(url, init),
     };
   }
+}
+
+function waitInRow(what: string): TerminalError {
+  return new TerminalError("wait_in_row", `${what} parks the whole run, so it cannot be called from a field function; wait before or after ctx.map`);
 }
 
 function safeStringify(value: unknown): string {

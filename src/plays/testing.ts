@@ -104,10 +104,19 @@ export const testNest = definePlay({
 export const testMapChildren = definePlay({
   name: "test-map-children",
   description: "test only: ctx.runPlay inside ctx.map, one child per row",
-  input: z.object({ rows: z.array(z.object({ id: z.string(), n: z.number(), fail: z.boolean().optional(), sleepMs: z.number().optional() })).max(500) }),
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), n: z.number(), fail: z.boolean().optional(), sleepMs: z.number().optional() })).max(500),
+    /** Call the play's own ctx from the field function instead of the row's. */
+    viaPlayCtx: z.boolean().default(false),
+    /** Also call ctx.sleep from the field function (which must fail the row). */
+    sleepInRow: z.boolean().default(false),
+  }),
   async run(ctx, input) {
     const kids = await ctx.map("kids", input.rows, {
-      child: (row, c) => c.runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs }),
+      child: async (row, c) => {
+        if (input.sleepInRow) await ctx.sleep(1);
+        return (input.viaPlayCtx ? ctx : c).runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs });
+      },
     }, { key: "id" });
     return { total: kids.total, completed: kids.completed, failed: kids.failed };
   },
