@@ -18,6 +18,8 @@ export interface PlayServices {
   secrets: SecretValues;
   /** Counts play-level log lines, so that a replay does not append one twice. */
   journal: JournalStore;
+  /** Aborted when a row's child makes this invocation yield. */
+  suspended: AbortSignal;
 }
 
 /**
@@ -49,9 +51,12 @@ export class RunContext implements PlayContext {
   map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
     const withServices: FieldSet = {};
     for (const [field, fn] of Object.entries(fields)) {
-      withServices[field] = (row, rc) => {
+      withServices[field] = async (row, rc) => {
         const context = this.#rowContext(rc);
-        return rowScope.run(context, () => fn(row, context));
+        const value = await rowScope.run(context, () => fn(row, context));
+        // A value computed while the invocation yields may rest on a caught yield: the row runs again instead.
+        this.#services.suspended.throwIfAborted();
+        return value;
       };
     }
     return this.#maps.map(name, rows, withServices, options);

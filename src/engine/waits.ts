@@ -67,6 +67,12 @@ export interface WaitsOptions {
 export class Waits {
   #o: WaitsOptions;
   #ordinals = new Map<string, number>();
+  /**
+   * Set once any call parked in this invocation. The play cannot have ended
+   * in an invocation where a wait was not ready, even if it caught the
+   * signal: the driver parks the run anyway.
+   */
+  parked: WaitSignal | null = null;
 
   constructor(options: WaitsOptions) {
     this.#o = options;
@@ -113,7 +119,9 @@ export class Waits {
   /** Ends the invocation: the run waits until the journal's earliest deadline or a message. */
   park(reason: string): never {
     const due = this.#o.journal.nextDue();
-    throw new WaitSignal(Math.min(due ?? this.#o.deadlineAt, this.#o.deadlineAt), reason);
+    const signal = new WaitSignal(Math.min(due ?? this.#o.deadlineAt, this.#o.deadlineAt), reason);
+    this.parked ??= signal;
+    throw signal;
   }
 
   #next(name: string): number {

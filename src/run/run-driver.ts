@@ -102,14 +102,21 @@ function playServices(o: DriveOptions, run: RunRecord, x: { signal: AbortSignal;
       return x.suspension.signal.reason as Error;
     },
   });
-  return { children, waits, secrets, journal: o.journal, egress: new PlayFetch({ env: o.env, org: run.org, signal: x.signal, secrets }) };
+  return { children, waits, secrets, journal: o.journal, suspended: x.suspension.signal, egress: new PlayFetch({ env: o.env, org: run.org, signal: x.signal, secrets }) };
 }
 
 /**
  * Parks the run: `waiting` when it waits on the journal (a wait, a sleep, a
  * child), and the alarm at the earliest of its deadlines and the run's limit.
+ * After a row's child made the invocation yield, the chunks it stopped go
+ * back to pending under a new epoch: they were stopped, not lost, so the
+ * next invocation does not count them as an interrupted one.
  */
-async function park(o: DriveOptions, resumeAt: number, waiting: boolean): Promise<number> {
+async function park(o: DriveOptions, resumeAt: number, waiting: boolean, suspended = false): Promise<number> {
+  if (suspended && o.store.runningChunks() > 0) {
+    o.store.resetRunningChunks();
+    o.store.bumpAttempt();
+  }
   const due = o.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, o.store.run()!.deadlineAt);
   if (waiting) {
@@ -125,17 +132,24 @@ async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext,
     const result = await play.run(ctx, store.input());
     await services.children.idle();
     store.noteInfraFailure(true);
+    // A play that caught a wait's signal has not really ended: it waits.
+    if (services.waits.parked) return park(o, services.waits.parked.resumeAt, true);
     return finish(o, "completed", { result: result ?? null });
   } catch (error) {
     // Child submits still in flight are answered (and recorded) before the invocation ends.
     await services.children.idle();
+    const parked = services.waits.parked;
+    if (parked && !(error instanceof YieldSignal) && !o.signal.aborted && !store.run()!.cancelRequested) {
+      store.noteInfraFailure(true);
+      return park(o, parked.resumeAt, true, suspended.aborted);
+    }
     if (error instanceof YieldSignal) {
       store.noteInfraFailure(true);
-      return park(o, error.resumeAt, error instanceof WaitSignal || suspended.aborted);
+      return park(o, error.resumeAt, error instanceof WaitSignal || suspended.aborted, suspended.aborted);
     }
     if (suspended.aborted && !o.signal.aborted && !store.run()!.cancelRequested) {
       store.noteInfraFailure(true);
-      return park(o, (suspended.reason as YieldSignal).resumeAt, true);
+      return park(o, (suspended.reason as YieldSignal).resumeAt, true, true);
     }
     if (o.signal.aborted || store.run()!.cancelRequested) return finish(o, "cancelled", {});
     if (error instanceof InfraError) {
