@@ -7,6 +7,10 @@
  * Every effect goes through `ctx` and is memoized durably, so a replay makes no
  * provider call it already made. Keep play code deterministic outside `ctx`:
  * no `Math.random()` or `Date.now()` deciding what to call.
+ *
+ * A call that must wait (a map that yields, a child still running, a signal
+ * not yet sent) ends the invocation by throwing through the play: when you
+ * catch errors around `ctx` calls, rethrow those you do not recognise.
  */
 import type { z } from "zod";
 
@@ -26,7 +30,10 @@ export interface ToolCaller {
    * const { email } = await ctx.tool("sim_find_email", { name: row.name, domain: row.domain });
    */
   tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T>;
-  /** Appends a line to the run's log (and event ledger). */
+  /**
+   * Appends a line to the run's log (and event ledger). At play level a
+   * replay does not append the lines the play already logged.
+   */
   log(...args: unknown[]): void;
 }
 
