@@ -229,6 +229,8 @@ export class RunCoordinator extends Server<Env> {
     if (next !== null) await this.ctx.storage.setAlarm(next);
     const links = { env: this.env, store: this.#store, journal: this.#journal, log: (line: string) => this.#emit("log.appended", { line }) };
     if (!wasTerminal) await cancelChildren(links);
+    // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
+    else await this.#syncDirectory();
     await tellParents(links);
   }
 
