@@ -116,6 +116,7 @@ async function park(o: DriveOptions, resumeAt: number, waiting: boolean, suspend
   if (suspended && o.store.runningChunks() > 0) {
     o.store.resetRunningChunks();
     o.store.bumpAttempt();
+    await releaseRowLeases(o);
   }
   const due = o.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, o.store.run()!.deadlineAt);
@@ -220,6 +221,21 @@ async function restoreSalvage(o: DriveOptions): Promise<number | null> {
   const record = store.salvage.record()!;
   o.emit("salvage.restored", { total: record.total, restored: record.restored, superseded: record.superseded, ...(failure ? { lastFailure: failure } : {}) });
   return null;
+}
+
+/**
+ * A run parked while its map waits on children frees its row leases, so it
+ * holds none while it waits; the chunks claim their rows again when it goes
+ * on. Receipts stay leased: a provider call may still be in flight.
+ */
+async function releaseRowLeases(o: DriveOptions): Promise<void> {
+  const run = o.store.run()!;
+  const meter = new SubrequestMeter();
+  const releases = Object.keys(o.store.allProgress()).map((name) =>
+    new SheetClient({ env: o.env, meter, location: { org: run.org, play: run.play, dataset: name, shardCount: o.store.map(name)!.shardCount } }).releaseRun(run.runId),
+  );
+  const failed = (await Promise.allSettled(releases)).filter((r) => r.status === "rejected").length;
+  if (failed) o.emit("log.appended", { line: `could not release row leases on ${failed} shards while waiting; they expire by themselves` });
 }
 
 /** Teardown: free the row and receipt leases the run holds so an immediate rerun is not blocked. */
