@@ -17,6 +17,7 @@ import { sleep } from "../shared/time";
 import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../storage/contracts";
 import { BulkQueue, type WorkerBarrier } from "./bulk-queue";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
+import { recoverCall } from "./recovery";
 
 /** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
 export interface ToolSchedulerOptions {
@@ -159,7 +160,7 @@ export class ToolScheduler {
           continue;
         }
         case "claimed":
-          return this.#execute(call, shard, claim.generation);
+          return this.#execute(call, shard, claim.generation, claim.takeover === true);
       }
     }
   }
@@ -174,10 +175,19 @@ export class ToolScheduler {
     }
   }
 
-  async #execute(call: OwnedCall, shard: number, generation: number): Promise<unknown> {
-    const held: HeldOutcome = await this.#park(
-      this.#queue.submit(call.tool, { input: call.input, idempotencyKey: await idempotencyKey(call.key, generation), authScopeDigest: call.scope }),
-    );
+  async #execute(call: OwnedCall, shard: number, generation: number, takeover = false): Promise<unknown> {
+    const key = await idempotencyKey(call.key, generation);
+    if (takeover) {
+      // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
+      const { env, signal, meter, policy, now, log } = this.#s;
+      const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
+      const recovered = await this.#park(recoverCall({ tool: call.tool, input: call.input, idempotencyKey: key, authScopeDigest: call.scope, env, signal, meter, waitMs, now, log }));
+      if (recovered) {
+        await this.#complete(call, shard, recovered.output);
+        return recovered.output;
+      }
+    }
+    const held: HeldOutcome = await this.#park(this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }));
     const { outcome } = held;
     try {
       if (outcome.ok) {

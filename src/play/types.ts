@@ -210,6 +210,13 @@ export interface ToolCall {
   readonly authScopeDigest: string;
 }
 
+/**
+ * What a tool's `recover` answers: the provider holds a result for the key
+ * (`found`), or it does not; `inFlight` when a request with the key is still
+ * being answered (the engine asks again shortly).
+ */
+export type ToolRecovery<Output> = { found: true; output: Output } | { found: false; inFlight?: boolean };
+
 /** What a batch `send` receives: each member carries its own idempotency key. */
 export interface BatchCall {
   /** As {@link ToolCall.signal}: the provider timeout, never a cancel. */
@@ -271,6 +278,21 @@ export interface ToolDefinition<Input = any, Output = unknown> {
   execute(input: Input, call: ToolCall): Promise<Output>;
   /** Makes the tool batchable (see {@link ToolBatchStrategy}). */
   batch?: ToolBatchStrategy<Input, Output, any, any>;
+  /**
+   * Asks the provider, without billing, whether it already answered a request
+   * under `idempotencyKey`. Called before re-executing a call whose receipt was
+   * taken over from an attempt that died after it may have reached the
+   * provider (a crash after the call, before its receipt was completed): a
+   * found result is stored and returned instead of calling again. Without it
+   * the call is re-sent with the same key, which a provider should replay.
+   *
+   * @example
+   * recover: async (key, call) => {
+   *   const res = await fetch(`https://api.example.com/results/${key}`, { signal: call.signal });
+   *   return res.status === 404 ? { found: false } : { found: true, output: await res.json() };
+   * }
+   */
+  recover?(idempotencyKey: string, call: ToolCall & { readonly input: Input }): Promise<ToolRecovery<Output>>;
   /**
    * Names the credentials the tool runs with (an account id, a key's
    * fingerprint; never needs to be secret, it is digested). Its digest is part

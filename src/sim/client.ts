@@ -58,6 +58,16 @@ export async function callSimBatch(env: Env, req: { tool: string; members: Batch
   return toReply(response);
 }
 
+/**
+ * What the simulator answered under `idempotencyKey`, without billing or
+ * counting: `{ found: true, output }` for a billed key, else `{ found: false,
+ * inFlight }` (a request with the key is still being answered).
+ */
+export async function simResult(env: Env, idempotencyKey: string, signal?: AbortSignal): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
+  const response = await simStub(env).fetch(`https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal });
+  return (await expectOk(response)) as { found: true; output: unknown } | { found: false; inFlight: boolean };
+}
+
 /** The simulator's counters since the last reset. */
 export async function simStats(env: Env): Promise<SimStats> {
   return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/stats")));

@@ -4,6 +4,10 @@
  *
  * - `POST /call` (`Idempotency-Key` header, body {@link CallBody}) → `{ output }`
  * - `POST /batch` (body {@link BatchBody}) → `{ results: BatchMemberResult[] }`
+ * - `GET /result?key=<idempotency key>` → `{ found: true, output }` or
+ *   `{ found: false, inFlight }`: what a request under the key was answered,
+ *   without billing or counting anything (how a caller that lost a response
+ *   recovers it instead of asking again)
  * - `GET /stats`, `GET /config`, `PUT /config` ({@link SimConfigPatch}), `POST /reset`
  *
  * Every request to `/call` and `/batch` is counted, then rate-limited, then
@@ -34,7 +38,20 @@ export function createSimApp(options: SimAppOptions): Hono {
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const limiter = new SlidingWindowLimiter();
   const arrivals = new ArrivalWindow();
+  /** Keys of requests admitted and not yet settled, until when they may still settle (memory only: they die with the object). */
+  const inFlight = new Map<string, number>();
   const app = new Hono();
+
+  /** Runs `settle` with `keys` marked in flight until it returns. */
+  const settling = async <T>(keys: string[], settle: () => Promise<T>): Promise<T> => {
+    const until = now() + store.config().latencyMs + 5_000;
+    for (const key of keys) inFlight.set(key, until);
+    try {
+      return await settle();
+    } finally {
+      for (const key of keys) inFlight.delete(key);
+    }
+  };
 
   /** Counts the request, then answers `429` if it is over the rate limit. */
   const admit = (c: Context, tool: SimToolName | null, batch: boolean): Response | null => {
@@ -63,8 +80,10 @@ export function createSimApp(options: SimAppOptions): Hono {
     const key = c.req.header("Idempotency-Key");
     if (!key) throw new ValidationError("The Idempotency-Key header is required.", [{ path: "Idempotency-Key", message: "Required" }]);
     const callTool = requireTool(body.tool);
-    await delay();
-    const settlement = store.settle(callTool, key, body.input);
+    const settlement = await settling([key], async () => {
+      await delay();
+      return store.settle(callTool, key, body.input);
+    });
     if (settlement.status === 200) return c.json({ output: settlement.output }, 200);
     return c.json<SimErrorBody>({ error: settlement.error }, settlement.status);
   });
@@ -81,12 +100,23 @@ export function createSimApp(options: SimAppOptions): Hono {
     if (body.members.length > batchMaxSize) {
       throw new ValidationError(`A batch holds at most ${batchMaxSize} members; got ${body.members.length}.`, [{ path: "members", message: `At most ${batchMaxSize}` }]);
     }
-    await delay();
-    const results: BatchMemberResult[] = body.members.map((member) => {
-      const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
-      return settlement.status === 200 ? { status: 200, output: settlement.output } : { status: settlement.status, error: settlement.error };
+    const results = await settling(body.members.map((m) => m.idempotencyKey), async () => {
+      await delay();
+      return body.members.map((member): BatchMemberResult => {
+        const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
+        return settlement.status === 200 ? { status: 200, output: settlement.output } : { status: settlement.status, error: settlement.error };
+      });
     });
     return c.json({ results }, 200);
+  });
+
+  app.get("/result", (c) => {
+    const key = c.req.query("key");
+    if (!key) throw new ValidationError("The key query parameter is required.", [{ path: "key", message: "Required" }]);
+    const billed = store.billedOutput(key);
+    if (billed) return c.json({ found: true, output: billed.output });
+    const until = inFlight.get(key);
+    return c.json({ found: false, inFlight: until !== undefined && until > now() });
   });
 
   app.get("/stats", (c) => c.json(store.stats()));

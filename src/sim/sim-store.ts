@@ -131,6 +131,12 @@ export class SimStore {
     return { status: 200, output, duplicate: false };
   }
 
+  /** The output billed under `idempotencyKey`, or null. A lookup is not a call: it counts nothing. */
+  billedOutput(idempotencyKey: string): { output: unknown } | null {
+    const billed = this.#sql<{ output: string }>`SELECT output FROM sim_billed WHERE idempotency_key = ${idempotencyKey}`[0];
+    return billed ? { output: JSON.parse(billed.output) as unknown } : null;
+  }
+
   /** Every counter, with every known tool listed in `byTool` (zeros included). */
   stats(): SimStats {
     const counters = this.#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second FROM sim_counters WHERE id = 1`[0];

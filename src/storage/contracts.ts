@@ -114,8 +114,14 @@ export const ClaimReceiptsRequest = z.object({
 export type ClaimReceiptsRequest = z.infer<typeof ClaimReceiptsRequest>;
 
 export type ReceiptClaim =
-  /** This attempt owns the call now: execute it. `generation` counts deliberate re-bills. */
-  | { key: string; disposition: "claimed"; generation: number }
+  /**
+   * This attempt owns the call now: execute it. `generation` counts deliberate
+   * re-bills. `takeover` (absent when false) says another attempt had claimed
+   * this generation and did not complete it: the provider may already hold its
+   * result under the same idempotency key, so ask (`ToolDefinition.recover`)
+   * before calling again.
+   */
+  | { key: string; disposition: "claimed"; generation: number; takeover?: true }
   | { key: string; disposition: "reused"; output: unknown }
   | { key: string; disposition: "running"; owner: AttemptRef; leaseExpiresAt: number }
   | { key: string; disposition: "failed"; error: ReceiptError };

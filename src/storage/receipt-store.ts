@@ -302,6 +302,7 @@ function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
  * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, anyone once
  *   the lease has passed, or a caller asking to `takeover`; else `running` with its owner;
  * - `failed` → retryable: `claimed` (same generation); else like `completed` but `failed` with the error.
+ * A claim of a generation that another attempt claimed and did not complete says `takeover: true`.
  */
 function decideClaim(
   existing: Receipt | undefined,
@@ -310,8 +311,12 @@ function decideClaim(
   now: number,
 ): { result: StoredReceiptClaim; next?: Receipt } {
   const { attempt } = request;
-  const own = (generation: number) => ({
-    result: { key: item.key, disposition: "claimed", generation } as const,
+  // Another attempt claimed this generation and never completed it: it may have reached the provider.
+  const takeover = existing !== undefined && existing.status !== "completed" && existing.owner.attemptId !== attempt.attemptId;
+  const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => ({
+    result: takeover && generation === existing?.generation
+      ? { key: item.key, disposition: "claimed", generation, takeover: true }
+      : { key: item.key, disposition: "claimed", generation },
     next: {
       key: item.key, toolId: existing?.toolId ?? item.toolId, status: "running", generation, owner: attempt,
       leaseExpiresAt: now + request.leaseTtlMs, output: null, error: null, retryable: false, finishedByRun: null,

@@ -2,7 +2,8 @@
 import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 import type { BatchMemberResult } from "../play/types";
-import { callSim, callSimBatch, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
+import type { ToolRecovery } from "../play/types";
+import { callSim, callSimBatch, simResult, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
 
 /** The simulator's credential: a key if the deployment sets one, else the local default. */
 function simAuthScope(env: Env): string {
@@ -23,6 +24,12 @@ export function outputOf<T>(reply: SimReply): T {
   });
 }
 
+/** Asks the simulator what it answered under the key (not billed, not counted): the tools' `recover`. */
+async function recoverFromSim<T>(idempotencyKey: string, call: { env: Env; signal: AbortSignal }): Promise<ToolRecovery<T>> {
+  const result = await simResult(call.env, idempotencyKey, call.signal);
+  return result.found ? { found: true, output: result.output as T } : { found: false, inFlight: result.inFlight };
+}
+
 export const simFindEmail = defineTool({
   id: "sim_find_email",
   provider: "sim",
@@ -34,6 +41,7 @@ export const simFindEmail = defineTool({
       await callSim(call.env, { tool: "sim_find_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }),
     );
   },
+  recover: (idempotencyKey, call) => recoverFromSim<{ email: string }>(idempotencyKey, call),
 });
 
 type Verdict = { email: string; verdict: "valid" | "invalid" };
@@ -48,6 +56,7 @@ export const simVerifyEmail = defineTool({
   async execute(input, call) {
     return outputOf<Verdict>(await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }));
   },
+  recover: (idempotencyKey, call) => recoverFromSim<Verdict>(idempotencyKey, call),
   batch: {
     maxMembers: 50,
     compile: (members) => members.map((m) => ({ idempotencyKey: m.idempotencyKey, input: m.input })),
