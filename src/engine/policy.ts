@@ -1,8 +1,11 @@
 /**
  * Runtime policy: the knobs of leases, chunking, concurrency and budgets.
  * Production defaults; the test runner (TROUPE_TEST_MODE) shortens waits so
- * the suite runs in seconds.
+ * the suite runs in seconds, and lets one run override a few of them
+ * (`testPolicy` on `POST /v1/runs`, refused outside the test runner).
  */
+import { z } from "zod";
+
 export interface RuntimePolicy {
   /** Shards of a new dataset (recorded with the dataset; later changes do not move rows). */
   sheetShards: number;
@@ -14,8 +17,14 @@ export interface RuntimePolicy {
   chunkConcurrency: number;
   /** Rows of one chunk computed at once. */
   rowConcurrency: number;
+  /** Row and receipt leases: the durable deadline of an attempt, expired by the shards' alarms. */
   rowLeaseTtlMs: number;
   receiptLeaseTtlMs: number;
+  /**
+   * How often a chunk attempt renews its leases (in bulk, one call per shard).
+   * An in-invocation timer paces it; the durable deadline stays the lease expiry.
+   */
+  heartbeatIntervalMs: number;
   /** How long a call waits on a receipt another live attempt is running. */
   receiptWaitMs: number;
   /**
@@ -52,6 +61,10 @@ export interface RuntimePolicy {
   invocationSubrequestBudget: number;
   /** Times a chunk is retried while its rows are blocked by another run's leases. */
   blockedRetries: number;
+  /** Times a chunk whose attempt died (lost its leases, threw) is redispatched before the run fails. */
+  maxChunkRedispatches: number;
+  /** Times finalize sends chunks with unpersisted rows back before the map fails with exact counts. */
+  reconcileRepairs: number;
   /** Coalescing window of `map.progress` events. */
   progressIntervalMs: number;
 }
@@ -64,6 +77,7 @@ const production: RuntimePolicy = {
   rowConcurrency: 400,
   rowLeaseTtlMs: 5 * 60_000,
   receiptLeaseTtlMs: 5 * 60_000,
+  heartbeatIntervalMs: 60_000,
   receiptWaitMs: 30_000,
   receiptMaxWaitMs: 200,
   providerAttempts: 4,
@@ -78,6 +92,8 @@ const production: RuntimePolicy = {
   salvageRestoreRetryMs: [1_000, 5_000, 30_000, 120_000, 600_000],
   invocationSubrequestBudget: 8_000,
   blockedRetries: 10,
+  maxChunkRedispatches: 8,
+  reconcileRepairs: 2,
   progressIntervalMs: 500,
 };
 
@@ -85,6 +101,7 @@ const test: Partial<RuntimePolicy> = {
   chunkRows: 50,
   rowLeaseTtlMs: 3_000,
   receiptLeaseTtlMs: 3_000,
+  heartbeatIntervalMs: 750,
   receiptWaitMs: 1_000,
   providerRetryBaseMs: 10,
   providerRetryMaxMs: 100,
@@ -97,6 +114,32 @@ const test: Partial<RuntimePolicy> = {
   invocationSubrequestBudget: 400,
 };
 
-export function policyFor(env: Env): RuntimePolicy {
-  return env.TROUPE_TEST_MODE === "on" ? { ...production, ...test } : production;
+/**
+ * What one run may override under the test runner, so a chaos test can make
+ * leases expire, heartbeats stall or blocked retries run out in seconds.
+ * A heartbeat interval longer than the lease lets leases lapse on purpose.
+ */
+export const TestPolicyOverrides = z
+  .object({
+    rowLeaseTtlMs: z.number().int().min(50).max(600_000),
+    receiptLeaseTtlMs: z.number().int().min(50).max(600_000),
+    heartbeatIntervalMs: z.number().int().min(10).max(600_000),
+    batchGraceMs: z.number().int().min(0).max(10_000),
+    receiptWaitMs: z.number().int().min(0).max(600_000),
+    blockedRetries: z.number().int().min(0).max(100),
+    maxChunkRedispatches: z.number().int().min(0).max(100),
+    chunkRows: z.number().int().min(1).max(1000),
+  })
+  .partial()
+  .strict();
+export type TestPolicyOverrides = z.infer<typeof TestPolicyOverrides>;
+
+/**
+ * The policy of a run: production, or under the test runner the test policy
+ * with the run's own overrides on top (ignored outside the test runner).
+ */
+export function policyFor(env: Env, overrides?: Record<string, number> | null): RuntimePolicy {
+  if (env.TROUPE_TEST_MODE !== "on") return production;
+  const own = overrides ? TestPolicyOverrides.parse(overrides) : {};
+  return { ...production, ...test, ...own };
 }

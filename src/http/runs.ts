@@ -1,6 +1,7 @@
 /** Runs: start (idempotently), rerun, read, list, cancel, events (API.md "Runs", "Events"). */
 import { Hono } from "hono";
 import { z } from "zod";
+import { TestPolicyOverrides } from "../engine/policy";
 import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
 import { canonicalJson, sha256Hex } from "../shared/hash";
@@ -13,8 +14,15 @@ export const StartRunBody = z.object({
   input: z.unknown(),
   force: z.boolean().default(false),
   forceToolRefresh: z.boolean().default(false),
+  /** The run's runtime limit, 1 s to 24 h (the default); hitting it fails the run with `deadline_exceeded`. */
+  timeoutSeconds: z.number().int().min(1).max(24 * 3600).optional(),
+  /** Test runner only (a 400 elsewhere): lease, heartbeat and retry knobs for this run. */
+  testPolicy: TestPolicyOverrides.optional(),
 }).strict();
 export type StartRunBody = z.infer<typeof StartRunBody>;
+
+/** Limits and test knobs of a submitted run (absent on reruns). */
+type RunLimits = { timeoutSeconds?: number; testPolicy?: TestPolicyOverrides };
 
 const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(200).default(50),
@@ -58,18 +66,19 @@ function playByName(env: Env, name: string): PlayDefinition {
  * it holds. Starting is idempotent, so a submit that died between the two
  * steps is completed by the next submit with the same key.
  */
-async function submitRun(env: Env, request: { org: string; play: string; input: unknown; force: boolean; forceToolRefresh: boolean; idempotencyKey: string | null }): Promise<{ runId: string; status: string }> {
-  const { org, play, input, force, forceToolRefresh, idempotencyKey } = request;
+async function submitRun(env: Env, request: { org: string; play: string; input: unknown; force: boolean; forceToolRefresh: boolean; idempotencyKey: string | null } & RunLimits): Promise<{ runId: string; status: string }> {
+  const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy } = request;
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
-    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh]));
+    const limits = timeoutSeconds === undefined && testPolicy === undefined ? [] : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }];
+    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits]));
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({ key: idempotencyKey, fingerprint, runId, now: Date.now() });
     if (claimed.fingerprint !== fingerprint) {
       throw new TroupeError("idempotency_key_reused", `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`, { status: 409 });
     }
     runId = claimed.runId;
   }
-  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null });
+  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null, timeoutSeconds, testPolicy });
   return { runId, status: run.status };
 }
 
@@ -107,9 +116,14 @@ runRoutes.get("/plays", (c) => c.json({ plays: [...playRegistry(c.env).values()]
 runRoutes.post("/runs", async (c) => {
   const idempotencyKey = idempotencyKeyOf(c.req.raw);
   const body = validate(StartRunBody, await readJsonBody(c.req.raw), "the run request");
+  if (body.testPolicy && c.env.TROUPE_TEST_MODE !== "on") {
+    throw new ValidationError("testPolicy is accepted only by the test runner", [{ path: "testPolicy", message: "not accepted here" }]);
+  }
   const play = playByName(c.env, body.play);
   const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
-  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey });
+  const { runId, status } = await submitRun(c.env, {
+    org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey, timeoutSeconds: body.timeoutSeconds, testPolicy: body.testPolicy,
+  });
   return c.json(submitted(runId, status), 202);
 });
 

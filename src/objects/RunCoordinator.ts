@@ -1,7 +1,7 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
 import { z } from "zod";
 import { ChildWaiters, recordChildEnd } from "../engine/child-plays";
-import { policyFor, type RuntimePolicy } from "../engine/policy";
+import { policyFor, TestPolicyOverrides } from "../engine/policy";
 import { deliverSignal, EVENT_KEY } from "../engine/waits";
 import { SubrequestMeter, type DatasetLocation } from "../engine/shard-clients";
 import { playRegistry } from "../plays";
@@ -14,6 +14,7 @@ import { RunStore, TERMINAL, type LedgerEvent, type RunStatus } from "../run/run
 import { runMigrations } from "../run/schema";
 import { runView, type RunView } from "../run/run-view";
 import { createSql, migrate } from "../storage/sql";
+import { faultProbeFor } from "../testing/faults";
 import { toolRegistry } from "../tools";
 
 export const StartRun = z.object({
@@ -26,6 +27,10 @@ export const StartRun = z.object({
   parentRunId: z.string().max(100).nullable(),
   /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
   depth: z.number().int().min(0).max(64).optional(),
+  /** The run's runtime limit (default and most: {@link MAX_RUN_TIMEOUT_SECONDS}); hitting it fails the run with `deadline_exceeded`. */
+  timeoutSeconds: z.number().int().min(1).max(24 * 3600).optional(),
+  /** Test runner only (ignored elsewhere): policy overrides for this run. */
+  testPolicy: TestPolicyOverrides.optional(),
 });
 export type StartRun = z.infer<typeof StartRun>;
 
@@ -51,8 +56,8 @@ export interface RunSource {
   forceToolRefresh: boolean;
 }
 
-/** The longest a run may take before it fails with `deadline_exceeded`. */
-const RUN_DEADLINE_MS = 24 * 3600 * 1000;
+/** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
+export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
 
 /**
  * One per run (named by the run id): the run record, chunk plan, attempt
@@ -67,7 +72,6 @@ export class RunCoordinator extends Server<Env> {
   static override options = { hibernate: true };
 
   #store: RunStore;
-  #policy: RuntimePolicy;
   #driving: AbortController | null = null;
   #feed: LiveFeed;
   #redactor: Redactor;
@@ -80,7 +84,6 @@ export class RunCoordinator extends Server<Env> {
     super(ctx, env);
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
-    this.#policy = policyFor(env);
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
     this.#feed = new LiveFeed({
       events: (after, limit) => this.#store.events(after, limit),
@@ -93,7 +96,9 @@ export class RunCoordinator extends Server<Env> {
   async start(request: StartRun): Promise<RunView> {
     const init = StartRun.parse(request);
     const now = Date.now();
-    const created = this.#store.create({ ...init, deadlineAt: now + RUN_DEADLINE_MS }, init.input);
+    const deadlineAt = now + (init.timeoutSeconds ?? MAX_RUN_TIMEOUT_SECONDS) * 1000;
+    const testPolicy = this.env.TROUPE_TEST_MODE === "on" ? init.testPolicy : undefined;
+    const created = this.#store.create({ ...init, deadlineAt, testPolicy }, init.input);
     // A parent (the first, or another run of the same child identity) is told when this run ends.
     if (init.parentRunId !== null && !TERMINAL.has(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
@@ -204,6 +209,8 @@ export class RunCoordinator extends Server<Env> {
     this.#wakeRequested = false;
     const wasTerminal = TERMINAL.has(this.#store.run()?.status ?? "queued");
     const meter = new SubrequestMeter();
+    // Test runner only: a `crash` fault kills this invocation the way an eviction would.
+    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason) });
     let next: number | null = null;
     try {
       next = await driveRun({
@@ -211,7 +218,8 @@ export class RunCoordinator extends Server<Env> {
         store: this.#store,
         journal: this.#journal,
         waiters: this.#waiters,
-        policy: this.#policy,
+        policy: policyFor(this.env, this.#store.run()?.testPolicy),
+        faults,
         plays: playRegistry(this.env),
         tools: toolRegistry(this.env),
         signal: controller.signal,
@@ -225,6 +233,8 @@ export class RunCoordinator extends Server<Env> {
       this.#driving = null;
       this.#store.addUsage(meter);
     }
+    // Between driving and re-arming: a failure here leaves the alarm to the runtime's retry.
+    await faults.check("run.alarm");
     if (next !== null && this.#wakeRequested) next = Date.now();
     if (next !== null) await this.ctx.storage.setAlarm(next);
     const links = { env: this.env, store: this.#store, journal: this.#journal, log: (line: string) => this.#emit("log.appended", { line }) };
@@ -232,6 +242,12 @@ export class RunCoordinator extends Server<Env> {
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
     else await this.#syncDirectory();
     await tellParents(links);
+  }
+
+  /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */
+  #crash(reason: string): never {
+    this.ctx.abort(reason);
+    throw new Error(reason);
   }
 
   /** Drives the run again at once (after the current invocation, if one is running). */

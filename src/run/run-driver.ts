@@ -13,7 +13,7 @@ import type { RuntimePolicy } from "../engine/policy";
 import { ReceiptClient, SheetClient, SubrequestMeter } from "../engine/shard-clients";
 import type { PlayDefinition, ToolDefinition } from "../play/types";
 import { codeOf, messageOf } from "../shared/errors";
-import { faultProbeFor } from "../testing/faults";
+import { faultProbeFor, type FaultProbe } from "../testing/faults";
 import type { JournalStore } from "./journal-store";
 import type { RunError, RunRecord, RunStore } from "./run-store";
 import { MAX_RESTORE_TRIES } from "./salvage-store";
@@ -38,6 +38,8 @@ export interface DriveOptions {
   meter?: SubrequestMeter;
   /** Removes secrets a failure message may quote, before the run's error is stored. */
   redact?<T>(value: T): T;
+  /** The test-only fault seam (defaults to `faultProbeFor(env)`; the coordinator's can crash it). */
+  faults?: FaultProbe;
 }
 
 const MAX_INFRA_RETRIES = 6;
@@ -49,9 +51,7 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   if (!run) return null;
   if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") return restoreSalvage(o);
   if (run.cancelRequested) return finish(o, "cancelled", {});
-  if (now() >= run.deadlineAt) {
-    return finish(o, "failed", { error: { code: "deadline_exceeded", message: `the run passed its runtime limit at ${new Date(run.deadlineAt).toISOString()}` } });
-  }
+  if (now() >= run.deadlineAt) return finish(o, "failed", { error: deadlineExceeded(run) });
   if (run.status === "queued" || run.status === "waiting") {
     store.setStatus("running");
     if (run.status === "queued") o.emit("run.started", { play: run.play, runAttempt: run.runAttempt, parentRunId: run.parentRunId, depth: run.depth });
@@ -71,9 +71,12 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   const meter = o.meter ?? new SubrequestMeter();
   // A row whose child runs long stops this invocation the way a cancel would, except that the run goes on (waiting).
   const suspension = new AbortController();
-  const signal = AbortSignal.any([o.signal, suspension.signal]);
+  // The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails.
+  const limit = new AbortController();
+  const limitTimer = setTimeout(() => limit.abort(new Error(`[deadline_exceeded] ${deadlineExceeded(run!).message}`)), Math.max(0, run.deadlineAt - now()));
+  const signal = AbortSignal.any([o.signal, suspension.signal, limit.signal]);
   const dispatch = createDispatchServices({
-    env: o.env, run, tools: o.tools, policy: o.policy, signal, meter, faults: faultProbeFor(o.env), log, now,
+    env: o.env, run, tools: o.tools, policy: o.policy, signal, meter, faults: o.faults ?? faultProbeFor(o.env), log, now,
     // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
     salvage: (entry) => store.salvage.add(entry),
   });
@@ -82,8 +85,9 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log, services });
   try {
     await services.children.checkDue();
-    return await drivePlay(o, play, ctx, log, services, suspension.signal);
+    return await drivePlay(o, play, ctx, log, services, suspension.signal, limit.signal);
   } finally {
+    clearTimeout(limitTimer);
     await dispatch.pacers.closeAll();
   }
 }
@@ -127,7 +131,7 @@ async function park(o: DriveOptions, resumeAt: number, waiting: boolean, suspend
   return at;
 }
 
-async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void, services: PlayServices, suspended: AbortSignal): Promise<number | null> {
+async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void, services: PlayServices, suspended: AbortSignal, limited: AbortSignal): Promise<number | null> {
   const { store, now } = o;
   try {
     const result = await play.run(ctx, store.input());
@@ -139,6 +143,7 @@ async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext,
   } catch (error) {
     // Child submits still in flight are answered (and recorded) before the invocation ends.
     await services.children.idle();
+    if (limited.aborted && !store.run()!.cancelRequested) return finish(o, "failed", { error: deadlineExceeded(store.run()!) });
     const parked = services.waits.parked;
     if (parked && !(error instanceof YieldSignal) && !o.signal.aborted && !store.run()!.cancelRequested) {
       store.noteInfraFailure(true);
@@ -162,6 +167,15 @@ async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext,
     }
     return finish(o, "failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error) } });
   }
+}
+
+/** The run's error at its runtime limit: a failure that says so, not a cancel. */
+function deadlineExceeded(run: RunRecord): RunError {
+  const limitS = Math.round((run.deadlineAt - run.createdAt) / 1000);
+  return {
+    code: "deadline_exceeded",
+    message: `the run hit its runtime limit of ${limitS} s (timeoutSeconds) at ${new Date(run.deadlineAt).toISOString()} and was stopped; rows completed so far are kept, and a rerun resumes the rest`,
+  };
 }
 
 /**

@@ -35,6 +35,8 @@ export interface RunRecord {
   /** Durable Object RPCs and provider requests made for this run, over all invocations. */
   usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number };
   deadlineAt: number;
+  /** Test runner only: policy overrides for this run (see `TestPolicyOverrides` in src/engine/policy.ts). */
+  testPolicy: Record<string, number> | null;
   createdAt: number;
   updatedAt: number;
 }
@@ -47,6 +49,8 @@ export interface MapRecord {
   chunkRows: number;
   chunkCount: number;
   done: boolean;
+  /** Times finalize found rows not persisted and sent their chunks back (bounded by policy). */
+  repairs: number;
 }
 
 export type ChunkState = "pending" | "running" | "done";
@@ -57,6 +61,11 @@ export interface ChunkRecord {
   state: ChunkState;
   attemptSeq: number;
   retries: number;
+  /** Rows its last finished attempt reported completed (reused included) and failed. */
+  completed: number;
+  failed: number;
+  /** Times an attempt of this chunk died (lost leases, threw) and the chunk was redispatched. */
+  redispatches: number;
 }
 
 export interface MapProgress {
@@ -83,6 +92,7 @@ type RunRow = {
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
   cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; deadline_at: number; created_at: number; updated_at: number;
   depth: number;
+  test_policy: string | null;
 };
 
 function rowToRun(r: RunRow): RunRecord {
@@ -102,6 +112,7 @@ function rowToRun(r: RunRow): RunRecord {
     infraFailures: r.infra_failures,
     usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited },
     deadlineAt: r.deadline_at,
+    testPolicy: r.test_policy === null ? null : (JSON.parse(r.test_policy) as Record<string, number>),
     createdAt: r.created_at,
     updatedAt: r.updated_at,
   };
@@ -125,11 +136,12 @@ export class RunStore {
   }
 
   /** Records a new run and its input; a no-op if the run exists (idempotent start). */
-  create(init: { runId: string; org: string; play: string; parentRunId: string | null; depth?: number; force: boolean; forceToolRefresh: boolean; deadlineAt: number }, input: unknown): boolean {
+  create(init: { runId: string; org: string; play: string; parentRunId: string | null; depth?: number; force: boolean; forceToolRefresh: boolean; deadlineAt: number; testPolicy?: Record<string, number> | null }, input: unknown): boolean {
     if (this.run()) return false;
     const now = this.#now();
-    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, created_at, updated_at)
-      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${now}, ${now})`;
+    const testPolicy = init.testPolicy ? JSON.stringify(init.testPolicy) : null;
+    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, test_policy, created_at, updated_at)
+      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${testPolicy}, ${now}, ${now})`;
     const text = JSON.stringify(input);
     for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
       this.#sql.write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;
@@ -176,14 +188,14 @@ export class RunStore {
   // ---- maps and chunks
 
   map(name: string): MapRecord | null {
-    const r = this.#sql<{ name: string; shard_count: number; total: number; duplicates_dropped: number; chunk_rows: number; chunk_count: number; done: number }>`
+    const r = this.#sql<{ name: string; shard_count: number; total: number; duplicates_dropped: number; chunk_rows: number; chunk_count: number; done: number; repairs: number }>`
       SELECT * FROM maps WHERE name = ${name}`[0];
     if (!r) return null;
-    return { name: r.name, shardCount: r.shard_count, total: r.total, duplicatesDropped: r.duplicates_dropped, chunkRows: r.chunk_rows, chunkCount: r.chunk_count, done: r.done === 1 };
+    return { name: r.name, shardCount: r.shard_count, total: r.total, duplicatesDropped: r.duplicates_dropped, chunkRows: r.chunk_rows, chunkCount: r.chunk_count, done: r.done === 1, repairs: r.repairs };
   }
 
   /** Records a map's chunk plan once; a replay finds it and continues. */
-  createMap(map: Omit<MapRecord, "done" | "chunkCount">): MapRecord {
+  createMap(map: Omit<MapRecord, "done" | "chunkCount" | "repairs">): MapRecord {
     const chunkCount = Math.ceil(map.total / map.chunkRows);
     const ordinal = this.#sql<{ n: number }>`SELECT count(*) AS n FROM maps`[0]!.n;
     this.#sql.write`INSERT INTO maps (name, ordinal, shard_count, total, duplicates_dropped, chunk_rows, chunk_count)
@@ -195,13 +207,16 @@ export class RunStore {
   }
 
   chunks(map: string): ChunkRecord[] {
-    return this.#sql<{ idx: number; rows: number; state: string; attempt_seq: number; retries: number }>`
-      SELECT idx, rows, state, attempt_seq, retries FROM chunks WHERE map = ${map} ORDER BY idx`.map((c) => ({
+    return this.#sql<{ idx: number; rows: number; state: string; attempt_seq: number; retries: number; completed: number; failed: number; redispatches: number }>`
+      SELECT idx, rows, state, attempt_seq, retries, completed, failed, redispatches FROM chunks WHERE map = ${map} ORDER BY idx`.map((c) => ({
       idx: c.idx,
       rows: c.rows,
       state: c.state as ChunkState,
       attemptSeq: c.attempt_seq,
       retries: c.retries,
+      completed: c.completed,
+      failed: c.failed,
+      redispatches: c.redispatches,
     }));
   }
 
@@ -229,6 +244,28 @@ export class RunStore {
   /** Any chunk still marked running (by a dead invocation) goes back to pending. */
   resetRunningChunks(): void {
     this.#sql.write`UPDATE chunks SET state = 'pending' WHERE state = 'running'`;
+  }
+
+  /**
+   * The chunk's attempt died (lost its leases, threw): it stays `running`, so
+   * the next invocation fences it off under a new epoch and redispatches it.
+   * @returns how many times the chunk has been redispatched so far.
+   */
+  noteRedispatch(map: string, idx: number): number {
+    this.#sql.write`UPDATE chunks SET redispatches = redispatches + 1 WHERE map = ${map} AND idx = ${idx}`;
+    return this.#sql<{ n: number }>`SELECT redispatches AS n FROM chunks WHERE map = ${map} AND idx = ${idx}`[0]?.n ?? 0;
+  }
+
+  /** Finalize found rows of these chunks not persisted: they run again. @returns the map's repairs so far. */
+  reopenChunks(map: string, idxs: readonly number[]): number {
+    this.#sql.write`UPDATE chunks SET state = 'pending' WHERE map = ${map} AND idx IN (SELECT value FROM json_each(${JSON.stringify(idxs)}))`;
+    this.#sql.write`UPDATE maps SET repairs = repairs + 1 WHERE name = ${map}`;
+    return this.map(map)?.repairs ?? 0;
+  }
+
+  /** Replaces a chunk's reported counts with what its rows in the sheets say (finalize). */
+  setChunkCounts(map: string, idx: number, counts: { completed: number; failed: number }): void {
+    this.#sql.write`UPDATE chunks SET completed = ${counts.completed}, failed = ${counts.failed} WHERE map = ${map} AND idx = ${idx}`;
   }
 
   markMapDone(map: string): void {

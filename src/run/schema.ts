@@ -97,4 +97,11 @@ export const runMigrations = [
   CREATE TABLE watchers (run_id TEXT PRIMARY KEY, notified INTEGER NOT NULL DEFAULT 0);
   CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
   `,
+  // Redispatch and reconcile (src/engine/map-runner.ts): how often a chunk's attempt died and was
+  // redispatched, how often a map's finalize repaired a shortfall, and the run's test policy overrides.
+  `
+  ALTER TABLE chunks ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE maps ADD COLUMN repairs INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN test_policy TEXT;
+  `,
 ];

@@ -6,17 +6,37 @@
  * otherwise every check is a no-op that makes no call.
  *
  * A rule fails the matching calls of one operation from the `fromCall`-th on
- * (counting from 1, per rule), for `times` calls or for ever.
+ * (counting from 1, per rule), for `times` calls or for ever. A rule with
+ * `crash: true` instead kills the whole invocation at that point (the
+ * coordinator aborts itself, as a crash or eviction would), leaving whatever
+ * it had in flight for the next invocation to redispatch.
+ *
+ * The `*.claimed`, `sheet.persisted` points come right after the operation
+ * succeeded (crash points between the phases of a chunk); `run.alarm` is the
+ * coordinator's alarm after it drove the run, before it re-armed itself.
  *
  * @example
  * // Every receipt completion from the third on fails:
  * { rules: [{ point: "receipt.complete", fromCall: 3 }] }
+ * // The invocation dies after its second provider call returned, before its receipt completes:
+ * { rules: [{ point: "provider.after", fromCall: 2, times: 1, crash: true }] }
  */
 import { z } from "zod";
 import { ToolCallError } from "../play/tool-error";
 
 /** The operations a fault can be injected into. */
-export const FAULT_POINTS = ["receipt.claim", "receipt.complete", "receipt.fail", "sheet.persist", "provider.before", "provider.after"] as const;
+export const FAULT_POINTS = [
+  "receipt.claim",
+  "receipt.complete",
+  "receipt.fail",
+  "sheet.persist",
+  "provider.before",
+  "provider.after",
+  "sheet.claimed",
+  "receipt.claimed",
+  "sheet.persisted",
+  "run.alarm",
+] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);
 export type FaultPoint = z.infer<typeof FaultPoint>;
@@ -41,6 +61,8 @@ export const FaultRule = z
       .prefault({}),
     /** When the rule fires, this provider's test credential becomes `value` (auth-scope tests). */
     rotateCredential: z.object({ provider: z.string().min(1).max(64), value: z.string().min(1).max(200) }).optional(),
+    /** Kill the invocation instead of failing the call (see the module comment). */
+    crash: z.boolean().optional(),
   })
   .strict();
 export type FaultRule = z.infer<typeof FaultRule>;
@@ -52,7 +74,14 @@ export type FaultPlan = z.infer<typeof FaultPlan>;
 /** The verdict on one call of an operation. */
 export type FaultDecision =
   | { fail: false }
-  | { fail: true; rule: number; call: number; error: { code: string; message: string; retryable: boolean }; rotateCredential?: { provider: string; value: string } };
+  | {
+      fail: true;
+      rule: number;
+      call: number;
+      error: { code: string; message: string; retryable: boolean };
+      rotateCredential?: { provider: string; value: string };
+      crash?: true;
+    };
 
 /**
  * Counts one call of `point` (of `tool`) against every rule and decides it.
@@ -66,7 +95,11 @@ export function decideFault(plan: FaultPlan, counts: number[], point: FaultPoint
     const inRange = call >= rule.fromCall && (rule.times === undefined || call < rule.fromCall + rule.times);
     if (!inRange || decision.fail) return;
     const message = rule.error.message ?? `injected fault: ${point} call #${call} fails (test fault plan rule ${i})`;
-    decision = { fail: true, rule: i, call, error: { code: rule.error.code, message, retryable: rule.error.retryable }, ...(rule.rotateCredential ? { rotateCredential: rule.rotateCredential } : {}) };
+    decision = {
+      fail: true, rule: i, call, error: { code: rule.error.code, message, retryable: rule.error.retryable },
+      ...(rule.rotateCredential ? { rotateCredential: rule.rotateCredential } : {}),
+      ...(rule.crash ? { crash: true } : {}),
+    };
   });
   return decision;
 }
@@ -87,11 +120,18 @@ export const NO_FAULTS: FaultProbe = {
 /** The one FaultInjector instance's name. */
 export const FAULT_OBJECT_NAME = "faults";
 
+/**
+ * Kills the calling invocation for a `crash` rule (the coordinator passes
+ * `ctx.abort`). It must not return; without one, a crash rule throws
+ * `[injected_crash]` like a failure.
+ */
+export type CrashHandler = (reason: string) => never;
+
 /** The probe for `env`: live only under the test runner with the FAULTS binding. */
-export function faultProbeFor(env: Env): FaultProbe {
+export function faultProbeFor(env: Env, options: { crash?: CrashHandler } = {}): FaultProbe {
   // FAULTS is bound only outside production (wrangler.toml), so its type is optional.
   if (env.TROUPE_TEST_MODE !== "on" || !env.FAULTS) return NO_FAULTS;
-  return new RemoteFaultProbe(env.FAULTS.getByName(FAULT_OBJECT_NAME));
+  return new RemoteFaultProbe(env.FAULTS.getByName(FAULT_OBJECT_NAME), options.crash);
 }
 
 /**
@@ -101,15 +141,22 @@ export function faultProbeFor(env: Env): FaultProbe {
 class RemoteFaultProbe implements FaultProbe {
   #stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>;
   #armed: Promise<boolean> | null = null;
+  #crash: CrashHandler | undefined;
 
-  constructor(stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>) {
+  constructor(stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>, crash?: CrashHandler) {
     this.#stub = stub;
+    this.#crash = crash;
   }
 
   async check(point: FaultPoint, tool?: string): Promise<void> {
     if (!(await (this.#armed ??= this.#stub.armed()))) return;
     const decision = (await this.#stub.hit({ point, tool: tool ?? null })) as FaultDecision;
     if (!decision.fail) return;
+    if (decision.crash) {
+      const reason = `[injected_crash] test fault plan rule ${decision.rule} crashed the invocation at ${point} call #${decision.call}`;
+      if (this.#crash) this.#crash(reason);
+      throw new Error(reason);
+    }
     if (point.startsWith("provider.")) throw new ToolCallError({ ...decision.error });
     throw new Error(`[${decision.error.code}] ${decision.error.message}`);
   }
