@@ -1,18 +1,20 @@
 /**
- * Executes one chunk attempt: claim its rows, compute the pending ones, and
- * persist them fenced by the attempt. The coordinator only sees this
- * interface, so where the work runs (in its own invocation, or spread over
- * others) can change without touching the map logic.
+ * Executes one chunk attempt: claim its rows, compute the pending ones while
+ * a heartbeat renews the attempt's leases, and persist them fenced by the
+ * attempt. The coordinator only sees this interface, so where the work runs
+ * (in its own invocation, or spread over others) can change without touching
+ * the map logic.
  */
 import { ToolCallError } from "../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../play/types";
 import { messageOf } from "../shared/errors";
 import type { AttemptRef, PersistRowsRequest } from "../storage/contracts";
+import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "./bulk-queue";
 import type { FatalLatch } from "./latch";
 import type { RuntimePolicy } from "./policy";
 import type { PlannedRow } from "./row-keys";
-import type { SheetClient } from "./shard-clients";
+import type { ReceiptClient, SheetClient } from "./shard-clients";
 import type { ToolScheduler } from "./tool-scheduler";
 
 /** A computed row larger than this fails instead of being stored. */
@@ -32,9 +34,15 @@ export interface ChunkSummary {
   /** Of `completed`, rows reused without work. */
   reused: number;
   /** Rows leased by another live attempt: not executed here. */
-  blocked: { key: string; leaseExpiresAt: number }[];
-  /** Rows this attempt computed but no longer owned when it wrote them. */
+  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string }[];
+  /** Rows this attempt computed but no longer owned when it wrote them (nothing was written for them). */
   rejected: string[];
+  /**
+   * The heartbeat found rows or receipts of this attempt held by another
+   * attempt (or expired): the attempt stopped early. A chunk with `lost` or
+   * `rejected` keys must be redispatched under a new epoch.
+   */
+  lost: { rows: string[]; receipts: string[]; reason: string } | null;
   /** A few failed rows, for the run's failure samples. */
   failureSamples: { key: string; error: string }[];
 }
@@ -45,14 +53,19 @@ export interface ChunkExecutor {
 
 export interface InProcessExecutorOptions {
   sheets: SheetClient;
+  /** The org's receipt shards, for the heartbeat's renewals. */
+  receipts: ReceiptClient;
   fields: FieldSet;
   policy: RuntimePolicy;
   /** `force`: recompute rows completed by other runs. */
   recompute: boolean;
   latch: FatalLatch;
+  /** The run's signal (cancel, suspension). Each attempt adds its own: lease lost. */
   signal: AbortSignal;
-  scheduler(attempt: AttemptRef, workers: WorkerBarrier): ToolScheduler;
+  /** A tool scheduler for the attempt, whose tool path stops with `leases.signal` and reports receipts to `leases`. */
+  scheduler(attempt: AttemptRef, workers: WorkerBarrier, leases: AttemptLeases): ToolScheduler;
   log(line: string): void;
+  now(): number;
 }
 
 /** Runs chunk attempts inside the calling invocation. */
@@ -65,7 +78,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
 
   async execute({ attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
     const { sheets, policy, latch, signal } = this.#o;
-    const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], failureSamples: [] };
+    const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#o.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
     for (const row of rows) {
@@ -74,49 +87,68 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (claim.status === "completed") {
         summary.completed++;
         summary.reused++;
-      } else if (claim.status === "blocked") summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt });
+      } else if (claim.status === "blocked") summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
       else pending.push(row);
     }
 
-    const workers = new WorkerBarrier();
-    const scheduler = this.#o.scheduler(attempt, workers);
-    const results: PersistRowsRequest["rows"] = [];
-    await forEachLimited(pending, policy.rowConcurrency, async (planned) => {
-      workers.enter();
-      try {
-        const outcome = await this.#computeRow(planned, scheduler);
-        if (outcome) results.push(outcome);
-      } finally {
-        workers.leave();
-      }
-    });
-
-    if (results.length) {
-      const persisted = await sheets.persistRows(attempt, results).catch((error: unknown) => {
-        const fatal = new Error(`[sheet_store_failed] could not persist ${results.length} rows: ${messageOf(error)}`);
-        latch.trip(fatal);
-        throw fatal;
-      });
-      summary.rejected = persisted.rejected;
-      const written = new Set(persisted.written);
-      for (const row of results) {
-        if (!written.has(row.key)) continue;
-        if (row.status === "completed") summary.completed++;
-        else {
-          summary.failed++;
-          if (summary.failureSamples.length < 5) summary.failureSamples.push({ key: row.key, error: row.error ?? "" });
-        }
-      }
+    const leases = new AttemptLeases({ attempt, sheets, receipts: this.#o.receipts, policy, signal, now: this.#o.now, log: this.#o.log });
+    leases.holdRows(pending.map((row) => row.key));
+    leases.start();
+    try {
+      const workers = new WorkerBarrier();
+      const results = await this.#computeRows(pending, this.#o.scheduler(attempt, workers, leases), workers, leases.signal);
+      if (results.length) await this.#persist(attempt, leases, results, summary);
+    } finally {
+      await leases.stop();
     }
+    const lost = leases.lost;
+    if (lost) summary.lost = { ...lost.keys, reason: lost.message };
     // Rows left unpersisted by a cancel or a tripped latch keep their leases until teardown releases them.
     signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
     return summary;
   }
 
-  /** Computes one row's fields in order; `null` when the attempt stopped before the row ended. */
-  async #computeRow(planned: PlannedRow, scheduler: ToolScheduler): Promise<PersistRowsRequest["rows"][number] | null> {
-    const { signal, latch } = this.#o;
+  /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out. */
+  async #computeRows(pending: PlannedRow[], scheduler: ToolScheduler, workers: WorkerBarrier, signal: AbortSignal): Promise<PersistRowsRequest["rows"]> {
+    const results: PersistRowsRequest["rows"] = [];
+    await forEachLimited(pending, this.#o.policy.rowConcurrency, async (planned) => {
+      workers.enter();
+      try {
+        const outcome = await this.#computeRow(planned, scheduler, signal);
+        if (outcome) results.push(outcome);
+      } finally {
+        workers.leave();
+      }
+    });
+    return results;
+  }
+
+  /** Writes the computed rows fenced by the attempt and counts what was written. */
+  async #persist(attempt: AttemptRef, leases: AttemptLeases, results: PersistRowsRequest["rows"], summary: ChunkSummary): Promise<void> {
+    const { sheets, latch } = this.#o;
+    // Persisting ends these leases: a heartbeat racing the write must not take them for lost.
+    leases.releaseRows(results.map((row) => row.key));
+    const persisted = await sheets.persistRows(attempt, results).catch((error: unknown) => {
+      const fatal = new Error(`[sheet_store_failed] could not persist ${results.length} rows: ${messageOf(error)}`);
+      latch.trip(fatal);
+      throw fatal;
+    });
+    summary.rejected = persisted.rejected;
+    const written = new Set(persisted.written);
+    for (const row of results) {
+      if (!written.has(row.key)) continue;
+      if (row.status === "completed") summary.completed++;
+      else {
+        summary.failed++;
+        if (summary.failureSamples.length < 5) summary.failureSamples.push({ key: row.key, error: row.error ?? "" });
+      }
+    }
+  }
+
+  /** Computes one row's fields in order; `null` when the attempt stopped (cancel, lease lost, latch) before the row ended. */
+  async #computeRow(planned: PlannedRow, scheduler: ToolScheduler, signal: AbortSignal): Promise<PersistRowsRequest["rows"][number] | null> {
+    const { latch } = this.#o;
     const row: Row = { ...planned.input };
     const ctx = <RowContext>{ // runPlay and fetch are added by RunContext.map (src/engine/play-context.ts)
       rowKey: planned.key,

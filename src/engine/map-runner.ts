@@ -3,15 +3,22 @@
  * a replay continues where the last invocation stopped), dispatches up to K
  * chunk attempts at once under the run's attempt epoch, records each outcome
  * and progress, and reconciles the sheets against the plan at the end.
+ *
+ * An attempt that died (it lost its leases, a late write was rejected, it
+ * threw) leaves its chunk `running`; this invocation stops dispatching and
+ * yields, and the next one fences the dead attempt off by bumping the epoch
+ * and redispatches the chunk (a bounded number of times).
  */
 import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from "../play/types";
 import { codeOf, messageOf, TerminalError, TroupeError } from "../shared/errors";
 import type { AttemptRef } from "../storage/contracts";
-import type { MapRecord, RunRecord, RunStore } from "../run/run-store";
+import type { ChunkRecord, MapRecord, RunRecord, RunStore } from "../run/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../dispatch/services";
+import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "./bulk-queue";
 import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import { readPage } from "./dataset-view";
+import { planFinalize } from "./finalize";
 import type { RuntimePolicy } from "./policy";
 import { planRows, type PlannedRow } from "./row-keys";
 import { SheetClient, type SubrequestMeter } from "./shard-clients";
@@ -65,8 +72,10 @@ export class MapRunner {
     return createMapGuards({ policy: this.#o.policy, deadlineAt: this.#o.run.deadlineAt, now: this.#o.now });
   }
 
-  scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier): ToolScheduler {
-    return new ToolScheduler({ services: this.#o.dispatch, guards, attempt, refresh: this.#o.run.forceToolRefresh, workers });
+  /** A tool scheduler for one attempt; with `leases`, its tool path stops when they are lost and reports its receipts to them. */
+  scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier, leases?: AttemptLeases): ToolScheduler {
+    const services = leases ? attemptServices(this.#o.dispatch, leases) : this.#o.dispatch;
+    return new ToolScheduler({ services, guards, attempt, refresh: this.#o.run.forceToolRefresh, workers });
   }
 
   async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
@@ -78,7 +87,8 @@ export class MapRunner {
       throw new TerminalError("nondeterministic_play", `map "${name}" was planned with ${record.total} rows but the replayed play passed ${plan.rows.length}; play code must be deterministic outside ctx`);
     }
     const sheets = this.#sheets(record);
-    if (!record.done) await this.#drain(record, plan.rows, sheets, fields, options);
+    // Finalize may send chunks whose rows are not persisted back: each pass drains what is left.
+    for (let current = record; !current.done; current = this.#o.store.map(name)!) await this.#drain(current, plan.rows, sheets, fields, options);
     return this.#handle(record, sheets);
   }
 
@@ -100,16 +110,19 @@ export class MapRunner {
     const guards = this.guards();
     const latch = guards.latch;
     const executor = new InProcessChunkExecutor({
-      sheets, fields, policy, latch, signal, recompute: run.force || run.forceToolRefresh, log: this.#o.log,
-      scheduler: (attempt, workers) => this.scheduler(attempt, guards, workers),
+      sheets, receipts: this.#o.dispatch.receipts, fields, policy, latch, signal, recompute: run.force || run.forceToolRefresh, log: this.#o.log, now: this.#o.now,
+      scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
     let rowFailure: { key: string; error: string } | null = null;
     let infra: unknown = null;
+    let fatal: TerminalError | null = null;
+    let died = 0;
     let overBudget = false;
 
-    const dispatch = async (idx: number) => {
+    const dispatch = async (chunk: ChunkRecord) => {
+      const idx = chunk.idx;
       const attemptSeq = this.#o.store.run()!.runAttempt;
       const attempt: AttemptRef = { attemptId: `${run.runId}/${record.name}/${idx}/${attemptSeq}`, runId: run.runId, attemptSeq };
       store.startChunk(record.name, idx, attemptSeq);
@@ -123,10 +136,15 @@ export class MapRunner {
         if (!signal.aborted && !latch.tripped) infra ??= error;
         return;
       }
-      const done = summary.blocked.length === 0 && summary.rejected.length === 0;
-      if (summary.blocked.length) blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
-      if (summary.rejected.length) this.#o.log(`chunk ${record.name}#${idx}: ${summary.rejected.length} rows were written by a newer attempt; retrying the chunk`);
+      if (summary.lost || summary.rejected.length) {
+        died++;
+        fatal ??= this.#attemptDied(record.name, idx, attemptSeq, summary);
+        return;
+      }
+      const done = summary.blocked.length === 0;
+      if (!done) blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
       store.finishChunk(record.name, idx, { done, completed: summary.completed, failed: summary.failed, reused: summary.reused, blocked: summary.blocked.length, failureSamples: summary.failureSamples });
+      if (!done && chunk.retries + 1 > policy.blockedRetries) fatal ??= blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked);
       const computed = summary.completed + summary.failed - summary.reused;
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done) this.#o.emit("chunk.completed", { map: record.name, chunk: idx, completed: summary.completed, failed: summary.failed, reused: summary.reused, attemptSeq });
@@ -134,16 +152,12 @@ export class MapRunner {
       this.#progress(record.name, false);
     };
 
-    const stop = () => signal.aborted || latch.tripped !== null || rowFailure !== null || infra !== null || (overBudget ||= this.#o.meter.total >= policy.invocationSubrequestBudget);
+    const stop = () =>
+      signal.aborted || latch.tripped !== null || rowFailure !== null || infra !== null || fatal !== null || died > 0 ||
+      (overBudget ||= this.#o.meter.total >= policy.invocationSubrequestBudget);
     let next = 0;
     const workers = Array.from({ length: Math.min(policy.chunkConcurrency, queue.length) }, async () => {
-      while (next < queue.length && !stop()) {
-        const chunk = queue[next++]!;
-        if (chunk.retries > policy.blockedRetries) {
-          throw new TerminalError("rows_blocked", `map "${record.name}" chunk ${chunk.idx}: rows stayed leased by another run through ${policy.blockedRetries} retries; wait for that run to finish (or cancel it) and rerun`);
-        }
-        await dispatch(chunk.idx);
-      }
+      while (next < queue.length && !stop()) await dispatch(queue[next++]!);
     });
     await Promise.all(workers);
     this.#progress(record.name, true);
@@ -157,29 +171,52 @@ export class MapRunner {
       const { key, error } = rowFailure;
       throw new TerminalError("row_failed", `map "${record.name}": row ${key} failed (onRowError: 'fail'): ${error}`);
     }
+    if (fatal) throw fatal;
     if (infra) throw new InfraError(`map "${record.name}": ${messageOf(infra)}`, infra);
+    if (died > 0) throw new YieldSignal(this.#o.now(), `${died} chunk attempts of "${record.name}" died; the next invocation redispatches them under a new attempt`);
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
     if (left > 0) {
       if (overBudget) throw new YieldSignal(this.#o.now(), "subrequest budget of this invocation spent");
       const at = blockedUntil.length ? Math.max(this.#o.now(), Math.min(...blockedUntil)) + 50 : this.#o.now();
       throw new YieldSignal(at, `${left} chunks of "${record.name}" wait for rows leased by another run`);
     }
-    await this.#reconcile(record, sheets);
+    await this.#finalize(record, sheets);
   }
 
-  /** The sheets must hold every planned row of this run in a terminal state. */
-  async #reconcile(record: MapRecord, sheets: SheetClient): Promise<void> {
-    const counts = await sheets.countRunRows(this.#o.run.runId).catch((error: unknown) => {
+  /**
+   * The chunk's attempt no longer owns some of its rows or receipts: it stays
+   * `running` for the next invocation to redispatch. The error when it has
+   * been redispatched too often.
+   */
+  #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
+    const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
+    const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
+    this.#o.log(`chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`);
+    const count = this.#o.store.noteRedispatch(map, idx);
+    if (count <= this.#o.policy.maxChunkRedispatches) return null;
+    return new TerminalError(
+      "chunk_redispatch_exhausted",
+      `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
+    );
+  }
+
+  /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
+  async #finalize(record: MapRecord, sheets: SheetClient): Promise<void> {
+    const { store, policy, run } = this.#o;
+    const persisted = await sheets.countRunChunks(run.runId, record.chunkRows).catch((error: unknown) => {
       throw new InfraError(`could not reconcile "${record.name}": ${messageOf(error)}`, error);
     });
-    const expected = this.#o.store.progress(record.name);
-    if (counts.total !== record.total || counts.pending > 0 || counts.completed !== expected.completed || counts.failed !== expected.failed) {
-      throw new TerminalError(
-        "reconcile_failed",
-        `map "${record.name}": the sheets hold ${counts.completed} completed, ${counts.failed} failed and ${counts.pending} unfinished of ${counts.total} rows, but the chunks reported ${expected.completed} completed and ${expected.failed} failed of ${record.total}`,
-      );
+    const plan = planFinalize({ map: record.name, total: record.total, chunks: store.chunks(record.name), persisted, repairs: record.repairs, maxRepairs: policy.reconcileRepairs });
+    if (plan.kind === "fail") throw new TerminalError("reconcile_failed", plan.message);
+    if (plan.kind === "repair") {
+      const repairs = store.reopenChunks(record.name, plan.chunks);
+      this.#o.log(`finalize of "${record.name}": ${plan.missing} rows are not persisted (chunks ${plan.chunks.slice(0, 5).join(", ")}${plan.chunks.length > 5 ? ", …" : ""}); running those chunks again (repair ${repairs} of ${policy.reconcileRepairs})`);
+      return;
     }
-    this.#o.store.markMapDone(record.name);
+    for (const { idx, completed, failed } of plan.adjust) store.setChunkCounts(record.name, idx, { completed, failed });
+    if (plan.adjust.length) this.#o.log(`finalize of "${record.name}": counts of ${plan.adjust.length} chunks taken from the sheets (another run rewrote some of their rows since)`);
+    store.markMapDone(record.name);
+    this.#progress(record.name, true);
   }
 
   #progress(map: string, force: boolean): void {
@@ -206,4 +243,16 @@ export class MapRunner {
       rows: ({ offset = 0, limit = 100 } = {}) => readPage(sheets, runId, offset, limit),
     };
   }
+}
+
+/** A chunk whose rows another run kept leased through every retry. */
+function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {
+  const owners = [...new Set(blocked.map((b) => b.ownerRunId))];
+  const keys = `${blocked.slice(0, 5).map((b) => b.key).join(", ")}${blocked.length > 5 ? ", …" : ""}`;
+  const by = owners.length === 1 ? `run ${owners[0]}` : `runs ${owners.slice(0, 3).join(", ")}${owners.length > 3 ? ", …" : ""}`;
+  return new TerminalError(
+    "rows_blocked",
+    `map "${map}" chunk ${idx}: ${blocked.length} rows stayed leased by ${by} through ${retries} retries (rows ${keys}); ` +
+      `let that run finish or cancel it (POST /v1/runs/<id>/cancel), then rerun this one: rows already completed are reused`,
+  );
 }

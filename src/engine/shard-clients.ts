@@ -10,6 +10,8 @@ import type {
   ClaimReceiptsRequest,
   CompleteReceiptsRequest,
   FailReceiptsRequest,
+  LeaseRequest,
+  LeaseResult,
   PersistRowsRequest,
   PersistRowsResult,
   ReceiptClaim,
@@ -101,6 +103,7 @@ export class SheetClient {
         for (const row of result.rows) claimed.set(row.key, row as ClaimedRow);
       }),
     );
+    await this.#faults.check("sheet.claimed");
     return claimed;
   }
 
@@ -108,7 +111,26 @@ export class SheetClient {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
+    await this.#faults.check("sheet.persisted");
     return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
+  }
+
+  /** Heartbeat: extends the attempt's row leases, one call per shard; keys it no longer holds come back lost. */
+  async renewLeases(attempt: AttemptRef, keys: readonly string[], leaseTtlMs: number): Promise<LeaseResult> {
+    const groups = groupByShard(keys, (key) => key, this.location.shardCount);
+    const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).renewLeases({ attempt, keys: group, leaseTtlMs })));
+    return { renewed: results.flatMap((r) => r.renewed), lost: results.flatMap((r) => r.lost) };
+  }
+
+  /** The run's rows counted per chunk of `chunkRows` input indexes, over every shard. */
+  async countRunChunks(runId: string, chunkRows: number): Promise<Map<number, { total: number; completed: number; failed: number }>> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunChunks({ runId, chunkRows })));
+    const chunks = new Map<number, { total: number; completed: number; failed: number }>();
+    for (const { chunk, total, completed, failed } of results.flatMap((r) => r.chunks)) {
+      const sum = chunks.get(chunk) ?? { total: 0, completed: 0, failed: 0 };
+      chunks.set(chunk, { total: sum.total + total, completed: sum.completed + completed, failed: sum.failed + failed });
+    }
+    return chunks;
   }
 
   /** Frees every row lease the run holds, on every shard. */
@@ -145,20 +167,28 @@ export function receiptShardName(org: string, shard: number): string {
   return `${org}/${shard}`;
 }
 
+/** Hears which receipts an attempt holds: claimed (running, ours) until completed or failed. */
+export interface ReceiptLeaseObserver {
+  claimed(shard: number, keys: string[]): void;
+  finished(shard: number, keys: string[]): void;
+}
+
 export class ReceiptClient {
   readonly shardCount: number;
   #ns: DurableObjectNamespace<import("../objects/ReceiptShard").ReceiptShard>;
   #org: string;
   #meter: SubrequestMeter;
-
   #faults: FaultProbe;
+  #leases: ReceiptLeaseObserver | undefined;
 
-  constructor(options: { env: Env; org: string; shardCount: number; meter: SubrequestMeter; faults?: FaultProbe }) {
+  /** `leases`: told of every receipt this client's attempt claims and finishes, so its heartbeat can renew them. */
+  constructor(options: { env: Env; org: string; shardCount: number; meter: SubrequestMeter; faults?: FaultProbe; leases?: ReceiptLeaseObserver }) {
     this.#ns = options.env.RECEIPT_SHARD;
     this.#org = options.org;
     this.shardCount = options.shardCount;
     this.#meter = options.meter;
     this.#faults = options.faults ?? NO_FAULTS;
+    this.#leases = options.leases;
   }
 
   shardOf(key: string): number {
@@ -172,17 +202,36 @@ export class ReceiptClient {
 
   async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
     await this.#faults.check("receipt.claim");
-    return (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+    const results = (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+    this.#leases?.claimed(shard, results.filter((r) => r.disposition === "claimed").map((r) => r.key));
+    await this.#faults.check("receipt.claimed");
+    return results;
   }
 
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.complete");
+    this.#finishing(shard, request.items);
     return this.#stub(shard).complete(request);
   }
 
   async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.fail");
+    this.#finishing(shard, request.items);
     return this.#stub(shard).fail(request);
+  }
+
+  /** Heartbeat: extends the attempt's running receipts on one shard; the others come back lost. */
+  async renew(shard: number, request: LeaseRequest): Promise<LeaseResult> {
+    return this.#stub(shard).renew(request);
+  }
+
+  /**
+   * Finishing ends these leases (written, or rejected as no longer ours): a
+   * heartbeat racing the write must not take them for lost. A write that fails
+   * is retried by the completion ladder, well within a lease.
+   */
+  #finishing(shard: number, items: { key: string }[]): void {
+    this.#leases?.finished(shard, items.map((item) => item.key));
   }
 
   async releaseRun(runId: string): Promise<number> {

@@ -18,7 +18,15 @@ import {
   type PersistRowsResult,
   type SheetRow,
 } from "../storage/contracts";
-import { CountRunRowsRequest, EnsureDatasetRequest, SHEET_MIGRATIONS, SheetStore, type RunRowCounts } from "../storage/sheet-store";
+import {
+  CountRunChunksRequest,
+  CountRunRowsRequest,
+  EnsureDatasetRequest,
+  SHEET_MIGRATIONS,
+  SheetStore,
+  type RunChunkCounts,
+  type RunRowCounts,
+} from "../storage/sheet-store";
 import { createSql, migrate } from "../storage/sql";
 
 /**
@@ -85,6 +93,11 @@ export class SheetShard extends DurableObject<Env> {
   async countRunRows(request: CountRunRowsRequest): Promise<RunRowCounts> {
     const { runId } = parse(CountRunRowsRequest, request);
     return this.#store.countRunRows(runId);
+  }
+
+  /** Counts a run's rows in this shard per chunk of its input (finalize reconciles chunk by chunk). */
+  async countRunChunks(request: CountRunChunksRequest): Promise<{ chunks: RunChunkCounts[] }> {
+    return { chunks: this.#store.countRunChunks(parse(CountRunChunksRequest, request)) };
   }
 
   /** Frees expired leases, then re-arms for the next expiry. Safe to deliver more than once. */

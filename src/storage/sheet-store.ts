@@ -62,6 +62,17 @@ export type EnsureDatasetRequest = z.infer<typeof EnsureDatasetRequest>;
 export const CountRunRowsRequest = z.object({ runId: z.string().min(1).max(100) });
 export type CountRunRowsRequest = z.infer<typeof CountRunRowsRequest>;
 
+export const CountRunChunksRequest = z.object({ runId: z.string().min(1).max(100), chunkRows: z.number().int().min(1).max(100_000) });
+export type CountRunChunksRequest = z.infer<typeof CountRunChunksRequest>;
+
+/** A run's rows in this shard whose input index falls in one chunk (`floor(index / chunkRows)`), by status. */
+export type RunChunkCounts = {
+  chunk: number;
+  total: number;
+  completed: number;
+  failed: number;
+};
+
 /** A run's membership in this shard, by row status. */
 export interface RunRowCounts {
   total: number;
@@ -242,6 +253,15 @@ export class SheetStore {
       coalesce(sum(r.status = 'completed'), 0) AS completed, coalesce(sum(r.status = 'failed'), 0) AS failed
       FROM run_rows rr JOIN sheet_rows r ON r.key = rr.key WHERE rr.run_id = ${runId}`[0]!;
     return { ...row, pending: row.total - row.completed - row.failed };
+  }
+
+  /** The run's membership counted per chunk of `chunkRows` input indexes (chunks with no row here are absent). */
+  countRunChunks(request: CountRunChunksRequest): RunChunkCounts[] {
+    // A bound JS number may arrive as REAL: cast, so that the division is an integer one.
+    return this.#sql<RunChunkCounts>`SELECT rr.idx / CAST(${request.chunkRows} AS INTEGER) AS chunk, count(*) AS total,
+      coalesce(sum(r.status = 'completed'), 0) AS completed, coalesce(sum(r.status = 'failed'), 0) AS failed
+      FROM run_rows rr JOIN sheet_rows r ON r.key = rr.key WHERE rr.run_id = ${request.runId}
+      GROUP BY chunk ORDER BY chunk`;
   }
 
   /** Frees leases expired at now (status unchanged), returning how many. Idempotent. */
