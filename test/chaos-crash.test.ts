@@ -1,0 +1,81 @@
+/**
+ * Chaos, part 1: the coordinator (which executes its chunks in process) dies
+ * mid-chunk at every phase of a chunk attempt, is evicted with chunks in
+ * flight, and has its alarm handler throw. Each time the run must end
+ * completed with every row persisted once and every provider call billed once
+ * (the simulator's `duplicates` stays 0: a call billed by the dead attempt is
+ * recovered, not sent again).
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { allEvents, simReset, simStats } from "./helpers";
+import { callRows, clearFaults, coordinator, crash, expectExactlyOnce, faultState, logLines, runView, setFaults, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
+
+afterEach(async () => {
+  await clearFaults();
+  await setSim(SIM_DEFAULTS);
+});
+
+/** Test policy: chunks of 50 rows, 4 in flight (src/engine/policy.ts). 160 rows are 4 chunks, all in flight at once. */
+const ROWS = 160;
+
+describe("the coordinator dies mid-chunk", () => {
+  const phases = [
+    { phase: "after claiming its rows", point: "sheet.claimed", fromCall: 2 },
+    { phase: "after claiming receipts", point: "receipt.claimed", fromCall: 3 },
+    { phase: "after a provider call, before its receipt completes", point: "provider.after", fromCall: 4 },
+    { phase: "after persisting rows, before reporting the chunk", point: "sheet.persisted", fromCall: 1 },
+  ] as const;
+
+  it.each(phases)("$phase: the next invocation redispatches under a new epoch; each row once, each call billed once", async ({ point, fromCall }) => {
+    await simReset();
+    await setSim({ latencyMs: 5 });
+    await setFaults([{ point, fromCall, times: 1, crash: true }]);
+    const rows = callRows(`Crash${point.replace(".", "")}`, ROWS);
+    const runId = await submit("test-calls", { rows, dataset: `crash-${point.replace(".", "-")}` });
+    const run = await waitForEnd(runId);
+
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ total: ROWS, completed: ROWS, failed: 0 });
+    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(fromCall);
+    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+    const logs = await logLines(runId);
+    expect(logs.some((l) => l.includes("resuming after an interrupted invocation"))).toBe(true);
+    if (point === "provider.after") expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
+    await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
+  });
+
+  it("is evicted with chunks in flight (calls still at the provider) and resumes by its alarm", async () => {
+    await simReset();
+    await setSim({ latencyMs: 60 });
+    const rows = callRows("Evicted", 300);
+    const runId = await submit("test-calls", { rows, dataset: "evicted" });
+    await until(simStats, (s) => s.calls >= 20, "provider calls in flight");
+    expect((await runView(runId)).status).toBe("running");
+    await crash(coordinator(runId));
+
+    const run = await waitForEnd(runId);
+    expect(run.status).toBe("completed");
+    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+    // The calls the dead invocation had sent were answered anyway: their results are recovered, not bought again.
+    expect((await logLines(runId)).some((l) => l.includes("recovered the provider's result"))).toBe(true);
+    await expectExactlyOnce(runId, "evicted", rows);
+  });
+});
+
+describe("alarm retries", () => {
+  it("retries an alarm handler that throws, and dispatches no chunk twice", async () => {
+    await simReset();
+    // 1,500 rows take at least four invocations under the test budget; the first two alarms throw after driving, before re-arming.
+    await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
+    const rows = callRows("Alarm", 1500);
+    const runId = await submit("test-calls", { rows, dataset: "alarm-retries" });
+    const run = await waitForEnd(runId);
+
+    expect(run.status).toBe("completed");
+    // Both failures fired, and the run went on after each (the alarm that ends the run may check the plan after the test reads it).
+    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(3);
+    const completions = (await allEvents(runId)).filter((e) => e.type === "chunk.completed").map((e) => e.chunk);
+    expect(completions.sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i));
+    await expectExactlyOnce(runId, "alarm-retries", rows);
+  });
+});

@@ -1,0 +1,132 @@
+/**
+ * Helpers of the chaos suite (test/chaos-*.test.ts): runs with test policy
+ * overrides, the fault seam, polling for conditions, and the one check every
+ * scenario ends with: each input row persisted once with the right output,
+ * and every provider call billed once.
+ */
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { expect } from "vitest";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, simStats } from "./helpers";
+
+/** One row of the `test-calls` play: one tool call, its output lands in `out`. */
+export interface CallRow {
+  id: string;
+  tool: "sim_find_email" | "sim_verify_email";
+  input: Record<string, string>;
+}
+
+/**
+ * `count` rows of unique calls, alternating the plain and the batchable tool,
+ * so a scenario covers single calls and batch members alike.
+ */
+export function callRows(prefix: string, count: number, from = 0): CallRow[] {
+  return Array.from({ length: count }, (_, n): CallRow => {
+    const i = from + n;
+    return i % 2 === 0
+      ? { id: `${prefix}${i}`, tool: "sim_find_email", input: { name: `${prefix} Person ${i}`, domain: "chaos.test" } }
+      : { id: `${prefix}${i}`, tool: "sim_verify_email", input: { email: `${prefix.toLowerCase()}.person${i}@chaos.test` } };
+  });
+}
+
+/** What the simulator answers for a row's call (API.md rules, computed independently). */
+export function expectedOut(row: CallRow): unknown {
+  if (row.tool === "sim_find_email") return { email: expectedEmail(row.input.name!, row.input.domain!) };
+  return { email: row.input.email, verdict: expectedVerdict(row.input.email!) };
+}
+
+/** Starts a run with optional test policy overrides and runtime limit. */
+export async function submit(play: string, input: unknown, options: { testPolicy?: Record<string, number>; timeoutSeconds?: number } = {}): Promise<string> {
+  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...options } });
+  if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
+  return body.runId as string;
+}
+
+export async function setFaults(rules: unknown[]): Promise<void> {
+  const res = await api("/v1/test/faults", { method: "PUT", json: { rules } });
+  expect(res.status).toBe(200);
+}
+
+export async function clearFaults(): Promise<void> {
+  await api("/v1/test/faults", { method: "DELETE" });
+}
+
+export async function faultState(): Promise<{ counts: number[]; hits: Record<string, number> }> {
+  return (await apiJson("/v1/test/faults")).body;
+}
+
+export async function setSim(config: Record<string, unknown>): Promise<void> {
+  const res = await api("/v1/sim/config", { method: "PUT", json: config });
+  expect(res.status).toBe(200);
+}
+
+/** The simulator's defaults: every scenario restores them in `finally`. */
+export const SIM_DEFAULTS = { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 };
+
+/** Polls `read` until `ok` holds (no wall-clock assertion: the timeout only bounds a hung test). */
+export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (ok(value)) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/**
+ * The run as `GET /v1/runs/<id>` shows it. A read that races a crash of the
+ * coordinator gets a 5xx (the object was reset under it): like any client,
+ * ask again.
+ */
+export async function runView(runId: string): Promise<any> {
+  for (let tries = 1; ; tries++) {
+    const { status, body } = await apiJson(`/v1/runs/${runId}`);
+    if (status === 200) return body;
+    if (status < 500 || tries >= 20) throw new Error(`GET run: ${status} ${JSON.stringify(body)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+/** Polls the run (reads wake it) until it is terminal. */
+export async function waitForEnd(runId: string, timeoutMs = 45_000): Promise<any> {
+  return until(() => runView(runId), (run) => TERMINAL.has(run.status), `run ${runId} to end`, timeoutMs);
+}
+
+export async function logLines(runId: string): Promise<string[]> {
+  return (await allEvents(runId)).filter((e) => e.type === "log.appended").map((e) => String(e.line));
+}
+
+/**
+ * The end of every scenario: the run's dataset holds each input row once, in
+ * input order, completed with the simulator's answer; the simulator billed
+ * each distinct call once and saw no call repeated with a billed key.
+ */
+export async function expectExactlyOnce(runId: string, dataset: string, rows: readonly CallRow[], billed = rows.length): Promise<void> {
+  const stored = await datasetRows(runId, dataset);
+  expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
+  stored.forEach((row, i) => {
+    expect(row._status, `row ${row._key}: ${row._error}`).toBe("completed");
+    expect(row.out).toEqual(expectedOut(rows[i]!));
+  });
+  const stats = await simStats();
+  expect(stats.duplicates).toBe(0);
+  expect(stats.billed).toBe(billed);
+}
+
+/** The stub of a run's coordinator. */
+export function coordinator(runId: string) {
+  return env.RUN_COORDINATOR.getByName(runId);
+}
+
+/** Aborts one object as a crash or eviction would: whatever it was running dies; its storage stays. */
+export async function crash(stub: DurableObjectStub): Promise<void> {
+  await runInDurableObject(stub, (_object: unknown, state: DurableObjectState) => state.abort("chaos: the object was evicted")).then(
+    () => {
+      throw new Error("abort() returned: the object was not aborted");
+    },
+    (error: unknown) => expect(String(error)).toContain("chaos: the object was evicted"),
+  );
+}
