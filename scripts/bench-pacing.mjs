@@ -104,7 +104,7 @@ export async function benchPacing() {
     console.log(JSON.stringify(report));
     return report;
   } finally {
-    stopServer(server);
+    await stopServer(server);
     await untilPortFree(PORT).catch((error) => console.error(`the bench server did not stop: ${error.message}`));
     rmSync(stateDir, { recursive: true, force: true });
   }

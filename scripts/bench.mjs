@@ -5,10 +5,10 @@
 // (events per 1,000 rows); and, from a client watching the run over
 // GET /v1/runs/<id>/live, the latency from a chunk completing (the event's
 // server-stamped `at`) to the client receiving it. Only ever talks to 127.0.0.1.
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { startServer, stopServer } from "./local-server.mjs";
 
 const PORT = Number(process.env.BENCH_PORT ?? 8799);
 const BASE = `http://127.0.0.1:${PORT}`;
@@ -16,34 +16,6 @@ const ROWS = Number(process.env.BENCH_ROWS ?? 2000);
 const LATENCY_MS = Number(process.env.BENCH_LATENCY_MS ?? 50);
 const AUTH = { Authorization: "Bearer dev-token", "Content-Type": "application/json" };
 const TIMEOUT_MS = 10 * 60_000;
-
-async function startServer(stateDir) {
-  const child = spawn("wrangler", ["dev", "--ip", "127.0.0.1", "--port", String(PORT), "--persist-to", stateDir, "--log-level", "warn"], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
-    detached: true,
-  });
-  child.stderr.on("data", (d) => process.env.BENCH_VERBOSE && process.stderr.write(d));
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    try {
-      if ((await fetch(`${BASE}/`)).ok) return child;
-    } catch {
-      // Not listening yet.
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  stop(child);
-  throw new Error("the local server did not start within 60 s");
-}
-
-function stop(child) {
-  try {
-    process.kill(-child.pid, "SIGTERM");
-  } catch {
-    // Already gone.
-  }
-}
 
 async function call(method, path, body) {
   const res = await fetch(`${BASE}${path}`, { method, headers: AUTH, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -100,7 +72,7 @@ async function runToEnd(input, options = {}) {
 }
 
 const stateDir = mkdtempSync(join(tmpdir(), "troupe-bench-"));
-const server = await startServer(stateDir);
+const server = await startServer({ port: PORT, stateDir, verbose: Boolean(process.env.BENCH_VERBOSE) });
 try {
   await call("PUT", "/v1/sim/config", { latencyMs: LATENCY_MS, ratePerSecond: null });
   await call("POST", "/v1/sim/reset");
@@ -138,7 +110,7 @@ try {
   console.log(`  live: chunk.completed reached a watching client in p50 ${report.liveLatencyP50Ms} ms, p95 ${report.liveLatencyP95Ms} ms, max ${report.liveLatencyMaxMs} ms (${report.liveChunkEvents} events)`);
   console.log(JSON.stringify(report));
 } finally {
-  stop(server);
+  await stopServer(server);
   rmSync(stateDir, { recursive: true, force: true });
 }
 

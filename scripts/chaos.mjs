@@ -37,7 +37,7 @@ try {
   }
   console.log(`killing the server (SIGKILL) with the run ${before.status} at ${before.progress.maps.leads?.completed ?? 0}/${ROWS} rows`);
   if (before.status !== "running") failures.push(`the run was already ${before.status} before the kill; raise ROWS or latency`);
-  stopServer(server, "SIGKILL");
+  await stopServer(server, "SIGKILL");
   await sleep(500);
   server = await startServer({ port: PORT, stateDir });
   console.log("restarted on the same state; waiting for the run to resume by itself");
@@ -65,7 +65,7 @@ try {
   console.log(`run ${run.status} after the crash with runAttempt ${run.runAttempt}; ${stored.length} rows; billed ${stats.billed} of ${unique} unique calls; ` +
     `${stats.duplicates} calls repeated with an already-billed idempotency key (cut off by the kill, answered by the provider's replay, not billed again)`);
 } finally {
-  stopServer(server, "SIGKILL");
+  await stopServer(server, "SIGKILL");
   rmSync(stateDir, { recursive: true, force: true });
 }
 if (failures.length) {

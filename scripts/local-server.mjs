@@ -4,6 +4,7 @@ import { spawn } from "node:child_process";
 
 /** Starts wrangler dev on `port` with state in `stateDir`; resolves once it answers HTTP. */
 export async function startServer({ port, stateDir, verbose = false }) {
+  if (await answers(port)) throw new Error(`something already listens on 127.0.0.1:${port}; stop it or set another port`);
   const child = spawn("wrangler", ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", stateDir, "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
@@ -25,16 +26,39 @@ export async function startServer({ port, stateDir, verbose = false }) {
     }
     await new Promise((r) => setTimeout(r, 250));
   }
-  stopServer(child, "SIGKILL");
+  await stopServer(child, "SIGKILL");
   throw new Error("the local server did not start within 60 s");
 }
 
-/** Signals the server's whole process group (wrangler and its workerd). */
-export function stopServer(child, signal = "SIGTERM") {
+/**
+ * Stops the server's whole process group (wrangler and its workerd): the given
+ * signal first, then SIGKILL if it has not exited within `graceMs`. Resolves
+ * once the process is gone, so the port and the state directory are free.
+ */
+export async function stopServer(child, signal = "SIGTERM", graceMs = 5_000) {
+  const exited = child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((r) => child.once("exit", r));
+  const kill = (sig) => {
+    try {
+      process.kill(-child.pid, sig);
+    } catch {
+      // The group is already gone.
+    }
+  };
+  kill(signal);
+  const timer = setTimeout(() => kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(timer);
+  // workerd may outlive wrangler briefly: make sure nothing of the group is left.
+  kill("SIGKILL");
+}
+
+async function answers(port) {
   try {
-    process.kill(-child.pid, signal);
+    await fetch(`http://127.0.0.1:${port}/`);
+    return true;
   } catch {
-    // Already gone.
+    // Connection refused: the port is free.
+    return false;
   }
 }
 
