@@ -3,11 +3,14 @@
  * and the heartbeat that renews them in bulk: one call per shard per beat.
  *
  * The durable deadline is each lease's expiry in its shard (expired there by
- * alarm); the timer here only paces renewals while the attempt runs, and is
- * cleared when it stops. A beat that learns a lease was lost (or that cannot
- * confirm the leases for a whole lease TTL) aborts the attempt's signal, so
- * its tool path stops calling providers; the coordinator then redispatches
- * the chunk under a new epoch, and fencing rejects this attempt's late writes.
+ * alarm); the timers here only pace renewals while the attempt runs, and are
+ * cleared when it stops. A beat that learns a lease was lost aborts the
+ * attempt's signal, so its tool path stops calling providers; the coordinator
+ * then redispatches the chunk under a new epoch, and fencing rejects this
+ * attempt's late writes. The holder also stops by its own clock: leases not
+ * confirmed by a beat before they would expire (a stalled heartbeat, shards
+ * unreachable) abort the attempt too, so that it never calls a provider for
+ * a receipt another attempt may already have taken over.
  */
 import type { DispatchServices } from "../dispatch/services";
 import { messageOf, TroupeError } from "../shared/errors";
@@ -52,6 +55,8 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   #receipts = new Map<number, Set<string>>();
   #controller = new AbortController();
   #timer: ReturnType<typeof setTimeout> | null = null;
+  /** Fires when the leases confirmed last would expire (less a margin): the attempt stops. */
+  #guard: ReturnType<typeof setTimeout> | null = null;
   #beating: Promise<void> | null = null;
   #stopped = false;
   /** When the leases were last known to be held (a claim or a whole successful beat). */
@@ -89,9 +94,9 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     for (const key of keys) held?.delete(key);
   }
 
-  /** Starts renewing every `heartbeatIntervalMs`, until `stop()`. */
+  /** Starts renewing every `heartbeatIntervalMs`, until `stop()`. Call right after the claims (their leases start then). */
   start(): void {
-    this.#confirmedAt = this.#o.now();
+    this.#confirm(this.#o.now());
     this.#schedule();
   }
 
@@ -99,7 +104,8 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   async stop(): Promise<void> {
     this.#stopped = true;
     if (this.#timer) clearTimeout(this.#timer);
-    this.#timer = null;
+    if (this.#guard) clearTimeout(this.#guard);
+    this.#timer = this.#guard = null;
     await this.#beating;
   }
 
@@ -121,30 +127,50 @@ export class AttemptLeases implements ReceiptLeaseObserver {
         this.#lose(new LeaseLostError(attempt, { rows: lostRows, receipts: lostReceipts }, "lost its leases: another attempt holds them now, or they expired"));
         return;
       }
-      this.#confirmedAt = startedAt;
+      this.#confirm(startedAt);
     } catch (error) {
-      const unconfirmedMs = now() - this.#confirmedAt;
-      this.#o.log(`heartbeat of ${attempt.attemptId} failed (${messageOf(error)}); leases unconfirmed for ${unconfirmedMs} ms`);
-      if (unconfirmedMs >= Math.min(policy.rowLeaseTtlMs, policy.receiptLeaseTtlMs)) {
-        this.#lose(new LeaseLostError(attempt, { rows, receipts: held.flatMap((h) => h.keys) }, `could not renew its leases for ${unconfirmedMs} ms, longer than a lease lives`));
-      }
+      // The guard stops the attempt if no beat succeeds before the leases would expire.
+      this.#o.log(`heartbeat of ${attempt.attemptId} failed (${messageOf(error)}); leases unconfirmed for ${now() - this.#confirmedAt} ms`);
     }
   }
 
+  /** The leases held at `at` were confirmed: they live a lease TTL from then. Re-arms the guard. */
+  #confirm(at: number): void {
+    if (this.#stopped || this.lost) return;
+    this.#confirmedAt = at;
+    const { policy, now, attempt } = this.#o;
+    const ttl = Math.min(policy.rowLeaseTtlMs, policy.receiptLeaseTtlMs);
+    // Stop a little before the shards' clocks could expire the leases: a request sent then may still reach the provider first.
+    const margin = Math.min(ttl / 10, 5_000);
+    if (this.#guard) clearTimeout(this.#guard);
+    this.#guard = setTimeout(() => {
+      this.#guard = null;
+      const keys = { rows: [...this.#rows], receipts: [...this.#receipts.values()].flatMap((held) => [...held]) };
+      this.#lose(new LeaseLostError(attempt, keys, `could not confirm its leases within ${now() - this.#confirmedAt} ms, before they expire`));
+    }, Math.max(0, at + ttl - margin - now()));
+  }
+
   #lose(error: LeaseLostError): void {
-    if (this.#controller.signal.aborted) return;
+    if (this.#controller.signal.aborted || this.#stopped) return;
     this.#o.log(error.message);
     this.#controller.abort(error);
+    if (this.#guard) clearTimeout(this.#guard);
+    this.#guard = null;
   }
 
   #schedule(): void {
     if (this.#stopped || this.lost) return;
     this.#timer = setTimeout(() => {
       this.#timer = null;
-      this.#beating = this.beat().finally(() => {
-        this.#beating = null;
-        this.#schedule();
-      });
+      this.#beating = this.beat()
+        .catch((error: unknown) => {
+          // beat() handles its own failures; this is the object being torn down under it (its storage gone): say so, nowhere else to.
+          console.error(`heartbeat of ${this.#o.attempt.attemptId} stopped`, error);
+        })
+        .finally(() => {
+          this.#beating = null;
+          this.#schedule();
+        });
     }, this.#o.policy.heartbeatIntervalMs);
   }
 }
