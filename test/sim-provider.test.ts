@@ -3,7 +3,7 @@ import { evictDurableObject } from "cloudflare:test";
 import { Hono } from "hono";
 import { beforeEach, describe, expect, it } from "vitest";
 import { TroupeError } from "../src/shared/errors";
-import { callSim, callSimBatch, simConfig, simStats, simStub, updateSimConfig, resetSim } from "../src/sim/client";
+import { callSim, callSimBatch, simConfig, simResult, simStats, simStub, updateSimConfig, resetSim } from "../src/sim/client";
 import { simRoutes } from "../src/sim/routes";
 
 // One global simulator per test file: every test resets it and restores the default config.
@@ -247,5 +247,23 @@ describe("/v1/sim routes", () => {
 
     const reset = await app.request("/v1/sim/reset", { method: "POST" }, env);
     expect(await reset.json()).toMatchObject({ calls: 0, billed: 0 });
+  });
+});
+
+describe("GET /result (recovering a lost answer)", () => {
+  it("returns what a key was billed for, says when its request is still in flight, and counts nothing", async () => {
+    expect(await simResult(env, "never-sent")).toEqual({ found: false, inFlight: false });
+    await updateSimConfig(env, { latencyMs: 300 });
+    const call = find("Ada Lovelace", "example.com", "slow-1");
+    // Poll until the request is being answered (no wall-clock assumption about when it arrives).
+    let answer = await simResult(env, "slow-1");
+    while (!answer.found && !answer.inFlight) answer = await simResult(env, "slow-1");
+    expect(answer).toEqual({ found: false, inFlight: true });
+    const reply = await call;
+    expect(await simResult(env, "slow-1")).toEqual({ found: true, output: reply.body.output });
+    expect(await simStats(env)).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+    const batch = await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "v-1", input: { email: "a@b.co" } }] });
+    expect(await simResult(env, "v-1")).toEqual({ found: true, output: batch.body.results[0].output });
+    expect((await simStub(env).fetch("https://sim/result")).status).toBe(400);
   });
 });
