@@ -2,7 +2,9 @@
 // npm run chaos: a black-box crash test. Starts the local server with state on
 // disk, submits a 1,000-row run, kills the server (SIGKILL, the whole process
 // group) mid-run, restarts it on the same state, and checks that the run
-// completes with every row right and every provider call billed once.
+// completes with every row right, every provider call billed once, and no call
+// sent twice with a billed key (duplicates 0: a call the killed process had
+// sent is recovered from the provider, not repeated).
 // Only ever talks to 127.0.0.1; bounded in time; stops by itself.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -62,8 +64,9 @@ try {
   const stats = await call("GET", "/v1/sim/stats");
   const unique = ROWS + new Set(rows.map((r) => email(r.name, r.domain))).size;
   if (stats.billed !== unique) failures.push(`billed ${stats.billed}, expected ${unique} unique calls`);
+  if (stats.duplicates !== 0) failures.push(`${stats.duplicates} calls were sent again with an already-billed idempotency key; expected 0`);
   console.log(`run ${run.status} after the crash with runAttempt ${run.runAttempt}; ${stored.length} rows; billed ${stats.billed} of ${unique} unique calls; ` +
-    `${stats.duplicates} calls repeated with an already-billed idempotency key (cut off by the kill, answered by the provider's replay, not billed again)`);
+    `${stats.duplicates} calls repeated with an already-billed idempotency key`);
 } finally {
   await stopServer(server, "SIGKILL");
   rmSync(stateDir, { recursive: true, force: true });
