@@ -33,6 +33,7 @@ export function describeKeys(keys: { rows: string[]; receipts: string[] }): stri
   return [part("row", keys.rows, 80), part("receipt", keys.receipts, 14)].filter(Boolean).join(" and ");
 }
 
+/** What an attempt's leases need: the attempt, the shards to renew on, the lease policy, the run's signal. */
 export interface AttemptLeasesOptions {
   attempt: AttemptRef;
   sheets: SheetClient;

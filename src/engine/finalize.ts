@@ -23,6 +23,7 @@ export type FinalizePlan =
   | { kind: "repair"; chunks: number[]; missing: number }
   | { kind: "fail"; message: string };
 
+/** The map's plan and what the sheets hold, per chunk. */
 export interface FinalizeInput {
   map: string;
   total: number;

@@ -62,6 +62,7 @@ export type EnsureDatasetRequest = z.infer<typeof EnsureDatasetRequest>;
 export const CountRunRowsRequest = z.object({ runId: z.string().min(1).max(100) });
 export type CountRunRowsRequest = z.infer<typeof CountRunRowsRequest>;
 
+/** `countRunChunks`: a run's rows counted per chunk of `chunkRows` input positions. */
 export const CountRunChunksRequest = z.object({ runId: z.string().min(1).max(100), chunkRows: z.number().int().min(1).max(100_000) });
 export type CountRunChunksRequest = z.infer<typeof CountRunChunksRequest>;
 
