@@ -17,32 +17,8 @@ const ROWS = Number(process.env.BENCH_PACING_ROWS ?? 1200);
 const LATENCY_MS = Number(process.env.BENCH_LATENCY_MS ?? 50);
 const TIMEOUT_MS = 10 * 60_000;
 
-/** Whether something answers HTTP on the port. */
-async function answers(port) {
-  try {
-    await fetch(`http://127.0.0.1:${port}/`);
-    return true;
-  } catch {
-    // Nothing listening: the answer we are after.
-    return false;
-  }
-}
-
-/**
- * Waits until nothing answers on the port: a server from an earlier run that
- * is still shutting down would otherwise answer for ours, on its old state.
- */
-async function untilPortFree(port, timeoutMs = 20_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (await answers(port)) {
-    if (Date.now() > deadline) throw new Error(`port ${port} is still in use; stop what listens there or set BENCH_PACING_PORT`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 /** Runs the pacing bench on its own local server; returns the report. */
 export async function benchPacing() {
-  await untilPortFree(PORT);
   const stateDir = mkdtempSync(join(tmpdir(), "troupe-bench-pacing-"));
   const server = await startServer({ port: PORT, stateDir, verbose: Boolean(process.env.BENCH_VERBOSE) });
   const call = client(PORT);
@@ -105,7 +81,6 @@ export async function benchPacing() {
     return report;
   } finally {
     await stopServer(server);
-    await untilPortFree(PORT).catch((error) => console.error(`the bench server did not stop: ${error.message}`));
     rmSync(stateDir, { recursive: true, force: true });
   }
 }

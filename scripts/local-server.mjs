@@ -4,7 +4,7 @@ import { spawn } from "node:child_process";
 
 /** Starts wrangler dev on `port` with state in `stateDir`; resolves once it answers HTTP. */
 export async function startServer({ port, stateDir, verbose = false }) {
-  if (await answers(port)) throw new Error(`something already listens on 127.0.0.1:${port}; stop it or set another port`);
+  await untilPortFree(port);
   const child = spawn("wrangler", ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", stateDir, "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
@@ -59,6 +59,18 @@ async function answers(port) {
   } catch {
     // Connection refused: the port is free.
     return false;
+  }
+}
+
+/**
+ * Waits until nothing answers on the port: a server still shutting down would
+ * otherwise answer for ours, on its old state.
+ */
+async function untilPortFree(port, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (await answers(port)) {
+    if (Date.now() > deadline) throw new Error(`something still listens on 127.0.0.1:${port}; stop it or set another port`);
+    await new Promise((r) => setTimeout(r, 200));
   }
 }
 
