@@ -79,3 +79,21 @@ describe("alarm retries", () => {
     await expectExactlyOnce(runId, "alarm-retries", rows);
   });
 });
+
+describe("a crash loop", () => {
+  it("fails the run with crash_loop instead of redispatching forever, and a rerun after the fault clears completes", async () => {
+    await simReset();
+    await setFaults([{ point: "sheet.claimed", fromCall: 1, crash: true }]);
+    const rows = callRows("CrashLoop", 60);
+    const runId = await submit("test-calls", { rows, dataset: "crash-loop" });
+    const run = await waitForEnd(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("crash_loop");
+    expect(run.error.message).toContain("invocations in a row died with chunks in flight");
+
+    await clearFaults();
+    const rerun = await waitForEnd(await submit("test-calls", { rows, dataset: "crash-loop" }));
+    expect(rerun.status).toBe("completed");
+    await expectExactlyOnce(rerun.runId, "crash-loop", rows);
+  });
+});

@@ -63,6 +63,8 @@ export interface RuntimePolicy {
   blockedRetries: number;
   /** Times a chunk whose attempt died (lost its leases, threw) is redispatched before the run fails. */
   maxChunkRedispatches: number;
+  /** Invocations in a row that may die with chunks in flight before the run fails `crash_loop`. */
+  maxInterruptedInvocations: number;
   /** Times finalize sends chunks with unpersisted rows back before the map fails with exact counts. */
   reconcileRepairs: number;
   /** Coalescing window of `map.progress` events. */
@@ -95,6 +97,7 @@ const production: RuntimePolicy = {
   invocationSubrequestBudget: 8_000,
   blockedRetries: 10,
   maxChunkRedispatches: 8,
+  maxInterruptedInvocations: 10,
   reconcileRepairs: 2,
   progressIntervalMs: 500,
 };
@@ -111,6 +114,7 @@ const test: Partial<RuntimePolicy> = {
   completionRetryDelaysMs: [10, 30, 90],
   salvageRestoreRetryMs: [50, 100, 200],
   blockedRetries: 5,
+  maxInterruptedInvocations: 3,
   progressIntervalMs: 100,
   // Small enough that a few-hundred-row run yields and replays across several invocations.
   invocationSubrequestBudget: 400,

@@ -61,6 +61,13 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
     // The previous invocation died with chunk attempts in flight: fence them off and redispatch.
     store.resetRunningChunks();
     const epoch = store.bumpAttempt();
+    // Counted with infrastructure failures and reset by any invocation that ends normally, so a crash loop ends.
+    const interrupted = store.noteInfraFailure(false);
+    if (interrupted > o.policy.maxInterruptedInvocations) {
+      return finish(o, "failed", {
+        error: { code: "crash_loop", message: `${interrupted} invocations in a row died with chunks in flight; the run stopped instead of redispatching again. Check the log for what they were doing, then rerun: completed rows and tool results are reused` },
+      });
+    }
     o.emit("log.appended", { line: `resuming after an interrupted invocation; chunks in flight are redispatched under attempt ${epoch}` });
   }
   run = store.run()!;
