@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
 import { GateLedger, type GateSnapshot, type Grant } from "../pacing/gate";
 import { PacingOverride, pacingPolicyFor, type PacingPolicy } from "../pacing/policy";
-import { ValidationError } from "../shared/errors";
+import { parseRpcInput } from "../shared/errors";
 import { createSql, migrate, type Sql } from "../storage/sql";
 
 const GATE_MIGRATIONS = [`CREATE TABLE pacing_override (provider TEXT PRIMARY KEY, policy TEXT NOT NULL);`];
@@ -50,27 +50,27 @@ export class PacingGate extends DurableObject<Env> {
 
   /** Leases slots (start times) and concurrency units to one caller. */
   async acquire(input: GateAcquire): Promise<Grant> {
-    const request = parse(GateAcquire, input);
+    const request = parseRpcInput(GateAcquire, input);
     return this.#ledger.acquire(this.#policy(request.provider), { ...request, now: Date.now() });
   }
 
   /** A provider answered 429: slow every caller. */
   async report(input: GateReport): Promise<void> {
-    const request = parse(GateReport, input);
+    const request = parseRpcInput(GateReport, input);
     this.#ledger.report(this.#policy(request.provider), { retryAfterMs: request.retryAfterMs, now: Date.now() });
   }
 
   /** The caller is done: its concurrency units return. */
   async release(input: GateRelease): Promise<void> {
-    this.#ledger.release(parse(GateRelease, input).caller);
+    this.#ledger.release(parseRpcInput(GateRelease, input).caller);
   }
 
   /** Sets (or with null, removes) the org's override of the provider's policy. */
   async configure(provider: string, override: PacingOverride | null): Promise<GateState> {
-    const name = parse(Provider, provider);
+    const name = parseRpcInput(Provider, provider);
     if (override === null) this.#sql.write`DELETE FROM pacing_override WHERE provider = ${name}`;
     else {
-      const value = JSON.stringify(parse(PacingOverride, override));
+      const value = JSON.stringify(parseRpcInput(PacingOverride, override));
       this.#sql.write`INSERT INTO pacing_override (provider, policy) VALUES (${name}, ${value})
         ON CONFLICT (provider) DO UPDATE SET policy = excluded.policy`;
     }
@@ -78,7 +78,7 @@ export class PacingGate extends DurableObject<Env> {
   }
 
   async state(provider: string): Promise<GateState> {
-    const name = parse(Provider, provider);
+    const name = parseRpcInput(Provider, provider);
     return { provider: name, policy: this.#policy(name), override: this.#override(name), state: this.#ledger.snapshot(this.#policy(name), Date.now()) };
   }
 
@@ -92,8 +92,3 @@ export class PacingGate extends DurableObject<Env> {
   }
 }
 
-function parse<T>(schema: z.ZodType<T>, input: unknown): T {
-  const result = schema.safeParse(input);
-  if (!result.success) throw new ValidationError(`[invalid_request] ${z.prettifyError(result.error)}`, result.error.issues);
-  return result.data;
-}

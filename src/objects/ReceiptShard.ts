@@ -1,6 +1,6 @@
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
-import { ValidationError } from "../shared/errors";
+import { parseRpcInput } from "../shared/errors";
 import {
   ClaimReceiptsRequest,
   CompleteReceiptsRequest,
@@ -35,7 +35,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** Claims receipts for an attempt; one result per item, in request order. */
   async claim(input: ClaimReceiptsRequest): Promise<{ results: StoredReceiptClaim[] }> {
-    const request = parse(ClaimReceiptsRequest, input);
+    const request = parseRpcInput(ClaimReceiptsRequest, input);
     const results = this.ctx.storage.transactionSync(() => this.#store.claim(request));
     await this.#armNextAlarm();
     return { results };
@@ -43,7 +43,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** Records provider outputs, fenced by the owning attempt. */
   async complete(input: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
-    const request = parse(CompleteReceiptsRequest, input);
+    const request = parseRpcInput(CompleteReceiptsRequest, input);
     const result = this.ctx.storage.transactionSync(() => this.#store.complete(request));
     await this.#armNextAlarm();
     return result;
@@ -51,7 +51,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** Records provider failures, fenced by the owning attempt. */
   async fail(input: FailReceiptsRequest): Promise<ReceiptWriteResult> {
-    const request = parse(FailReceiptsRequest, input);
+    const request = parseRpcInput(FailReceiptsRequest, input);
     const result = this.ctx.storage.transactionSync(() => this.#store.fail(request));
     await this.#armNextAlarm();
     return result;
@@ -59,7 +59,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** Heartbeat: extends the leases the attempt still holds. */
   async renew(input: LeaseRequest): Promise<LeaseResult> {
-    const request = parse(LeaseRequest, input);
+    const request = parseRpcInput(LeaseRequest, input);
     const result = this.ctx.storage.transactionSync(() => this.#store.renew(request));
     await this.#armNextAlarm();
     return result;
@@ -67,7 +67,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** Teardown on cancel or a run-fatal error: the run's running receipts become reclaimable now. */
   async releaseRun(input: ReleaseRequest): Promise<{ released: number }> {
-    const request = parse(ReleaseRequest, input);
+    const request = parseRpcInput(ReleaseRequest, input);
     const released = this.ctx.storage.transactionSync(() => this.#store.releaseRun(request.runId));
     await this.#armNextAlarm();
     return { released };
@@ -75,7 +75,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /** One receipt as plain data, or null (diagnostics and tests). */
   async get(input: GetReceiptRequest): Promise<Receipt | null> {
-    return this.#store.get(parse(GetReceiptRequest, input).key);
+    return this.#store.get(parseRpcInput(GetReceiptRequest, input).key);
   }
 
   /** Expires the leases of dead owners. At-least-once safe; re-arms even when it throws. */
@@ -94,10 +94,3 @@ export class ReceiptShard extends DurableObject<Env> {
   }
 }
 
-function parse<T>(schema: z.ZodType<T>, input: unknown): T {
-  const result = schema.safeParse(input);
-  if (!result.success) {
-    throw new ValidationError(`[invalid_request] ${z.prettifyError(result.error)}`, result.error.issues);
-  }
-  return result.data;
-}

@@ -5,8 +5,7 @@
  * keeps the alarm on the earliest lease expiry.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { z } from "zod";
-import { ValidationError } from "../shared/errors";
+import { parseRpcInput } from "../shared/errors";
 import {
   ClaimRowsRequest,
   LeaseRequest,
@@ -46,13 +45,13 @@ export class SheetShard extends DurableObject<Env> {
 
   /** Records the dataset's shard count on first call; returns the recorded one (first writer wins). */
   async ensureDataset(request: EnsureDatasetRequest): Promise<{ shardCount: number }> {
-    const { shardCount } = parse(EnsureDatasetRequest, request);
+    const { shardCount } = parseRpcInput(EnsureDatasetRequest, request);
     return { shardCount: this.#transaction(() => this.#store.ensureDataset(shardCount)) };
   }
 
   /** Claims rows for an attempt: `pending` (execute it), `completed` (reuse) or `blocked`, in request order. */
   async claimRows(request: ClaimRowsRequest): Promise<{ rows: ClaimedRow[] }> {
-    const input = parse(ClaimRowsRequest, request);
+    const input = parseRpcInput(ClaimRowsRequest, request);
     const rows = this.#transaction(() => this.#store.claimRows(input));
     await this.#armAlarm();
     return { rows };
@@ -60,7 +59,7 @@ export class SheetShard extends DurableObject<Env> {
 
   /** Fenced write of terminal rows: only rows whose lease this attempt still holds are written. */
   async persistRows(request: PersistRowsRequest): Promise<PersistRowsResult> {
-    const input = parse(PersistRowsRequest, request);
+    const input = parseRpcInput(PersistRowsRequest, request);
     const result = this.#transaction(() => this.#store.persistRows(input));
     await this.#armAlarm();
     return result;
@@ -68,7 +67,7 @@ export class SheetShard extends DurableObject<Env> {
 
   /** Extends the leases this attempt still holds; the other keys come back as lost. */
   async renewLeases(request: LeaseRequest): Promise<LeaseResult> {
-    const input = parse(LeaseRequest, request);
+    const input = parseRpcInput(LeaseRequest, request);
     const result = this.#transaction(() => this.#store.renewLeases(input));
     await this.#armAlarm();
     return result;
@@ -76,7 +75,7 @@ export class SheetShard extends DurableObject<Env> {
 
   /** Clears every lease a run holds, so that a rerun is not blocked after cancel or a fatal error. */
   async releaseRun(request: ReleaseRequest): Promise<{ released: number }> {
-    const { runId } = parse(ReleaseRequest, request);
+    const { runId } = parseRpcInput(ReleaseRequest, request);
     const released = this.#transaction(() => this.#store.releaseRun(runId));
     await this.#armAlarm();
     return { released };
@@ -84,20 +83,20 @@ export class SheetShard extends DurableObject<Env> {
 
   /** A run's rows with input index in [fromIndex, toIndex), in input order, at most 1000. */
   async readRunRows(request: ReadRunRowsRequest): Promise<{ rows: SheetRowOverRpc[] }> {
-    const input = parse(ReadRunRowsRequest, request);
+    const input = parseRpcInput(ReadRunRowsRequest, request);
     // Parsed JSON holds no `undefined`, so every field value is `{} | null`.
     return { rows: this.#store.readRunRows(input) as SheetRowOverRpc[] };
   }
 
   /** Counts a run's rows in this shard by status (for reconciliation). */
   async countRunRows(request: CountRunRowsRequest): Promise<RunRowCounts> {
-    const { runId } = parse(CountRunRowsRequest, request);
+    const { runId } = parseRpcInput(CountRunRowsRequest, request);
     return this.#store.countRunRows(runId);
   }
 
   /** Counts a run's rows in this shard per chunk of its input (finalize reconciles chunk by chunk). */
   async countRunChunks(request: CountRunChunksRequest): Promise<{ chunks: RunChunkCounts[] }> {
-    return { chunks: this.#store.countRunChunks(parse(CountRunChunksRequest, request)) };
+    return { chunks: this.#store.countRunChunks(parseRpcInput(CountRunChunksRequest, request)) };
   }
 
   /** Frees expired leases, then re-arms for the next expiry. Safe to deliver more than once. */
@@ -121,10 +120,3 @@ export class SheetShard extends DurableObject<Env> {
 }
 
 /** Validates an RPC input; the `[invalid_request]` prefix survives the RPC boundary. */
-function parse<S extends z.ZodType>(schema: S, input: unknown): z.output<S> {
-  const result = schema.safeParse(input);
-  if (!result.success) {
-    throw new ValidationError(`[invalid_request] ${result.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ")}`);
-  }
-  return result.data;
-}

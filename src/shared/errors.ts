@@ -1,3 +1,5 @@
+import type { z } from "zod";
+
 /**
  * A small error hierarchy with stable codes. Errors that cross an RPC
  * boundary lose their class, so receivers classify them by `code` (carried in
@@ -33,6 +35,18 @@ export class NotFoundError extends TroupeError {
 
 /** A failure that must not be retried: it will fail the same way again. */
 export class TerminalError extends TroupeError {}
+
+/**
+ * Parses an RPC input at an actor's trust boundary, or throws a
+ * `ValidationError` whose message starts with `[invalid_request]` and names
+ * each offending field (the code survives the RPC hop in the message).
+ */
+export function parseRpcInput<S extends z.ZodType>(schema: S, input: unknown): z.output<S> {
+  const result = schema.safeParse(input);
+  if (result.success) return result.data;
+  const issues = result.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
+  throw new ValidationError(`[invalid_request] ${issues}`, result.error.issues);
+}
 
 /** Reads a `[code]` prefix back out of an error message that crossed RPC. */
 export function codeOf(error: unknown): string | undefined {
