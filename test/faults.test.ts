@@ -8,26 +8,12 @@ import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/testing/faults";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/engine/policy.ts): what a broken store may cost at most. */
 const WAVE = 25;
 
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
-
-async function setFaults(rules: unknown[]): Promise<void> {
-  const res = await api("/v1/test/faults", { method: "PUT", json: { rules } });
-  expect(res.status).toBe(200);
-}
-
-async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean, what: string, timeoutMs = 30_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (ok(value)) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 const findRows = (prefix: string, count: number) =>
   Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, tool: "sim_find_email", input: { name: `${prefix} Person ${i}`, domain: "faults.test" } }));
