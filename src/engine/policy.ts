@@ -135,6 +135,8 @@ export const TestPolicyOverrides = z
     blockedRetries: z.number().int().min(0).max(100),
     maxChunkRedispatches: z.number().int().min(0).max(100),
     chunkRows: z.number().int().min(1).max(1000),
+    /** How often a parent asks a child it has not heard from (a {@link import("./waits").WaitPolicy} knob). */
+    childCheckIntervalMs: z.number().int().min(100).max(24 * 3600 * 1000),
   })
   .partial()
   .strict();

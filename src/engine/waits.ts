@@ -11,6 +11,7 @@
  */
 import type { JournalStore, WaitEntry, WaitKind } from "../run/journal-store";
 import { TerminalError } from "../shared/errors";
+import { TestPolicyOverrides } from "./policy";
 import { YieldSignal } from "./map-runner";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
@@ -46,8 +47,11 @@ const test: WaitPolicy = {
   childInlineWaitMs: 500,
 };
 
-export function waitPolicyFor(env: Env): WaitPolicy {
-  return env.TROUPE_TEST_MODE === "on" ? test : production;
+/** Production's, or under the test runner the test policy with the run's own overrides on top. */
+export function waitPolicyFor(env: Env, overrides?: Record<string, number> | null): WaitPolicy {
+  if (env.TROUPE_TEST_MODE !== "on") return production;
+  const own = overrides ? TestPolicyOverrides.parse(overrides) : {};
+  return own.childCheckIntervalMs === undefined ? test : { ...test, childCheckIntervalMs: own.childCheckIntervalMs };
 }
 
 /** An event key: what `POST /v1/runs/<id>/signals/<eventKey>` and `ctx.waitForEvent` name. */

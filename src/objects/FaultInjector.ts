@@ -12,7 +12,7 @@ const FAULT_MIGRATIONS = [
    INSERT INTO fault_state (id, plan, counts, hits, credentials) VALUES (1, '{"rules":[]}', '[]', '{}', '{}');`,
 ];
 
-const Hit = z.object({ point: FaultPoint, tool: z.string().max(64).nullable() });
+const Hit = z.object({ point: FaultPoint, tool: z.string().max(64).nullable(), play: z.string().max(64).nullable().default(null) });
 
 interface FaultState {
   plan: FaultPlan;
@@ -31,6 +31,10 @@ interface FaultState {
  */
 export class FaultInjector extends DurableObject<Env> {
   readonly #sql: Sql;
+  /** Calls held by `hold` rules, per rule: each waits for `release`. In memory: a held call lives no longer than this object. */
+  readonly #held = new Map<number, Array<() => void>>();
+  /** Tests waiting for a rule to hold a call. */
+  readonly #holdWatchers = new Map<number, Array<() => void>>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -61,13 +65,35 @@ export class FaultInjector extends DurableObject<Env> {
 
   /** Counts one call of an operation and says whether it fails. */
   async hit(input: unknown): Promise<FaultDecision> {
-    const { point, tool } = Hit.parse(input);
+    const { point, tool, play } = Hit.parse(input);
     const state = this.#load();
-    const decision = decideFault(state.plan, state.counts, point, tool);
+    const decision = decideFault(state.plan, state.counts, point, { tool, play });
     state.hits[point] = (state.hits[point] ?? 0) + 1;
     if (decision.fail && decision.rotateCredential) state.credentials[decision.rotateCredential.provider] = decision.rotateCredential.value;
     this.#save(state);
     return decision;
+  }
+
+  /** A call that a `hold` rule matched: resolves once the test releases the rule. */
+  async hold(rule: number): Promise<void> {
+    const released = new Promise<void>((resolve) => this.#held.set(rule, [...(this.#held.get(rule) ?? []), resolve]));
+    for (const watcher of this.#holdWatchers.get(rule) ?? []) watcher();
+    this.#holdWatchers.delete(rule);
+    return released;
+  }
+
+  /** Resolves once rule `rule` holds a call (at once if it already does). */
+  async held(rule: number): Promise<void> {
+    if (this.#held.get(rule)?.length) return;
+    return new Promise<void>((resolve) => this.#holdWatchers.set(rule, [...(this.#holdWatchers.get(rule) ?? []), resolve]));
+  }
+
+  /** Lets every call held by rule `rule` go on; returns how many there were. */
+  async release(rule: number): Promise<number> {
+    const waiting = this.#held.get(rule) ?? [];
+    this.#held.delete(rule);
+    for (const resolve of waiting) resolve();
+    return waiting.length;
   }
 
   async credential(provider: string): Promise<string | null> {

@@ -72,13 +72,16 @@ export class RunCoordinator extends Server<Env> {
   static override options = { hibernate: true };
 
   #store: RunStore;
-  #driving: AbortController | null = null;
+  /**
+   * The alarm invocation under way, from its first line to the arming of the
+   * next alarm. While it is set, a wake only raises `wake`: the invocation reads
+   * it after its last await, in the same synchronous step that arms the alarm.
+   */
+  #invocation: { controller: AbortController; wake: boolean } | null = null;
   #feed: LiveFeed;
   #redactor: Redactor;
   #journal: JournalStore;
   #waiters = new ChildWaiters();
-  /** A signal or a child's end arrived while the play was being driven: drive it again at once. */
-  #wakeRequested = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -141,7 +144,7 @@ export class RunCoordinator extends Server<Env> {
   async getRun(org: string): Promise<RunView | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
-    if (!TERMINAL.has(run.status) && !this.#driving && (await this.ctx.storage.getAlarm()) === null) {
+    if (!TERMINAL.has(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
       await this.ctx.storage.setAlarm(Date.now());
     }
     return runView(this.#store);
@@ -153,8 +156,8 @@ export class RunCoordinator extends Server<Env> {
     if (!run || run.org !== org) return null;
     if (!TERMINAL.has(run.status)) {
       this.#store.requestCancel();
-      this.#driving?.abort(new Error("[cancelled] the run was cancelled"));
-      if (!this.#driving) await this.ctx.storage.setAlarm(Date.now());
+      this.#invocation?.controller.abort(new Error("[cancelled] the run was cancelled"));
+      await this.#wake();
     }
     return runView(this.#store);
   }
@@ -203,15 +206,32 @@ export class RunCoordinator extends Server<Env> {
   }
 
   override async onAlarm(): Promise<void> {
-    if (this.#driving) return;
-    const controller = new AbortController();
-    this.#driving = controller;
-    this.#wakeRequested = false;
+    if (this.#invocation) {
+      // Another invocation is under way: it arms the next alarm when it ends.
+      this.#invocation.wake = true;
+      return;
+    }
+    const invocation = { controller: new AbortController(), wake: false };
+    this.#invocation = invocation;
+    let next: number | null = null;
+    try {
+      next = await this.#invoke(invocation.controller.signal);
+    } finally {
+      // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
+      this.#invocation = null;
+      const terminal = TERMINAL.has(this.#store.run()?.status ?? "completed");
+      const at = invocation.wake && !terminal ? Date.now() : next;
+      if (at !== null) await this.ctx.storage.setAlarm(at);
+    }
+  }
+
+  /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
+  async #invoke(signal: AbortSignal): Promise<number | null> {
     const wasTerminal = TERMINAL.has(this.#store.run()?.status ?? "queued");
     const meter = new SubrequestMeter();
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
-    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason) });
-    let next: number | null = null;
+    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
+    let next: number | null;
     try {
       next = await driveRun({
         env: this.env,
@@ -222,7 +242,7 @@ export class RunCoordinator extends Server<Env> {
         faults,
         plays: playRegistry(this.env),
         tools: toolRegistry(this.env),
-        signal: controller.signal,
+        signal,
         now: Date.now,
         emit: (type, data) => this.#emit(type, data),
         onStatus: () => this.#syncDirectory(),
@@ -230,18 +250,16 @@ export class RunCoordinator extends Server<Env> {
         meter,
       });
     } finally {
-      this.#driving = null;
       this.#store.addUsage(meter);
     }
     // Between driving and re-arming: a failure here leaves the alarm to the runtime's retry.
     await faults.check("run.alarm");
-    if (next !== null && this.#wakeRequested) next = Date.now();
-    if (next !== null) await this.ctx.storage.setAlarm(next);
     const links = { env: this.env, store: this.#store, journal: this.#journal, log: (line: string) => this.#emit("log.appended", { line }) };
     if (!wasTerminal) await cancelChildren(links);
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
     else await this.#syncDirectory();
     await tellParents(links);
+    return next;
   }
 
   /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */
@@ -252,7 +270,7 @@ export class RunCoordinator extends Server<Env> {
 
   /** Drives the run again at once (after the current invocation, if one is running). */
   async #wake(): Promise<void> {
-    if (this.#driving) this.#wakeRequested = true;
+    if (this.#invocation) this.#invocation.wake = true;
     else if (!TERMINAL.has(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
   }
 

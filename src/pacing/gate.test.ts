@@ -29,10 +29,14 @@ describe("GateLedger: rate", () => {
     granted.sort((x, y) => x - y);
     // Over the whole run the rate is the utilization share of the limit.
     expect(granted.length / ((granted.at(-1)! - granted[0]!) / 1000)).toBeCloseTo(20 * PACE_UTILIZATION, 0);
+    let most = 0;
     for (let i = 0; i < granted.length; i++) {
       const inWindow = granted.filter((t) => t >= granted[i]! && t < granted[i]! + 1000).length;
       expect(inWindow).toBeLessThanOrEqual(20);
+      most = Math.max(most, inWindow);
     }
+    // The gate reports the same bound (tests of whole runs read it over HTTP).
+    expect(gate.snapshot(p, 5000)).toMatchObject({ slotsGranted: granted.length, maxSlotsPerSecond: most });
   });
 
   it("grants at most one horizon ahead and says when to ask again", () => {

@@ -92,6 +92,9 @@ export interface GateSnapshot {
   holders: number;
   unitsHeld: number;
   backpressureReports: number;
+  /** Slots granted so far, and the most whose starts fell within any one second (what the rate bounds). */
+  slotsGranted: number;
+  maxSlotsPerSecond: number;
 }
 
 /** The pacing state of one (org, provider); see the module comment. */
@@ -106,6 +109,8 @@ export class GateLedger {
   /** Start times of slots granted in the last second (to learn a rate from). */
   #recent: number[] = [];
   #holders = new Map<string, Holder>();
+  #slotsGranted = 0;
+  #maxSlotsPerSecond = 0;
 
   /** Grants up to `request.slots` slots and the caller's concurrency units. */
   acquire(policy: PacingPolicy, request: AcquireRequest): Grant {
@@ -127,6 +132,8 @@ export class GateLedger {
       if (rps !== null) this.#nextSlotAt = at + 1000 / rps;
       startInMs.push(at - now);
       this.#recent.push(at);
+      this.#slotsGranted++;
+      this.#maxSlotsPerSecond = Math.max(this.#maxSlotsPerSecond, this.#recent.length - firstAfter(this.#recent, at - 1000));
     }
     this.#trimRecent(now);
     let retryInMs: number | null = null;
@@ -176,6 +183,8 @@ export class GateLedger {
       holders: this.#holders.size,
       unitsHeld,
       backpressureReports: this.#reports,
+      slotsGranted: this.#slotsGranted,
+      maxSlotsPerSecond: this.#maxSlotsPerSecond,
     };
   }
 
@@ -225,4 +234,16 @@ export class GateLedger {
     while (drop < this.#recent.length && this.#recent[drop]! <= now - 1000) drop++;
     if (drop) this.#recent.splice(0, drop);
   }
+}
+
+/** The index of the first of the ascending `times` later than `t`. */
+function firstAfter(times: readonly number[], t: number): number {
+  let lo = 0;
+  let hi = times.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (times[mid]! > t) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
 }

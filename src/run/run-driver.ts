@@ -90,21 +90,37 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal, log, emit: o.emit, now, dispatch });
   const services = playServices(o, run, { signal, suspension, meter, log });
   const ctx = new RunContext({ runId: run.runId, org: run.org, maps, attemptSeq: () => store.run()!.runAttempt, log, services });
+  let end: InvocationEnd;
   try {
     await services.children.checkDue();
-    return await drivePlay(o, play, ctx, log, services, suspension.signal, limit.signal);
+    end = await drivePlay(o, play, ctx, log, services, suspension.signal, limit.signal);
   } finally {
     clearTimeout(limitTimer);
     await dispatch.pacers.closeAll();
   }
+  // Ended only now: what the invocation spent (its pacers' release included) is counted before a terminal status shows.
+  switch (end.kind) {
+    case "finished":
+      return finish(o, end.status, end.outcome);
+    case "parked":
+      return park(o, end.resumeAt, end.waiting, end.suspended);
+    case "retry":
+      return end.at;
+  }
 }
+
+/** How the play's invocation ended, decided once and acted on once. */
+type InvocationEnd =
+  | { kind: "finished"; status: "completed" | "failed" | "cancelled"; outcome: { result?: unknown; error?: RunError } }
+  | { kind: "parked"; resumeAt: number; waiting: boolean; suspended: boolean }
+  | { kind: "retry"; at: number };
 
 /** Child plays, waits and fetch for this invocation. */
 function playServices(o: DriveOptions, run: RunRecord, x: { signal: AbortSignal; suspension: AbortController; meter: SubrequestMeter; log(line: string): void }): PlayServices {
   const waits = new Waits({ journal: o.journal, now: o.now, emit: o.emit, deadlineAt: run.deadlineAt });
   const secrets = new SecretValues();
   const children = new ChildPlays({
-    env: o.env, run, journal: o.journal, plays: o.plays, policy: waitPolicyFor(o.env), waiters: o.waiters, waits, meter: x.meter, signal: x.signal, emit: o.emit, log: x.log, now: o.now,
+    env: o.env, run, journal: o.journal, plays: o.plays, policy: waitPolicyFor(o.env, run.testPolicy), waiters: o.waiters, waits, meter: x.meter, signal: x.signal, emit: o.emit, log: x.log, now: o.now,
     suspend: (resumeAt, reason) => {
       if (!x.suspension.signal.aborted) {
         x.log(`${reason}: this invocation yields; the map goes on when the child ends`);
@@ -138,41 +154,41 @@ async function park(o: DriveOptions, resumeAt: number, waiting: boolean, suspend
   return at;
 }
 
-async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void, services: PlayServices, suspended: AbortSignal, limited: AbortSignal): Promise<number | null> {
+async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext, log: (line: string) => void, services: PlayServices, suspended: AbortSignal, limited: AbortSignal): Promise<InvocationEnd> {
   const { store, now } = o;
+  const parked = (resumeAt: number, waiting: boolean, suspend = false): InvocationEnd => {
+    store.noteInfraFailure(true);
+    return { kind: "parked", resumeAt, waiting, suspended: suspend };
+  };
+  const finished = (status: "completed" | "failed" | "cancelled", outcome: { result?: unknown; error?: RunError } = {}): InvocationEnd => ({ kind: "finished", status, outcome });
   try {
     const result = await play.run(ctx, store.input());
     await services.children.idle();
-    store.noteInfraFailure(true);
     // A play that caught a wait's signal has not really ended: it waits.
-    if (services.waits.parked) return park(o, services.waits.parked.resumeAt, true);
-    return finish(o, "completed", { result: result ?? null });
+    if (services.waits.parked) return parked(services.waits.parked.resumeAt, true);
+    store.noteInfraFailure(true);
+    return finished("completed", { result: result ?? null });
   } catch (error) {
     // Child submits still in flight are answered (and recorded) before the invocation ends.
     await services.children.idle();
-    if (limited.aborted && !store.run()!.cancelRequested) return finish(o, "failed", { error: deadlineExceeded(store.run()!) });
-    const parked = services.waits.parked;
-    if (parked && !(error instanceof YieldSignal) && !o.signal.aborted && !store.run()!.cancelRequested) {
-      store.noteInfraFailure(true);
-      return park(o, parked.resumeAt, true, suspended.aborted);
+    if (limited.aborted && !store.run()!.cancelRequested) return finished("failed", { error: deadlineExceeded(store.run()!) });
+    const waited = services.waits.parked;
+    if (waited && !(error instanceof YieldSignal) && !o.signal.aborted && !store.run()!.cancelRequested) {
+      return parked(waited.resumeAt, true, suspended.aborted);
     }
-    if (error instanceof YieldSignal) {
-      store.noteInfraFailure(true);
-      return park(o, error.resumeAt, error instanceof WaitSignal || suspended.aborted, suspended.aborted);
-    }
+    if (error instanceof YieldSignal) return parked(error.resumeAt, error instanceof WaitSignal || suspended.aborted, suspended.aborted);
     if (suspended.aborted && !o.signal.aborted && !store.run()!.cancelRequested) {
-      store.noteInfraFailure(true);
-      return park(o, (suspended.reason as YieldSignal).resumeAt, true, true);
+      return parked((suspended.reason as YieldSignal).resumeAt, true, true);
     }
-    if (o.signal.aborted || store.run()!.cancelRequested) return finish(o, "cancelled", {});
+    if (o.signal.aborted || store.run()!.cancelRequested) return finished("cancelled");
     if (error instanceof InfraError) {
       const failures = store.noteInfraFailure(false);
       if (failures <= MAX_INFRA_RETRIES) {
         log(`retrying after an infrastructure error (${failures}/${MAX_INFRA_RETRIES}): ${error.message}`);
-        return now() + Math.min(30_000, 250 * 2 ** failures);
+        return { kind: "retry", at: now() + Math.min(30_000, 250 * 2 ** failures) };
       }
     }
-    return finish(o, "failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error) } });
+    return finished("failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error) } });
   }
 }
 

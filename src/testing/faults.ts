@@ -15,6 +15,12 @@
  * succeeded (crash points between the phases of a chunk); `run.alarm` is the
  * coordinator's alarm after it drove the run, before it re-armed itself.
  *
+ * A rule with `hold: true` neither fails nor crashes: the matching call waits
+ * until the test releases it (`FaultInjector.release`), which opens a window
+ * between two steps on purpose (a signal delivered while an alarm is held
+ * between driving the run and re-arming, say). `play` narrows any rule to the
+ * invocations of one play's runs.
+ *
  * @example
  * // Every receipt completion from the third on fails:
  * { rules: [{ point: "receipt.complete", fromCall: 3 }] }
@@ -47,6 +53,8 @@ export const FaultRule = z
     point: FaultPoint,
     /** Only calls of this tool count (provider points only). */
     tool: z.string().min(1).max(64).optional(),
+    /** Only calls made by runs of this play count. */
+    play: z.string().min(1).max(64).optional(),
     /** The first matching call that fails, counting from 1. */
     fromCall: z.number().int().min(1).default(1),
     /** How many matching calls fail from `fromCall` on; absent means every one. */
@@ -63,6 +71,8 @@ export const FaultRule = z
     rotateCredential: z.object({ provider: z.string().min(1).max(64), value: z.string().min(1).max(200) }).optional(),
     /** Kill the invocation instead of failing the call (see the module comment). */
     crash: z.boolean().optional(),
+    /** Hold the call until the test releases the rule, instead of failing it (see the module comment). */
+    hold: z.boolean().optional(),
   })
   .strict();
 export type FaultRule = z.infer<typeof FaultRule>;
@@ -81,16 +91,23 @@ export type FaultDecision =
       error: { code: string; message: string; retryable: boolean };
       rotateCredential?: { provider: string; value: string };
       crash?: true;
+      hold?: true;
     };
+
+/** Where a checked call comes from: the tool (provider points) and the play of the run making it. */
+export interface FaultScope {
+  tool: string | null;
+  play: string | null;
+}
 
 /**
  * Counts one call of `point` (of `tool`) against every rule and decides it.
  * `counts[i]` is how many calls rule `i` has matched so far; it is updated in place.
  */
-export function decideFault(plan: FaultPlan, counts: number[], point: FaultPoint, tool: string | null): FaultDecision {
+export function decideFault(plan: FaultPlan, counts: number[], point: FaultPoint, scope: FaultScope): FaultDecision {
   let decision: FaultDecision = { fail: false };
   plan.rules.forEach((rule, i) => {
-    if (rule.point !== point || (rule.tool !== undefined && rule.tool !== tool)) return;
+    if (rule.point !== point || (rule.tool !== undefined && rule.tool !== scope.tool) || (rule.play !== undefined && rule.play !== scope.play)) return;
     const call = (counts[i] = (counts[i] ?? 0) + 1);
     const inRange = call >= rule.fromCall && (rule.times === undefined || call < rule.fromCall + rule.times);
     if (!inRange || decision.fail) return;
@@ -99,6 +116,7 @@ export function decideFault(plan: FaultPlan, counts: number[], point: FaultPoint
       fail: true, rule: i, call, error: { code: rule.error.code, message, retryable: rule.error.retryable },
       ...(rule.rotateCredential ? { rotateCredential: rule.rotateCredential } : {}),
       ...(rule.crash ? { crash: true } : {}),
+      ...(rule.hold ? { hold: true } : {}),
     };
   });
   return decision;
@@ -128,10 +146,10 @@ export const FAULT_OBJECT_NAME = "faults";
 export type CrashHandler = (reason: string) => never;
 
 /** The probe for `env`: live only under the test runner with the FAULTS binding. */
-export function faultProbeFor(env: Env, options: { crash?: CrashHandler } = {}): FaultProbe {
+export function faultProbeFor(env: Env, options: { crash?: CrashHandler; play?: string } = {}): FaultProbe {
   // FAULTS is bound only outside production (wrangler.toml), so its type is optional.
   if (env.TROUPE_TEST_MODE !== "on" || !env.FAULTS) return NO_FAULTS;
-  return new RemoteFaultProbe(env.FAULTS.getByName(FAULT_OBJECT_NAME), options.crash);
+  return new RemoteFaultProbe(env.FAULTS.getByName(FAULT_OBJECT_NAME), options.crash, options.play ?? null);
 }
 
 /**
@@ -142,16 +160,19 @@ class RemoteFaultProbe implements FaultProbe {
   #stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>;
   #armed: Promise<boolean> | null = null;
   #crash: CrashHandler | undefined;
+  #play: string | null;
 
-  constructor(stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>, crash?: CrashHandler) {
+  constructor(stub: DurableObjectStub<import("../objects/FaultInjector").FaultInjector>, crash: CrashHandler | undefined, play: string | null) {
     this.#stub = stub;
     this.#crash = crash;
+    this.#play = play;
   }
 
   async check(point: FaultPoint, tool?: string): Promise<void> {
     if (!(await (this.#armed ??= this.#stub.armed()))) return;
-    const decision = (await this.#stub.hit({ point, tool: tool ?? null })) as FaultDecision;
+    const decision = (await this.#stub.hit({ point, tool: tool ?? null, play: this.#play })) as FaultDecision;
     if (!decision.fail) return;
+    if (decision.hold) return void (await this.#stub.hold(decision.rule));
     if (decision.crash) {
       const reason = `[injected_crash] test fault plan rule ${decision.rule} crashed the invocation at ${point} call #${decision.call}`;
       if (this.#crash) this.#crash(reason);

@@ -1,0 +1,57 @@
+/**
+ * A wake (a signal, a child's end) that arrives at any point of an alarm
+ * invocation leads to another invocation. These tests hold the invocation
+ * on purpose between driving the run and arming its next alarm (a `hold`
+ * fault at `run.alarm`), deliver the wake there, then let it go on.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, describe, expect, it } from "vitest";
+import { clearFaults, setFaults, submit, until, waitForEnd } from "./chaos-helpers";
+import { allEvents, apiJson } from "./helpers";
+
+let unique = 0;
+const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
+const faults = () => env.FAULTS!.getByName("faults");
+
+const signal = (runId: string, eventKey: string, data: unknown) => apiJson(`/v1/runs/${runId}/signals/${eventKey}`, { method: "POST", json: { data } });
+
+afterEach(async () => {
+  await faults().release(0);
+  await clearFaults();
+});
+
+describe("a wake between driving and re-arming", () => {
+  it("from two signals is not lost: the run takes both and completes", async () => {
+    await setFaults([{ point: "run.alarm", play: "test-waits", hold: true, times: 1 }]);
+    const [x, y] = [tag("x"), tag("y")];
+    const runId = await submit("test-waits", { keys: [x, y], parallel: true });
+    // The first invocation parked the run on both waits and is held before it arms its alarm.
+    await faults().held(0);
+    expect((await signal(runId, y, { n: 2 })).body.consumed).toBe(true);
+    expect((await signal(runId, x, { n: 1 })).body.consumed).toBe(true);
+    expect(await faults().release(0)).toBe(1);
+    // The run's only other alarm is its 24 h limit: it ends now only if the wake was kept.
+    const run = await waitForEnd(runId, 20_000);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ got: [{ n: 1 }, { n: 2 }] });
+  });
+
+  it("from a child's end is not lost: the parent completes without asking the child", async () => {
+    await setFaults([{ point: "run.alarm", play: "test-parent", hold: true, times: 1 }]);
+    const n = 1000 + unique++;
+    // The parent asks a silent child only once an hour here: only childFinished can wake it in time.
+    const parentId = await submit("test-parent", { leaf: { n, waitForSignal: true } }, { testPolicy: { childCheckIntervalMs: 3_600_000 } });
+    await faults().held(0);
+    const started = (await allEvents(parentId)).find((e) => e.type === "child.started");
+    expect(started).toBeDefined();
+    const childId = String(started.childRunId);
+    await until(() => signal(childId, "go", null), (res) => res.status === 202 && res.body.consumed === true, "the child to take its signal");
+    expect((await waitForEnd(childId, 20_000)).status).toBe("completed");
+    // The child has told its parent while the parent's invocation is still held.
+    await until(() => allEvents(parentId), (events) => events.some((e) => e.type === "child.finished"), "the parent to hear of its child's end");
+    expect(await faults().release(0)).toBe(1);
+    const parent = await waitForEnd(parentId, 20_000);
+    expect(parent.status).toBe("completed");
+    expect(parent.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
+  });
+});
