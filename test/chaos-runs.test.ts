@@ -147,7 +147,7 @@ describe("finalize", () => {
     const keys = JSON.stringify(rows.slice(0, 20).map((r) => r.id));
     for (let shard = 0; shard < 4; shard++) {
       await runInDurableObject(env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "vanish", shard)), (_object: unknown, state: DurableObjectState) => {
-        state.storage.sql.exec("UPDATE sheet_rows SET status = 'pending' WHERE key IN (SELECT value FROM json_each(?))", keys);
+        state.storage.sql.exec("UPDATE row_versions SET status = 'pending' WHERE key IN (SELECT value FROM json_each(?))", keys);
       });
     }
     expect((await runView(runId)).status).toBe("running");

@@ -96,7 +96,7 @@ describe("claim and persist", () => {
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
   });
 
-  it("re-executes a failed row, keeping its error until the next persist", async () => {
+  it("re-executes a failed row in a new version, leaving the failed run's view as it ended", async () => {
     const stub = shard();
     const a = attempt("run-a");
     await claim(stub, a, ["k1"]);
@@ -105,10 +105,49 @@ describe("claim and persist", () => {
 
     const b = attempt("run-b");
     expect((await claim(stub, b, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
-    expect((await readAll(stub, "run-b"))[0]).toMatchObject({ status: "failed", error: "provider said no" });
+    expect(await readAll(stub, "run-b")).toEqual([{ index: 0, key: "k1", status: "pending", data: { name: "k1" }, error: null }]);
 
     await complete(stub, b, ["k1"], () => ({ ok: true }));
     expect(await readAll(stub, "run-b")).toEqual([{ index: 0, key: "k1", status: "completed", data: { ok: true }, error: null }]);
+    // The first run's view keeps the failure it ended with.
+    expect(await readAll(stub, "run-a")).toEqual([{ index: 0, key: "k1", status: "failed", data: { name: "k1" }, error: "provider said no" }]);
+  });
+
+  it("reuses a completed row only for the same input (in any key order); a changed input is a new version", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const rows = (input: Record<string, unknown>) => [{ key: "cust-17", index: 0, input }];
+    await stub.claimRows({ attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ id: "cust-17", domain: "old-typo.com" }) });
+    await complete(stub, a, ["cust-17"], () => ({ id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" }));
+
+    const same = await stub.claimRows({ attempt: attempt("run-b"), leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ domain: "old-typo.com", id: "cust-17" }) });
+    expect(same.rows).toEqual([{ key: "cust-17", status: "completed", data: { id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" } }]);
+
+    const c = attempt("run-c");
+    const changed = await stub.claimRows({ attempt: c, leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ id: "cust-17", domain: "fixed.com" }) });
+    expect(changed.rows).toEqual([{ key: "cust-17", status: "pending" }]);
+    await complete(stub, c, ["cust-17"], () => ({ id: "cust-17", domain: "fixed.com", email: "ann@fixed.com" }));
+    // Each run's view holds the version it computed or reused.
+    expect((await readAll(stub, "run-a"))[0]!.data).toEqual({ id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" });
+    expect((await readAll(stub, "run-b"))[0]!.data).toEqual({ id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" });
+    expect((await readAll(stub, "run-c"))[0]!.data).toEqual({ id: "cust-17", domain: "fixed.com", email: "ann@fixed.com" });
+  });
+
+  it("never changes a finished run's view: force recomputes into a new version, and a pending row of an ended run stays its own", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1", "k2"]);
+    await complete(stub, a, ["k1"], () => ({ name: "k1", v: "a" }));
+    await stub.releaseRun({ runId: "run-a" }); // run-a ends (cancelled) with k2 pending
+
+    const f = attempt("run-forced");
+    expect((await claim(stub, f, ["k1", "k2"], { recompute: true })).rows).toEqual([{ key: "k1", status: "pending" }, { key: "k2", status: "pending" }]);
+    await complete(stub, f, ["k1", "k2"], (key) => ({ name: key, v: "forced" }));
+    expect(await readAll(stub, "run-a")).toEqual([
+      { index: 0, key: "k1", status: "completed", data: { name: "k1", v: "a" }, error: null },
+      { index: 1, key: "k2", status: "pending", data: { name: "k2" }, error: null },
+    ]);
+    expect((await readAll(stub, "run-forced")).map((r) => r.data.v)).toEqual(["forced", "forced"]);
   });
 
   it("treats a repeated persist by the same attempt as written and changes nothing", async () => {
@@ -279,7 +318,7 @@ describe("a run's view", () => {
     await complete(stub, a, ["a2", "shared", "a1"]);
     await stub.claimRows({
       attempt: b, leaseTtlMs: LONG_TTL_MS, recompute: false,
-      rows: [{ key: "b0", index: 0, input: { n: 0 } }, { key: "shared", index: 5, input: { n: 5 } }],
+      rows: [{ key: "b0", index: 0, input: { n: 0 } }, { key: "shared", index: 5, input: { n: 0 } }],
     });
 
     expect((await readAll(stub, "run-a")).map((r) => [r.index, r.key])).toEqual([[0, "shared"], [1, "a1"], [2, "a2"]]);
@@ -306,7 +345,7 @@ describe("a run's view", () => {
     const rows = await readAll(stub, "run-a");
     expect(rows.map((r) => r.key)).toEqual(keys);
     expect(rows[499]).toEqual({ index: 499, key: "row-499", status: "completed", data: { name: "row-499", out: pad }, error: null });
-    const reused = (await claim(stub, attempt("run-b"), keys)).rows;
+    const reused = (await stub.claimRows({ attempt: attempt("run-b"), leaseTtlMs: LONG_TTL_MS, recompute: false, rows: keys.map((key, index) => ({ key, index, input: { name: key, pad } })) })).rows;
     expect(reused.filter((r) => r.status === "completed")).toHaveLength(500);
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 500, completed: 500, failed: 0, pending: 0 });
     const renewed = await stub.renewLeases({ attempt: a, keys, leaseTtlMs: LONG_TTL_MS });

@@ -3,8 +3,21 @@
  * writes to them, and each run's membership (its input rows, in input order).
  * Plain logic over the `Sql` helper: it knows nothing of Durable Objects, so the
  * actor decides the transaction and the alarm.
+ *
+ * A row is a list of **versions**; its head names the latest one and carries
+ * the lease. A version is computed once, by the run that created it, and never
+ * changes after it is terminal. A run's membership names the version it
+ * computed or reused, so what a run returns and exports is fixed when it ends:
+ *
+ * - a completed version is reused only for the same input (a digest of its
+ *   canonical JSON), and under `recompute` only by the run that wrote it;
+ * - anything else (a new key, a changed input, a failed row, `force`) gets a
+ *   new version; a pending version is taken over only by a later attempt of
+ *   the run that created it.
  */
+import { createHash } from "node:crypto";
 import { z } from "zod";
+import { canonicalJson } from "../shared/hash";
 import { ValidationError } from "../shared/errors";
 import type {
   AttemptRef,
@@ -42,6 +55,38 @@ export const SHEET_MIGRATIONS: readonly string[] = [
      key TEXT NOT NULL,
      PRIMARY KEY (run_id, idx)
    ) WITHOUT ROWID;`,
+  // Rows become immutable versions: a run's view names the version it computed or reused, so no later run changes it.
+  // Rows stored before this have no input digest: they are recomputed (their tool calls still reuse receipts).
+  `CREATE TABLE row_versions (
+     key TEXT NOT NULL,
+     version INTEGER NOT NULL,
+     status TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+     data TEXT NOT NULL,
+     error TEXT,
+     input_digest TEXT,
+     created_by_run TEXT,
+     written_by_run TEXT,
+     written_by_attempt TEXT,
+     updated_at INTEGER NOT NULL,
+     PRIMARY KEY (key, version)
+   ) WITHOUT ROWID;
+   INSERT INTO row_versions (key, version, status, data, error, input_digest, created_by_run, written_by_run, written_by_attempt, updated_at)
+     SELECT key, 1, status, data, error, NULL, coalesce(written_by_run, lease_run_id), written_by_run, written_by_attempt, updated_at FROM sheet_rows;
+   CREATE TABLE row_heads (
+     key TEXT PRIMARY KEY,
+     version INTEGER NOT NULL,
+     lease_attempt_id TEXT,
+     lease_run_id TEXT,
+     lease_seq INTEGER,
+     lease_expires_at INTEGER
+   ) WITHOUT ROWID;
+   INSERT INTO row_heads (key, version, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at)
+     SELECT key, 1, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at FROM sheet_rows;
+   CREATE INDEX row_heads_lease_expires_at ON row_heads (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+   CREATE INDEX row_heads_lease_run_id ON row_heads (lease_run_id) WHERE lease_run_id IS NOT NULL;
+   DROP TABLE sheet_rows;
+   ALTER TABLE run_rows ADD COLUMN version INTEGER;
+   UPDATE run_rows SET version = 1;`,
 ];
 
 /** Largest serialized row data (input or output) a shard stores. */
@@ -82,11 +127,15 @@ export interface RunRowCounts {
   pending: number;
 }
 
+/** A row's head joined with its latest version. */
 type RowRecord = {
   key: string;
+  version: number;
   status: string;
   data: string;
   error: string | null;
+  input_digest: string | null;
+  created_by_run: string | null;
   written_by_attempt: string | null;
   written_by_run: string | null;
   lease_attempt_id: string | null;
@@ -124,64 +173,84 @@ export class SheetStore {
   }
 
   /**
-   * Records the run's membership, then claims each row for the attempt, in
-   * request order: `blocked` when another live attempt holds its lease (a newer
-   * attempt of the same run takes the lease over), `completed` when it can be
-   * reused, else `pending` with a lease until now + leaseTtlMs (a new row is
-   * stored with its input as data). Throws ValidationError for an input that
-   * is not an object or is over MAX_ROW_DATA_BYTES.
+   * Claims each row for the attempt and records which version the run's view
+   * holds, in request order: `blocked` when another live attempt holds its
+   * lease (a newer attempt of the same run takes the lease over), `completed`
+   * when its latest version can be reused (see the module comment), else
+   * `pending` with a lease until now + leaseTtlMs on the version this attempt
+   * computes (a new one holds the input as data). Throws ValidationError for
+   * an input that is not an object or is over MAX_ROW_DATA_BYTES.
    */
   claimRows(request: ClaimRowsRequest): ClaimedRow[] {
     const { attempt, recompute } = request;
     const now = this.#now();
-    const inputs = request.rows.map((row) => ({ ...row, text: serializeRowData(row.key, row.input) }));
-    for (const batch of batches(inputs, (row) => row.key.length)) {
-      const members = JSON.stringify(batch.map(({ key, index }) => ({ key, index })));
-      this.#sql.write`INSERT OR IGNORE INTO run_rows (run_id, idx, key)
-        SELECT ${attempt.runId}, j.value ->> 'index', j.value ->> 'key' FROM json_each(${members}) j`;
-    }
-
+    const inputs = request.rows.map((row) => {
+      const text = serializeRowData(row.key, row.input);
+      return { ...row, text, digest: inputDigest(row.input) };
+    });
     const current = this.#load(inputs.map((row) => row.key));
+    const members: Array<{ key: string; index: number; version: number | null }> = [];
     const leased = new Set<string>();
-    const created = new Map<string, string>();
+    const created = new Map<string, { version: number; text: string; digest: string }>();
     const claimed = inputs.map((row): ClaimedRow => {
       const record = current.get(row.key);
       const blocker = record && blockingLease(record, attempt, now);
-      if (blocker) return { key: row.key, status: "blocked", ...blocker };
-      const ours = record?.lease_attempt_id === attempt.attemptId;
-      if (!ours && record?.status === "completed" && !(recompute && record.written_by_run !== attempt.runId)) {
+      if (blocker) {
+        // Not the run's row yet: its view gets a version once a claim succeeds.
+        members.push({ key: row.key, index: row.index, version: null });
+        return { key: row.key, status: "blocked", ...blocker };
+      }
+      if (record && reusable(record, row.digest, attempt, recompute)) {
+        members.push({ key: row.key, index: row.index, version: record.version });
         return { key: row.key, status: "completed", data: parseRowData(record.data) };
       }
-      if (!record) created.set(row.key, row.text);
+      let version = record?.version ?? 0;
+      if (!record || !resumable(record, row.digest, attempt)) {
+        version += 1;
+        created.set(row.key, { version, text: row.text, digest: row.digest });
+      }
       leased.add(row.key);
+      members.push({ key: row.key, index: row.index, version });
       // Later duplicates of this key in the same request see it as ours.
-      current.set(row.key, { ...(record ?? newRecord(row.key, row.text)), lease_attempt_id: attempt.attemptId });
+      current.set(row.key, {
+        ...(record ?? newRecord(row.key)), version, status: "pending", data: row.text, input_digest: row.digest,
+        created_by_run: attempt.runId, lease_attempt_id: attempt.attemptId,
+      });
       return { key: row.key, status: "pending" };
     });
 
-    const expiresAt = now + request.leaseTtlMs;
-    for (const batch of batches([...created], ([key, text]) => key.length + text.length)) {
-      const rows = `[${batch.map(([key, text]) => `{"key":${JSON.stringify(key)},"data":${text}}`).join(",")}]`;
-      this.#sql.write`INSERT INTO sheet_rows
-        (key, status, data, error, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at, updated_at)
-        SELECT j.value ->> 'key', 'pending', j.value -> '$.data', NULL, ${attempt.attemptId}, ${attempt.runId}, ${attempt.attemptSeq}, ${expiresAt}, ${now}
+    for (const batch of batches(members, (m) => m.key.length)) {
+      this.#sql.write`INSERT INTO run_rows (run_id, idx, key, version)
+        SELECT ${attempt.runId}, j.value ->> 'index', j.value ->> 'key', j.value ->> 'version' FROM json_each(${JSON.stringify(batch)}) j WHERE true
+        ON CONFLICT (run_id, idx) DO UPDATE SET key = excluded.key, version = coalesce(excluded.version, run_rows.version)`;
+    }
+    const fresh = [...created];
+    for (const batch of batches(fresh, ([key, v]) => key.length + v.text.length)) {
+      const rows = `[${batch.map(([key, v]) => `{"key":${JSON.stringify(key)},"version":${v.version},"digest":"${v.digest}","data":${v.text}}`).join(",")}]`;
+      this.#sql.write`INSERT INTO row_versions (key, version, status, data, error, input_digest, created_by_run, updated_at)
+        SELECT j.value ->> 'key', j.value ->> 'version', 'pending', j.value -> '$.data', NULL, j.value ->> 'digest', ${attempt.runId}, ${now}
         FROM json_each(${rows}) j`;
     }
-    const existing = [...leased].filter((key) => !created.has(key));
-    for (const batch of batches(existing, (key) => key.length)) {
-      this.#sql.write`UPDATE sheet_rows SET lease_attempt_id = ${attempt.attemptId}, lease_run_id = ${attempt.runId},
-        lease_seq = ${attempt.attemptSeq}, lease_expires_at = ${expiresAt}, updated_at = ${now}
-        WHERE key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))`;
+    const expiresAt = now + request.leaseTtlMs;
+    const heads = [...leased].map((key) => ({ key, version: current.get(key)!.version }));
+    for (const batch of batches(heads, (h) => h.key.length)) {
+      this.#sql.write`INSERT INTO row_heads (key, version, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at)
+        SELECT j.value ->> 'key', j.value ->> 'version', ${attempt.attemptId}, ${attempt.runId}, ${attempt.attemptSeq}, ${expiresAt}
+        FROM json_each(${JSON.stringify(batch)}) j WHERE true
+        ON CONFLICT (key) DO UPDATE SET version = excluded.version, lease_attempt_id = excluded.lease_attempt_id,
+          lease_run_id = excluded.lease_run_id, lease_seq = excluded.lease_seq, lease_expires_at = excluded.lease_expires_at`;
     }
     return claimed;
   }
 
   /**
-   * Fenced write of terminal rows. A row is written only while this attempt
-   * still holds its lease (even an expired one nobody else has taken); the
-   * write clears the lease. A row this attempt already wrote, with no lease on
-   * it since, counts as written again. Everything else is rejected, unwritten.
-   * A key repeated within one request is written once, by its first occurrence.
+   * Fenced write of terminal rows into the versions this attempt leased. A
+   * row is written only while this attempt still holds its lease (even an
+   * expired one nobody else has taken); the write clears the lease and the
+   * version never changes again. A row this attempt already wrote, with no
+   * lease on it since, counts as written again. Everything else is rejected,
+   * unwritten. A key repeated within one request is written once, by its first
+   * occurrence.
    */
   persistRows(request: PersistRowsRequest): PersistRowsResult {
     const { attempt } = request;
@@ -189,11 +258,11 @@ export class SheetStore {
     const current = this.#load(rows.map((row) => row.key));
     const written: string[] = [];
     const rejected: string[] = [];
-    const writes: typeof rows = [];
+    const writes: Array<(typeof rows)[number] & { version: number }> = [];
     for (const row of rows) {
       const record = current.get(row.key);
       if (record?.lease_attempt_id === attempt.attemptId) {
-        writes.push(row);
+        writes.push({ ...row, version: record.version });
         written.push(row.key);
         current.set(row.key, { ...record, status: row.status, written_by_attempt: attempt.attemptId, lease_attempt_id: null });
       } else if (record && record.status !== "pending" && record.written_by_attempt === attempt.attemptId && record.lease_attempt_id === null) {
@@ -207,12 +276,13 @@ export class SheetStore {
     const size = (row: (typeof rows)[number]) => row.key.length + row.text.length + (row.error?.length ?? 0);
     for (const batch of batches(writes, size)) {
       const json = `[${batch
-        .map((row) => `{"key":${JSON.stringify(row.key)},"status":${JSON.stringify(row.status)},"error":${JSON.stringify(row.error)},"data":${row.text}}`)
+        .map((row) => `{"key":${JSON.stringify(row.key)},"version":${row.version},"status":${JSON.stringify(row.status)},"error":${JSON.stringify(row.error)},"data":${row.text}}`)
         .join(",")}]`;
-      this.#sql.write`UPDATE sheet_rows SET status = j.value ->> 'status', data = j.value -> '$.data',
-        error = j.value ->> 'error', written_by_run = ${attempt.runId}, written_by_attempt = ${attempt.attemptId},
-        lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL, updated_at = ${now}
-        FROM json_each(${json}) j WHERE sheet_rows.key = j.value ->> 'key' AND sheet_rows.lease_attempt_id = ${attempt.attemptId}`;
+      this.#sql.write`UPDATE row_versions SET status = j.value ->> 'status', data = j.value -> '$.data',
+        error = j.value ->> 'error', written_by_run = ${attempt.runId}, written_by_attempt = ${attempt.attemptId}, updated_at = ${now}
+        FROM json_each(${json}) j WHERE row_versions.key = j.value ->> 'key' AND row_versions.version = j.value ->> 'version'`;
+      this.#sql.write`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+        WHERE lease_attempt_id = ${attempt.attemptId} AND key IN (SELECT j.value ->> 'key' FROM json_each(${json}) j)`;
     }
     return { written, rejected };
   }
@@ -223,7 +293,7 @@ export class SheetStore {
     const now = this.#now();
     const held = new Set<string>();
     for (const batch of batches(request.keys, (key) => key.length)) {
-      const rows = this.#sql<{ key: string }>`UPDATE sheet_rows SET lease_expires_at = ${now + request.leaseTtlMs}, updated_at = ${now}
+      const rows = this.#sql<{ key: string }>`UPDATE row_heads SET lease_expires_at = ${now + request.leaseTtlMs}
         WHERE lease_attempt_id = ${attempt.attemptId} AND key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))
         RETURNING key`;
       for (const row of rows) held.add(row.key);
@@ -233,26 +303,28 @@ export class SheetStore {
 
   /** Clears every lease the run holds (teardown), returning how many. Row status is unchanged. */
   releaseRun(runId: string): number {
-    // A run leases only rows it is a member of, so its membership bounds the scan.
-    return this.#sql`UPDATE sheet_rows SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
-      WHERE lease_run_id = ${runId} AND key IN (SELECT key FROM run_rows WHERE run_id = ${runId})
-      RETURNING 1 AS released`.length;
+    return this.#sql`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+      WHERE lease_run_id = ${runId} RETURNING 1 AS released`.length;
   }
 
-  /** The run's rows with input index in [fromIndex, toIndex), in index order, at most MAX_READ_ROWS. */
+  /**
+   * The run's rows with input index in [fromIndex, toIndex), in index order, at
+   * most MAX_READ_ROWS: the versions its view holds. A row the run found
+   * blocked and never claimed since is `pending` with no data.
+   */
   readRunRows(request: ReadRunRowsRequest): SheetRow[] {
     const toIndex = Math.min(request.toIndex, request.fromIndex + MAX_READ_ROWS);
-    return this.#sql<RunRowRecord>`SELECT rr.idx AS idx, r.key AS key, r.status AS status, r.data AS data, r.error AS error
-      FROM run_rows rr JOIN sheet_rows r ON r.key = rr.key
+    return this.#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
       WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${toIndex}
       ORDER BY rr.idx`.map(rowToSheetRow);
   }
 
-  /** Counts the run's membership by the rows' current status. */
+  /** Counts the run's membership by the status of the versions its view holds. */
   countRunRows(runId: string): RunRowCounts {
     const row = this.#sql<{ total: number; completed: number; failed: number }>`SELECT count(*) AS total,
-      coalesce(sum(r.status = 'completed'), 0) AS completed, coalesce(sum(r.status = 'failed'), 0) AS failed
-      FROM run_rows rr JOIN sheet_rows r ON r.key = rr.key WHERE rr.run_id = ${runId}`[0]!;
+      coalesce(sum(v.status = 'completed'), 0) AS completed, coalesce(sum(v.status = 'failed'), 0) AS failed
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version WHERE rr.run_id = ${runId}`[0]!;
     return { ...row, pending: row.total - row.completed - row.failed };
   }
 
@@ -260,34 +332,57 @@ export class SheetStore {
   countRunChunks(request: CountRunChunksRequest): RunChunkCounts[] {
     // A bound JS number may arrive as REAL: cast, so that the division is an integer one.
     return this.#sql<RunChunkCounts>`SELECT rr.idx / CAST(${request.chunkRows} AS INTEGER) AS chunk, count(*) AS total,
-      coalesce(sum(r.status = 'completed'), 0) AS completed, coalesce(sum(r.status = 'failed'), 0) AS failed
-      FROM run_rows rr JOIN sheet_rows r ON r.key = rr.key WHERE rr.run_id = ${request.runId}
+      coalesce(sum(v.status = 'completed'), 0) AS completed, coalesce(sum(v.status = 'failed'), 0) AS failed
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version WHERE rr.run_id = ${request.runId}
       GROUP BY chunk ORDER BY chunk`;
   }
 
   /** Frees leases expired at now (status unchanged), returning how many. Idempotent. */
   expireLeases(): number {
-    return this.#sql`UPDATE sheet_rows SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+    return this.#sql`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
       WHERE lease_expires_at <= ${this.#now()} RETURNING 1 AS expired`.length;
   }
 
   /** The earliest lease expiry (epoch ms), or null when no lease is held: when the alarm should fire. */
   nextLeaseExpiry(): number | null {
-    const row = this.#sql<{ next: number | null }>`SELECT min(lease_expires_at) AS next FROM sheet_rows WHERE lease_expires_at IS NOT NULL`[0];
+    const row = this.#sql<{ next: number | null }>`SELECT min(lease_expires_at) AS next FROM row_heads WHERE lease_expires_at IS NOT NULL`[0];
     return row?.next ?? null;
   }
 
   #load(keys: readonly string[]): Map<string, RowRecord> {
     const found = new Map<string, RowRecord>();
     for (const batch of batches([...new Set(keys)], (key) => key.length)) {
-      for (const row of this.#sql<RowRecord>`SELECT key, status, data, error, written_by_attempt, written_by_run,
-          lease_attempt_id, lease_run_id, lease_seq, lease_expires_at
-          FROM sheet_rows WHERE key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))`) {
+      for (const row of this.#sql<RowRecord>`SELECT h.key AS key, h.version AS version, v.status AS status, v.data AS data, v.error AS error,
+          v.input_digest AS input_digest, v.created_by_run AS created_by_run, v.written_by_attempt AS written_by_attempt,
+          v.written_by_run AS written_by_run, h.lease_attempt_id AS lease_attempt_id, h.lease_run_id AS lease_run_id,
+          h.lease_seq AS lease_seq, h.lease_expires_at AS lease_expires_at
+          FROM row_heads h JOIN row_versions v ON v.key = h.key AND v.version = h.version
+          WHERE h.key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))`) {
         found.set(row.key, row);
       }
     }
     return found;
   }
+}
+
+/**
+ * A completed latest version serves this claim for the same input; under
+ * `recompute` (force) only when this run wrote it. An attempt never reuses a
+ * version it leases itself (it is computing it).
+ */
+function reusable(record: RowRecord, digest: string, attempt: AttemptRef, recompute: boolean): boolean {
+  if (record.lease_attempt_id === attempt.attemptId || record.status !== "completed" || record.input_digest !== digest) return false;
+  return !recompute || record.written_by_run === attempt.runId;
+}
+
+/** A pending latest version of this run, for the same input, is computed by this attempt instead of a new one. */
+function resumable(record: RowRecord, digest: string, attempt: AttemptRef): boolean {
+  return record.status === "pending" && record.input_digest === digest && record.created_by_run === attempt.runId;
+}
+
+/** A digest of a row's input, independent of the order of its keys. */
+export function inputDigest(input: unknown): string {
+  return createHash("sha256").update(canonicalJson(input)).digest("hex");
 }
 
 /**
@@ -302,10 +397,10 @@ function blockingLease(record: RowRecord, attempt: AttemptRef, now: number): { o
   return { owner: { attemptId, runId, attemptSeq }, leaseExpiresAt };
 }
 
-function newRecord(key: string, data: string): RowRecord {
+function newRecord(key: string): RowRecord {
   return {
-    key, status: "pending", data, error: null, written_by_attempt: null, written_by_run: null,
-    lease_attempt_id: null, lease_run_id: null, lease_seq: null, lease_expires_at: null,
+    key, version: 0, status: "pending", data: "{}", error: null, input_digest: null, created_by_run: null, written_by_attempt: null,
+    written_by_run: null, lease_attempt_id: null, lease_run_id: null, lease_seq: null, lease_expires_at: null,
   };
 }
 
