@@ -35,6 +35,16 @@ describe("ctx.map keys and row errors", () => {
     expect(run.error).toBeNull();
   });
 
+  it("fails only the row whose computed value nests too deep for storage, and completes the others", async () => {
+    const rows = [person(13), person(14, { deep: 1000 }), person(15, { deep: 10_000 }), person(16)];
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toMatchObject({ completed: 2, failed: 2 });
+    const stored = await datasetRows(run.runId, "items");
+    expect(stored.map((r) => r._status)).toEqual(["completed", "failed", "failed", "completed"]);
+    for (const row of stored.slice(1, 3)) expect(row._error).toMatch(/^row_too_deep: the computed row nests past 64 levels at \$\.shout/);
+  });
+
   it("fails the run on the first failed row with onRowError: 'fail'", async () => {
     const rows = [person(20), person(21, { throw: true }), person(22)];
     const run = await waitForRun(await startRun("test-map", { rows, onRowError: "fail" }));

@@ -9,6 +9,7 @@ import { ToolCallError } from "../play/tool-error";
 import type { SubrequestMeter } from "../engine/shard-clients";
 import type { Pacer } from "../pacing/pacer";
 import { messageOf } from "../shared/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../shared/json-depth";
 import { sleep } from "../shared/time";
 import type { ReceiptError } from "../storage/contracts";
 import type { FaultProbe } from "../testing/faults";
@@ -59,6 +60,9 @@ export async function callProvider<T>(ctx: ProviderCallContext, send: () => Prom
         ctx.meter.provider++;
         const value = await send();
         await ctx.faults.check("provider.after", ctx.toolId);
+        // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.
+        const deep = tooDeepAt(value);
+        if (deep !== null) return { ok: false, error: { code: "output_too_deep", message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.slice(0, 200)}` }, retryable: false };
         return { ok: true, value };
       } finally {
         slot.release();

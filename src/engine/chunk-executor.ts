@@ -8,6 +8,7 @@
 import { ToolCallError } from "../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../play/types";
 import { messageOf } from "../shared/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../shared/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../storage/contracts";
 import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "./bulk-queue";
@@ -160,6 +161,10 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       for (const [name, fn] of Object.entries(this.#o.fields)) {
         const value = await fn(row, ctx);
         row[name] = value === undefined ? null : value;
+      }
+      const deep = tooDeepAt(row);
+      if (deep !== null) {
+        return { key: planned.key, status: "failed", data: planned.input, error: `row_too_deep: the computed row nests past ${MAX_JSON_DEPTH} levels at ${deep.slice(0, 200)}` };
       }
       const size = JSON.stringify(row).length;
       if (size > MAX_ROW_RESULT_BYTES) {

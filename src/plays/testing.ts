@@ -3,7 +3,21 @@ import { z } from "zod";
 import { definePlay } from "../play/define";
 import type { MapOptions, Row } from "../play/types";
 
-const TestRow = z.object({ id: z.string().optional(), name: z.string(), domain: z.string(), throw: z.boolean().optional() });
+const TestRow = z.object({
+  id: z.string().optional(),
+  name: z.string(),
+  domain: z.string(),
+  throw: z.boolean().optional(),
+  /** `shout` returns a value nested this many levels deep instead of a string. */
+  deep: z.number().int().min(1).max(100_000).optional(),
+});
+
+/** `{ a: { a: ... } }`, `levels` deep, built without recursion. */
+function nested(levels: number): unknown {
+  let value: unknown = "leaf";
+  for (let i = 0; i < levels; i++) value = { a: value };
+  return value;
+}
 
 /** A map over rows with every key mode and row-error policy, plus a log line. */
 export const testMap = definePlay({
@@ -25,6 +39,7 @@ export const testMap = definePlay({
         email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
         shout: (row) => {
           if (row.throw) throw new Error(`boom for ${String(row.name)}`);
+          if (typeof row.deep === "number") return nested(row.deep);
           return String(row.email).toUpperCase();
         },
       },

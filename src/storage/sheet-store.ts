@@ -19,6 +19,7 @@ import { createHash } from "node:crypto";
 import { z } from "zod";
 import { canonicalJson } from "../shared/hash";
 import { ValidationError } from "../shared/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../shared/json-depth";
 import type {
   AttemptRef,
   ClaimRowsRequest,
@@ -417,6 +418,8 @@ function serializeRowData(key: string, data: unknown): string {
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
     throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data must be a JSON object`);
   }
+  const deep = tooDeepAt(data);
+  if (deep !== null) throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data nests past ${MAX_JSON_DEPTH} levels at ${deep.slice(0, 200)}`);
   const text = JSON.stringify(data);
   // A UTF-16 code unit is at most 3 UTF-8 bytes: encode only when the cheap bound is not enough.
   if (text.length * 3 > MAX_ROW_DATA_BYTES && new TextEncoder().encode(text).byteLength > MAX_ROW_DATA_BYTES) {
