@@ -1,6 +1,9 @@
 // Variables that are secrets or test-only, so `wrangler types` cannot see them.
 interface TroupeSecretVars {
-  /** JSON `{ "<token>": "<orgId>" }`; unset in local development means `dev-token` → `dev`. */
+  /**
+   * JSON `{ "<token>": "<orgId>" }`, tokens of at least 16 characters; unset in
+   * local development (`TROUPE_LOCAL_DEV`) means `dev-token` → `dev` (src/http/auth.ts).
+   */
   API_TOKENS?: string;
   /** `"on"` only under the test runner: short leases and waits. */
   TROUPE_TEST_MODE?: string;

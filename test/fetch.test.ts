@@ -28,10 +28,15 @@ const REFUSED: [string, string, string][] = [
   ["IPv6 unique local", "http://[fd00:ec2::254]/", "egress_forbidden_address"],
   ["IPv6 link-local", "http://[fe80::1]/", "egress_forbidden_address"],
   ["IPv6 multicast", "http://[ff02::1]/", "egress_forbidden_address"],
+  ["IPv4-translated loopback", "http://[::ffff:0:7f00:1]/", "egress_forbidden_address"],
+  ["local-use NAT64 loopback", "http://[64:ff9b:1::7f00:1]/", "egress_forbidden_address"],
+  ["6to4 loopback", "http://[2002:7f00:1::]/", "egress_forbidden_address"],
   ["localhost", "http://localhost/", "egress_forbidden_address"],
   ["a localhost subdomain", "http://api.localhost/", "egress_forbidden_address"],
   ["cloud metadata name", "http://metadata.google.internal/", "egress_forbidden_address"],
   ["mDNS name", "http://printer.local/", "egress_forbidden_address"],
+  ["a public name resolving to loopback", "http://localtest.me/", "egress_forbidden_address"],
+  ["a wildcard-DNS name carrying an address", "http://127.0.0.1.nip.io/", "egress_forbidden_address"],
   ["not a URL", "not a url", "egress_invalid_url"],
 ];
 

@@ -2,9 +2,15 @@
  * Safe egress for plays (`ctx.fetch`): only http(s) to public hosts. Loopback,
  * private, link-local, metadata and other special-purpose addresses are
  * refused, whether written as IPv4 or IPv6 literals (in any notation the URL
- * parser accepts) or as hostnames that name them. Every redirect hop is
- * checked again. Sizes and time are bounded; secret header values never reach
- * an error message.
+ * parser accepts, and in the IPv6 forms that carry an IPv4 address) or as
+ * hostnames that name them. Every redirect hop is checked again and made the
+ * way browsers make it: credentials never cross to another origin. Sizes and
+ * time are bounded; secret header values never reach an error message.
+ *
+ * A hostname is judged by its text alone: a Worker's `fetch` resolves it out
+ * of sight, so a name whose DNS points at a private address is not caught,
+ * except the well-known wildcard-DNS services listed below. An org that needs
+ * certainty lists its hosts in `EGRESS_ALLOWLIST`.
  */
 import { TroupeError } from "../shared/errors";
 
@@ -32,6 +38,22 @@ export const DEFAULT_EGRESS: EgressPolicy = {
 };
 
 const BLOCKED_NAMES = /^(localhost|metadata|metadata\.google\.internal|instance-data|instance-data\.ec2\.internal)$|\.localhost$|\.internal$|\.local$/;
+
+/**
+ * Public DNS services whose names (and every subdomain) resolve to loopback
+ * (`localtest.me`, `lvh.me`, `vcap.me`, `localhost.direct`) or to whatever
+ * address is written into the name (`127.0.0.1.nip.io`, `10-0-0-1.sslip.io`).
+ * The list is deliberately short: the well-known services, not every domain
+ * that could be pointed at a private address.
+ */
+const LOOPBACK_DNS_SUFFIXES = ["localtest.me", "lvh.me", "vcap.me", "localhost.direct", "nip.io", "sslip.io", "xip.io", "traefik.me"];
+
+/** Why a hostname (lower case, no trailing dot) is refused, or null. */
+function blockedName(host: string): string | null {
+  if (BLOCKED_NAMES.test(host)) return "local or metadata name";
+  if (LOOPBACK_DNS_SUFFIXES.some((suffix) => host === suffix || host.endsWith(`.${suffix}`))) return "name resolving to a chosen (loopback or private) address";
+  return null;
+}
 
 /** IPv4 ranges that are not the public internet: [first octets as number, prefix length, label]. */
 const IPV4_BLOCKS: [string, number, string][] = [
@@ -88,16 +110,42 @@ function ipv6Groups(ip: string): number[] | null {
   return groups.map((g) => parseInt(g, 16));
 }
 
+function ipv4Of(high: number, low: number): string {
+  return `${high >> 8}.${high & 255}.${low >> 8}.${low & 255}`;
+}
+
+/**
+ * The IPv4 addresses an IPv6 address stands for: a packet to it reaches them
+ * through a translator or a tunnel, so it is judged by them. Empty for native IPv6.
+ */
+function embeddedIpv4(g: number[]): string[] {
+  const zero = (from: number, to: number) => g.slice(from, to).every((x) => x === 0);
+  const last32 = ipv4Of(g[6]!, g[7]!);
+  // IPv4-mapped ::ffff:a.b.c.d and IPv4-compatible ::a.b.c.d.
+  if (zero(0, 5) && (g[5] === 0xffff || g[5] === 0)) return [last32];
+  // IPv4-translated ::ffff:0:a.b.c.d (SIIT).
+  if (zero(0, 4) && g[4] === 0xffff && g[5] === 0) return [last32];
+  // NAT64 well-known prefix 64:ff9b::/96.
+  if (g[0] === 0x64 && g[1] === 0xff9b && zero(2, 6)) return [last32];
+  // 6to4 2002:AABB:CCDD::/48.
+  if (g[0] === 0x2002) return [ipv4Of(g[1]!, g[2]!)];
+  // Teredo 2001:0::/32: the server, and the client with its bits inverted.
+  if (g[0] === 0x2001 && g[1] === 0) return [ipv4Of(g[2]!, g[3]!), ipv4Of(~g[6]! & 0xffff, ~g[7]! & 0xffff)];
+  return [];
+}
+
 /** The label of the blocked range an IPv6 address falls in, or null if it is public. */
 export function blockedIpv6(ip: string): string | null {
   const g = ipv6Groups(ip);
   if (!g) return "unparseable IPv6";
-  const embeddedV4 = () => `${g[6]! >> 8}.${g[6]! & 255}.${g[7]! >> 8}.${g[7]! & 255}`;
   if (g.every((x) => x === 0)) return "unspecified";
   if (g.slice(0, 7).every((x) => x === 0) && g[7] === 1) return "loopback";
-  // IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::a.b.c.d) carry an IPv4 address.
-  if (g.slice(0, 5).every((x) => x === 0) && (g[5] === 0xffff || g[5] === 0)) return blockedIpv4(embeddedV4()) ?? null;
-  if (g[0] === 0x64 && g[1] === 0xff9b && g.slice(2, 6).every((x) => x === 0)) return blockedIpv4(embeddedV4()) ?? null;
+  // Local-use NAT64 (64:ff9b:1::/48) is never public, and where its IPv4 sits depends on the operator's prefix length.
+  if (g[0] === 0x64 && g[1] === 0xff9b && g[2] === 1) return "local-use NAT64";
+  for (const ipv4 of embeddedIpv4(g)) {
+    const label = blockedIpv4(ipv4);
+    if (label) return `${label} (IPv4 ${ipv4} in IPv6)`;
+  }
   if ((g[0]! & 0xfe00) === 0xfc00) return "unique local (private)";
   if ((g[0]! & 0xffc0) === 0xfe80) return "link-local";
   if ((g[0]! & 0xffc0) === 0xfec0) return "site-local";
@@ -122,12 +170,20 @@ export function checkEgressUrl(raw: string, policy: Pick<EgressPolicy, "allowHos
   if (url.username || url.password) throw new EgressError("egress_forbidden_url", "URLs with credentials in them are refused");
   // The URL parser has already normalised decimal, octal and hex IPv4 forms to dotted quads.
   const host = url.hostname.toLowerCase().replace(/\.$/, "");
-  const label = host.startsWith("[") ? blockedIpv6(host.slice(1, -1)) : blockedIpv4(host) ?? (BLOCKED_NAMES.test(host) ? "local or metadata name" : null);
+  const label = host.startsWith("[") ? blockedIpv6(host.slice(1, -1)) : blockedIpv4(host) ?? blockedName(host);
   if (label) throw new EgressError("egress_forbidden_address", `${host} is a ${label} address; plays may only fetch public hosts`);
   if (policy.allowHosts && !hostAllowed(host, policy.allowHosts)) {
     throw new EgressError("egress_host_not_allowed", `${host} is not on this org's egress allowlist`);
   }
   return url;
+}
+
+/** Header names whose values are credentials (`Authorization`, `Cookie`, `*token*`, `*key*`, `*secret*`). */
+const SECRET_HEADER = /authorization|token|key|secret|cookie/i;
+
+/** Whether a request header carries a credential: redacted from messages and logs, dropped on a cross-origin redirect. */
+export function isSecretHeader(name: string): boolean {
+  return SECRET_HEADER.test(name);
 }
 
 /** Replaces every occurrence of a secret value in `text`. */
@@ -137,28 +193,59 @@ export function redactSecrets(text: string, secrets: readonly string[]): string 
   return out;
 }
 
+/** The statuses that redirect (Fetch standard); another 3xx is an answer like any other. */
+const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+/** Headers that describe a request body: they go with it when a redirect drops the body. */
+const BODY_HEADERS = ["Content-Encoding", "Content-Language", "Content-Location", "Content-Type"];
+
+/** One request of a redirect chain. */
+interface Hop {
+  url: URL;
+  method: string;
+  headers: Headers;
+  body: RequestInit["body"];
+}
+
 /**
- * Fetches under the policy: every redirect hop re-checked, request and
- * response bodies bounded, a timeout, and errors that name no secret header.
+ * The request that follows `hop` answered `status` with a redirect to `url`,
+ * made as browsers make it (Fetch standard, "HTTP-redirect fetch"): 303 turns
+ * any method but GET and HEAD into a GET without body, 301 and 302 do so for
+ * POST, 307 and 308 keep method and body. Leaving the origin drops every
+ * credential header, for the rest of the chain.
+ */
+function nextHop(hop: Hop, status: number, url: URL): Hop {
+  const headers = new Headers(hop.headers);
+  const toGet = status === 303 ? hop.method !== "GET" && hop.method !== "HEAD" : (status === 301 || status === 302) && hop.method === "POST";
+  if (toGet) for (const name of BODY_HEADERS) headers.delete(name);
+  if (url.origin !== hop.url.origin) {
+    for (const name of [...headers.keys()]) if (isSecretHeader(name)) headers.delete(name);
+  }
+  return toGet ? { url, method: "GET", headers, body: null } : { ...hop, url, headers };
+}
+
+/**
+ * Fetches under the policy: every redirect hop re-checked and made as a
+ * browser would (`nextHop`), request and response bodies bounded, a timeout,
+ * and errors that name no secret header.
  */
 export async function safeFetch(raw: string, init: RequestInit = {}, policy: EgressPolicy = DEFAULT_EGRESS): Promise<Response> {
-  const secrets = [...new Headers(init.headers).entries()].filter(([name]) => /authorization|token|key|secret|cookie/i.test(name)).map(([, v]) => v);
+  const secrets = [...new Headers(init.headers).entries()].filter(([name]) => isSecretHeader(name)).map(([, v]) => v);
   const body = init.body;
   if (body !== undefined && body !== null) {
     const size = typeof body === "string" ? new TextEncoder().encode(body).length : body instanceof ArrayBuffer ? body.byteLength : ArrayBuffer.isView(body) ? body.byteLength : null;
     if (size === null) throw new EgressError("egress_body_unsupported", "ctx.fetch bodies must be a string or bytes");
     if (size > policy.maxRequestBytes) throw new EgressError("egress_request_too_large", `request body is ${size} bytes; the limit is ${policy.maxRequestBytes}`);
   }
-  let url = checkEgressUrl(raw, policy);
+  let hop: Hop = { url: checkEgressUrl(raw, policy), method: (init.method ?? "GET").toUpperCase(), headers: new Headers(init.headers), body: body ?? null };
   const signal = AbortSignal.any([AbortSignal.timeout(policy.timeoutMs), ...(init.signal ? [init.signal] : [])]);
   try {
-    for (let hop = 0; ; hop++) {
-      const response = await fetch(url, { ...init, redirect: "manual", signal });
+    for (let redirects = 0; ; redirects++) {
+      const response = await fetch(hop.url, { ...init, method: hop.method, headers: hop.headers, body: hop.body, redirect: "manual", signal });
       const location = response.headers.get("Location");
-      if (response.status >= 300 && response.status < 400 && location) {
-        if (hop >= policy.maxRedirects) throw new EgressError("egress_too_many_redirects", `more than ${policy.maxRedirects} redirects`);
+      if (REDIRECT_STATUSES.has(response.status) && location !== null) {
+        if (redirects >= policy.maxRedirects) throw new EgressError("egress_too_many_redirects", `more than ${policy.maxRedirects} redirects`);
         await response.body?.cancel();
-        url = checkEgressUrl(new URL(location, url).toString(), policy);
+        hop = nextHop(hop, response.status, checkEgressUrl(new URL(location, hop.url).toString(), policy));
         continue;
       }
       const bytes = await readCapped(response, policy.maxResponseBytes);
@@ -167,8 +254,8 @@ export async function safeFetch(raw: string, init: RequestInit = {}, policy: Egr
   } catch (error) {
     if (error instanceof EgressError) throw error;
     const message = error instanceof Error ? error.message : String(error);
-    if (signal.aborted && !init.signal?.aborted) throw new EgressError("egress_timeout", `fetch of ${url.host} took longer than ${policy.timeoutMs} ms`);
-    throw new EgressError("egress_failed", redactSecrets(`fetch of ${url.host} failed: ${message}`, secrets));
+    if (signal.aborted && !init.signal?.aborted) throw new EgressError("egress_timeout", `fetch of ${hop.url.host} took longer than ${policy.timeoutMs} ms`);
+    throw new EgressError("egress_failed", redactSecrets(`fetch of ${hop.url.host} failed: ${message}`, secrets));
   }
 }
 

@@ -9,7 +9,7 @@
  */
 import { z } from "zod";
 import { messageOf } from "../shared/errors";
-import { DEFAULT_EGRESS, EgressError, safeFetch, type EgressPolicy } from "./egress";
+import { DEFAULT_EGRESS, EgressError, isSecretHeader, safeFetch, type EgressPolicy } from "./egress";
 
 /**
  * `EGRESS_ALLOWLIST`: JSON `{ "<org>": ["api.example.com", "*.example.org"] }`.
@@ -42,8 +42,6 @@ export function egressPolicyFor(env: Env, org: string): EgressPolicy {
   return hosts ? { ...DEFAULT_EGRESS, allowHosts: hosts.map((h) => h.toLowerCase()) } : DEFAULT_EGRESS;
 }
 
-/** Header names whose values are credentials (as `safeFetch` judges them). */
-const SECRET_HEADER = /authorization|token|key|secret|cookie/i;
 /** Shorter values are not matched literally: too likely to hit ordinary words. */
 const MIN_SECRET_CHARS = 6;
 
@@ -53,7 +51,7 @@ export class SecretValues {
 
   addHeaders(headers: HeadersInit | undefined): void {
     for (const [name, value] of new Headers(headers).entries()) {
-      if (!SECRET_HEADER.test(name)) continue;
+      if (!isSecretHeader(name)) continue;
       this.#add(value);
       // `Bearer <token>`: the token alone is the secret too.
       const token = /^\S+\s+(\S+)$/.exec(value)?.[1];

@@ -4,7 +4,7 @@ import { bodyLimit } from "hono/body-limit";
 import { pacingRoutes } from "../pacing/routes";
 import { simRoutes } from "../sim/routes";
 import { testRoutes } from "../testing/routes";
-import { orgOf } from "./auth";
+import { orgOf, tokenConfig } from "./auth";
 import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
 import { liveRoutes } from "./live";
@@ -27,7 +27,10 @@ app.get("/", (c) => c.json({ name: "troupe", docs: "see README.md", api: "/v1" }
 const QUERY_TOKEN_ROUTE = /^\/v1\/runs\/[^/]+\/live$/;
 
 app.use("/v1/*", async (c, next) => {
-  const org = orgOf(c.env, c.req.raw, { queryToken: QUERY_TOKEN_ROUTE.test(new URL(c.req.url).pathname) });
+  // A Worker without usable tokens refuses everything, rather than fall back to the development token.
+  const config = tokenConfig(c.env);
+  if (config.status === "misconfigured") return errorResponse(c, 503, "server_misconfigured", config.problem);
+  const org = orgOf(config.tokens, c.req.raw, { queryToken: QUERY_TOKEN_ROUTE.test(new URL(c.req.url).pathname) });
   if (!org) return errorResponse(c, 401, "unauthorized", "send Authorization: Bearer <token> with a token from API_TOKENS");
   c.set("org", org);
   await next();

@@ -5,10 +5,14 @@ import { demoApproval } from "./demo-approval";
 import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 
-const bundled: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts as PlayDefinition, demoApproval as PlayDefinition];
+/** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
+const demoPlays: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts as PlayDefinition, demoApproval as PlayDefinition];
 
-/** The plays runnable under `env`: the test plays only under the test runner. */
+/**
+ * The plays listed and runnable under `env`: the demo plays only when
+ * `SIM_PROVIDER` is `on`, the test plays only under the test runner.
+ */
 export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
-  const list = env.TROUPE_TEST_MODE === "on" ? [...bundled, ...(testPlays as PlayDefinition[])] : bundled;
+  const list = [...(env.SIM_PROVIDER === "on" ? demoPlays : []), ...(env.TROUPE_TEST_MODE === "on" ? (testPlays as PlayDefinition[]) : [])];
   return new Map(list.map((p) => [p.name, p]));
 }

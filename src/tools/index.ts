@@ -3,13 +3,26 @@ import type { ToolDefinition } from "../play/types";
 import { simFindEmail, simVerifyEmail } from "./sim-tools";
 import { testTools } from "./test-tools";
 
-const simTools: ToolDefinition[] = [simFindEmail, simVerifyEmail];
+/** The bundled tools, by where they may run. */
+export interface ToolBundles {
+  /** Tools of real providers: registered wherever the Worker runs. */
+  provider: readonly ToolDefinition[];
+  /** The simulated provider's tools: only when `SIM_PROVIDER` is `on`. */
+  simulated: readonly ToolDefinition[];
+  /** Tools over the simulated provider for the test runner: only when `TROUPE_TEST_MODE` is `on` as well. */
+  test: readonly ToolDefinition[];
+}
 
-/**
- * The tools available under `env`: the simulated ones only when `SIM_PROVIDER`
- * is `on`, and the test ones only under the test runner as well.
- */
-export function toolRegistry(env: Env): ReadonlyMap<string, ToolDefinition> {
-  const tools = env.SIM_PROVIDER !== "on" ? [] : env.TROUPE_TEST_MODE === "on" ? [...simTools, ...(testTools as ToolDefinition[])] : simTools;
+/** What the Worker ships with. Register a real provider's tool in `provider`. */
+export const BUNDLED_TOOLS: ToolBundles = {
+  provider: [],
+  simulated: [simFindEmail, simVerifyEmail],
+  test: testTools as ToolDefinition[],
+};
+
+/** The tools available under `env`, by id (see `ToolBundles` for which are). */
+export function toolRegistry(env: Env, bundles: ToolBundles = BUNDLED_TOOLS): ReadonlyMap<string, ToolDefinition> {
+  const simulated = env.SIM_PROVIDER === "on";
+  const tools = [...bundles.provider, ...(simulated ? bundles.simulated : []), ...(simulated && env.TROUPE_TEST_MODE === "on" ? bundles.test : [])];
   return new Map(tools.map((t) => [t.id, t]));
 }
