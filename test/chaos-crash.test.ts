@@ -40,7 +40,12 @@ describe("the coordinator dies mid-chunk", () => {
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     const logs = await logLines(runId);
     expect(logs.some((l) => l.includes("resuming after an interrupted invocation"))).toBe(true);
-    if (point === "provider.after") expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
+    if (point === "provider.after") {
+      expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
+      // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart.
+      expect(run.usage.providerLookups).toBeGreaterThan(0);
+      expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls);
+    }
     await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
   });
 

@@ -1,4 +1,6 @@
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { app } from "../src/http/app";
 import { api, apiJson, startRun, waitForRun } from "./helpers";
 
 const lead = { id: "1", name: "Ada Lovelace", domain: "example.com" };
@@ -43,6 +45,44 @@ describe("authentication and org isolation", () => {
       expect(status).toBe(404);
       expectError(body, "run_not_found");
     }
+  });
+});
+
+describe("deployed: no local development, no simulated provider", () => {
+  const PROD_TOKEN = "prod-token-0123456789abcdef";
+  const deployed = (API_TOKENS: string | undefined) => ({ ...env, TROUPE_LOCAL_DEV: undefined, SIM_PROVIDER: undefined, TROUPE_TEST_MODE: undefined, API_TOKENS }) as Env;
+  const request = (path: string, target: Env, init: RequestInit & { token?: string } = {}) =>
+    app.request(path, { ...init, headers: init.token ? { Authorization: `Bearer ${init.token}`, "Content-Type": "application/json" } : {} }, target);
+
+  it("refuses every request with 503 server_misconfigured when API_TOKENS is unset or empty, dev-token included", async () => {
+    for (const tokens of [undefined, ""]) {
+      for (const token of ["dev-token", PROD_TOKEN, undefined]) {
+        const res = await request("/v1/plays", deployed(tokens), { token });
+        expect(res.status, `${tokens} ${token}`).toBe(503);
+        const body: any = await res.json();
+        expectError(body, "server_misconfigured");
+        expect(body.error.message).toContain("wrangler secret put API_TOKENS --env production");
+      }
+    }
+  });
+
+  it("refuses a configuration with a token shorter than 16 characters, without naming it", async () => {
+    const res = await request("/v1/plays", deployed(JSON.stringify({ [PROD_TOKEN]: "prod", abcde: "short" })), { token: PROD_TOKEN });
+    expect(res.status).toBe(503);
+    const body: any = await res.json();
+    expectError(body, "server_misconfigured");
+    expect(body.error.message).not.toContain("abcde");
+  });
+
+  it("authenticates long tokens, and neither lists nor starts demo plays", async () => {
+    const target = deployed(JSON.stringify({ [PROD_TOKEN]: "prod" }));
+    expect((await request("/v1/plays", target, { token: "dev-token" })).status).toBe(401);
+    const listed = await request("/v1/plays", target, { token: PROD_TOKEN });
+    expect(listed.status).toBe(200);
+    expect(((await listed.json()) as any).plays).toEqual([]);
+    const started = await request("/v1/runs", target, { token: PROD_TOKEN, method: "POST", body: JSON.stringify({ play: "demo-enrich", input: { rows: [lead] } }) });
+    expect(started.status).toBe(404);
+    expectError(await started.json(), "unknown_play");
   });
 });
 

@@ -83,6 +83,29 @@ describe("GET /v1/runs/<id>/live", () => {
     });
   });
 
+  it("takes ?after= past the ledger's end on a waiting run as 'from now': the events that follow still arrive", async () => {
+    const key = `late-${Date.now().toString(36)}`;
+    const runId = await startRun("test-waits", { keys: [key] });
+    await until(async () => (await allEvents(runId)).some((e) => e.type === "wait.started"), "the run to wait");
+    const live = await openLive(runId, { after: 10_000 });
+    await until(() => live.messages.length > 0, "the snapshot");
+    expect(live.messages[0]).toMatchObject({ type: "snapshot", run: { status: "waiting" } });
+    expect((await apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const close = await live.closed;
+    expect(close.code).toBe(1000);
+    const types = live.messages.slice(1).map((m) => m.type);
+    expect(types).toContain("signal.received");
+    expect(types.at(-1)).toBe("run.completed");
+  });
+
+  it("never sends the same map counts twice in a row", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("dup", 300) });
+    await waitForRun(runId);
+    const progress = (await allEvents(runId)).filter((e) => e.type === "map.progress");
+    const counts = progress.map(({ total, completed, failed, active, waiting, blocked }) => JSON.stringify({ total, completed, failed, active, waiting, blocked }));
+    counts.slice(1).forEach((c, i) => expect(c, `map.progress ${i + 1} repeats ${i}`).not.toBe(counts[i]));
+  });
+
   it("matches the snapshot to GET /v1/runs/<id> for a finished run, replays its ledger and closes", async () => {
     const runId = await startRun("test-map", { rows: rowsOf("b", 3) });
     const run = await waitForRun(runId);

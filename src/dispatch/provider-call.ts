@@ -62,7 +62,7 @@ export async function callProvider<T>(ctx: ProviderCallContext, send: () => Prom
         await ctx.faults.check("provider.after", ctx.toolId);
         // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.
         const deep = tooDeepAt(value);
-        if (deep !== null) return { ok: false, error: { code: "output_too_deep", message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.slice(0, 200)}` }, retryable: false };
+        if (deep !== null) return { ok: false, error: { code: "output_too_deep", message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}` }, retryable: false };
         return { ok: true, value };
       } finally {
         slot.release();

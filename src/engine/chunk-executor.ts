@@ -164,7 +164,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       }
       const deep = tooDeepAt(row);
       if (deep !== null) {
-        return { key: planned.key, status: "failed", data: planned.input, error: `row_too_deep: the computed row nests past ${MAX_JSON_DEPTH} levels at ${deep.slice(0, 200)}` };
+        return { key: planned.key, status: "failed", data: planned.input, error: `row_too_deep: the computed row nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}` };
       }
       const size = JSON.stringify(row).length;
       if (size > MAX_ROW_RESULT_BYTES) {

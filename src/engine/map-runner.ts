@@ -59,6 +59,7 @@ const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 export class MapRunner {
   #o: MapRunnerOptions;
   #lastProgressAt = new Map<string, number>();
+  #lastProgress = new Map<string, string>();
   #startedAt: number;
   #computedSinceStart = new Map<string, number>();
 
@@ -143,7 +144,7 @@ export class MapRunner {
       }
       const done = summary.blocked.length === 0;
       if (!done) blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
-      store.finishChunk(record.name, idx, { done, completed: summary.completed, failed: summary.failed, reused: summary.reused, blocked: summary.blocked.length, failureSamples: summary.failureSamples });
+      store.finishChunk(record.name, idx, { done, completed: summary.completed, failed: summary.failed, reused: summary.reused, blocked: summary.blocked, failureSamples: summary.failureSamples });
       if (!done && chunk.retries + 1 > policy.blockedRetries) fatal ??= blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked);
       const computed = summary.completed + summary.failed - summary.reused;
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
@@ -224,6 +225,10 @@ export class MapRunner {
     if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#o.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
     const progress = this.#o.store.progress(map);
+    // A watcher gains nothing from the same counts twice.
+    const counts = JSON.stringify(progress);
+    if (this.#lastProgress.get(map) === counts) return;
+    this.#lastProgress.set(map, counts);
     const elapsedS = Math.max(0.001, (now - this.#startedAt) / 1000);
     const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
     const remaining = progress.total - progress.completed - progress.failed;

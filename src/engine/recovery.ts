@@ -42,7 +42,7 @@ export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unkn
   const until = o.now() + o.waitMs;
   for (let poll = 0; ; poll++) {
     o.signal.throwIfAborted();
-    o.meter.provider++;
+    o.meter.lookups++;
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
       answer = await recover(o.idempotencyKey, { idempotencyKey: o.idempotencyKey, signal: o.signal, env: o.env, authScopeDigest: o.authScopeDigest, input: o.input });

@@ -29,7 +29,8 @@ export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Pr
   const seen = new Set<string>();
   let duplicatesDropped = 0;
   rows.forEach((input, i) => {
-    const raw = typeof key === "function" ? key(input, i) : input[key];
+    // Own fields only: a row without the key field has no key, even when the field is named like an Object.prototype member.
+    const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
     if (raw === undefined || raw === null || raw === "") {
       throw new TerminalError("invalid_row_key", `row ${i} has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)`);
     }

@@ -29,8 +29,10 @@ export class SubrequestMeter {
   retries = 0;
   /** Provider requests answered 429. */
   rateLimited = 0;
+  /** Recovery lookups: asking a provider for a taken-over call's result (subrequests, but not calls it counts). */
+  lookups = 0;
   get total(): number {
-    return this.rpc + this.provider;
+    return this.rpc + this.provider + this.lookups;
   }
 }
 

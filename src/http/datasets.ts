@@ -4,6 +4,7 @@ import { stringify } from "csv-stringify/sync";
 import { z } from "zod";
 import { MAX_PAGE_ROWS, readPage } from "../engine/dataset-view";
 import { SheetClient, SubrequestMeter } from "../engine/shard-clients";
+import type { Row } from "../play/types";
 import { NotFoundError } from "../shared/errors";
 import type { AppEnv } from "./app";
 import { validate } from "./errors";
@@ -13,9 +14,12 @@ const DatasetQuery = z.object({
   offset: z.coerce.number().int().min(0).default(0),
   limit: z.coerce.number().int().min(1).max(MAX_PAGE_ROWS).default(100),
   format: z.enum(["json", "csv"]).default("json"),
+  /** CSV only: `1` neutralises cells a spreadsheet would run as formulas. */
+  safe: z.enum(["0", "1"]).default("0"),
 });
 
-const CSV_PAGE_ROWS = 500;
+/** Columns every export ends with, after the row's own fields. */
+const META_COLUMNS = ["_key", "_status", "_error"];
 
 export const datasetRoutes = new Hono<AppEnv>();
 
@@ -31,7 +35,9 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
   }
   const sheets = new SheetClient({ env: c.env, location: found.location, meter: new SubrequestMeter() });
   if (query.format === "csv") {
-    return new Response(csvStream(sheets, runId, found.total), {
+    // The first pass runs before the response starts, so a failed read is an error response, not a cut-off file.
+    const columns = await datasetColumns(sheets, runId, found.total);
+    return new Response(csvStream(sheets, runId, found.total, columns, { escapeFormulas: query.safe === "1" }), {
       headers: { "Content-Type": "text/csv; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.csv"` },
     });
   }
@@ -39,36 +45,62 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
   return c.json({ rows, total: found.total, offset: query.offset, limit: query.limit });
 });
 
+/** The run's rows a page at a time, in input order. */
+async function* pages(sheets: SheetClient, runId: string, total: number): AsyncGenerator<Row[]> {
+  for (let offset = 0; offset < total; offset += MAX_PAGE_ROWS) {
+    const rows = await readPage(sheets, runId, offset, MAX_PAGE_ROWS);
+    if (!rows.length) return;
+    yield rows;
+  }
+}
+
 /**
- * Streams the dataset a page at a time: never more than one page in memory.
- * Columns are those of the first page (input, computed, then `_key`, `_status`, `_error`).
+ * The export's columns: every field any row has, in the order first seen,
+ * then `_key`, `_status`, `_error`. This is a first pass over the whole
+ * dataset, holding only the column names. Columns cannot be known up front:
+ * input fields come from the rows themselves (a loose schema lets any row
+ * carry its own), and a row that failed lacks the fields computed after its
+ * failure, so any page may add a column. Reading every page twice is the
+ * simplest way to be right whatever the row order, and costs reads, not memory.
  */
-function csvStream(sheets: SheetClient, runId: string, total: number): ReadableStream<Uint8Array> {
+async function datasetColumns(sheets: SheetClient, runId: string, total: number): Promise<string[]> {
+  const seen = new Set<string>();
+  for await (const rows of pages(sheets, runId, total)) {
+    for (const row of rows) for (const key of Object.keys(row)) if (!META_COLUMNS.includes(key)) seen.add(key);
+  }
+  return [...seen, ...META_COLUMNS];
+}
+
+/**
+ * The second pass: the header line, then the rows a page at a time, never
+ * more than one page in memory. Exporting a run that is still running reads
+ * rows as they change: a field a row gains after the first pass has no column.
+ */
+function csvStream(sheets: SheetClient, runId: string, total: number, columns: string[], options: { escapeFormulas: boolean }): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
-  let offset = 0;
-  let columns: string[] | null = null;
+  // csv-stringify's escape_formulas prefixes a single quote to cells starting with = + - @, tab or carriage return (OWASP's CSV injection list, with their full-width forms).
+  const toCsv = (lines: (string | number)[][]) => encoder.encode(stringify(lines, { escape_formulas: options.escapeFormulas }));
+  const rows = pages(sheets, runId, total);
   return new ReadableStream({
+    start(controller) {
+      controller.enqueue(toCsv([columns]));
+    },
     async pull(controller) {
-      if (offset >= total) return controller.close();
-      const rows = await readPage(sheets, runId, offset, CSV_PAGE_ROWS);
-      if (!rows.length) return controller.close();
-      offset += CSV_PAGE_ROWS;
-      const first = columns === null;
-      columns ??= orderColumns(rows);
-      const cells = rows.map((row) => columns!.map((col) => cellOf(row[col])));
-      controller.enqueue(encoder.encode(stringify(first ? [columns, ...cells] : cells)));
+      const page = await rows.next();
+      if (page.done) return controller.close();
+      controller.enqueue(toCsv(page.value.map((row) => columns.map((column) => cellOf(row, column)))));
     },
   });
 }
 
-function orderColumns(rows: Record<string, unknown>[]): string[] {
-  const meta = ["_key", "_status", "_error"];
-  const seen = new Set<string>();
-  for (const row of rows) for (const key of Object.keys(row)) if (!meta.includes(key)) seen.add(key);
-  return [...seen, ...meta];
-}
-
-function cellOf(value: unknown): string {
+/**
+ * A row's cell as CSV text. Own fields only: a row without a field named like
+ * an Object.prototype member (`toString`, `constructor`) has an empty cell.
+ * Numbers stay numbers, so that formula escaping leaves a negative number alone.
+ */
+function cellOf(row: Row, column: string): string | number {
+  const value = Object.hasOwn(row, column) ? row[column] : undefined;
   if (value === null || value === undefined) return "";
+  if (typeof value === "number") return value;
   return typeof value === "object" ? JSON.stringify(value) : String(value);
 }

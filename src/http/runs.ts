@@ -4,10 +4,13 @@ import { z } from "zod";
 import { TestPolicyOverrides } from "../engine/policy";
 import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
+import { TERMINAL } from "../run/run-store";
+import { parseRunCursor } from "../run/directory-store";
 import { canonicalJson, sha256Hex } from "../shared/hash";
 import { NotFoundError, TroupeError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
 import { validate } from "./errors";
+import { parseJsonBody, readJsonBody } from "./json-body";
 
 export const StartRunBody = z.object({
   play: z.string().min(1).max(64),
@@ -97,18 +100,6 @@ export function runNotFound(runId: string): NotFoundError {
   return new NotFoundError("run_not_found", `no run ${JSON.stringify(runId)} in this org`);
 }
 
-export async function readJsonBody(request: Request): Promise<unknown> {
-  return parseJson(await request.text());
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new ValidationError("the body is not valid JSON", [{ path: "(body)", message: "invalid JSON" }]);
-  }
-}
-
 export const runRoutes = new Hono<AppEnv>();
 
 runRoutes.get("/plays", (c) => c.json({ plays: [...playRegistry(c.env).values()].map((p) => ({ name: p.name, description: p.description })) }));
@@ -131,9 +122,13 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   const sourceId = c.req.param("runId");
   const idempotencyKey = idempotencyKeyOf(c.req.raw);
   const text = await c.req.text();
-  const body = validate(RerunBody, text.trim() === "" ? {} : parseJson(text), "the rerun request");
+  const body = validate(RerunBody, text.trim() === "" ? {} : parseJsonBody(text), "the rerun request");
   const source = await coordinatorOf(c.env, sourceId).source(c.get("org"));
   if (!source) throw runNotFound(sourceId);
+  if (!TERMINAL.has(source.status)) {
+    // Its rows are leased to it: a rerun now would only wait for them. Refuse, and say what to do.
+    throw new TroupeError("run_active", `run ${sourceId} is ${source.status}; wait until it ends, or cancel it, then rerun`, { status: 409, details: { runId: sourceId, status: source.status } });
+  }
   const play = playByName(c.env, source.play);
   // The stored input passed this play's schema once; parse it again in case the play changed since.
   const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, ["input"]);
@@ -143,7 +138,7 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
 
 runRoutes.get("/runs", async (c) => {
   const query = validate(ListQuery, c.req.query(), "the query");
-  if (query.cursor !== undefined && !/^[A-Za-z0-9+/=]+$/.test(query.cursor)) {
+  if (query.cursor !== undefined && parseRunCursor(query.cursor) === undefined) {
     throw new ValidationError("cursor is not one this API gave out", [{ path: "cursor", message: "unknown cursor" }]);
   }
   const page = await c.env.ORG_DIRECTORY.getByName(c.get("org")).list({ limit: query.limit, cursor: query.cursor ?? null });

@@ -3,7 +3,8 @@ import { Hono } from "hono";
 import { EVENT_KEY } from "../engine/waits";
 import { TroupeError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
-import { coordinatorOf, idempotencyKeyOf, readJsonBody, runNotFound } from "./runs";
+import { readJsonBody } from "./json-body";
+import { coordinatorOf, idempotencyKeyOf, runNotFound } from "./runs";
 
 /** The largest `data` a signal may carry, as JSON. */
 export const MAX_SIGNAL_BYTES = 64 * 1024;

@@ -54,6 +54,8 @@ export interface RunSource {
   inputJson: string;
   force: boolean;
   forceToolRefresh: boolean;
+  /** The run's status now: a run that has not ended cannot be rerun yet. */
+  status: RunStatus;
 }
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
@@ -119,6 +121,9 @@ export class RunCoordinator extends Server<Env> {
   async signal(org: string, eventKey: string, data: unknown, dedupeKey: string | null): Promise<SignalResult> {
     const run = this.#store.run();
     if (!run || run.org !== org) return { outcome: "not_found" };
+    // A retry of a delivery gets the first answer, even once the signal has ended the run.
+    const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
+    if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
     if (TERMINAL.has(run.status)) return { outcome: "finished", status: run.status };
     if (!EVENT_KEY.test(eventKey)) throw new Error(`[invalid_request] event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
@@ -166,7 +171,7 @@ export class RunCoordinator extends Server<Env> {
   async source(org: string): Promise<RunSource | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
-    return { play: run.play, inputJson: this.#store.inputJson(), force: run.force, forceToolRefresh: run.forceToolRefresh };
+    return { play: run.play, inputJson: this.#store.inputJson(), force: run.force, forceToolRefresh: run.forceToolRefresh, status: run.status };
   }
 
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {

@@ -54,7 +54,7 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
       const path = value.csv === undefined ? "rows" : "csv";
       if (value.csv !== undefined) {
         try {
-          source = parse(value.csv, { columns: true, skip_empty_lines: true, bom: true });
+          source = parseCsvRows(value.csv);
         } catch (error) {
           ctx.addIssue({ code: "custom", path: ["csv"], message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}` });
           return z.NEVER;
@@ -67,4 +67,23 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
       }
       return { rows: result.data };
     });
+}
+
+/**
+ * CSV text with a header line as row objects. csv-parse defines each cell as
+ * an own property, so a column named like an Object.prototype member
+ * (`toString`) is the row's data like any other. A column named twice would
+ * silently keep only its last cell, so such a header is refused instead.
+ */
+function parseCsvRows(text: string): Row[] {
+  return parse(text, { columns: refuseDuplicateColumns, skip_empty_lines: true, bom: true });
+}
+
+function refuseDuplicateColumns(header: string[]): string[] {
+  const seen = new Set<string>();
+  header.forEach((column, i) => {
+    if (seen.has(column)) throw new Error(`the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`);
+    seen.add(column);
+  });
+  return header;
 }

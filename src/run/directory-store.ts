@@ -95,12 +95,20 @@ function encodeCursor(entry: RunEntry): string {
 
 function decodeCursor(cursor: string | null): { createdAt: number; runId: string } | null {
   if (!cursor) return null;
+  const position = parseRunCursor(cursor);
+  // The HTTP API refuses a cursor it did not give out; here one is read as "from the start".
+  return position ?? null;
+}
+
+/** The position a cursor of `list` names, or undefined when it is not one `list` gave out. */
+export function parseRunCursor(cursor: string): { createdAt: number; runId: string } | undefined {
+  let text: string;
   try {
-    const [createdAt, runId] = atob(cursor).split(/:(.*)/s);
-    if (!createdAt || !runId || !/^\d+$/.test(createdAt)) return null;
-    return { createdAt: Number(createdAt), runId };
+    text = atob(cursor);
   } catch {
-    // A cursor that is not base64 is treated as "from the start", like an absent one.
-    return null;
+    return undefined; // not base64
   }
+  const [createdAt, runId] = text.split(/:(.*)/s);
+  if (!createdAt || !runId || !/^\d+$/.test(createdAt) || !/^run_[0-9a-f]{32}$/.test(runId)) return undefined;
+  return { createdAt: Number(createdAt), runId };
 }

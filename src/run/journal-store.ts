@@ -146,6 +146,12 @@ export class JournalStore {
     return { seq: this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq, duplicate: false };
   }
 
+  /** The signal delivered with `dedupeKey`, and whether a wait has taken it. */
+  signalByDedupeKey(dedupeKey: string): { eventKey: string; consumed: boolean } | null {
+    const row = this.#sql<{ event_key: string; consumed_by: string | null }>`SELECT event_key, consumed_by FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
+    return row ? { eventKey: row.event_key, consumed: row.consumed_by !== null } : null;
+  }
+
   /** The oldest signal for `eventKey` no wait has taken yet. */
   openSignal(eventKey: string): { seq: number; data: unknown } | null {
     const row = this.#sql<{ seq: number; data: string }>`SELECT seq, data FROM signals WHERE event_key = ${eventKey} AND consumed_by IS NULL ORDER BY seq LIMIT 1`[0];

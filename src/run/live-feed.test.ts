@@ -64,6 +64,17 @@ describe("LiveFeed", () => {
     expect(tail.seqs()).toEqual([3, 4]);
   });
 
+  it("treats a cursor past the ledger's end as the snapshot's position: the next events still arrive", () => {
+    const ledger = new FakeLedger();
+    ledger.append("run.started");
+    const feed = ledger.feed();
+    const ahead = new FakeConnection("ahead");
+    feed.open(ahead, 50);
+    expect(ahead.state).toEqual({ lastSeq: 1 });
+    feed.publish(ledger.append("wait.started"), [ahead]);
+    expect(ahead.seqs()).toEqual([2]);
+  });
+
   it("catches a connection that fell behind up from the ledger, in order", () => {
     const ledger = new FakeLedger();
     const feed = ledger.feed();

@@ -61,14 +61,15 @@ export class LiveFeed {
 
   /**
    * Starts a connection: the snapshot, then every event after `after` (0 for
-   * the whole ledger). A connection to a run that already ended is closed
+   * the whole ledger; past the ledger's end, the snapshot's `seq`). A connection to a run that already ended is closed
    * once it has been sent everything.
    */
   open(connection: LiveConnection, after: number): void {
     const { run, seq } = this.#o.snapshot();
     const snapshot: SnapshotMessage = { type: "snapshot", run, seq };
     if (!this.#send(connection, JSON.stringify(snapshot))) return;
-    connection.setState({ lastSeq: after });
+    // A cursor past the ledger's end (from another run, or invented) would skip the next events: it means "from now".
+    connection.setState({ lastSeq: Math.min(after, seq) });
     const ended = this.#catchUp(connection);
     if (!ended && TERMINAL_EVENTS.has(`run.${run.status}`) && (connection.state?.lastSeq ?? 0) >= seq) {
       closeQuietly(connection, CLOSE_RUN_ENDED, "the run has ended");

@@ -219,8 +219,10 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   if (o.meter) {
     // Counted before the terminal status is visible, so a reader of the finished run sees all of it.
     store.addUsage(o.meter);
-    o.meter.rpc = o.meter.provider = o.meter.retries = o.meter.rateLimited = 0;
+    o.meter.rpc = o.meter.provider = o.meter.retries = o.meter.rateLimited = o.meter.lookups = 0;
   }
+  // Nothing runs once the run has ended: chunks still marked running show as not computed, not active.
+  store.resetRunningChunks();
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
   if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });

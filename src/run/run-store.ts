@@ -33,7 +33,12 @@ export interface RunRecord {
   cancelRequested: boolean;
   infraFailures: number;
   /** Durable Object RPCs and provider requests made for this run, over all invocations. */
-  usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number };
+  /**
+   * What the run spent: object RPCs; provider requests sent (a batch counts once, each retry once: what a
+   * provider counts as calls); in-process retries and 429s among them; and recovery lookups (asking a provider
+   * for the result of a taken-over call, which it neither bills nor counts as a call).
+   */
+  usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number; providerLookups: number };
   deadlineAt: number;
   /** Test runner only: policy overrides for this run (see `TestPolicyOverrides` in src/engine/policy.ts). */
   testPolicy: Record<string, number> | null;
@@ -75,6 +80,8 @@ export interface MapProgress {
   active: number;
   waiting: number;
   blocked: number;
+  /** While rows are blocked: the run holding (some of) them, and when its leases expire at the latest. */
+  blockedBy?: { runId: string; until: string };
 }
 
 export interface LedgerEvent {
@@ -90,7 +97,7 @@ const INPUT_PART_CHARS = 512 * 1024;
 type RunRow = {
   run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
-  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; deadline_at: number; created_at: number; updated_at: number;
+  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; provider_lookups: number; deadline_at: number; created_at: number; updated_at: number;
   depth: number;
   test_policy: string | null;
 };
@@ -110,7 +117,7 @@ function rowToRun(r: RunRow): RunRecord {
     error: r.error === null ? null : (JSON.parse(r.error) as RunError),
     cancelRequested: r.cancel_requested === 1,
     infraFailures: r.infra_failures,
-    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited },
+    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited, providerLookups: r.provider_lookups },
     deadlineAt: r.deadline_at,
     testPolicy: r.test_policy === null ? null : (JSON.parse(r.test_policy) as Record<string, number>),
     createdAt: r.created_at,
@@ -174,9 +181,10 @@ export class RunStore {
     return this.run()!.runAttempt;
   }
 
-  addUsage(usage: { rpc: number; provider: number; retries?: number; rateLimited?: number }): void {
+  addUsage(usage: { rpc: number; provider: number; retries?: number; rateLimited?: number; lookups?: number }): void {
     this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider},
-      provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0} WHERE id = 1`;
+      provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0},
+      provider_lookups = provider_lookups + ${usage.lookups ?? 0} WHERE id = 1`;
   }
 
   noteInfraFailure(reset: boolean): number {
@@ -230,11 +238,13 @@ export class RunStore {
   }
 
   /** Records an attempt's outcome; `done` false sends the chunk back to pending (retried later). */
-  finishChunk(map: string, idx: number, outcome: { done: boolean; completed: number; failed: number; reused: number; blocked: number; failureSamples: { key: string; error: string }[] }): void {
+  finishChunk(map: string, idx: number, outcome: { done: boolean; completed: number; failed: number; reused: number; blocked: { ownerRunId: string; leaseExpiresAt: number }[]; failureSamples: { key: string; error: string }[] }): void {
     const state: ChunkState = outcome.done ? "done" : "pending";
     const retry = outcome.done ? 0 : 1;
+    const by = outcome.blocked[0]?.ownerRunId ?? null;
+    const until = outcome.blocked.length ? Math.max(...outcome.blocked.map((b) => b.leaseExpiresAt)) : null;
     this.#sql.write`UPDATE chunks SET state = ${state}, completed = ${outcome.completed}, failed = ${outcome.failed}, reused = ${outcome.reused},
-      blocked = ${outcome.blocked}, retries = retries + ${retry} WHERE map = ${map} AND idx = ${idx}`;
+      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry} WHERE map = ${map} AND idx = ${idx}`;
     for (const sample of outcome.failureSamples) {
       this.#sql.write`INSERT OR IGNORE INTO failure_samples (map, key, error) SELECT ${map}, ${sample.key}, ${sample.error}
         WHERE (SELECT count(*) FROM failure_samples WHERE map = ${map}) < 20`;
@@ -281,7 +291,11 @@ export class RunStore {
         coalesce(sum(CASE WHEN c.state = 'pending' THEN c.rows - c.blocked ELSE 0 END), 0) AS waiting,
         coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
       FROM maps m LEFT JOIN chunks c ON c.map = m.name WHERE m.name = ${map} GROUP BY m.name`[0];
-    return r ?? { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
+    if (!r) return { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
+    if (r.blocked === 0) return r;
+    const by = this.#sql<{ run_id: string; until: number }>`SELECT blocked_by AS run_id, blocked_until AS until FROM chunks
+      WHERE map = ${map} AND state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL ORDER BY blocked_until DESC LIMIT 1`[0];
+    return by ? { ...r, blockedBy: { runId: by.run_id, until: new Date(by.until).toISOString() } } : r;
   }
 
   allProgress(): Record<string, MapProgress> {

@@ -1,11 +1,12 @@
 /** The public shape of a run (API.md `GET /v1/runs/<id>`). */
-import type { RunRecord, RunStore } from "./run-store";
+import { TERMINAL, type RunRecord, type RunStore } from "./run-store";
 
 export interface RunView {
   runId: string;
   play: string;
   org: string;
-  status: RunRecord["status"];
+  /** The run's status; `cancelling` while a cancel has been asked for and the run has not ended yet. */
+  status: RunRecord["status"] | "cancelling";
   runAttempt: number;
   parentRunId: string | null;
   progress: { maps: ReturnType<RunStore["allProgress"]> };
@@ -24,7 +25,7 @@ export function runView(store: RunStore): RunView | null {
     runId: run.runId,
     play: run.play,
     org: run.org,
-    status: run.status,
+    status: run.cancelRequested && !TERMINAL.has(run.status) ? "cancelling" : run.status,
     runAttempt: run.runAttempt,
     parentRunId: run.parentRunId,
     progress: { maps: store.allProgress() },

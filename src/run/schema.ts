@@ -104,4 +104,11 @@ export const runMigrations = [
   ALTER TABLE maps ADD COLUMN repairs INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE run ADD COLUMN test_policy TEXT;
   `,
+  // Recovery lookups (a taken-over call's result asked of the provider) are counted apart from provider requests;
+  // a chunk whose rows another run holds remembers which run and until when.
+  `
+  ALTER TABLE run ADD COLUMN provider_lookups INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE chunks ADD COLUMN blocked_by TEXT;
+  ALTER TABLE chunks ADD COLUMN blocked_until INTEGER;
+  `,
 ];

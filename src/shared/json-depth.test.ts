@@ -11,8 +11,8 @@ function nested(levels: number): unknown {
 describe("tooDeepAt", () => {
   it("accepts values up to the limit and names where a deeper one goes past it", () => {
     expect(tooDeepAt(nested(MAX_JSON_DEPTH))).toBeNull();
-    expect(tooDeepAt(nested(MAX_JSON_DEPTH + 1))).toBe(`$${".a".repeat(MAX_JSON_DEPTH)}`);
-    expect(tooDeepAt({ list: [[["x"]]] }, 3)).toBe("$.list[0][0]");
+    expect(tooDeepAt(nested(MAX_JSON_DEPTH + 1))).toEqual(Array(MAX_JSON_DEPTH).fill("a"));
+    expect(tooDeepAt({ ok: [1], list: [[["x"]]] }, 3)).toEqual(["list", "0", "0"]);
     expect(tooDeepAt("scalar", 0)).toBeNull();
   });
 

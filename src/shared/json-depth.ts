@@ -9,18 +9,19 @@
 export const MAX_JSON_DEPTH = 64;
 
 /**
- * The path (`$.a.b[3]`) of the first value nested deeper than `maxDepth`
- * levels of objects and arrays, or null when `value` is within it. Iterative,
- * so a value nested thousands of levels deep cannot overflow the stack.
+ * The path (keys and array indexes, outermost first) of the first object or
+ * array nested deeper than `maxDepth` levels (`{}` is one), or null when
+ * `value` is within it. Iterative, and it looks no deeper than `maxDepth + 1`
+ * levels, so a value nested millions of levels deep costs nothing more.
  */
-export function tooDeepAt(value: unknown, maxDepth = MAX_JSON_DEPTH): string | null {
-  const stack: Array<{ value: unknown; depth: number; path: string }> = [{ value, depth: 0, path: "$" }];
+export function tooDeepAt(value: unknown, maxDepth = MAX_JSON_DEPTH): string[] | null {
+  const stack: Array<{ value: unknown; path: string[] }> = [{ value, path: [] }];
   while (stack.length > 0) {
-    const { value: current, depth, path } = stack.pop()!;
+    const { value: current, path } = stack.pop()!;
     if (current === null || typeof current !== "object") continue;
-    if (depth + 1 > maxDepth) return path;
-    if (Array.isArray(current)) current.forEach((item, i) => stack.push({ value: item, depth: depth + 1, path: `${path}[${i}]` }));
-    else for (const key of Object.keys(current)) stack.push({ value: (current as Record<string, unknown>)[key], depth: depth + 1, path: `${path}.${key}` });
+    if (path.length >= maxDepth) return path;
+    const entries = Array.isArray(current) ? current.map((item, i) => [String(i), item] as const) : Object.entries(current);
+    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], path: [...path, entries[i]![0]] });
   }
   return null;
 }
