@@ -149,7 +149,7 @@ export class ChildPlays {
       if (journal.childCount() >= policy.maxChildrenPerRun) {
         throw new TerminalError("child_limit_exceeded", `ctx.runPlay("${name}"): a run may start at most ${policy.maxChildrenPerRun} child plays (maxChildrenPerRun); split the work over several runs`);
       }
-      entry = journal.open({ key, kind: "child", childPlay: name, dueAt: null, timeoutAt: options.timeoutMs === undefined ? null : now() + options.timeoutMs });
+      entry = journal.open({ key, kind: "child", childPlay: name, dueInMs: null, timeoutMs: options.timeoutMs ?? null });
     }
     if (entry.state === "waiting" && entry.childRunId === null) {
       let binding = this.#binding.get(key);

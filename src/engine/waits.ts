@@ -85,7 +85,7 @@ export class Waits {
   async sleep(ms: number): Promise<void> {
     checkDuration("ctx.sleep", ms);
     const key = `sleep:${this.#next("sleep")}`;
-    const entry = this.#entry(key, "sleep", () => ({ dueAt: this.#o.now() + ms, timeoutAt: null }));
+    const entry = this.#entry(key, "sleep", { dueInMs: ms, timeoutMs: null });
     if (entry.state !== "waiting") return;
     if (this.#o.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
     if (this.#o.journal.settle(key, { state: "done", result: null })) this.#o.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
@@ -98,10 +98,8 @@ export class Waits {
     if (options.timeoutMs !== undefined) checkDuration("ctx.waitForEvent timeoutMs", options.timeoutMs);
     const { journal, now } = this.#o;
     const key = `event:${eventKey}:${this.#next(`event:${eventKey}`)}`;
-    let entry = this.#entry(key, "event", () => {
-      const timeoutAt = options.timeoutMs === undefined ? null : now() + options.timeoutMs;
-      return { dueAt: timeoutAt, timeoutAt, eventKey };
-    });
+    const timeoutMs = options.timeoutMs ?? null;
+    let entry = this.#entry(key, "event", { dueInMs: timeoutMs, timeoutMs, eventKey });
     if (entry.state === "waiting") {
       // A signal sent before the wait began is kept for it.
       const early = journal.openSignal(eventKey);
@@ -135,15 +133,14 @@ export class Waits {
   }
 
   /** The journal entry of this call: found on a replay, else opened now. */
-  #entry(key: string, kind: WaitKind, init: () => { dueAt: number | null; timeoutAt: number | null; eventKey?: string }): WaitEntry {
+  #entry(key: string, kind: WaitKind, fields: { dueInMs: number | null; timeoutMs: number | null; eventKey?: string }): WaitEntry {
     const found = this.#o.journal.get(key);
     if (found) {
       if (found.kind !== kind) throw new TerminalError("nondeterministic_play", `wait ${key} was a ${found.kind} when first run but is a ${kind} on replay; play code must be deterministic outside ctx`);
       return found;
     }
-    const fields = init();
     const entry = this.#o.journal.open({ key, kind, ...fields });
-    this.#o.emit("wait.started", { kind, key, ...(fields.eventKey ? { eventKey: fields.eventKey } : {}), dueAt: fields.dueAt === null ? null : new Date(fields.dueAt).toISOString() });
+    this.#o.emit("wait.started", { kind, key, ...(fields.eventKey ? { eventKey: fields.eventKey } : {}), dueAt: entry.dueAt === null ? null : new Date(entry.dueAt).toISOString() });
     return entry;
   }
 }

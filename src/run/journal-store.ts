@@ -76,11 +76,17 @@ export class JournalStore {
     return row ? rowToWait(row) : null;
   }
 
-  /** Records a new waiting entry; returns whichever entry the key holds (a replay finds the first). */
-  open(entry: { key: string; kind: WaitKind; eventKey?: string; childPlay?: string; dueAt: number | null; timeoutAt: number | null }): WaitEntry {
+  /**
+   * Records a new waiting entry, due `dueInMs` and timing out `timeoutMs` from
+   * now (one clock reading, so `timeoutAt - createdAt` is exactly `timeoutMs`);
+   * returns whichever entry the key holds (a replay finds the first).
+   */
+  open(entry: { key: string; kind: WaitKind; eventKey?: string; childPlay?: string; dueInMs: number | null; timeoutMs: number | null }): WaitEntry {
     const now = this.#now();
+    const dueAt = entry.dueInMs === null ? null : now + entry.dueInMs;
+    const timeoutAt = entry.timeoutMs === null ? null : now + entry.timeoutMs;
     this.#sql.write`INSERT INTO waits (key, kind, event_key, child_play, due_at, timeout_at, created_at, updated_at)
-      VALUES (${entry.key}, ${entry.kind}, ${entry.eventKey ?? null}, ${entry.childPlay ?? null}, ${entry.dueAt}, ${entry.timeoutAt}, ${now}, ${now})
+      VALUES (${entry.key}, ${entry.kind}, ${entry.eventKey ?? null}, ${entry.childPlay ?? null}, ${dueAt}, ${timeoutAt}, ${now}, ${now})
       ON CONFLICT (key) DO NOTHING`;
     return this.get(entry.key)!;
   }
