@@ -2,25 +2,45 @@ import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
 
 export default defineConfig({
-  plugins: [
-    cloudflareTest({
-      wrangler: { configPath: "./wrangler.toml" },
-      miniflare: {
-        // Test policy: short leases and waits so the suite runs in seconds.
-        bindings: {
-          TROUPE_TEST_MODE: "on",
-          API_TOKENS: JSON.stringify({ "dev-token": "dev", "other-token": "other" }),
-          // A tool credential: log lines that quote it must come out redacted.
-          SIM_API_KEY: "sim-secret-credential-7f3a9c",
-          // ctx.fetch: org "other" may fetch only these hosts; every other org has no allowlist.
-          EGRESS_ALLOWLIST: JSON.stringify({ other: ["allowed.example", "*.allowed.example"] }),
+  test: {
+    projects: [
+      {
+        // The runtime, in workerd: real objects, real SQLite, real alarms.
+        plugins: [
+          cloudflareTest({
+            wrangler: { configPath: "./wrangler.toml" },
+            miniflare: {
+              // Test policy: short leases and waits so the suite runs in seconds.
+              bindings: {
+                TROUPE_TEST_MODE: "on",
+                API_TOKENS: JSON.stringify({ "dev-token": "dev", "other-token": "other" }),
+                // A tool credential: log lines that quote it must come out redacted.
+                SIM_API_KEY: "sim-secret-credential-7f3a9c",
+                // ctx.fetch: org "other" may fetch only these hosts; every other org has no allowlist.
+                EGRESS_ALLOWLIST: JSON.stringify({ other: ["allowed.example", "*.allowed.example"] }),
+              },
+            },
+          }),
+        ],
+        test: {
+          name: "workers",
+          include: ["test/**/*.test.ts", "src/**/*.test.ts"],
+          testTimeout: 60_000,
+          hookTimeout: 60_000,
         },
       },
-    }),
-  ],
-  test: {
-    include: ["test/**/*.test.ts", "src/**/*.test.ts"],
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
+      {
+        // What runs outside the Worker (the CLI, the dashboard in a browser), against a real local server on 127.0.0.1.
+        test: {
+          name: "node",
+          environment: "node",
+          include: ["test-node/**/*.test.ts"],
+          // Each file starts its own local server: one at a time on two cores.
+          fileParallelism: false,
+          testTimeout: 120_000,
+          hookTimeout: 120_000,
+        },
+      },
+    ],
   },
 });
