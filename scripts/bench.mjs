@@ -114,6 +114,7 @@ try {
   rmSync(stateDir, { recursive: true, force: true });
 }
 
-// ---- Pacing (scripts/bench-pacing.mjs, owned by tool dispatch): provider throughput
-// and 429s under a rate limit, on its own local server after the run above.
+// ---- Pacing (scripts/bench-pacing.mjs): provider throughput and 429s under a rate
+// limit, declared or left to the provider's signals (one case per header style),
+// on its own local server after the run above.
 await (await import("./bench-pacing.mjs")).benchPacing();

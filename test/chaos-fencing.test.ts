@@ -34,7 +34,7 @@ describe("a stale attempt after redispatch", () => {
     expect((await claimReceipt(stale)).results).toEqual([{ key: "r1", disposition: "claimed", generation: 0 }]);
     // The coordinator redispatches the chunk under epoch 1: the new attempt takes rows and receipt over.
     expect((await claimRows(fresh)).rows.map((r) => r.status)).toEqual(["pending", "pending"]);
-    expect((await claimReceipt(fresh)).results).toEqual([{ key: "r1", disposition: "claimed", generation: 0, takeover: true }]);
+    expect((await claimReceipt(fresh)).results).toEqual([{ key: "r1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
     const write = (attempt: AttemptRef, by: string) =>
       sheet.persistRows({ attempt, rows: rows.map((r) => ({ key: r.key, status: "completed" as const, data: { name: r.key, by }, error: null })) });
     expect(await write(fresh, "fresh")).toEqual({ written: ["k1", "k2"], rejected: [] });
@@ -66,8 +66,8 @@ describe("a stale attempt after redispatch", () => {
     expect(lines.some((l) => /no longer owns \d+ rows .*late write of \d+ rows was rejected and overwrote nothing; the chunk is redispatched/.test(l))).toBe(true);
     expect(first.runAttempt).toBeGreaterThanOrEqual(1);
     // The other run took the lapsed receipts over and recovered the first run's answers from the provider.
-    await expectExactlyOnce(other, "stale", rows);
-    await expectExactlyOnce(stalled, "stale", rows);
+    await expectExactlyOnce(other, "stale", rows, rows.length, [other, stalled]);
+    await expectExactlyOnce(stalled, "stale", rows, rows.length, [other, stalled]);
   });
 });
 
@@ -90,7 +90,7 @@ describe("heartbeats", () => {
     // The waiter computed nothing: every row came back completed by the owner.
     const done = waiterEvents.filter((e) => e.type === "chunk.completed");
     expect(done.reduce((sum, e) => sum + e.reused, 0)).toBe(rows.length);
-    await expectExactlyOnce(waiter, "beat", rows);
+    await expectExactlyOnce(waiter, "beat", rows, rows.length, [owner, waiter]);
   });
 
   it("that learn the leases were lost stop the attempt, and the coordinator redispatches its chunk under a new epoch", async () => {

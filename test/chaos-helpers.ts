@@ -104,7 +104,7 @@ export async function logLines(runId: string): Promise<string[]> {
  * input order, completed with the simulator's answer; the simulator billed
  * each distinct call once and saw no call repeated with a billed key.
  */
-export async function expectExactlyOnce(runId: string, dataset: string, rows: readonly CallRow[], billed = rows.length): Promise<void> {
+export async function expectExactlyOnce(runId: string, dataset: string, rows: readonly CallRow[], billed = rows.length, spenders: readonly string[] = [runId]): Promise<void> {
   const stored = await datasetRows(runId, dataset);
   expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
   stored.forEach((row, i) => {
@@ -114,6 +114,19 @@ export async function expectExactlyOnce(runId: string, dataset: string, rows: re
   const stats = await simStats();
   expect(stats.duplicates).toBe(0);
   expect(stats.billed).toBe(billed);
+  // Every bill is counted once, at its price, against the run whose receipt holds it.
+  const spent = await Promise.all(spenders.map(async (id) => (await runView(id)).usage.spend.total as number));
+  expect(Math.round(spent.reduce((a, b) => a + b, 0) * 1e6)).toBe(Math.round(billedCredits(stats) * 1e6));
+}
+
+/** The prices of the simulated tools (API.md "Spend"). */
+export const SIM_PRICES: Readonly<Record<string, number>> = { sim_find_email: 1, sim_verify_email: 0.25, test_unkeyed_find: 1, test_scoped_find: 1 };
+
+/** Credits the simulator billed: each tool's billed calls (or members) times its price. */
+export function billedCredits(stats: { byTool: Record<string, { billed: number }> }): number {
+  let micros = 0;
+  for (const [tool, counts] of Object.entries(stats.byTool)) micros += counts.billed * Math.round(SIM_PRICES[tool]! * 1e6);
+  return micros / 1e6;
 }
 
 /** The stub of a run's coordinator. */

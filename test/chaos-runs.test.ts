@@ -46,8 +46,8 @@ describe("two runs of one play over overlapping rows", () => {
       (await allEvents(runId)).filter((e) => e.type === "chunk.completed").reduce((sum, e) => sum + e.completed - e.reused, 0);
     expect((await computed(a)) + (await computed(b))).toBe(300);
     expect((await blockedSeen(a)) || (await blockedSeen(b))).toBe(true);
-    await expectExactlyOnce(a, "overlap", first, 300);
-    await expectExactlyOnce(b, "overlap", second, 300);
+    await expectExactlyOnce(a, "overlap", first, 300, [a, b]);
+    await expectExactlyOnce(b, "overlap", second, 300, [a, b]);
   });
 });
 
@@ -69,7 +69,7 @@ describe("teardown releases leases", () => {
     expect(await blockedSeen(rerun)).toBe(false);
     // Receipts were released too: none had to be taken over from the cancelled run.
     expect((await logLines(rerun)).filter((l) => l.includes("taking it over"))).toEqual([]);
-    await expectExactlyOnce(rerun, "cancelled", rows);
+    await expectExactlyOnce(rerun, "cancelled", rows, rows.length, [runId, rerun]);
   });
 
   it("after a run-fatal error: an immediate rerun is never blocked", async () => {
@@ -87,7 +87,7 @@ describe("teardown releases leases", () => {
     const rerun = await submit("test-calls", { rows, dataset: "fatal" }, { testPolicy: NEVER_WAIT });
     expect((await waitForEnd(rerun)).status).toBe("completed");
     expect(await blockedSeen(rerun)).toBe(false);
-    await expectExactlyOnce(rerun, "fatal", rows);
+    await expectExactlyOnce(rerun, "fatal", rows, rows.length, [runId, rerun]);
   });
 
   it("at the runtime limit: the run fails saying so (not cancelled), and a rerun completes the rest", async () => {
@@ -106,7 +106,7 @@ describe("teardown releases leases", () => {
     await setSim({ latencyMs: 0 });
     const rerun = await submit("test-calls", { rows, dataset: "limit" }, { testPolicy: NEVER_WAIT });
     expect((await waitForEnd(rerun)).status).toBe("completed");
-    await expectExactlyOnce(rerun, "limit", rows);
+    await expectExactlyOnce(rerun, "limit", rows, rows.length, [runId, rerun]);
   });
 
   it("validates the runtime limit", async () => {
@@ -132,7 +132,7 @@ describe("rows blocked by another run", () => {
     expect(run.error.message).toMatch(/rows Held\d+, Held\d+/);
     expect(run.error.message).toContain("cancel it");
     expect((await waitForEnd(holder)).status).toBe("completed");
-    await expectExactlyOnce(holder, "held", rows);
+    await expectExactlyOnce(holder, "held", rows, rows.length, [holder, blocked]);
   });
 });
 

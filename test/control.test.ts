@@ -47,7 +47,7 @@ describe("cancel and rerun over HTTP", () => {
     expect(rerun.status).toBe(202);
     expect(rerun.body).toEqual({
       runId: expect.stringMatching(/^run_/), status: "queued", rerunOf: runId,
-      links: { self: `/v1/runs/${rerun.body.runId}`, live: `/v1/runs/${rerun.body.runId}/live`, events: `/v1/runs/${rerun.body.runId}/events` },
+      links: { self: `/v1/runs/${rerun.body.runId}`, live: `/v1/runs/${rerun.body.runId}/live`, events: `/v1/runs/${rerun.body.runId}/events`, datasets: {} },
     });
     expect(rerun.body.runId).not.toBe(runId);
     const done = await waitForRun(rerun.body.runId);

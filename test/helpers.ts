@@ -21,7 +21,8 @@ export async function apiJson<T = any>(path: string, init: Parameters<typeof api
 }
 
 export async function startRun(play: string, input: unknown, options: { force?: boolean; forceToolRefresh?: boolean; token?: string } = {}): Promise<string> {
-  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...options }, token: options.token });
+  const { token, ...flags } = options;
+  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...flags }, token });
   if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
   return body.runId as string;
 }

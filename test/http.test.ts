@@ -139,7 +139,7 @@ describe("validation", () => {
 describe("runs and plays", () => {
   it("lists the plays", async () => {
     const { body } = await apiJson("/v1/plays");
-    expect(body.plays).toContainEqual({ name: "demo-enrich", description: expect.any(String) });
+    expect(body.plays).toContainEqual(expect.objectContaining({ name: "demo-enrich", description: expect.any(String) }));
   });
 
   it("starts a run with 202 and links, and lists the org's runs newest first, paged", async () => {
@@ -147,7 +147,10 @@ describe("runs and plays", () => {
     for (let i = 0; i < 3; i++) {
       const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: [{ ...lead, id: `list-${i}` }] } } });
       expect(status).toBe(202);
-      expect(body).toEqual({ runId: expect.stringMatching(/^run_/), status: "queued", links: { self: `/v1/runs/${body.runId}`, live: `/v1/runs/${body.runId}/live`, events: `/v1/runs/${body.runId}/events` } });
+      expect(body).toEqual({
+        runId: expect.stringMatching(/^run_/), status: "queued",
+        links: { self: `/v1/runs/${body.runId}`, live: `/v1/runs/${body.runId}/live`, events: `/v1/runs/${body.runId}/events`, datasets: { leads: `/v1/runs/${body.runId}/datasets/leads` } },
+      });
       ids.push(body.runId);
       await waitForRun(body.runId);
     }

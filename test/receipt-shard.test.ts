@@ -116,7 +116,7 @@ describe("claim dispositions", () => {
     expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
     // The owner itself re-claiming is no takeover; a newer attempt of its run is (the owner may have reached the provider).
     expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
-    expect(await claim(stub, attempt("run-a", 1), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0, takeover: true }]);
+    expect(await claim(stub, attempt("run-a", 1), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
     // A deliberate re-bill of a completed receipt starts a new generation: nobody claimed it before.
     await stub.complete({ attempt: attempt("run-a", 1), items: [{ key: "k1", output: 1 }] });
     expect(await claim(stub, attempt("run-b"), ["k1"], { refresh: true })).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
@@ -156,7 +156,7 @@ describe("takeover and fencing", () => {
     const old = attempt("run-b", 0);
     await atGenerationOne(stub, "k1", old);
     const newer = attempt("run-b", 1);
-    expect(await claim(stub, newer, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true }]);
+    expect(await claim(stub, newer, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
 
     // The old attempt can neither take it back, write it, nor renew it.
     expect(await claim(stub, old, ["k1"])).toMatchObject([{ disposition: "running", owner: newer }]);
@@ -216,7 +216,7 @@ describe("dead owners", () => {
     });
     // Nothing else is running, so the alarm was deleted rather than re-armed.
     expect(await scheduledAlarm(stub)).toBeNull();
-    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true }]);
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
   });
 
   it("reclaims an expired lease at claim time, before any alarm ran", async () => {
@@ -227,7 +227,7 @@ describe("dead owners", () => {
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
     const c = attempt("run-c");
-    expect(await claim(stub, c, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true }]);
+    expect(await claim(stub, c, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
     expect(await stub.complete({ attempt: dead, items: [{ key: "k1", output: "late" }] })).toEqual({ accepted: [], rejected: ["k1"] });
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: c });
   });
@@ -303,8 +303,8 @@ describe("teardown", () => {
 
     const b = attempt("run-b");
     expect(await claim(stub, b, ["k1", "k2", "k3"])).toEqual([
-      { key: "k1", disposition: "claimed", generation: 0, takeover: true },
-      { key: "k2", disposition: "claimed", generation: 0, takeover: true },
+      { key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
+      { key: "k2", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
       { key: "k3", disposition: "reused", output: "kept" },
     ]);
     expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 0 });
@@ -344,7 +344,7 @@ describe("scale and durability", () => {
     expect(await stub.get({ key: "dying" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
     expect(await claim(stub, attempt("run-b"), ["done", "dying"])).toEqual([
       { key: "done", disposition: "reused", output: { ok: true } },
-      { key: "dying", disposition: "claimed", generation: 0, takeover: true },
+      { key: "dying", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
     ]);
   });
 });

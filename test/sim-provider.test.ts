@@ -9,7 +9,7 @@ import { simRoutes } from "../src/sim/routes";
 // One global simulator per test file: every test resets it and restores the default config.
 beforeEach(async () => {
   await resetSim(env);
-  const reply = await updateSimConfig(env, { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 });
+  const reply = await updateSimConfig(env, { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
   expect(reply.status).toBe(200);
 });
 
@@ -140,11 +140,11 @@ describe("batch", () => {
 describe("config", () => {
   it("updates partially, validates, and keeps the rest", async () => {
     const reply = await updateSimConfig(env, { latencyMs: 5 });
-    expect(reply.body).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50 });
+    expect(reply.body).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
     const bad = await simStub(env).fetch("https://sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: -1, extra: 1 }) });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: "invalid_request" } });
-    expect(await simConfig(env)).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50 });
+    expect(await simConfig(env)).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
   });
 
   it("rate-limits requests over ratePerSecond with 429 and Retry-After", async () => {
@@ -173,7 +173,51 @@ describe("config", () => {
     expect(stats).toMatchObject({ calls: 30, rateLimited: limited.length, billed: ok.length });
 
     const reply = await callSim(env, { tool: "sim_verify_email", input: { email: "x@y.z" }, idempotencyKey: "rl-client" });
-    if (reply.status === 429) expect(reply.retryAfterMs).toBeGreaterThan(0);
+    if (reply.status === 429) expect(Number(reply.headers.get("Retry-After-Ms"))).toBeGreaterThan(0);
+  });
+
+  it("states its limit in each rateLimitHeaders style, on every answer where the style says so", async () => {
+    const call = (key: string, name = "Ada Lovelace") => find(name, "example.com", key);
+    await updateSimConfig(env, { ratePerSecond: 3, rateLimitHeaders: "ietf" });
+    const ietf = [await call("h-1"), await call("h-2", "!fail Nobody"), await call("h-3"), await call("h-4")];
+    expect(ietf.map((r) => r.status)).toEqual([200, 422, 200, 429]);
+    for (const r of ietf) expect(r.headers.get("RateLimit-Policy")).toBe('"default";q=3;w=1');
+    expect(ietf.map((r) => r.headers.get("RateLimit"))).toEqual(['"default";r=2;t=1', '"default";r=1;t=1', '"default";r=0;t=1', '"default";r=0;t=1']);
+    expect(ietf[3]!.headers.get("Retry-After")).toBe("1");
+
+    await resetSim(env);
+    await updateSimConfig(env, { rateLimitHeaders: "x-ratelimit" });
+    const x = [await call("x-1"), await call("x-2"), await call("x-3"), await call("x-4")];
+    expect(x.map((r) => [r.status, r.headers.get("X-RateLimit-Limit"), r.headers.get("X-RateLimit-Remaining"), r.headers.get("X-RateLimit-Reset")])).toEqual([
+      [200, "3", "2", "1"],
+      [200, "3", "1", "1"],
+      [200, "3", "0", "1"],
+      [429, "3", "0", "1"],
+    ]);
+    expect(Number(x[3]!.headers.get("Retry-After-Ms"))).toBeGreaterThan(0);
+
+    await resetSim(env);
+    await updateSimConfig(env, { rateLimitHeaders: "none" });
+    const bare = [await call("n-1"), await call("n-2"), await call("n-3"), await call("n-4")];
+    expect(bare.map((r) => r.status)).toEqual([200, 200, 200, 429]);
+    for (const r of bare) expect([...r.headers.keys()].filter((k) => /ratelimit|retry-after/i.test(k))).toEqual([]);
+    expect(bare[3]!.body).toMatchObject({ error: { code: "rate_limited" } });
+
+    // Reset restores the default style (a 429 with Retry-After only); the rest of the config stays.
+    expect(await resetSim(env)).toMatchObject({ calls: 0 });
+    expect(await simConfig(env)).toMatchObject({ ratePerSecond: 3, rateLimitHeaders: "retry-after" });
+    const plain = [await call("p-1"), await call("p-2"), await call("p-3"), await call("p-4")];
+    expect(plain[0]!.headers.get("RateLimit")).toBeNull();
+    expect(plain[0]!.headers.get("X-RateLimit-Limit")).toBeNull();
+    expect(plain[3]!.status).toBe(429);
+    expect(plain[3]!.headers.get("Retry-After")).toBe("1");
+    // A batch is one request, and its answer states the limit too.
+    await resetSim(env);
+    await updateSimConfig(env, { ratePerSecond: 10, rateLimitHeaders: "ietf" });
+    const batch = await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "hb-1", input: { email: "a@b.co" } }] });
+    expect(batch.headers.get("RateLimit")).toBe('"default";r=9;t=1');
+    const invalid = await updateSimConfig(env, { rateLimitHeaders: "loud" as never });
+    expect(invalid.status).toBe(400);
   });
 
   it("delays each answer by latencyMs", async () => {
@@ -235,7 +279,7 @@ describe("/v1/sim routes", () => {
     expect(await stats.json()).toMatchObject({ calls: 1, billed: 1 });
 
     const put = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: 3 }) }, env);
-    expect(await put.json()).toEqual({ latencyMs: 3, ratePerSecond: null, batchMaxSize: 50 });
+    expect(await put.json()).toEqual({ latencyMs: 3, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
     expect(await (await app.request("/v1/sim/config", {}, env)).json()).toMatchObject({ latencyMs: 3 });
 
     const invalid = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ batchMaxSize: 0 }) }, env);

@@ -1,22 +1,21 @@
 /**
  * One provider request (a single call or one batch), as the engine makes it:
  * it waits for a pacing slot, passes the fault seam, classifies a failure,
- * reports 429s to the pacing gate, and retries retryable failures in process
- * with escalating delays within the run's retry budget. Every retry and
- * every 429 is counted on the meter.
+ * hands what the answer's headers say about the provider's rate limit to the
+ * pacer (and 429s as backpressure), and retries retryable failures in
+ * process with escalating delays within the run's retry budget. Every retry
+ * and every 429 is counted on the meter.
  */
 import { ToolCallError } from "../play/tool-error";
 import type { SubrequestMeter } from "../engine/shard-clients";
 import type { Pacer } from "../pacing/pacer";
+import { AnswerSignals, readRateLimitSignals } from "../pacing/signals";
 import { messageOf } from "../shared/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../shared/json-depth";
 import { sleep } from "../shared/time";
 import type { ReceiptError } from "../storage/contracts";
 import type { FaultProbe } from "../testing/faults";
 import { mayRetry, retryDelayMs, type RetryBudget, type RetryClass, type RetryPolicy } from "./backoff";
-
-/** The pause reported to the gate for a 429 that gave no Retry-After. */
-export const DEFAULT_BACKPRESSURE_MS = 1000;
 
 /** What one provider request needs: its tool's pacer, the run's budget, the fault seam, the retry policy. */
 export interface ProviderCallContext {
@@ -28,6 +27,8 @@ export interface ProviderCallContext {
   signal: AbortSignal;
   meter: SubrequestMeter;
   log(line: string): void;
+  /** The tool's own reading of a failure as a rate limit (`ToolDefinition.isRateLimit`). */
+  isRateLimit?(error: unknown): boolean;
 }
 
 /** A provider request's end: its value, or its classified failure after the retries it deserved. */
@@ -39,42 +40,66 @@ interface Failure {
   retry: RetryClass;
 }
 
-/** Classifies what a tool threw: `ToolCallError` says; anything else is permanent. */
-export function classifyFailure(error: unknown): Failure {
-  if (!(error instanceof ToolCallError)) return { error: { code: "tool_error", message: messageOf(error).slice(0, 8000) }, retryable: false, retry: { kind: "permanent" } };
-  const failure = { error: { code: error.code, message: error.message.slice(0, 8000) }, retryable: error.retryable };
-  if (!error.retryable) return { ...failure, retry: { kind: "permanent" } };
-  if (error.code === "rate_limited" || error.retryAfterMs !== null) return { ...failure, retry: { kind: "rate_limited", retryAfterMs: error.retryAfterMs } };
-  return { ...failure, retry: { kind: "transient" } };
+/**
+ * Classifies what a tool threw: `ToolCallError` says (a rate limit by its
+ * code, a 429 status or a wait, its own or its headers' `Retry-After`), and
+ * the tool's `isRateLimit` may call any failure a rate limit; anything else
+ * is permanent.
+ */
+export function classifyFailure(error: unknown, isRateLimit?: (error: unknown) => boolean): Failure {
+  const known = error instanceof ToolCallError;
+  const retryAfterMs = known ? (error.retryAfterMs ?? (error.headers ? readRateLimitSignals(error.headers).retryAfterMs : null)) : null;
+  const failure = { error: { code: known ? error.code : "tool_error", message: messageOf(error).slice(0, 8000) } };
+  if (toolSaysRateLimit(error, isRateLimit)) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
+  if (!known || !error.retryable) return { ...failure, retryable: false, retry: { kind: "permanent" } };
+  if (error.code === "rate_limited" || error.status === 429 || retryAfterMs !== null) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
+  return { ...failure, retryable: true, retry: { kind: "transient" } };
 }
 
-/** Makes one provider request through `send`, paced and retried. Throws only when aborted. */
-export async function callProvider<T>(ctx: ProviderCallContext, send: () => Promise<T>): Promise<ProviderOutcome<T>> {
+function toolSaysRateLimit(error: unknown, isRateLimit: ((error: unknown) => boolean) | undefined): boolean {
+  try {
+    return isRateLimit?.(error) === true;
+  } catch {
+    // A hook that throws cannot say "rate limit": the failure is classified as the error itself says.
+    return false;
+  }
+}
+
+/**
+ * Makes one provider request through `send`, paced and retried. `send`
+ * gets the attempt's `reportHeaders` for the tool's call. Throws only when
+ * aborted.
+ */
+export async function callProvider<T>(ctx: ProviderCallContext, send: (reportHeaders: (headers: HeadersInit) => void) => Promise<T>): Promise<ProviderOutcome<T>> {
   for (let attempt = 1; ; attempt++) {
     ctx.signal.throwIfAborted();
     let failure: Failure;
     try {
       const slot = await ctx.pacer.slot(ctx.signal);
+      const answer = new AnswerSignals();
       try {
         await ctx.faults.check("provider.before", ctx.toolId);
         ctx.meter.provider++;
-        const value = await send();
+        const value = await send((headers) => answer.add(headers));
         await ctx.faults.check("provider.after", ctx.toolId);
         // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.
         const deep = tooDeepAt(value);
         if (deep !== null) return { ok: false, error: { code: "output_too_deep", message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}` }, retryable: false };
         return { ok: true, value };
+      } catch (error) {
+        if (error instanceof ToolCallError && error.headers) answer.add(error.headers);
+        throw error;
       } finally {
-        slot.release();
+        slot.release(answer.signals);
       }
     } catch (error) {
       // Not sent (waiting for a slot when cancelled), or sent and failed: either way nothing billed is dropped.
       if (ctx.signal.aborted) throw ctx.signal.reason;
-      failure = classifyFailure(error);
+      failure = classifyFailure(error, ctx.isRateLimit);
     }
     if (failure.retry.kind === "rate_limited") {
       ctx.meter.rateLimited++;
-      await ctx.pacer.backpressure(failure.retry.retryAfterMs ?? DEFAULT_BACKPRESSURE_MS).catch((error: unknown) => {
+      await ctx.pacer.backpressure(failure.retry.retryAfterMs).catch((error: unknown) => {
         ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
       });
     }

@@ -15,6 +15,7 @@ import { RetryBudget } from "./backoff";
 import { CompletionLadder, type SalvageEntry } from "./completion-ladder";
 import { DispatchWindow } from "./dispatch-window";
 import { OwnerLiveness } from "./owner-liveness";
+import type { SpendLedger } from "./spend";
 
 /** Per invocation of a run: shared by every scheduler the invocation makes. */
 export interface DispatchServices {
@@ -33,6 +34,8 @@ export interface DispatchServices {
   owners: OwnerLiveness;
   /** Keeps a billed output whose receipt could not be completed (durably, before it returns). */
   salvage(entry: SalvageEntry): void;
+  /** The run's billable requests: reserved before they are sent, then billed or released. */
+  spend: SpendLedger;
   log(line: string): void;
   now(): number;
 }
@@ -54,6 +57,7 @@ export interface CreateDispatchOptions {
   meter: SubrequestMeter;
   faults: FaultProbe;
   salvage(entry: SalvageEntry): void;
+  spend: SpendLedger;
   log(line: string): void;
   now(): number;
 }
@@ -62,7 +66,7 @@ export interface CreateDispatchOptions {
 export function createDispatchServices(o: CreateDispatchOptions): DispatchServices {
   const { env, run, policy, meter, faults, now, log } = o;
   return {
-    env, org: run.org, runId: run.runId, tools: o.tools, policy, signal: o.signal, meter, faults, salvage: o.salvage, log, now,
+    env, org: run.org, runId: run.runId, tools: o.tools, policy, signal: o.signal, meter, faults, salvage: o.salvage, spend: o.spend, log, now,
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
     pacers: new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
     budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),

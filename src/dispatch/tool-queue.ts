@@ -79,7 +79,7 @@ export class ToolQueue {
 
   #context(tool: ToolDefinition): ProviderCallContext {
     const { pacers, budget, faults, policy, signal, meter, log } = this.#s;
-    return { toolId: tool.id, pacer: pacers.for(tool.provider), budget, faults, retry: policy, signal, meter, log };
+    return { toolId: tool.id, pacer: pacers.for(tool.provider), budget, faults, retry: policy, signal, meter, log, isRateLimit: (error) => tool.isRateLimit?.(error) === true };
   }
 
   /**
@@ -104,8 +104,8 @@ export class ToolQueue {
     const { signal, env } = this.#s;
     await this.#window.enter(1, signal);
     try {
-      const result = await callProvider(this.#context(tool), () =>
-        this.#timed((requestSignal) => tool.execute(call.input, { idempotencyKey: call.idempotencyKey, signal: requestSignal, env, authScopeDigest: call.authScopeDigest })),
+      const result = await callProvider(this.#context(tool), (reportHeaders) =>
+        this.#timed((requestSignal) => tool.execute(call.input, { idempotencyKey: call.idempotencyKey, signal: requestSignal, env, authScopeDigest: call.authScopeDigest, reportHeaders })),
       );
       return this.#held(result.ok ? { ok: true, output: result.value } : result);
     } catch (error) {
@@ -170,7 +170,7 @@ export class ToolQueue {
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
-      const result = await callProvider(this.#context(tool), () => this.#timed((requestSignal) => strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env })));
+      const result = await callProvider(this.#context(tool), (reportHeaders) => this.#timed((requestSignal) => strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env, reportHeaders })));
       if (!result.ok) outcomes = members.map(() => result);
       else {
         try {

@@ -9,6 +9,8 @@
  * yields, and the next one fences the dead attempt off by bumping the epoch
  * and redispatches the chunk (a bounded number of times).
  */
+import { MICROS } from "../run/spend-store";
+import { SpendCapReached } from "../dispatch/spend";
 import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from "../play/types";
 import { codeOf, messageOf, TerminalError, TroupeError } from "../shared/errors";
 import type { AttemptRef } from "../storage/contracts";
@@ -76,7 +78,7 @@ export class MapRunner {
   /** A tool scheduler for one attempt; with `leases`, its tool path stops when they are lost and reports its receipts to them. */
   scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier, leases?: AttemptLeases): ToolScheduler {
     const services = leases ? attemptServices(this.#o.dispatch, leases) : this.#o.dispatch;
-    return new ToolScheduler({ services, guards, attempt, refresh: this.#o.run.forceToolRefresh, workers });
+    return new ToolScheduler({ services, guards, attempt, refresh: this.#o.run.forceToolRefresh, retryUnknown: this.#o.run.retryUnknown, workers });
   }
 
   async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
@@ -164,6 +166,8 @@ export class MapRunner {
     this.#progress(record.name, true);
 
     signal.throwIfAborted();
+    // The cap stopped the map: the run fails saying so (no store failed; nothing was sent past the cap).
+    if (latch.tripped instanceof SpendCapReached) throw latch.tripped;
     if (latch.tripped) {
       const code = codeOf(latch.tripped) ?? "receipt_store_failed";
       throw new TerminalError(code, `${latch.tripped.message}; the circuit breaker prevented ${latch.prevented} provider calls after the failure (none reached the provider; a rerun makes each once)`, { cause: latch.tripped });
@@ -225,15 +229,17 @@ export class MapRunner {
     if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#o.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
     const progress = this.#o.store.progress(map);
+    // The run's spend so far, in credits: what a watcher sees grow with each billed call.
+    const spend = this.#o.store.spend.billedMicros() / MICROS;
     // A watcher gains nothing from the same counts twice.
-    const counts = JSON.stringify(progress);
+    const counts = JSON.stringify({ ...progress, spend });
     if (this.#lastProgress.get(map) === counts) return;
     this.#lastProgress.set(map, counts);
     const elapsedS = Math.max(0.001, (now - this.#startedAt) / 1000);
     const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
     const remaining = progress.total - progress.completed - progress.failed;
     const etaSeconds = rowsPerSecond > 0 ? Math.ceil(remaining / rowsPerSecond) : null;
-    this.#o.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds });
+    this.#o.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
   }
 
   #handle(record: MapRecord, sheets: SheetClient): DatasetHandle {

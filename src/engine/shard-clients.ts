@@ -4,6 +4,7 @@
  * may make at most 10,000 subrequests and the coordinator budgets for them.
  */
 import { shardOf } from "../shared/hash";
+import type { PeekedReceipt } from "../objects/ReceiptShard";
 import type {
   AttemptRef,
   ClaimedRow,
@@ -31,6 +32,8 @@ export class SubrequestMeter {
   rateLimited = 0;
   /** Recovery lookups: asking a provider for a taken-over call's result (subrequests, but not calls it counts). */
   lookups = 0;
+  /** Requests not sent again because their outcome is unknown and their provider ignores idempotency keys. */
+  outcomeUnknown = 0;
   get total(): number {
     return this.rpc + this.provider + this.lookups;
   }
@@ -107,6 +110,21 @@ export class SheetClient {
     );
     await this.#faults.check("sheet.claimed");
     return claimed;
+  }
+
+  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows. */
+  async peekRows(rows: readonly { key: string; input: unknown }[], recompute: boolean): Promise<Set<string>> {
+    const reusable = new Set<string>();
+    const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
+    await Promise.all(
+      [...groups].flatMap(([shard, group]) =>
+        inPages(group, 1000).map(async (page) => {
+          const result = await this.#stub(shard).peekRows({ recompute, rows: page.map((r) => ({ key: r.key, input: r.input })) });
+          for (const key of result.reusable) reusable.add(key);
+        }),
+      ),
+    );
+    return reusable;
   }
 
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
@@ -202,6 +220,20 @@ export class ReceiptClient {
     return this.#ns.getByName(receiptShardName(this.#org, shard));
   }
 
+  /** What a claim of each key would find now (read only: estimates), one call per shard per 1,000 keys. */
+  async peek(keys: readonly string[]): Promise<Map<string, PeekedReceipt>> {
+    const found = new Map<string, PeekedReceipt>();
+    const groups = groupByShard([...new Set(keys)], (key) => key, this.shardCount);
+    await Promise.all(
+      [...groups].flatMap(([shard, group]) =>
+        inPages(group, 1000).map(async (page) => {
+          for (const receipt of (await this.#stub(shard).peek({ keys: page })).receipts) found.set(receipt.key, receipt as PeekedReceipt);
+        }),
+      ),
+    );
+    return found;
+  }
+
   async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
     await this.#faults.check("receipt.claim");
     const results = (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
@@ -241,4 +273,11 @@ export class ReceiptClient {
     const results = await Promise.all(shards.map((s) => this.#stub(s).releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
+}
+
+/** `items` cut into consecutive pages of at most `size`. */
+function inPages<T>(items: readonly T[], size: number): T[][] {
+  const pages: T[][] = [];
+  for (let i = 0; i < items.length; i += size) pages.push(items.slice(i, i + size));
+  return pages;
 }

@@ -10,7 +10,9 @@ import { AuthScopeChange } from "../dispatch/auth-scope";
 import { LadderExhausted } from "../dispatch/completion-ladder";
 import type { DispatchServices, MapGuards } from "../dispatch/services";
 import { ToolQueue, type HeldOutcome } from "../dispatch/tool-queue";
+import { priceOf, SpendCapReached } from "../dispatch/spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../play/tool-error";
+import { OUTCOME_UNKNOWN } from "../storage/receipt-store";
 import type { ToolCallOptions, ToolDefinition } from "../play/types";
 import { messageOf, TroupeError } from "../shared/errors";
 import { sleep } from "../shared/time";
@@ -26,6 +28,8 @@ export interface ToolSchedulerOptions {
   attempt: AttemptRef;
   /** `forceToolRefresh` for the whole run. */
   refresh: boolean;
+  /** `retryUnknown` for the whole run: requests whose outcome is unknown may be sent again. */
+  retryUnknown: boolean;
   /** The chunk's row workers, so bulk receipt calls go out when every row waits. */
   workers?: WorkerBarrier;
 }
@@ -75,7 +79,7 @@ export class ToolScheduler {
       ...common,
       send: async (group, items) => {
         const [shard, refresh] = group.split(":");
-        return receipts.claim(Number(shard), { attempt, leaseTtlMs: policy.receiptLeaseTtlMs, refresh: refresh === "1", items });
+        return receipts.claim(Number(shard), { attempt, leaseTtlMs: policy.receiptLeaseTtlMs, refresh: refresh === "1", retryUnknown: options.retryUnknown, items });
       },
     });
     this.#completes = new BulkQueue({
@@ -160,6 +164,7 @@ export class ToolScheduler {
           continue;
         }
         case "claimed":
+          if (claim.unknownOutcome && !this.#o.retryUnknown && call.tool.idempotent === false && !call.tool.recover) return this.#unknownOutcome(call, shard);
           return this.#execute(call, shard, claim.generation, claim.takeover === true);
       }
     }
@@ -175,23 +180,72 @@ export class ToolScheduler {
     }
   }
 
+  /**
+   * The request this receipt was claimed for may have reached a provider that
+   * ignores idempotency keys, and nothing says how it ended: sending it again
+   * could execute (and bill) it twice. The receipt and the row fail
+   * `outcome_unknown`; a rerun sends it again only with `retryUnknown`.
+   */
+  async #unknownOutcome(call: OwnedCall, shard: number): Promise<never> {
+    const error = { code: OUTCOME_UNKNOWN, message: `${call.tool.id}: an earlier attempt may have sent this request and did not say how it ended; its provider ignores idempotency keys, so it was not sent again (rerun with retryUnknown: true to send it)` };
+    await this.#fails.push(String(shard), { key: call.key, error, retryable: false }).catch((failure: unknown) => {
+      throw this.#fatal(new ReceiptStoreError("fail", failure));
+    });
+    this.#s.meter.outcomeUnknown++;
+    throw new ToolCallError({ ...error, retryable: false });
+  }
+
   async #execute(call: OwnedCall, shard: number, generation: number, takeover = false): Promise<unknown> {
     const key = await idempotencyKey(call.key, generation);
-    if (takeover) {
-      // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
-      const { env, signal, meter, policy, now, log } = this.#s;
-      const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
-      const recovered = await this.#park(recoverCall({ tool: call.tool, input: call.input, idempotencyKey: key, authScopeDigest: call.scope, env, signal, meter, waitMs, now, log }));
-      if (recovered) {
-        await this.#complete(call, shard, recovered.output);
-        return recovered.output;
+    // Reserved before anything can bill; a request the cap refuses is never sent.
+    await this.#reserve(call, key, shard);
+    let billed = false;
+    try {
+      if (takeover) {
+        // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
+        const { env, signal, meter, policy, now, log } = this.#s;
+        const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
+        const recovered = await this.#park(recoverCall({ tool: call.tool, input: call.input, idempotencyKey: key, authScopeDigest: call.scope, env, signal, meter, waitMs, now, log }));
+        if (recovered) {
+          billed = await this.#complete(call, shard, key, recovered.output);
+          return recovered.output;
+        }
       }
+      return await this.#send(call, shard, key, (accepted) => (billed = accepted));
+    } finally {
+      if (billed) this.#s.spend.bill(key);
+      else this.#s.spend.release(key);
     }
+  }
+
+  /**
+   * Reserves the request's price. Refused (the cap, or a price the tool
+   * cannot give): the receipt goes back, retryable so a rerun claims it, and
+   * over the cap the map stops sending.
+   */
+  async #reserve(call: OwnedCall, requestKey: string, shard: number): Promise<void> {
+    let refusal: SpendCapReached | ToolCallError;
+    try {
+      this.#s.spend.reserve({ requestKey, toolId: call.tool.id, provider: call.tool.provider, credits: priceOf(call.tool, call.input) });
+      return;
+    } catch (error) {
+      if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) throw error;
+      refusal = error;
+    }
+    await this.#fails.push(String(shard), { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true }).catch((error: unknown) => {
+      throw this.#fatal(new ReceiptStoreError("fail", error));
+    });
+    throw refusal instanceof SpendCapReached ? this.#fatal(refusal) : refusal;
+  }
+
+  /** Sends the request; `onBilled` hears whether a billed answer was stored in the receipt. */
+  async #send(call: OwnedCall, shard: number, key: string, onBilled: (accepted: boolean) => void): Promise<unknown> {
     const held: HeldOutcome = await this.#park(this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }));
     const { outcome } = held;
     try {
       if (outcome.ok) {
-        await this.#complete(call, shard, outcome.output);
+        // Billed by the provider; counted here only if this attempt's receipt holds it (else a newer attempt's does).
+        onBilled(await this.#complete(call, shard, key, outcome.output));
         return outcome.output;
       }
       const rescope = outcome.error.code === AUTH_SCOPE_CHANGED && !call.rescoped;
@@ -206,8 +260,11 @@ export class ToolScheduler {
     return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
   }
 
-  /** Completes the receipt, climbing the ladder; salvages the output when the store stays broken. */
-  async #complete(call: OwnedCall, shard: number, output: unknown): Promise<void> {
+  /**
+   * Completes the receipt, climbing the ladder; salvages the output when the
+   * store stays broken. True when this attempt's receipt (or salvage) holds it.
+   */
+  async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
     const { signal } = this.#s;
     let accepted: boolean;
     try {
@@ -222,8 +279,11 @@ export class ToolScheduler {
       const attempts = error instanceof LadderExhausted ? error.attempts : 1;
       const cause = error instanceof LadderExhausted ? error.last : error;
       this.#s.salvage({ receiptKey: call.key, toolId: call.tool.id, attempt: this.#o.attempt, output, completeAttempts: attempts, error: messageOf(cause), at: this.#s.now() });
+      // Billed and kept in salvage: it is this run's spend.
+      this.#s.spend.bill(requestKey);
       throw this.#fatal(new ReceiptStoreError("complete", cause));
     }
     if (!accepted) this.#s.log(`receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`);
+    return accepted;
   }
 }

@@ -8,8 +8,10 @@ import { orgOf, tokenConfig } from "./auth";
 import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
 import { liveRoutes } from "./live";
+import { playRoutes } from "./plays";
 import { runRoutes } from "./runs";
 import { signalRoutes } from "./signals";
+import { spendRoutes } from "./spend";
 
 export type AppEnv = { Bindings: Env; Variables: { org: string } };
 
@@ -21,7 +23,8 @@ export const app = new Hono<AppEnv>();
 app.onError(onError);
 app.notFound((c) => errorResponse(c, 404, "not_found", `no route for ${c.req.method} ${new URL(c.req.url).pathname}`));
 
-app.get("/", (c) => c.json({ name: "troupe", docs: "see README.md", api: "/v1" }));
+// The dashboard's static assets answer `/` before the Worker does; this is reached only where they were not built.
+app.get("/", (c) => c.json({ name: "troupe", api: "/v1", dashboard: "not built: run `npm run build` (npm start does) to serve it at /" }));
 
 /** The one route that may carry its token as `?token=`: WebSocket clients in browsers cannot send headers. */
 const QUERY_TOKEN_ROUTE = /^\/v1\/runs\/[^/]+\/live$/;
@@ -44,10 +47,12 @@ app.use(
   }),
 );
 
+app.route("/v1", playRoutes);
 app.route("/v1", runRoutes);
 app.route("/v1", datasetRoutes);
 app.route("/v1", liveRoutes);
 app.route("/v1", signalRoutes);
+app.route("/v1", spendRoutes);
 
 // Tool dispatch: the org's provider pacing, and the test-only fault plan (404 outside test mode).
 app.route("/v1/pacing", pacingRoutes);

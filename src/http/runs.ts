@@ -1,6 +1,7 @@
 /** Runs: start (idempotently), rerun, read, list, cancel, events (API.md "Runs", "Events"). */
 import { Hono } from "hono";
 import { z } from "zod";
+import { RerunRequest, StartRun } from "../api/contract";
 import { TestPolicyOverrides } from "../engine/policy";
 import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
@@ -11,21 +12,17 @@ import { NotFoundError, TroupeError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
 import { validate } from "./errors";
 import { parseJsonBody, readJsonBody } from "./json-body";
+import { runLinks } from "../run/links";
 
-export const StartRunBody = z.object({
-  play: z.string().min(1).max(64),
-  input: z.unknown(),
-  force: z.boolean().default(false),
-  forceToolRefresh: z.boolean().default(false),
-  /** The run's runtime limit, 1 s to 24 h (the default); hitting it fails the run with `deadline_exceeded`. */
-  timeoutSeconds: z.number().int().min(1).max(24 * 3600).optional(),
+/** The public run request (src/api/contract.ts) plus the test runner's knobs. */
+export const StartRunBody = StartRun.extend({
   /** Test runner only (a 400 elsewhere): lease, heartbeat and retry knobs for this run. */
   testPolicy: TestPolicyOverrides.optional(),
-}).strict();
+});
 export type StartRunBody = z.infer<typeof StartRunBody>;
 
 /** Limits and test knobs of a submitted run (absent on reruns). */
-type RunLimits = { timeoutSeconds?: number; testPolicy?: TestPolicyOverrides };
+type RunLimits = { timeoutSeconds?: number; testPolicy?: TestPolicyOverrides; maxSpend?: number; retryUnknown?: boolean };
 
 const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(200).default(50),
@@ -36,11 +33,6 @@ const EventsQuery = z.object({
   after: z.coerce.number().int().min(0).default(0),
   limit: z.coerce.number().int().min(1).max(1000).default(100),
 });
-
-const RerunBody = z.object({
-  force: z.boolean().default(false),
-  forceToolRefresh: z.boolean().default(false),
-}).strict();
 
 const RUN_ID = /^run_[0-9a-f]{32}$/;
 
@@ -57,7 +49,7 @@ export function idempotencyKeyOf(request: Request): string | null {
   return key;
 }
 
-function playByName(env: Env, name: string): PlayDefinition {
+export function playByName(env: Env, name: string): PlayDefinition {
   const play = playRegistry(env).get(name);
   if (!play) throw new NotFoundError("unknown_play", `no play named ${JSON.stringify(name)}; GET /v1/plays lists them`);
   return play;
@@ -70,10 +62,12 @@ function playByName(env: Env, name: string): PlayDefinition {
  * steps is completed by the next submit with the same key.
  */
 async function submitRun(env: Env, request: { org: string; play: string; input: unknown; force: boolean; forceToolRefresh: boolean; idempotencyKey: string | null } & RunLimits): Promise<{ runId: string; status: string }> {
-  const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy } = request;
+  const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
+  await refuseOverDailyLimit(env, org);
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
-    const limits = timeoutSeconds === undefined && testPolicy === undefined ? [] : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }];
+    const spend = maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
+    const limits = timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0 ? [] : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
     const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits]));
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({ key: idempotencyKey, fingerprint, runId, now: Date.now() });
     if (claimed.fingerprint !== fingerprint) {
@@ -81,13 +75,23 @@ async function submitRun(env: Env, request: { org: string; play: string; input: 
     }
     runId = claimed.runId;
   }
-  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null, timeoutSeconds, testPolicy });
+  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null, timeoutSeconds, testPolicy, maxSpend, retryUnknown });
   return { runId, status: run.status };
 }
 
-function submitted(runId: string, status: string) {
-  const self = `/v1/runs/${runId}`;
-  return { runId, status, links: { self, live: `${self}/live`, events: `${self}/events` } };
+/** An org past its daily spend limit starts no run (API.md "Spend"): the refusal says how much and until when. */
+async function refuseOverDailyLimit(env: Env, org: string): Promise<void> {
+  const { dailyCredits, spentToday } = await env.ORG_DIRECTORY.getByName(org).spendBudget(Date.now());
+  if (dailyCredits === null || spentToday < dailyCredits) return;
+  throw new TroupeError(
+    "daily_spend_limit_reached",
+    `this org has billed ${spentToday} credits today (UTC), its daily limit is ${dailyCredits}; runs start again tomorrow, or raise the limit with PUT /v1/spend/limits`,
+    { status: 409, details: { spentToday, dailyCredits } },
+  );
+}
+
+function submitted(runId: string, status: string, play: PlayDefinition) {
+  return { runId, status, links: runLinks(runId, play.datasets ?? []) };
 }
 
 /** The coordinator of a run id, or a 404 for ids this API never gave out. */
@@ -102,8 +106,6 @@ export function runNotFound(runId: string): NotFoundError {
 
 export const runRoutes = new Hono<AppEnv>();
 
-runRoutes.get("/plays", (c) => c.json({ plays: [...playRegistry(c.env).values()].map((p) => ({ name: p.name, description: p.description })) }));
-
 runRoutes.post("/runs", async (c) => {
   const idempotencyKey = idempotencyKeyOf(c.req.raw);
   const body = validate(StartRunBody, await readJsonBody(c.req.raw), "the run request");
@@ -114,15 +116,16 @@ runRoutes.post("/runs", async (c) => {
   const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
   const { runId, status } = await submitRun(c.env, {
     org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey, timeoutSeconds: body.timeoutSeconds, testPolicy: body.testPolicy,
+    maxSpend: body.maxSpend, retryUnknown: body.retryUnknown,
   });
-  return c.json(submitted(runId, status), 202);
+  return c.json(submitted(runId, status, play), 202);
 });
 
 runRoutes.post("/runs/:runId/rerun", async (c) => {
   const sourceId = c.req.param("runId");
   const idempotencyKey = idempotencyKeyOf(c.req.raw);
   const text = await c.req.text();
-  const body = validate(RerunBody, text.trim() === "" ? {} : parseJsonBody(text), "the rerun request");
+  const body = validate(RerunRequest, text.trim() === "" ? {} : parseJsonBody(text), "the rerun request");
   const source = await coordinatorOf(c.env, sourceId).source(c.get("org"));
   if (!source) throw runNotFound(sourceId);
   if (!TERMINAL.has(source.status)) {
@@ -132,8 +135,8 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   const play = playByName(c.env, source.play);
   // The stored input passed this play's schema once; parse it again in case the play changed since.
   const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, ["input"]);
-  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey });
-  return c.json({ ...submitted(runId, status), rerunOf: sourceId }, 202);
+  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey, maxSpend: body.maxSpend, retryUnknown: body.retryUnknown });
+  return c.json({ ...submitted(runId, status, play), rerunOf: sourceId }, 202);
 });
 
 runRoutes.get("/runs", async (c) => {

@@ -1,8 +1,10 @@
 /** Signals: external events delivered to a play's `ctx.waitForEvent` (API.md "Events and live progress"). */
 import { Hono } from "hono";
+import { SignalRequest } from "../api/contract";
 import { EVENT_KEY } from "../engine/waits";
 import { TroupeError, ValidationError } from "../shared/errors";
 import type { AppEnv } from "./app";
+import { validate } from "./errors";
 import { readJsonBody } from "./json-body";
 import { coordinatorOf, idempotencyKeyOf, runNotFound } from "./runs";
 
@@ -26,13 +28,7 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
     throw new ValidationError(`the event key must match ${EVENT_KEY.source}`, [{ path: "eventKey", message: `must match ${EVENT_KEY.source}` }]);
   }
   const dedupeKey = idempotencyKeyOf(c.req.raw);
-  const body = await readJsonBody(c.req.raw);
-  if (!body || typeof body !== "object" || Array.isArray(body) || !Object.hasOwn(body, "data")) {
-    throw new ValidationError('the body must be a JSON object { "data": ... }', [{ path: "data", message: "required" }]);
-  }
-  const extra = Object.keys(body).filter((k) => k !== "data");
-  if (extra.length) throw new ValidationError(`unknown fields: ${extra.join(", ")}`, extra.map((path) => ({ path, message: "unknown field" })));
-  const data = (body as { data: unknown }).data;
+  const { data } = validate(SignalRequest, await readJsonBody(c.req.raw), 'the signal (a JSON object { "data": ... })');
   const size = new TextEncoder().encode(JSON.stringify(data)).length;
   if (size > MAX_SIGNAL_BYTES) {
     throw new ValidationError(`data is ${size} bytes of JSON; a signal carries at most ${MAX_SIGNAL_BYTES}`, [{ path: "data", message: `at most ${MAX_SIGNAL_BYTES} bytes` }]);

@@ -10,11 +10,23 @@ import {
   type ReceiptWriteResult,
   ReleaseRequest,
 } from "../storage/contracts";
-import { RECEIPT_MIGRATIONS, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../storage/receipt-store";
+import { OUTCOME_UNKNOWN, RECEIPT_MIGRATIONS, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../storage/receipt-store";
 import { createSql, migrate } from "../storage/sql";
 
 export const GetReceiptRequest = z.object({ key: z.string().min(1).max(512) });
 export type GetReceiptRequest = z.infer<typeof GetReceiptRequest>;
+
+/** `peek`: receipts by key, read only (estimates). */
+export const PeekReceiptsRequest = z.object({ keys: z.array(z.string().min(1).max(512)).max(1000) });
+export type PeekReceiptsRequest = z.infer<typeof PeekReceiptsRequest>;
+
+/**
+ * What an estimate needs of a receipt: a claim would reuse its output, or
+ * answer its permanent failure (neither bills), or send a new request.
+ */
+export type PeekedReceipt = { key: string; state: "reused"; output: unknown } | { key: string; state: "failed" } | { key: string; state: "new" };
+/** `PeekedReceipt` as its RPC type: workerd's `Rpc` types cannot carry `unknown`, so the JSON output is `{} | null` here. */
+type PeekedReceiptOverRpc = { key: string; state: "reused"; output: {} | null } | { key: string; state: "failed" } | { key: string; state: "new" };
 
 /**
  * The durable receipts of tool calls for one shard of one org's receipt keys
@@ -71,6 +83,20 @@ export class ReceiptShard extends DurableObject<Env> {
     const released = this.ctx.storage.transactionSync(() => this.#store.releaseRun(request.runId));
     await this.#armNextAlarm();
     return { released };
+  }
+
+  /** Which receipts a claim would reuse now, with their outputs (read only; the others come back not reusable). */
+  async peek(input: PeekReceiptsRequest): Promise<{ receipts: PeekedReceiptOverRpc[] }> {
+    const { keys } = parseRpcInput(PeekReceiptsRequest, input);
+    const found = this.#store.getMany(keys);
+    return {
+      receipts: keys.map((key): PeekedReceiptOverRpc => {
+        const receipt = found.get(key);
+        if (receipt?.status === "completed") return { key, state: "reused", output: receipt.output as {} | null };
+        if (receipt?.status === "failed" && !receipt.retryable && receipt.error?.code !== OUTCOME_UNKNOWN) return { key, state: "failed" };
+        return { key, state: "new" };
+      }),
+    };
   }
 
   /** One receipt as plain data, or null (diagnostics and tests). */

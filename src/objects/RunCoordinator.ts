@@ -8,7 +8,8 @@ import { playRegistry } from "../plays";
 import { JournalStore } from "../run/journal-store";
 import { LiveFeed, type LiveState } from "../run/live-feed";
 import { Redactor, secretsFromEnv } from "../run/redact";
-import { driveRun } from "../run/run-driver";
+import { driveRun, type SpendCap } from "../run/run-driver";
+import { toCredits, toMicros } from "../run/spend-store";
 import { cancelChildren, ChildFinished, tellParents } from "../run/run-links";
 import { RunStore, TERMINAL, type LedgerEvent, type RunStatus } from "../run/run-store";
 import { runMigrations } from "../run/schema";
@@ -31,6 +32,10 @@ export const StartRun = z.object({
   timeoutSeconds: z.number().int().min(1).max(24 * 3600).optional(),
   /** Test runner only (ignored elsewhere): policy overrides for this run. */
   testPolicy: TestPolicyOverrides.optional(),
+  /** The most credits the run may bill (`maxSpend`). */
+  maxSpend: z.number().finite().min(0).optional(),
+  /** Requests whose outcome is unknown may be sent again (`retryUnknown`). */
+  retryUnknown: z.boolean().optional(),
 });
 export type StartRun = z.infer<typeof StartRun>;
 
@@ -57,6 +62,9 @@ export interface RunSource {
   /** The run's status now: a run that has not ended cannot be rerun yet. */
   status: RunStatus;
 }
+
+/** A finished run whose spend report failed tries again after this long. */
+const SPEND_REPORT_RETRY_MS = 5_000;
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
@@ -92,7 +100,7 @@ export class RunCoordinator extends Server<Env> {
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
     this.#feed = new LiveFeed({
       events: (after, limit) => this.#store.events(after, limit),
-      snapshot: () => ({ run: runView(this.#store)!, seq: this.#store.lastSeq() }),
+      snapshot: () => ({ run: this.#view()!, seq: this.#store.lastSeq() }),
     });
     ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, runMigrations));
   }
@@ -103,14 +111,14 @@ export class RunCoordinator extends Server<Env> {
     const now = Date.now();
     const deadlineAt = now + (init.timeoutSeconds ?? MAX_RUN_TIMEOUT_SECONDS) * 1000;
     const testPolicy = this.env.TROUPE_TEST_MODE === "on" ? init.testPolicy : undefined;
-    const created = this.#store.create({ ...init, deadlineAt, testPolicy }, init.input);
+    const created = this.#store.create({ ...init, deadlineAt, testPolicy, maxSpend: init.maxSpend ?? null, retryUnknown: init.retryUnknown ?? false }, init.input);
     // A parent (the first, or another run of the same child identity) is told when this run ends.
     if (init.parentRunId !== null && !TERMINAL.has(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
       await this.#syncDirectory();
       await this.ctx.storage.setAlarm(now);
     }
-    return runView(this.#store)!;
+    return this.#view()!;
   }
 
   /**
@@ -152,7 +160,7 @@ export class RunCoordinator extends Server<Env> {
     if (!TERMINAL.has(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
       await this.ctx.storage.setAlarm(Date.now());
     }
-    return runView(this.#store);
+    return this.#view();
   }
 
   /** Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases). */
@@ -164,7 +172,7 @@ export class RunCoordinator extends Server<Env> {
       this.#invocation?.controller.abort(new Error("[cancelled] the run was cancelled"));
       await this.#wake();
     }
-    return runView(this.#store);
+    return this.#view();
   }
 
   /** The play and input of the run, for a rerun; null for another org's or a missing run. */
@@ -201,13 +209,47 @@ export class RunCoordinator extends Server<Env> {
     if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
       return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
     }
+    if (TERMINAL.has(run.status)) return this.#replayEnded(request);
     return super.fetch(request);
+  }
+
+  /**
+   * A watcher of a run that has already ended gets its replay on a plain
+   * (not hibernatable) socket: nothing will follow, and the runtime holds a
+   * hibernatable socket's connection open after its close until the object is
+   * evicted (about 10 s locally), where a plain one closes at once.
+   */
+  #replayEnded(request: Request): Response {
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    server.accept();
+    let state: LiveState | null = null;
+    this.#feed.open(
+      {
+        id: "replay",
+        get state() {
+          return state;
+        },
+        setState: (next: LiveState) => (state = next),
+        send: (message: string) => server.send(message),
+        close: (code?: number, reason?: string) => server.close(code, reason),
+      },
+      afterOf(request.url),
+    );
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /**
+   * A watcher closed its socket. One that closed without a code (1005) is
+   * answered with 1000: partyserver answers only sendable codes, and a close
+   * left unanswered keeps the client waiting for its handshake.
+   */
+  override async webSocketClose(ws: WebSocket, code: number, reason: string, wasClean: boolean): Promise<void> {
+    await super.webSocketClose(ws, code === 1005 ? 1000 : code, reason, wasClean);
   }
 
   /** A watcher connected: the snapshot and the ledger after `?after=` (default 0: all of it). */
   override onConnect(connection: Connection<LiveState>, ctx: ConnectionContext): void {
-    const after = Number(new URL(ctx.request.url).searchParams.get("after") ?? 0);
-    this.#feed.open(connection, Number.isSafeInteger(after) && after >= 0 ? after : 0);
+    this.#feed.open(connection, afterOf(ctx.request.url));
   }
 
   override async onAlarm(): Promise<void> {
@@ -237,8 +279,10 @@ export class RunCoordinator extends Server<Env> {
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
     let next: number | null;
+    const spendCap = await this.#spendCap();
     try {
       next = await driveRun({
+        spendCap,
         env: this.env,
         store: this.#store,
         journal: this.#journal,
@@ -260,11 +304,62 @@ export class RunCoordinator extends Server<Env> {
     // Between driving and re-arming: a failure here leaves the alarm to the runtime's retry.
     await faults.check("run.alarm");
     const links = { env: this.env, store: this.#store, journal: this.#journal, log: (line: string) => this.#emit("log.appended", { line }) };
-    if (!wasTerminal) await cancelChildren(links);
+    if (!wasTerminal) {
+      await cancelChildren(links);
+      await this.#recordHistory();
+    }
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
     else await this.#syncDirectory();
     await tellParents(links);
+    // A report that could not be made is made by a later alarm, even once the run has ended.
+    if (!(await this.#reportSpend())) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
     return next;
+  }
+
+  /** This invocation's spend cap: the run's `maxSpend`, or what the org's daily limit leaves, whichever is lower. */
+  async #spendCap(): Promise<SpendCap | null> {
+    const run = this.#store.run();
+    if (!run || TERMINAL.has(run.status)) return null;
+    const own: SpendCap | null = run.maxSpend === null ? null : { credits: run.maxSpend, reason: "maxSpend" };
+    let budget: { dailyCredits: number | null; spentToday: number };
+    try {
+      await this.#reportSpend();
+      budget = await this.env.ORG_DIRECTORY.getByName(run.org).spendBudget(Date.now());
+    } catch (error) {
+      // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
+      console.warn(`run ${run.runId}: could not read the org's spend budget`, error);
+      return own;
+    }
+    if (budget.dailyCredits === null) return own;
+    const daily: SpendCap = { credits: toCredits(this.#store.spend.committedMicros() + Math.max(0, toMicros(budget.dailyCredits - budget.spentToday))), reason: "daily", limit: budget.dailyCredits };
+    return own === null || daily.credits < own.credits ? daily : own;
+  }
+
+  /** A run that just completed adds what it computed and billed to its play's history (what estimates learn from). */
+  async #recordHistory(): Promise<void> {
+    const run = this.#store.run()!;
+    if (run.status !== "completed") return;
+    try {
+      await this.env.ORG_DIRECTORY.getByName(run.org).recordPlayStats({ runId: run.runId, play: run.play, rowsComputed: this.#store.computedRows(), tools: this.#store.spend.billedByTool() });
+    } catch (error) {
+      // History only makes estimates better: a run that could not add to it still completed.
+      console.warn(`run ${run.runId}: could not add to its play's history`, error);
+    }
+  }
+
+  /** Adds the run's newly billed spend to the org's daily totals; false if that could not be done now. */
+  async #reportSpend(): Promise<boolean> {
+    const report = this.#store.spend.unreported();
+    if (!report) return true;
+    const run = this.#store.run()!;
+    try {
+      await this.env.ORG_DIRECTORY.getByName(run.org).recordSpend({ runId: run.runId, ...report });
+    } catch (error) {
+      console.warn(`run ${run.runId}: could not report its spend to the org`, error);
+      return false;
+    }
+    this.#store.spend.markReported(report.upTo);
+    return true;
   }
 
   /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */
@@ -277,6 +372,12 @@ export class RunCoordinator extends Server<Env> {
   async #wake(): Promise<void> {
     if (this.#invocation) this.#invocation.wake = true;
     else if (!TERMINAL.has(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
+  }
+
+  /** The run as its org sees it (API.md `GET /v1/runs/<id>`), links to the datasets its play declares included. */
+  #view(): RunView | null {
+    const play = this.#store.run()?.play;
+    return runView(this.#store, (play && playRegistry(this.env).get(play)?.datasets) || []);
   }
 
   /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
@@ -307,4 +408,10 @@ export class RunCoordinator extends Server<Env> {
       updatedAt: run.updatedAt,
     });
   }
+}
+
+/** The ledger position a watcher asks to resume after (`?after=`; 0, all of it, when absent or not a position). */
+function afterOf(url: string): number {
+  const after = Number(new URL(url).searchParams.get("after") ?? 0);
+  return Number.isSafeInteger(after) && after >= 0 ? after : 0;
 }

@@ -9,6 +9,7 @@ import { parseRpcInput } from "../shared/errors";
 import {
   ClaimRowsRequest,
   LeaseRequest,
+  PeekRowsRequest,
   PersistRowsRequest,
   ReadRunRowsRequest,
   ReleaseRequest,
@@ -63,6 +64,11 @@ export class SheetShard extends DurableObject<Env> {
     const result = this.#transaction(() => this.#store.persistRows(input));
     await this.#armAlarm();
     return result;
+  }
+
+  /** Which of these rows a run would reuse now (read only: estimates). */
+  async peekRows(request: PeekRowsRequest): Promise<{ reusable: string[] }> {
+    return { reusable: this.#store.peekRows(parseRpcInput(PeekRowsRequest, request)) };
   }
 
   /** Extends the leases this attempt still holds; the other keys come back as lost. */

@@ -7,45 +7,90 @@
  *   rate holds across every caller. A caller leases several slots at once (up
  *   to {@link SLOT_HORIZON_MS} ahead) and waits for each slot's start itself,
  *   so the gate costs one call per lease, not one per provider request.
+ *   Which rate, and how 429s move it, is `ProviderRate`'s (`rate.ts`):
+ *   declared, else announced by the provider, else learned from its 429s.
+ * - **First contact.** Until the provider has been heard from, a provider
+ *   with no declared rate gets one request (the probe) and the others wait
+ *   for its answer (at most {@link PROBE_TIMEOUT_MS}): the answer's headers
+ *   may announce the quota, which a first burst would otherwise overrun.
+ * - **Remaining.** An answer saying nothing is left pauses every caller until
+ *   the provider's reset (unless the gate's own requests fill the quota's
+ *   window: the schedule already keeps to it); with a reset far enough away
+ *   to be precise ({@link BUDGET_MIN_RESET_MS}), what is left becomes a
+ *   budget no schedule outruns. Both slow callers down before a 429.
+ * - **Backpressure.** A reported 429 pauses every caller until its
+ *   Retry-After, and may lower the rate.
  * - **Concurrency.** Callers hold concurrency units for a lease TTL, renewed
  *   by every acquire; the units held never sum past the policy's limit. When
  *   a caller is starved, the others are trimmed to a fair share as they renew.
- * - **Backpressure.** A reported 429 pauses every caller until its
- *   Retry-After and lowers the rate (multiplicatively, at most once a
- *   second); the rate recovers additively while no 429 arrives. A provider
- *   with no declared rate gets one learned from the rate that drew the 429.
  *
- * State is memory only: a restarted gate starts a fresh schedule, which at
- * worst lets one horizon of slots overlap (the provider's 429s then slow it).
+ * State is memory only: a restarted gate starts a fresh schedule and probes
+ * again, which at worst lets one horizon of slots overlap (the provider's
+ * 429s then slow it).
  */
-import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
+import { StartHistory } from "./history";
+import type { PacingPolicy } from "./policy";
+import { ProviderRate } from "./rate";
+import type { Quota, Remaining } from "./signals";
 
 /** Slots are leased at most this far ahead of now. */
 export const SLOT_HORIZON_MS = 1000;
 /** Concurrency units lapse this long after the holder's last acquire. */
 export const HOLDER_TTL_MS = 10_000;
+/**
+ * A caller whose lease reaches the horizon asks again once this much more of
+ * the schedule is grantable: one call per this many ms of slots, not one per
+ * slot, while it still holds the rest of the horizon.
+ */
+export const LEASE_REFILL_MS = 250;
 /** Most slots one lease carries. */
 export const MAX_SLOTS_PER_LEASE = 500;
-/** A learned rate (the provider declares none) is multiplied by this after a 429. */
-export const RATE_DECREASE = 0.7;
-/**
- * A declared rate's factor is multiplied by this after a 429: the limit is
- * known, so a 429 means jitter or another consumer of the quota, not a wrong
- * guess; a gentle step keeps throughput while repeated 429s still add up.
- */
-export const DECLARED_RATE_DECREASE = 0.9;
-/** The rate never drops below this share of the declared rate. */
-export const MIN_RATE_FACTOR = 0.2;
-/** Share of the declared rate regained per second without a 429. */
-export const RATE_RECOVERY_PER_SECOND = 0.05;
-/** 429s closer together than this lower the rate once. */
-export const DECREASE_DEBOUNCE_MS = 1000;
-/** A learned rate above this is forgotten (the provider is unlimited again). */
-export const LEARNED_RATE_CEILING = 10_000;
+/** A 429 that names no wait pauses every caller this long when nothing paces the provider... */
+export const BARE_429_WAIT_MS = 1000;
+/** ...and this many intervals of the pace when something does. */
+export const BARE_429_INTERVALS = 4;
 /** A caller refused concurrency asks again after this long. */
 export const CONCURRENCY_RETRY_MS = 25;
 /** While nothing paces the provider, a caller may start requests without asking for this long. */
 export const UNPACED_LEASE_MS = 1000;
+/** The probe's answer is waited for at most this long; then callers go on as if it said nothing. */
+export const PROBE_TIMEOUT_MS = 2000;
+/** Callers waiting for the probe's answer ask again after this long. */
+export const PROBE_RETRY_MS = 25;
+/**
+ * Resets come in whole seconds, so a nearer one may mean "now" as well as
+ * "in a second": only a reset at least this far away turns what is left into
+ * a budget (a remaining of 0 pauses until any reset).
+ */
+export const BUDGET_MIN_RESET_MS = 2000;
+/**
+ * A provider saying nothing is left, when at least this share of its quota's
+ * window holds the gate's own requests, is at the edge the schedule already
+ * keeps to: no pause.
+ */
+export const OWN_WINDOW_SHARE = 0.9;
+
+/**
+ * What a caller tells the gate about the answers it got since it last told
+ * it: sent with every `acquire`, and at once (`report`) when it cannot wait.
+ */
+export interface GateSignal {
+  /** Answers that were rate limits: 429s, or what a tool classified as one. */
+  limited: number;
+  /** Requests started without a slot (while nothing paced the provider). */
+  unpacedStarts: number;
+  /** The longest wait a rate-limited answer asked for. */
+  retryAfterMs: number | null;
+  /** The latest quota the provider announced. */
+  quota: Quota | null;
+  /** The latest remaining count, and how long before this report its request was sent. */
+  remaining: (Remaining & { ageMs: number }) | null;
+  /** This reports the answer to the gate's probe (see {@link Grant.probe}). */
+  probe: boolean;
+}
+
+/** A signal that says nothing. */
+export const EMPTY_SIGNAL: GateSignal = { limited: 0, unpacedStarts: 0, retryAfterMs: null, quota: null, remaining: null, probe: false };
 
 /** One caller asking for slots and concurrency. */
 export interface AcquireRequest {
@@ -57,6 +102,8 @@ export interface AcquireRequest {
   inFlight: number;
   /** Concurrency units wanted in all (in flight, waiting, and some headroom); at least `inFlight + slots` is assumed. */
   units?: number;
+  /** What the caller heard since its last call. */
+  signal?: GateSignal;
   now: number;
 }
 
@@ -66,14 +113,16 @@ export interface Grant {
   startInMs: number[];
   /** Concurrency units the caller holds now; null: no concurrency limit. */
   units: number | null;
-  /** When nothing was granted: ask again after this long. */
+  /** When fewer slots were granted than asked (the schedule is leased to its horizon, units are short, a probe or a measurement is under way): ask again after this long. */
   retryInMs: number | null;
   /**
-   * Nothing paces the provider now (no declared or learned rate, no pause):
-   * for this long the caller may start requests within its units without
-   * asking for slots. 0 when paced.
+   * Nothing paces the provider now (no declared, announced or learned rate,
+   * no pause): for this long the caller may start requests within its units
+   * without asking for slots. 0 when paced.
    */
   unpacedForMs: number;
+  /** The first granted slot is the probe: report its answer at once, whatever it says. */
+  probe: boolean;
   policy: PacingPolicy;
 }
 
@@ -87,10 +136,17 @@ interface Holder {
 export interface GateSnapshot {
   effectiveRequestsPerSecond: number | null;
   rateFactor: number;
+  /** The rate the provider's announced quota allows (null: none announced). */
+  announcedRequestsPerSecond: number | null;
   learnedRequestsPerSecond: number | null;
+  /** Whether the provider has answered since the gate started (before that, requests wait for the probe). */
+  heard: boolean;
   pausedUntil: number;
+  /** Slots left before the provider's reset, when its remaining count set a budget. */
+  budget: { left: number; until: number } | null;
   holders: number;
   unitsHeld: number;
+  /** Rate-limited answers reported. */
   backpressureReports: number;
   /** Slots granted so far, and the most whose starts fell within any one second (what the rate bounds). */
   slotsGranted: number;
@@ -99,23 +155,25 @@ export interface GateSnapshot {
 
 /** The pacing state of one (org, provider); see the module comment. */
 export class GateLedger {
+  #rate = new ProviderRate();
+  #history = new StartHistory();
   #nextSlotAt = 0;
   #pausedUntil = 0;
-  #rateFactor = 1;
-  #learnedRps: number | null = null;
-  #lastDecreaseAt = -Infinity;
-  #lastRecoveryAt = 0;
+  #budget: { left: number; until: number } | null = null;
+  #heard = false;
+  /** The last acquire was paced (a rate was in force). */
+  #paced = false;
+  #probe: { caller: string; until: number } | null = null;
   #reports = 0;
-  /** Start times of slots granted in the last second (to learn a rate from). */
-  #recent: number[] = [];
   #holders = new Map<string, Holder>();
-  #slotsGranted = 0;
-  #maxSlotsPerSecond = 0;
 
-  /** Grants up to `request.slots` slots and the caller's concurrency units. */
+  /** Takes in the caller's signal, then grants up to `request.slots` slots and the caller's concurrency units. */
   acquire(policy: PacingPolicy, request: AcquireRequest): Grant {
     const { caller, now, inFlight } = request;
-    this.#recover(policy, now);
+    if (this.#budget && this.#budget.until <= now) this.#budget = null;
+    if (request.signal) this.#absorb(policy, request.signal, now);
+    this.#rate.settle({ now, pausedUntil: this.#pausedUntil, history: this.#history });
+    this.#rate.recover(policy, { now, pausedUntil: this.#pausedUntil });
     this.#expire(now);
     let slots = Math.max(0, Math.min(request.slots, MAX_SLOTS_PER_LEASE));
     let units: number | null = null;
@@ -123,47 +181,52 @@ export class GateLedger {
       units = this.#units(policy.concurrency, caller, inFlight, Math.max(request.units ?? 0, inFlight + slots), now);
       slots = Math.min(slots, Math.max(0, units - inFlight));
     }
+    const rps = this.#rate.effective(policy);
+    const firstContact = this.#firstContact(policy, caller, now);
+    if (firstContact === "wait") return { startInMs: [], units, retryInMs: PROBE_RETRY_MS, unpacedForMs: 0, probe: false, policy };
+    if (firstContact === "probe") slots = Math.min(slots, 1);
+    // A rate just came into force (the probe's answer announced a quota, a 429 taught one): the requests already started count.
+    const last = this.#history.last;
+    if (rps !== null && !this.#paced && last !== undefined) this.#nextSlotAt = Math.max(this.#nextSlotAt, last + 1000 / rps);
+    this.#paced = rps !== null;
     const startInMs: number[] = [];
-    const rps = this.#effectiveRps(policy);
     const earliest = Math.max(now, this.#pausedUntil);
+    // While a learned limit is being measured the rate is a guess: nothing is leased past the measurement.
+    const measuring = this.#rate.measuringUntil;
+    const leaseEnd = measuring === null ? now + SLOT_HORIZON_MS : Math.min(now + SLOT_HORIZON_MS, Math.max(earliest, measuring));
     for (let i = 0; i < slots; i++) {
-      const at = rps === null ? earliest : Math.max(earliest, this.#nextSlotAt);
-      if (at - now > SLOT_HORIZON_MS) break;
+      const at = this.#withinBudget(rps === null ? earliest : Math.max(earliest, this.#nextSlotAt));
+      if (at > leaseEnd) break;
+      if (this.#budget && at < this.#budget.until) this.#budget.left--;
       if (rps !== null) this.#nextSlotAt = at + 1000 / rps;
       startInMs.push(at - now);
-      this.#recent.push(at);
-      this.#slotsGranted++;
-      this.#maxSlotsPerSecond = Math.max(this.#maxSlotsPerSecond, this.#recent.length - firstAfter(this.#recent, at - 1000));
+      this.#history.record(at);
     }
-    this.#trimRecent(now);
+    this.#history.trim(now);
     let retryInMs: number | null = null;
-    if (startInMs.length === 0 && request.slots > 0) {
+    if (startInMs.length < slots || (startInMs.length === 0 && request.slots > 0)) {
       const blockedByUnits = units !== null && units <= inFlight;
-      const slotAt = Math.max(earliest, rps === null ? earliest : this.#nextSlotAt);
-      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, slotAt - now - SLOT_HORIZON_MS);
+      const slotAt = this.#withinBudget(Math.max(earliest, rps === null ? earliest : this.#nextSlotAt));
+      const untilGrantable = measuring === null ? slotAt - now - SLOT_HORIZON_MS + LEASE_REFILL_MS : measuring - now;
+      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, untilGrantable);
     }
-    const unpacedForMs = rps === null && this.#pausedUntil <= now ? UNPACED_LEASE_MS : 0;
-    return { startInMs, units, retryInMs, unpacedForMs, policy };
+    const unpaced = rps === null && this.#pausedUntil <= now && this.#budget === null && this.#heard;
+    const probe = firstContact === "probe" && startInMs.length > 0;
+    if (firstContact === "probe" && !probe) this.#probe = null;
+    return { startInMs, units, retryInMs, unpacedForMs: unpaced ? UNPACED_LEASE_MS : 0, probe, policy };
   }
 
   /**
-   * A provider answered 429: every caller waits until `now + retryAfterMs`,
-   * and the rate drops (once per {@link DECREASE_DEBOUNCE_MS}).
+   * A caller heard something it could not keep until its next acquire: a
+   * 429, a remaining of 0, a new quota, the probe's answer. Answers how long
+   * every caller is paused from now (0: not paused), so the caller can drop
+   * the slots it leased before.
    */
-  report(policy: PacingPolicy, { retryAfterMs, now }: { retryAfterMs: number; now: number }): void {
-    this.#reports++;
-    this.#pausedUntil = Math.max(this.#pausedUntil, now + Math.max(0, retryAfterMs));
-    this.#nextSlotAt = Math.max(this.#nextSlotAt, this.#pausedUntil);
-    if (now - this.#lastDecreaseAt < DECREASE_DEBOUNCE_MS) return;
-    this.#lastDecreaseAt = now;
-    this.#lastRecoveryAt = Math.max(now, this.#pausedUntil);
-    if (policy.requestsPerSecond !== null) {
-      this.#rateFactor = Math.max(MIN_RATE_FACTOR, this.#rateFactor * DECLARED_RATE_DECREASE);
-    } else {
-      this.#trimRecent(now);
-      const observed = this.#recent.filter((t) => t <= now).length;
-      this.#learnedRps = Math.max(1, (this.#learnedRps ?? Math.max(1, observed)) * RATE_DECREASE);
-    }
+  report(policy: PacingPolicy, { signal, now }: { signal: GateSignal; now: number }): { pausedForMs: number } {
+    this.#absorb(policy, signal, now);
+    this.#rate.settle({ now, pausedUntil: this.#pausedUntil, history: this.#history });
+    this.#history.trim(now);
+    return { pausedForMs: Math.max(0, this.#pausedUntil - now) };
   }
 
   /** The caller is done: its concurrency units return at once. */
@@ -176,21 +239,93 @@ export class GateLedger {
     let unitsHeld = 0;
     for (const holder of this.#holders.values()) unitsHeld += holder.units;
     return {
-      effectiveRequestsPerSecond: this.#effectiveRps(policy),
-      rateFactor: this.#rateFactor,
-      learnedRequestsPerSecond: this.#learnedRps,
+      effectiveRequestsPerSecond: this.#rate.effective(policy),
+      rateFactor: this.#rate.factor,
+      announcedRequestsPerSecond: this.#rate.announced(),
+      learnedRequestsPerSecond: this.#rate.learned,
+      heard: this.#heard,
       pausedUntil: this.#pausedUntil,
+      budget: this.#budget && this.#budget.until > now ? { ...this.#budget } : null,
       holders: this.#holders.size,
       unitsHeld,
       backpressureReports: this.#reports,
-      slotsGranted: this.#slotsGranted,
-      maxSlotsPerSecond: this.#maxSlotsPerSecond,
+      slotsGranted: this.#history.slotsGranted,
+      maxSlotsPerSecond: this.#history.maxSlotsPerSecond,
     };
   }
 
-  #effectiveRps(policy: PacingPolicy): number | null {
-    if (policy.requestsPerSecond !== null) return policy.requestsPerSecond * PACE_UTILIZATION * this.#rateFactor;
-    return this.#learnedRps;
+  #absorb(policy: PacingPolicy, signal: GateSignal, now: number): void {
+    if (signal.probe || signal.limited > 0 || signal.quota !== null || signal.remaining !== null) {
+      this.#heard = true;
+      this.#probe = null;
+    }
+    if (signal.unpacedStarts > 0) this.#history.record(now, { count: Math.min(signal.unpacedStarts, MAX_SLOTS_PER_LEASE), granted: false });
+    this.#rate.hear({ quota: signal.quota, resetMs: signal.remaining?.resetMs ?? null });
+    if (signal.remaining) this.#remaining(signal.remaining, now);
+    if (signal.limited > 0) {
+      this.#reports++;
+      this.#history.recordLimited(now, signal.limited);
+      this.#pause(now + Math.max(0, signal.retryAfterMs ?? this.#bareWaitMs(policy)));
+      this.#rate.rateLimited(policy, { now, count: signal.limited, pausedUntil: this.#pausedUntil, history: this.#history });
+    }
+  }
+
+  /**
+   * The provider says how much is left. Nothing left pauses every caller
+   * until its reset, unless the gate's own requests fill the quota's window:
+   * then the schedule already waits for the oldest to leave it (pacing just
+   * under a quota of 10 a second fills it now and then), and a reset in whole
+   * seconds would cost up to a second for nothing. A precise reset sets a
+   * budget.
+   */
+  #remaining(remaining: Remaining & { ageMs: number }, now: number): void {
+    if (remaining.resetMs === null) return;
+    const sentAt = now - remaining.ageMs;
+    if (remaining.requests === 0) {
+      const quota = this.#rate.announcedQuota;
+      const windowMs = this.#rate.windowMs();
+      const ours = windowMs === null ? 0 : this.#history.started(sentAt - windowMs, sentAt);
+      if (!quota || ours < Math.floor(quota.requests * OWN_WINDOW_SHARE)) this.#pause(now + remaining.resetMs);
+      return;
+    }
+    if (remaining.resetMs < BUDGET_MIN_RESET_MS) return;
+    // Slots started since the answered request was sent (and those leased ahead) are not in the provider's count yet.
+    this.#budget = { left: remaining.requests - this.#history.started(sentAt, Infinity), until: now + remaining.resetMs };
+  }
+
+  /** How long a 429 that names no wait pauses: a few intervals of the pace, or a second when nothing paces the provider. */
+  #bareWaitMs(policy: PacingPolicy): number {
+    const rps = this.#rate.effective(policy);
+    return rps === null ? BARE_429_WAIT_MS : Math.min(BARE_429_WAIT_MS, Math.max(50, (BARE_429_INTERVALS * 1000) / rps));
+  }
+
+  #pause(until: number): void {
+    this.#pausedUntil = Math.max(this.#pausedUntil, until);
+    this.#nextSlotAt = Math.max(this.#nextSlotAt, this.#pausedUntil);
+  }
+
+  /** Probing the provider: `probe` grants this caller the probe, `wait` holds it back until the probe's answer, `go` is normal pacing. */
+  #firstContact(policy: PacingPolicy, caller: string, now: number): "probe" | "wait" | "go" {
+    if (this.#heard || policy.requestsPerSecond !== null) return "go";
+    if (this.#probe && now >= this.#probe.until) {
+      // The probe's answer never came (its caller died, or the provider is slow): go on without it.
+      this.#heard = true;
+      this.#probe = null;
+      return "go";
+    }
+    if (this.#probe) return "wait";
+    this.#probe = { caller, until: now + PROBE_TIMEOUT_MS };
+    return "probe";
+  }
+
+  /** The earliest start at or after `at` that the budget allows. */
+  #withinBudget(at: number): number {
+    if (!this.#budget) return at;
+    if (at >= this.#budget.until) {
+      this.#budget = null;
+      return at;
+    }
+    return this.#budget.left > 0 ? at : this.#budget.until;
   }
 
   #units(limit: number, caller: string, inFlight: number, wanted: number, now: number): number {
@@ -212,38 +347,7 @@ export class GateLedger {
     return units;
   }
 
-  #recover(policy: PacingPolicy, now: number): void {
-    const from = Math.max(this.#lastRecoveryAt, this.#pausedUntil);
-    if (now <= from) return;
-    const seconds = (now - from) / 1000;
-    this.#lastRecoveryAt = now;
-    if (policy.requestsPerSecond !== null) {
-      this.#rateFactor = Math.min(1, this.#rateFactor + seconds * RATE_RECOVERY_PER_SECOND);
-    } else if (this.#learnedRps !== null) {
-      this.#learnedRps += seconds * Math.max(1, this.#learnedRps * RATE_RECOVERY_PER_SECOND * 2);
-      if (this.#learnedRps > LEARNED_RATE_CEILING) this.#learnedRps = null;
-    }
-  }
-
   #expire(now: number): void {
     for (const [id, holder] of this.#holders) if (holder.expiresAt <= now) this.#holders.delete(id);
   }
-
-  #trimRecent(now: number): void {
-    let drop = 0;
-    while (drop < this.#recent.length && this.#recent[drop]! <= now - 1000) drop++;
-    if (drop) this.#recent.splice(0, drop);
-  }
-}
-
-/** The index of the first of the ascending `times` later than `t`. */
-function firstAfter(times: readonly number[], t: number): number {
-  let lo = 0;
-  let hi = times.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (times[mid]! > t) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
 }

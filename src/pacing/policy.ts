@@ -9,7 +9,11 @@ import { z } from "zod";
 /** How fast and how wide an org may call one provider. */
 export const PacingPolicy = z
   .object({
-    /** The provider's documented request rate for the org; null: none. The gate paces at {@link PACE_UTILIZATION} of it. */
+    /**
+     * The provider's documented request rate for the org; null: none (the
+     * gate then paces by the quota the provider announces, or learns one
+     * from its 429s). The gate paces at {@link PACE_UTILIZATION} of it.
+     */
     requestsPerSecond: z.number().positive().max(100_000).nullable(),
     /** Provider requests in flight at once across the org; null: no limit. */
     concurrency: z.number().int().min(1).max(10_000).nullable(),
@@ -23,8 +27,12 @@ export type PacingPolicy = z.infer<typeof PacingPolicy>;
 export const PacingOverride = PacingPolicy.partial().strict();
 export type PacingOverride = z.infer<typeof PacingOverride>;
 
-/** Share of a declared rate the gate hands out: the rest absorbs clock and network jitter between callers. */
-export const PACE_UTILIZATION = 0.95;
+/**
+ * Share of a known rate (declared, announced or learned) the gate hands out:
+ * the rest absorbs the jitter between a slot's start and its request's
+ * arrival, which can bunch requests into a provider's window.
+ */
+export const PACE_UTILIZATION = 0.96;
 
 /** For providers this table does not name. */
 export const DEFAULT_PACING: PacingPolicy = { requestsPerSecond: null, concurrency: 64, batchParallelism: 4 };

@@ -5,9 +5,14 @@
  * - `PUT` with a partial `{ requestsPerSecond, concurrency, batchParallelism }`
  *   → sets the org's override (e.g. the rate its plan with the provider allows;
  *   tests and the bench tell the gate the simulated provider's `ratePerSecond`)
- * - `DELETE` → back to the defaults in `src/pacing/policy.ts`
+ * - `DELETE` → back to the defaults in `src/pacing/policy.ts`, forgetting
+ *   what the gate learned from the provider's answers (its next request
+ *   probes the provider again)
  *
  * Runs already in progress pick a change up at their next invocation.
+ * `state` shows the rate in force and where it comes from: the declared
+ * rate, the provider's announced quota (`announcedRequestsPerSecond`), or
+ * one learned from its 429s (`learnedRequestsPerSecond`).
  */
 import { Hono } from "hono";
 import { z } from "zod";

@@ -1,14 +1,23 @@
 /** The constructors play and tool authors use. */
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
+import { describeInputAs } from "./json-schema";
 import type { PlayDefinition, Row, ToolDefinition } from "./types";
 
 export type * from "./types";
 export { AUTH_SCOPE_CHANGED, ToolCallError } from "./tool-error";
+export { describeInputAs } from "./json-schema";
+
+/** A declared dataset's name: it travels in URLs (`/v1/runs/<id>/datasets/<name>`). */
+const DATASET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 
 /** Declares a play. Register it in `src/plays/index.ts` to make it runnable. */
 export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): PlayDefinition<Input, Result> {
   if (!/^[a-z0-9][a-z0-9-]{0,63}$/.test(play.name)) throw new Error(`play name ${JSON.stringify(play.name)} must match [a-z0-9-]{1,64}`);
+  for (const [i, name] of (play.datasets ?? []).entries()) {
+    if (!DATASET_NAME.test(name)) throw new Error(`play ${play.name}: dataset name ${JSON.stringify(name)} must match [A-Za-z0-9_.-]{1,64}, starting with a letter or digit`);
+    if (play.datasets!.indexOf(name) !== i) throw new Error(`play ${play.name}: dataset ${JSON.stringify(name)} is declared twice`);
+  }
   return play;
 }
 
@@ -17,6 +26,9 @@ export function defineTool<Input, Output>(tool: ToolDefinition<Input, Output>): 
   if (!/^[a-z0-9_]{1,64}$/.test(tool.id)) throw new Error(`tool id ${JSON.stringify(tool.id)} must match [a-z0-9_]{1,64}`);
   if (tool.batch && !(Number.isInteger(tool.batch.maxMembers) && tool.batch.maxMembers >= 1)) {
     throw new Error(`tool ${tool.id}: batch.maxMembers must be a positive integer`);
+  }
+  if (typeof tool.price === "number" && !(Number.isFinite(tool.price) && tool.price >= 0)) {
+    throw new Error(`tool ${tool.id}: price must be a finite number of credits, at least 0`);
   }
   return tool;
 }
@@ -42,7 +54,7 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
         if (JSON.stringify(r).length > MAX_ROW_BYTES) ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
       });
     });
-  return z
+  const input = z
     .object({ rows: z.unknown().optional(), csv: z.string().optional() })
     .strict()
     .transform((value, ctx) => {
@@ -67,6 +79,11 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
       }
       return { rows: result.data };
     });
+  // The transform hides the row schema from JSON Schema: document the two shapes it accepts.
+  return describeInputAs(input, z.union([
+    z.object({ rows }).strict(),
+    z.object({ csv: z.string().describe("RFC 4180 CSV text with a header line; each row as in rows") }).strict(),
+  ]));
 }
 
 /**

@@ -187,6 +187,16 @@ export interface PlayDefinition<Input = any, Result = unknown> {
   version?: string;
   /** Validates (and may transform) the run's input at submit time. */
   input: z.ZodType<Input, any>;
+  /**
+   * The datasets this play writes with `ctx.map`, so clients can find them
+   * before the run starts: `GET /v1/plays` lists them and a run's
+   * `links.datasets` names them. A map into a dataset not declared here still
+   * works; it appears in the run's links once it has started.
+   *
+   * @example
+   * datasets: ["leads"],
+   */
+  datasets?: readonly string[];
   run(ctx: PlayContext, input: Input): Promise<Result>;
 }
 
@@ -208,6 +218,18 @@ export interface ToolCall {
    * `auth_scope_changed` (`AUTH_SCOPE_CHANGED`).
    */
   readonly authScopeDigest: string;
+  /**
+   * Hands the provider's answer headers to the org's pacing, which reads
+   * their rate-limit signals (`X-RateLimit-*`, `RateLimit-Policy` and
+   * `RateLimit`): call it with a successful answer's headers, so pacing
+   * learns the provider's quota and slows down before a 429. A failure's
+   * headers travel on the thrown `ToolCallError` (`headers`).
+   *
+   * @example
+   * const res = await fetch(url, { signal: call.signal });
+   * call.reportHeaders(res.headers);
+   */
+  reportHeaders(headers: HeadersInit): void;
 }
 
 /**
@@ -222,6 +244,8 @@ export interface BatchCall {
   /** As {@link ToolCall.signal}: the provider timeout, never a cancel. */
   readonly signal: AbortSignal;
   readonly env: Env;
+  /** As {@link ToolCall.reportHeaders}, for the batch request's answer. */
+  reportHeaders(headers: HeadersInit): void;
 }
 
 /** One member of a batch call. */
@@ -271,9 +295,30 @@ export interface ToolDefinition<Input = any, Output = unknown> {
   version: string;
   input: z.ZodType<Input, any>;
   /**
+   * What one billed call costs, in credits (for a batchable tool: one billed
+   * member): a constant, or a function of the call's validated input. The
+   * price is reserved against the run's `maxSpend` before the call is sent and
+   * counted when the provider answered it. Without it a call costs 0.
+   *
+   * @example
+   * price: 1,
+   * price: (input) => (input.deep ? 5 : 1),
+   */
+  price?: number | ((input: Input) => number);
+  /**
+   * Whether the provider honours idempotency keys (a repeated request with the
+   * same key is answered, not executed and billed again). Default `true`. For
+   * a provider that does not (`false`) and a tool without `recover`, a request
+   * whose outcome is unknown (its attempt died after it may have been sent) is
+   * never sent again silently: the row fails `outcome_unknown`, and a rerun
+   * sends it again only with `retryUnknown: true`.
+   */
+  idempotent?: boolean;
+  /**
    * Calls the provider. Throw `ToolCallError` with `retryable` to classify a
-   * failure (and `retryAfterMs` for a 429's Retry-After); any other throw is
-   * treated as permanent.
+   * failure (with the answer's `status` and `headers`, which carry a 429's
+   * `Retry-After` and the provider's limit); any other throw is treated as
+   * permanent. Hand a successful answer's headers to `call.reportHeaders`.
    */
   execute(input: Input, call: ToolCall): Promise<Output>;
   /** Makes the tool batchable (see {@link ToolBatchStrategy}). */
@@ -292,7 +337,7 @@ export interface ToolDefinition<Input = any, Output = unknown> {
    *   return res.status === 404 ? { found: false } : { found: true, output: await res.json() };
    * }
    */
-  recover?(idempotencyKey: string, call: ToolCall & { readonly input: Input }): Promise<ToolRecovery<Output>>;
+  recover?(idempotencyKey: string, call: Omit<ToolCall, "reportHeaders"> & { readonly input: Input }): Promise<ToolRecovery<Output>>;
   /**
    * Names the credentials the tool runs with (an account id, a key's
    * fingerprint; never needs to be secret, it is digested). Its digest is part
@@ -301,4 +346,16 @@ export interface ToolDefinition<Input = any, Output = unknown> {
    * provider answers `auth_scope_changed`.
    */
   authScope?(env: Env): string | Promise<string>;
+  /**
+   * Says whether a failure `execute` or `batch.send` threw is the provider's
+   * own way of saying "slow down" (Hunter, for one, answers 403 when rate
+   * limited). A failure it accepts is handled as a 429: retried under the
+   * same idempotency key after the wait its headers ask for, reported to the
+   * org's pacing, and counted in the run's `usage.rateLimited`. Without the
+   * hook a failure is a rate limit only as `ToolCallError` describes.
+   *
+   * @example
+   * isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",
+   */
+  isRateLimit?(error: unknown): boolean;
 }

@@ -15,6 +15,7 @@ const Account = z.object({
 export const demoAccounts = definePlay({
   name: "demo-accounts",
   description: "For each account (id, domain, people), runs demo-enrich as a child play over its people; leads holds the child's { rows, failed }.",
+  datasets: ["accounts"],
   input: z.object({ accounts: z.array(Account).max(10_000) }).strict(),
   async run(ctx, input) {
     const accounts = await ctx.map(

@@ -5,6 +5,7 @@ import { definePlay, rowsInput } from "../play/define";
 export const demoEnrich = definePlay({
   name: "demo-enrich",
   description: "Finds and verifies an email for each lead (id, name, domain) with the simulated provider.",
+  datasets: ["leads"],
   input: rowsInput(z.object({ id: z.coerce.string().min(1).max(200), name: z.string().max(500), domain: z.string().max(253) }).loose()),
   async run(ctx, input) {
     const leads = await ctx.map(

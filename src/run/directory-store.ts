@@ -1,6 +1,7 @@
 /** An org's run index: upserted by each run's coordinator, paged newest first. */
 import { z } from "zod";
 import type { Sql } from "../storage/sql";
+import { orgSpendMigration } from "./org-spend-store";
 
 export const directoryMigrations = [
   `CREATE TABLE runs (
@@ -9,6 +10,7 @@ export const directoryMigrations = [
    CREATE INDEX runs_newest ON runs (created_at DESC, run_id DESC);`,
   `CREATE TABLE idempotency_keys (
      key TEXT PRIMARY KEY, run_id TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at INTEGER NOT NULL);`,
+  orgSpendMigration,
 ];
 
 export const RunEntry = z.object({

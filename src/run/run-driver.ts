@@ -12,7 +12,9 @@ import { WaitSignal, Waits, waitPolicyFor } from "../engine/waits";
 import type { RuntimePolicy } from "../engine/policy";
 import { ReceiptClient, SheetClient, SubrequestMeter } from "../engine/shard-clients";
 import type { PlayDefinition, ToolDefinition } from "../play/types";
-import { codeOf, messageOf } from "../shared/errors";
+import { codeOf, detailsOf, messageOf } from "../shared/errors";
+import { SpendCapReached, type SpendLedger } from "../dispatch/spend";
+import { toCredits, toMicros } from "./spend-store";
 import { faultProbeFor, type FaultProbe } from "../testing/faults";
 import type { JournalStore } from "./journal-store";
 import type { RunError, RunRecord, RunStore } from "./run-store";
@@ -40,7 +42,12 @@ export interface DriveOptions {
   redact?<T>(value: T): T;
   /** The test-only fault seam (defaults to `faultProbeFor(env)`; the coordinator's can crash it). */
   faults?: FaultProbe;
+  /** The most the run may have reserved and billed by the end of this invocation, or null for no cap. */
+  spendCap?: SpendCap | null;
 }
+
+/** A cap on what a run reserves and bills: its own `maxSpend`, or what the org's daily limit leaves it. */
+export type SpendCap = { credits: number; reason: "maxSpend" } | { credits: number; reason: "daily"; limit: number };
 
 const MAX_INFRA_RETRIES = 6;
 const MAX_LOG_LINE = 4000;
@@ -86,6 +93,7 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
     env: o.env, run, tools: o.tools, policy: o.policy, signal, meter, faults: o.faults ?? faultProbeFor(o.env), log, now,
     // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
     salvage: (entry) => store.salvage.add(entry),
+    spend: spendLedger(store, o.spendCap ?? null),
   });
   const maps = new MapRunner({ env: o.env, run, store, policy: o.policy, tools: o.tools, meter, signal, log, emit: o.emit, now, dispatch });
   const services = playServices(o, run, { signal, suspension, meter, log });
@@ -114,6 +122,20 @@ type InvocationEnd =
   | { kind: "finished"; status: "completed" | "failed" | "cancelled"; outcome: { result?: unknown; error?: RunError } }
   | { kind: "parked"; resumeAt: number; waiting: boolean; suspended: boolean }
   | { kind: "retry"; at: number };
+
+/** The run's ledger of billable requests, over its coordinator's storage, under `cap`. */
+function spendLedger(store: RunStore, cap: SpendCap | null): SpendLedger {
+  const capMicros = cap === null ? null : toMicros(cap.credits);
+  return {
+    reserve: (request) => {
+      if (store.spend.reserve(request, capMicros)) return;
+      const spent = toCredits(store.spend.billedMicros());
+      throw cap!.reason === "maxSpend" ? new SpendCapReached(spent, cap!.credits) : new SpendCapReached(spent, cap!.limit, "daily");
+    },
+    bill: (requestKey) => store.spend.bill(requestKey),
+    release: (requestKey) => store.spend.release(requestKey),
+  };
+}
 
 /** Child plays, waits and fetch for this invocation. */
 function playServices(o: DriveOptions, run: RunRecord, x: { signal: AbortSignal; suspension: AbortController; meter: SubrequestMeter; log(line: string): void }): PlayServices {
@@ -188,7 +210,8 @@ async function drivePlay(o: DriveOptions, play: PlayDefinition, ctx: RunContext,
         return { kind: "retry", at: now() + Math.min(30_000, 250 * 2 ** failures) };
       }
     }
-    return finished("failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error) } });
+    const details = detailsOf(error);
+    return finished("failed", { error: { code: codeOf(error) ?? "play_failed", message: messageOf(error), ...(details ? { details } : {}) } });
   }
 }
 
@@ -210,7 +233,7 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   const { store } = o;
   const restore = store.salvage.pendingCount() > 0 ? await store.salvage.restore(receiptClient(o)) : null;
   if (status !== "completed") await releaseLeases(o);
-  const raw = outcome.error ? { ...outcome.error, failureSamples: store.failureSamples() } : undefined;
+  const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
   const redacted = raw && o.redact ? o.redact(raw) : raw;
   // Salvage is attached after redaction: it holds the exact billed outputs.
   const salvage = store.salvage.record();
@@ -219,10 +242,12 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   if (o.meter) {
     // Counted before the terminal status is visible, so a reader of the finished run sees all of it.
     store.addUsage(o.meter);
-    o.meter.rpc = o.meter.provider = o.meter.retries = o.meter.rateLimited = o.meter.lookups = 0;
+    o.meter.rpc = o.meter.provider = o.meter.retries = o.meter.rateLimited = o.meter.lookups = o.meter.outcomeUnknown = 0;
   }
-  // Nothing runs once the run has ended: chunks still marked running show as not computed, not active.
+  // Nothing runs once the run has ended: chunks still marked running show as not computed, not active;
+  // requests reserved but never answered are not this run's spend (a run that completes them pays).
   store.resetRunningChunks();
+  store.spend.releaseAll();
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
   if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });
@@ -230,6 +255,12 @@ async function finish(o: DriveOptions, status: "completed" | "failed" | "cancell
   else o.emit("run.cancelled", { progress });
   await o.onStatus();
   return restore && restore.pending > 0 ? o.now() + restoreDelayMs(o, 0) : null;
+}
+
+/** A run stopped by its cap reports what it billed in the end (requests in flight at the refusal were billed after it). */
+function spentAtEnd(store: RunStore, error: RunError): Partial<RunError> {
+  if (error.code !== "spend_cap_reached" || !error.details) return {};
+  return { details: { ...error.details, spent: toCredits(store.spend.billedMicros()) } };
 }
 
 function salvageSummary(salvage: NonNullable<ReturnType<RunStore["salvage"]["record"]>>): string {

@@ -5,6 +5,7 @@
  */
 import type { Sql } from "../storage/sql";
 import { SalvageStore, type SalvageRecord } from "./salvage-store";
+import { SpendStore, toCredits, toMicros } from "./spend-store";
 
 export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
 export const TERMINAL: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
@@ -15,6 +16,8 @@ export interface RunError {
   failureSamples?: { map: string; key: string; error: string }[];
   /** Billed outputs that could not be stored in receipts (see `SalvageStore`). */
   salvage?: SalvageRecord;
+  /** What the code carries as data (e.g. `spend_cap_reached`: `{ spent, maxSpend }`). */
+  details?: Record<string, number | string | null>;
 }
 
 export interface RunRecord {
@@ -38,7 +41,11 @@ export interface RunRecord {
    * provider counts as calls); in-process retries and 429s among them; and recovery lookups (asking a provider
    * for the result of a taken-over call, which it neither bills nor counts as a call).
    */
-  usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number; providerLookups: number };
+  usage: { objectRpcs: number; providerRequests: number; providerRetries: number; rateLimited: number; providerLookups: number; outcomeUnknown: number };
+  /** The run's spend cap in credits (`maxSpend`), or null. */
+  maxSpend: number | null;
+  /** Requests whose outcome is unknown may be sent again (`retryUnknown`). */
+  retryUnknown: boolean;
   deadlineAt: number;
   /** Test runner only: policy overrides for this run (see `TestPolicyOverrides` in src/engine/policy.ts). */
   testPolicy: Record<string, number> | null;
@@ -97,7 +104,7 @@ const INPUT_PART_CHARS = 512 * 1024;
 type RunRow = {
   run_id: string; org: string; play: string; parent_run_id: string | null; status: string; force: number;
   force_tool_refresh: number; run_attempt: number; result: string | null; error: string | null;
-  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; provider_lookups: number; deadline_at: number; created_at: number; updated_at: number;
+  cancel_requested: number; infra_failures: number; object_rpcs: number; provider_requests: number; provider_retries: number; rate_limited: number; provider_lookups: number; outcome_unknown: number; max_spend_micros: number | null; retry_unknown: number; deadline_at: number; created_at: number; updated_at: number;
   depth: number;
   test_policy: string | null;
 };
@@ -117,7 +124,9 @@ function rowToRun(r: RunRow): RunRecord {
     error: r.error === null ? null : (JSON.parse(r.error) as RunError),
     cancelRequested: r.cancel_requested === 1,
     infraFailures: r.infra_failures,
-    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited, providerLookups: r.provider_lookups },
+    usage: { objectRpcs: r.object_rpcs, providerRequests: r.provider_requests, providerRetries: r.provider_retries, rateLimited: r.rate_limited, providerLookups: r.provider_lookups, outcomeUnknown: r.outcome_unknown },
+    maxSpend: r.max_spend_micros === null ? null : toCredits(r.max_spend_micros),
+    retryUnknown: r.retry_unknown === 1,
     deadlineAt: r.deadline_at,
     testPolicy: r.test_policy === null ? null : (JSON.parse(r.test_policy) as Record<string, number>),
     createdAt: r.created_at,
@@ -130,11 +139,14 @@ export class RunStore {
   #now: () => number;
   /** Billed outputs whose receipts could not be completed. */
   readonly salvage: SalvageStore;
+  /** The run's billable requests: reserved, then billed. */
+  readonly spend: SpendStore;
 
   constructor(options: { sql: Sql; now: () => number }) {
     this.#sql = options.sql;
     this.#now = options.now;
     this.salvage = new SalvageStore({ sql: options.sql });
+    this.spend = new SpendStore({ sql: options.sql, now: options.now });
   }
 
   run(): RunRecord | null {
@@ -143,12 +155,13 @@ export class RunStore {
   }
 
   /** Records a new run and its input; a no-op if the run exists (idempotent start). */
-  create(init: { runId: string; org: string; play: string; parentRunId: string | null; depth?: number; force: boolean; forceToolRefresh: boolean; deadlineAt: number; testPolicy?: Record<string, number> | null }, input: unknown): boolean {
+  create(init: { runId: string; org: string; play: string; parentRunId: string | null; depth?: number; force: boolean; forceToolRefresh: boolean; deadlineAt: number; testPolicy?: Record<string, number> | null; maxSpend?: number | null; retryUnknown?: boolean }, input: unknown): boolean {
     if (this.run()) return false;
     const now = this.#now();
     const testPolicy = init.testPolicy ? JSON.stringify(init.testPolicy) : null;
-    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, test_policy, created_at, updated_at)
-      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${testPolicy}, ${now}, ${now})`;
+    const maxSpend = init.maxSpend === undefined || init.maxSpend === null ? null : toMicros(init.maxSpend);
+    this.#sql.write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, test_policy, max_spend_micros, retry_unknown, created_at, updated_at)
+      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${testPolicy}, ${maxSpend}, ${init.retryUnknown ? 1 : 0}, ${now}, ${now})`;
     const text = JSON.stringify(input);
     for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
       this.#sql.write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;
@@ -181,10 +194,10 @@ export class RunStore {
     return this.run()!.runAttempt;
   }
 
-  addUsage(usage: { rpc: number; provider: number; retries?: number; rateLimited?: number; lookups?: number }): void {
+  addUsage(usage: { rpc: number; provider: number; retries?: number; rateLimited?: number; lookups?: number; outcomeUnknown?: number }): void {
     this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider},
       provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0},
-      provider_lookups = provider_lookups + ${usage.lookups ?? 0} WHERE id = 1`;
+      provider_lookups = provider_lookups + ${usage.lookups ?? 0}, outcome_unknown = outcome_unknown + ${usage.outcomeUnknown ?? 0} WHERE id = 1`;
   }
 
   noteInfraFailure(reset: boolean): number {
@@ -296,6 +309,11 @@ export class RunStore {
     const by = this.#sql<{ run_id: string; until: number }>`SELECT blocked_by AS run_id, blocked_until AS until FROM chunks
       WHERE map = ${map} AND state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL ORDER BY blocked_until DESC LIMIT 1`[0];
     return by ? { ...r, blockedBy: { runId: by.run_id, until: new Date(by.until).toISOString() } } : r;
+  }
+
+  /** Rows this run computed (not reused), over every map. */
+  computedRows(): number {
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(completed + failed - reused), 0) AS n FROM chunks`[0]!.n;
   }
 
   allProgress(): Record<string, MapProgress> {

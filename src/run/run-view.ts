@@ -1,5 +1,7 @@
 /** The public shape of a run (API.md `GET /v1/runs/<id>`). */
 import { TERMINAL, type RunRecord, type RunStore } from "./run-store";
+import type { SpendTotals } from "./spend-store";
+import { runLinks, type RunLinks } from "./links";
 
 export interface RunView {
   runId: string;
@@ -13,14 +15,20 @@ export interface RunView {
   /** The play's JSON result (typed loosely: RPC types cannot carry a recursive JSON type). */
   result: any;
   error: RunRecord["error"];
-  usage: RunRecord["usage"];
+  /** What the run used; `spend` in credits actually billed to it (reused receipts cost nothing). */
+  usage: RunRecord["usage"] & { spend: SpendTotals };
+  /** The run's spend cap in credits, or null. */
+  maxSpend: number | null;
+  /** Where its state, live feed, events and datasets are (the play's declared datasets, then the maps it started). */
+  links: RunLinks;
   createdAt: string;
   updatedAt: string;
 }
 
-export function runView(store: RunStore): RunView | null {
+export function runView(store: RunStore, declaredDatasets: readonly string[] = []): RunView | null {
   const run = store.run();
   if (!run) return null;
+  const maps = store.allProgress();
   return {
     runId: run.runId,
     play: run.play,
@@ -28,10 +36,12 @@ export function runView(store: RunStore): RunView | null {
     status: run.cancelRequested && !TERMINAL.has(run.status) ? "cancelling" : run.status,
     runAttempt: run.runAttempt,
     parentRunId: run.parentRunId,
-    progress: { maps: store.allProgress() },
+    progress: { maps },
     result: run.result,
     error: run.error,
-    usage: run.usage,
+    usage: { ...run.usage, spend: store.spend.totals() },
+    maxSpend: run.maxSpend,
+    links: runLinks(run.runId, new Set([...declaredDatasets, ...Object.keys(maps)])),
     createdAt: new Date(run.createdAt).toISOString(),
     updatedAt: new Date(run.updatedAt).toISOString(),
   };

@@ -111,4 +111,20 @@ export const runMigrations = [
   ALTER TABLE chunks ADD COLUMN blocked_by TEXT;
   ALTER TABLE chunks ADD COLUMN blocked_until INTEGER;
   `,
+  // Spend (src/run/spend-store.ts): each billable request reserved, then billed; the run's cap and
+  // whether it may re-send requests whose outcome is unknown.
+  `
+  CREATE TABLE spend (
+    request_key TEXT PRIMARY KEY,
+    tool_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    micros INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'billed')),
+    at INTEGER NOT NULL,
+    reported INTEGER NOT NULL DEFAULT 0
+  );
+  ALTER TABLE run ADD COLUMN max_spend_micros INTEGER;
+  ALTER TABLE run ADD COLUMN retry_unknown INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0;
+  `,
 ];

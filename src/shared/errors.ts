@@ -55,6 +55,13 @@ export function codeOf(error: unknown): string | undefined {
   return /^\[([a-z_]+)\]/.exec(message)?.[1];
 }
 
+/** The `details` a `TroupeError` carries, when they are a plain record of numbers, strings and nulls. */
+export function detailsOf(error: unknown): Record<string, number | string | null> | undefined {
+  if (!(error instanceof TroupeError) || typeof error.details !== "object" || error.details === null || Array.isArray(error.details)) return undefined;
+  const entries = Object.entries(error.details);
+  return entries.every(([, v]) => v === null || typeof v === "number" || typeof v === "string") ? Object.fromEntries(entries) : undefined;
+}
+
 export function messageOf(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }

@@ -2,7 +2,9 @@
  * How the rest of Troupe reaches the simulated provider: through the stub of
  * its one global object. Replies are returned, not thrown, so callers (the
  * tool definitions) classify them by status: 200 success, 4xx permanent
- * except 429, 429/503 transient (honour `retryAfterMs` when present).
+ * except 429, 429/503 transient. Every reply keeps its headers: a 429's
+ * `Retry-After`, and under a rate limit its state (see `rateLimitHeaders` in
+ * the config), which the tools hand to pacing.
  */
 import type { BatchMember, SimConfig, SimConfigPatch } from "./protocol";
 import { SimConfig as SimConfigSchema, SimStats as SimStatsSchema, type SimStats } from "./protocol";
@@ -12,13 +14,12 @@ export type { SimStats, SimConfig, SimConfigPatch, BatchMember, BatchMemberResul
 /** The name of the one simulator instance. */
 export const SIM_OBJECT_NAME = "sim";
 
-/** A provider answer: its HTTP status, its JSON body, and the wait a `429` asks for. */
+/** A provider answer: its HTTP status, its JSON body and its headers (a `429`'s wait, the limit's state). */
 export interface SimReply {
   status: number;
   // The body's shape depends on the status and tool: `{ output }`, `{ results }` or `{ error }`.
   body: any;
-  /** From `Retry-After-Ms` (else `Retry-After` seconds); null when absent. */
-  retryAfterMs: number | null;
+  headers: Headers;
 }
 
 /** The stub of the global simulator object. */
@@ -97,20 +98,11 @@ export async function resetSim(env: Env): Promise<SimStats> {
 }
 
 async function toReply(response: Response): Promise<SimReply> {
-  return { status: response.status, body: await response.json(), retryAfterMs: retryAfterMsOf(response.headers) };
+  return { status: response.status, body: await response.json(), headers: response.headers };
 }
 
 async function expectOk(response: Response): Promise<unknown> {
   const body: unknown = await response.json();
   if (!response.ok) throw new Error(`[sim_error] The simulator answered ${response.status}: ${JSON.stringify(body)}`);
   return body;
-}
-
-/** The wait a response asks for, from `Retry-After-Ms` or `Retry-After` (seconds); null when absent. */
-export function retryAfterMsOf(headers: Headers): number | null {
-  const precise = Number(headers.get("Retry-After-Ms"));
-  if (headers.has("Retry-After-Ms") && Number.isFinite(precise) && precise >= 0) return precise;
-  const seconds = Number(headers.get("Retry-After"));
-  if (headers.has("Retry-After") && Number.isFinite(seconds) && seconds >= 0) return seconds * 1000;
-  return null;
 }

@@ -19,16 +19,33 @@ export type BatchMember = z.infer<typeof BatchMember>;
 export const BatchBody = z.object({ tool: z.string().min(1), members: z.array(BatchMember).min(1) });
 export type BatchBody = z.infer<typeof BatchBody>;
 
+/**
+ * How the simulator states its rate limit (`ratePerSecond`), like the real
+ * providers it stands for:
+ * - `retry-after`: a 429 carries `Retry-After` (whole seconds, rounded up)
+ *   and `Retry-After-Ms` (the exact wait, an extension some APIs send);
+ * - `none`: a bare 429;
+ * - `ietf`: as `retry-after`, and every answer carries
+ *   `RateLimit-Policy: "default";q=<rate>;w=1` and
+ *   `RateLimit: "default";r=<left>;t=<seconds until more is available>`;
+ * - `x-ratelimit`: as `retry-after`, and every answer carries
+ *   `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset`
+ *   (seconds until more is available).
+ */
+export const RateLimitHeaders = z.enum(["retry-after", "none", "ietf", "x-ratelimit"]);
+export type RateLimitHeaders = z.infer<typeof RateLimitHeaders>;
+
 /** The simulation's settings, stored durably. */
 export const SimConfig = z.object({
   latencyMs: z.number().int().min(0).max(10_000),
   ratePerSecond: z.number().int().min(1).max(100_000).nullable(),
   batchMaxSize: z.number().int().min(1).max(1000),
+  rateLimitHeaders: RateLimitHeaders,
 });
 export type SimConfig = z.infer<typeof SimConfig>;
 
-/** The settings a fresh simulator starts with. */
-export const DEFAULT_SIM_CONFIG: SimConfig = { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 };
+/** The settings a fresh simulator starts with (`POST /reset` restores `rateLimitHeaders`). */
+export const DEFAULT_SIM_CONFIG: SimConfig = { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" };
 
 /** Body of `PUT https://sim/config`: a partial update; unknown fields are rejected. */
 export const SimConfigPatch = SimConfig.partial().strict();

@@ -36,6 +36,17 @@ export class SlidingWindowLimiter {
     return { admitted: true };
   }
 
+  /**
+   * The window as a provider's headers state it, after the requests so far:
+   * how many more `limit` admits now, and in how long more is made available
+   * (the oldest admission leaves the window; 0 when it is empty).
+   */
+  state(nowMs: number, limit: number): { remaining: number; resetMs: number } {
+    const live = this.#admittedAt.filter((at) => at > nowMs - RATE_WINDOW_MS);
+    const oldest = live[0];
+    return { remaining: Math.max(0, limit - live.length), resetMs: oldest === undefined ? 0 : Math.max(0, oldest + RATE_WINDOW_MS - nowMs) };
+  }
+
   /** Forgets every admission. */
   clear(): void {
     this.#admittedAt = [];

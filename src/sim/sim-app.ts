@@ -10,14 +10,16 @@
  *   recovers it instead of asking again)
  * - `GET /stats`, `GET /config`, `PUT /config` ({@link SimConfigPatch}), `POST /reset`
  *
- * Every request to `/call` and `/batch` is counted, then rate-limited, then
- * validated, then delayed by `latencyMs`, then settled by the store in one
- * synchronous step.
+ * Every request to `/call` and `/batch` is counted, then rate-limited (its
+ * answer stating the limit in the configured header style), then validated,
+ * then delayed by `latencyMs`, then settled by the store in one synchronous
+ * step.
  */
 import { Hono, type Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { TroupeError, ValidationError } from "../shared/errors";
 import { BatchBody, CallBody, parse, readJson, SimConfigPatch, type BatchMemberResult, type SimErrorBody } from "./protocol";
+import { limitHeaders } from "./limit-headers";
 import { ArrivalWindow, SlidingWindowLimiter } from "./rate-limiter";
 import type { SimStore } from "./sim-store";
 import { BATCHABLE_TOOLS, isSimTool, type SimToolName } from "./simulator";
@@ -53,17 +55,24 @@ export function createSimApp(options: SimAppOptions): Hono {
     }
   };
 
-  /** Counts the request, then answers `429` if it is over the rate limit. */
+  /**
+   * Counts the request, then answers `429` if it is over the rate limit.
+   * Under a limit, the answer (whatever it turns out to be) states the limit
+   * in the configured `rateLimitHeaders` style.
+   */
   const admit = (c: Context, tool: SimToolName | null, batch: boolean): Response | null => {
     store.recordRequest({ tool, batch });
-    store.recordObservedRate(arrivals.record(now()));
-    const admission = limiter.admit(now(), store.config().ratePerSecond);
-    if (admission.admitted) return null;
+    const at = now();
+    store.recordObservedRate(arrivals.record(at));
+    const { ratePerSecond, rateLimitHeaders } = store.config();
+    const admission = limiter.admit(at, ratePerSecond);
+    if (ratePerSecond === null) return null;
+    const retryAfterMs = admission.admitted ? null : Math.ceil(admission.retryAfterMs);
+    const state = { limit: ratePerSecond, ...limiter.state(at, ratePerSecond), retryAfterMs };
+    for (const [name, value] of Object.entries(limitHeaders(rateLimitHeaders, state))) c.header(name, value);
+    if (retryAfterMs === null) return null;
     store.recordRateLimited();
-    const retryAfterMs = Math.ceil(admission.retryAfterMs);
-    c.header("Retry-After", String(Math.max(1, Math.ceil(retryAfterMs / 1000))));
-    c.header("Retry-After-Ms", String(retryAfterMs));
-    return c.json<SimErrorBody>({ error: { code: "rate_limited", message: `Over ${store.config().ratePerSecond} requests per second; retry after ${retryAfterMs} ms.` } }, 429);
+    return c.json<SimErrorBody>({ error: { code: "rate_limited", message: `Over ${ratePerSecond} requests per second; retry after ${retryAfterMs} ms.` } }, 429);
   };
 
   const delay = async () => {

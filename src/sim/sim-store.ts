@@ -6,7 +6,7 @@
  * request: a key is billed at most once however many callers race.
  */
 import type { Sql } from "../storage/sql";
-import { DEFAULT_SIM_CONFIG, type SimConfig, type SimConfigPatch, type SimStats } from "./protocol";
+import { DEFAULT_SIM_CONFIG, RateLimitHeaders, type SimConfig, type SimConfigPatch, type SimStats } from "./protocol";
 import { evaluate, SIM_TOOLS, type SimFailure, type SimToolName } from "./simulator";
 
 /** Schema of the simulator's storage, applied in order by `migrate`. */
@@ -39,6 +39,7 @@ export const SIM_MIGRATIONS: readonly string[] = [
    );
    CREATE TABLE sim_flaky_seen (idempotency_key TEXT PRIMARY KEY);`,
   `ALTER TABLE sim_counters ADD COLUMN max_observed_per_second INTEGER NOT NULL DEFAULT 0;`,
+  `ALTER TABLE sim_config ADD COLUMN rate_limit_headers TEXT NOT NULL DEFAULT 'retry-after';`,
 ];
 
 /** The outcome of one call or batch member after billing. */
@@ -46,13 +47,19 @@ export type Settlement =
   | { status: 200; output: unknown; duplicate: boolean }
   | { status: SimFailure["status"]; error: { code: string; message: string } };
 
-type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number };
+type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number; rate_limit_headers: string };
 type CountersRow = { calls: number; billed: number; duplicates: number; batch_calls: number; rate_limited: number; max_observed_per_second: number };
 type ToolCountersRow = { tool: string; calls: number; billed: number };
 
 function rowToConfig(row: ConfigRow | undefined): SimConfig {
   if (!row) return { ...DEFAULT_SIM_CONFIG };
-  return { latencyMs: row.latency_ms, ratePerSecond: row.rate_per_second, batchMaxSize: row.batch_max_size };
+  const headers = RateLimitHeaders.safeParse(row.rate_limit_headers);
+  return {
+    latencyMs: row.latency_ms,
+    ratePerSecond: row.rate_per_second,
+    batchMaxSize: row.batch_max_size,
+    rateLimitHeaders: headers.success ? headers.data : DEFAULT_SIM_CONFIG.rateLimitHeaders,
+  };
 }
 
 /**
@@ -70,14 +77,16 @@ export class SimStore {
 
   /** The current config (defaults until first changed). */
   config(): SimConfig {
-    return rowToConfig(this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size FROM sim_config WHERE id = 1`[0]);
+    return rowToConfig(this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers FROM sim_config WHERE id = 1`[0]);
   }
 
   /** Applies a partial update and returns the whole resulting config. */
   updateConfig(patch: SimConfigPatch): SimConfig {
     const next: SimConfig = { ...this.config(), ...patch };
-    this.#sql.write`INSERT INTO sim_config (id, latency_ms, rate_per_second, batch_max_size) VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize})
-      ON CONFLICT (id) DO UPDATE SET latency_ms = excluded.latency_ms, rate_per_second = excluded.rate_per_second, batch_max_size = excluded.batch_max_size`;
+    this.#sql.write`INSERT INTO sim_config (id, latency_ms, rate_per_second, batch_max_size, rate_limit_headers)
+      VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize}, ${next.rateLimitHeaders})
+      ON CONFLICT (id) DO UPDATE SET latency_ms = excluded.latency_ms, rate_per_second = excluded.rate_per_second,
+        batch_max_size = excluded.batch_max_size, rate_limit_headers = excluded.rate_limit_headers`;
     return next;
   }
 
@@ -156,8 +165,13 @@ export class SimStore {
     };
   }
 
-  /** Zeroes every counter and forgets billed and flaky-seen keys; keeps the config. */
+  /**
+   * Zeroes every counter and forgets billed and flaky-seen keys. The config
+   * is kept but for `rateLimitHeaders`, which returns to its default: a
+   * header style chosen for one test or bench case does not leak into the next.
+   */
   reset(): void {
+    this.#sql.write`UPDATE sim_config SET rate_limit_headers = ${DEFAULT_SIM_CONFIG.rateLimitHeaders} WHERE id = 1`;
     this.#sql.write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0 WHERE id = 1`;
     this.#sql.write`DELETE FROM sim_tool_counters`;
     this.#sql.write`DELETE FROM sim_billed`;

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { limitHeaders } from "./limit-headers";
 import { SlidingWindowLimiter } from "./rate-limiter";
 import { evaluate, findEmail } from "./simulator";
 
@@ -20,5 +21,21 @@ describe("SlidingWindowLimiter", () => {
     expect(limiter.admit(1000, 2)).toEqual({ admitted: true });
     expect(limiter.admit(1200, 2)).toEqual({ admitted: false, retryAfterMs: 200 });
     expect(limiter.admit(1200, null)).toEqual({ admitted: true });
+  });
+});
+
+describe("the limit's state, as headers", () => {
+  it("says what is left and when more is available, in each style", () => {
+    const limiter = new SlidingWindowLimiter();
+    limiter.admit(0, 3);
+    limiter.admit(400, 3);
+    expect(limiter.state(600, 3)).toEqual({ remaining: 1, resetMs: 400 });
+    expect(limiter.state(1500, 3)).toEqual({ remaining: 3, resetMs: 0 });
+    const state = { limit: 3, remaining: 0, resetMs: 400, retryAfterMs: 400 };
+    expect(limitHeaders("ietf", state)).toEqual({ "Retry-After": "1", "Retry-After-Ms": "400", "RateLimit-Policy": '"default";q=3;w=1', RateLimit: '"default";r=0;t=1' });
+    expect(limitHeaders("x-ratelimit", { ...state, retryAfterMs: null })).toEqual({ "X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "1" });
+    expect(limitHeaders("retry-after", state)).toEqual({ "Retry-After": "1", "Retry-After-Ms": "400" });
+    expect(limitHeaders("retry-after", { ...state, retryAfterMs: null })).toEqual({});
+    expect(limitHeaders("none", state)).toEqual({});
   });
 });

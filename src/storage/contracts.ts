@@ -69,6 +69,14 @@ export interface LeaseResult {
 export const ReleaseRequest = z.object({ runId: z.string().min(1).max(100) });
 export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
 
+/** `peekRows`: which rows a run would reuse now, without claiming anything (estimates). */
+export const PeekRowsRequest = z.object({
+  /** `force`: nothing is reused. */
+  recompute: z.boolean(),
+  rows: z.array(z.object({ key: Key, input: Json })).max(1000),
+});
+export type PeekRowsRequest = z.infer<typeof PeekRowsRequest>;
+
 export const ReadRunRowsRequest = z.object({
   runId: z.string().min(1).max(100),
   /** Inclusive lower bound of the run's input index. */
@@ -97,6 +105,8 @@ export const ClaimReceiptsRequest = z.object({
   leaseTtlMs: LeaseTtlMs,
   /** `forceToolRefresh`: receipts finished by another run are claimed again (a deliberate re-bill). */
   refresh: z.boolean(),
+  /** `retryUnknown`: receipts failed `outcome_unknown` are claimed again (their request is sent again). */
+  retryUnknown: z.boolean().optional(),
   items: z
     .array(
       z.object({
@@ -119,9 +129,11 @@ export type ReceiptClaim =
    * re-bills. `takeover` (absent when false) says another attempt had claimed
    * this generation and did not complete it: the provider may already hold its
    * result under the same idempotency key, so ask (`ToolDefinition.recover`)
-   * before calling again.
+   * before calling again. `unknownOutcome` (with `takeover`) says that
+   * attempt left it running (it may have sent the request, and nothing says
+   * how it ended), as opposed to a failure the provider answered.
    */
-  | { key: string; disposition: "claimed"; generation: number; takeover?: true }
+  | { key: string; disposition: "claimed"; generation: number; takeover?: true; unknownOutcome?: true }
   | { key: string; disposition: "reused"; output: unknown }
   | { key: string; disposition: "running"; owner: AttemptRef; leaseExpiresAt: number }
   | { key: string; disposition: "failed"; error: ReceiptError };

@@ -29,6 +29,11 @@ import type { Sql } from "./sql";
 export const LEASE_EXPIRED = "lease_expired";
 /** Error code of a receipt released by its run's teardown (cancel, run-fatal error). */
 export const RELEASED = "released";
+/**
+ * A request whose outcome is unknown, to a provider that ignores idempotency
+ * keys: not sent again unless the run asks (`retryUnknown`).
+ */
+export const OUTCOME_UNKNOWN = "outcome_unknown";
 
 /** Ordered schema migrations of a ReceiptShard; apply with `migrate()`. */
 export const RECEIPT_MIGRATIONS: readonly string[] = [
@@ -214,6 +219,11 @@ export class ReceiptStore {
     return this.#load([key]).get(key) ?? null;
   }
 
+  /** The receipts of `keys` that exist, by key. */
+  getMany(keys: string[]): Map<string, Receipt> {
+    return this.#load(keys);
+  }
+
   #load(keys: string[]): Map<string, Receipt> {
     const rows = this.#sql<ReceiptRow>`
       SELECT * FROM receipts WHERE key IN (SELECT value FROM json_each(${JSON.stringify([...new Set(keys)])}))`;
@@ -313,9 +323,11 @@ function decideClaim(
   const { attempt } = request;
   // Another attempt claimed this generation and never completed it: it may have reached the provider.
   const takeover = existing !== undefined && existing.status !== "completed" && existing.owner.attemptId !== attempt.attemptId;
+  // The request it was claimed for may have been sent, and nothing says how it ended: left running, expired or released.
+  const unknown = existing !== undefined && (existing.status === "running" || isRecoveryMarker(existing));
   const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => ({
     result: takeover && generation === existing?.generation
-      ? { key: item.key, disposition: "claimed", generation, takeover: true }
+      ? { key: item.key, disposition: "claimed", generation, takeover: true, ...(unknown ? { unknownOutcome: true as const } : {}) }
       : { key: item.key, disposition: "claimed", generation },
     next: {
       key: item.key, toolId: existing?.toolId ?? item.toolId, status: "running", generation, owner: attempt,
@@ -331,6 +343,8 @@ function decideClaim(
       return { result: { key: item.key, disposition: "reused", output: existing.output } };
     case "failed":
       if (existing.retryable) return own(existing.generation);
+      // Sent again only when the run asks (`retryUnknown`): the provider may have executed it once already.
+      if (existing.error?.code === OUTCOME_UNKNOWN && request.retryUnknown === true) return own(existing.generation);
       if (rebill) return own(existing.generation + 1);
       // The schema's CHECK guarantees a failed receipt has an error code.
       return { result: { key: item.key, disposition: "failed", error: existing.error ?? { code: "unknown", message: "" } } };

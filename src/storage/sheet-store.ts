@@ -26,6 +26,7 @@ import type {
   ClaimedRow,
   LeaseRequest,
   LeaseResult,
+  PeekRowsRequest,
   PersistRowsRequest,
   PersistRowsResult,
   ReadRunRowsRequest,
@@ -286,6 +287,18 @@ export class SheetStore {
         WHERE lease_attempt_id = ${attempt.attemptId} AND key IN (SELECT j.value ->> 'key' FROM json_each(${json}) j)`;
     }
     return { written, rejected };
+  }
+
+  /** The keys of `request.rows` whose latest version a run would reuse now (completed, same input); claims nothing. */
+  peekRows(request: PeekRowsRequest): string[] {
+    if (request.recompute) return [];
+    const current = this.#load(request.rows.map((row) => row.key));
+    return request.rows
+      .filter((row) => {
+        const record = current.get(row.key);
+        return record !== undefined && record.status === "completed" && record.input_digest === inputDigest(row.input);
+      })
+      .map((row) => row.key);
   }
 
   /** Extends to now + leaseTtlMs the leases this attempt still holds; the other keys are lost. */

@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 import type { BatchMemberResult } from "../play/types";
-import type { ToolRecovery } from "../play/types";
+import type { ToolCall, ToolRecovery } from "../play/types";
 import { callSim, callSimBatch, simResult, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
 
 /** The simulator's credential: a key if the deployment sets one, else the local default. */
@@ -11,16 +11,26 @@ function simAuthScope(env: Env): string {
   return key ? `key:${key}` : "sim-local";
 }
 
-/** Maps the simulator's HTTP answer to an output or a classified failure. */
-export function outputOf<T>(reply: SimReply): T {
-  if (reply.status === 200) return (reply.body as { output: T }).output;
+/**
+ * Maps the simulator's HTTP answer to an output or a classified failure;
+ * either way its headers reach the org's pacing (a success's through
+ * `reportHeaders`, a failure's on the error).
+ */
+export function outputOf<T>(reply: SimReply, call: Pick<ToolCall, "reportHeaders">): T {
+  if (reply.status !== 200) throw failureOf(reply);
+  call.reportHeaders(reply.headers);
+  return (reply.body as { output: T }).output;
+}
+
+/** The simulator's non-200 answer as a classified failure, with its status and headers (a 429's wait is read from them). */
+function failureOf(reply: SimReply): ToolCallError {
   const error = (reply.body as { error?: { code?: string; message?: string } } | null)?.error;
-  const retryable = reply.status === 429 || reply.status >= 500;
-  throw new ToolCallError({
+  return new ToolCallError({
     code: error?.code ?? `http_${reply.status}`,
     message: error?.message ?? `provider answered HTTP ${reply.status}`,
-    retryable,
-    retryAfterMs: reply.retryAfterMs,
+    retryable: reply.status === 429 || reply.status >= 500,
+    status: reply.status,
+    headers: reply.headers,
   });
 }
 
@@ -34,11 +44,13 @@ export const simFindEmail = defineTool({
   id: "sim_find_email",
   provider: "sim",
   version: "1",
+  price: 1,
   authScope: simAuthScope,
   input: z.object({ name: z.string().min(1).max(500), domain: z.string().min(1).max(253) }),
   async execute(input, call) {
     return outputOf<{ email: string }>(
       await callSim(call.env, { tool: "sim_find_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }),
+      call,
     );
   },
   recover: (idempotencyKey, call) => recoverFromSim<{ email: string }>(idempotencyKey, call),
@@ -51,10 +63,11 @@ export const simVerifyEmail = defineTool({
   id: "sim_verify_email",
   provider: "sim",
   version: "1",
+  price: 0.25,
   authScope: simAuthScope,
   input: z.object({ email: z.string().min(1).max(600) }),
   async execute(input, call) {
-    return outputOf<Verdict>(await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }));
+    return outputOf<Verdict>(await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }), call);
   },
   recover: (idempotencyKey, call) => recoverFromSim<Verdict>(idempotencyKey, call),
   batch: {
@@ -62,8 +75,9 @@ export const simVerifyEmail = defineTool({
     compile: (members) => members.map((m) => ({ idempotencyKey: m.idempotencyKey, input: m.input })),
     send: async (members: { idempotencyKey: string; input: unknown }[], call) => {
       const reply = await callSimBatch(call.env, { tool: "sim_verify_email", members, signal: call.signal });
-      // A batch-level failure (429, 5xx, 400) fails the whole batch: outputOf throws it, classified like a single call's.
-      if (reply.status !== 200) outputOf(reply);
+      // A batch-level failure (429, 5xx, 400) fails the whole batch, classified like a single call's.
+      if (reply.status !== 200) throw failureOf(reply);
+      call.reportHeaders(reply.headers);
       return reply.body.results as SimMemberResult[];
     },
     split: (results: SimMemberResult[]): BatchMemberResult<Verdict>[] =>

@@ -1,7 +1,8 @@
 /** Tools that exist only under the test runner (TROUPE_TEST_MODE), to exercise dispatch's edges. */
 import { faultProbeFor } from "../testing/faults";
-import { simFindEmail } from "./sim-tools";
-import { defineTool } from "../play/define";
+import { callSim } from "../sim/client";
+import { outputOf, simFindEmail } from "./sim-tools";
+import { defineTool, ToolCallError } from "../play/define";
 
 /**
  * `sim_find_email` under a credential the test controls: its auth scope is
@@ -14,4 +15,32 @@ export const testScopedFind = defineTool({
   authScope: async (env) => `test-credential:${(await faultProbeFor(env).credential("sim")) ?? "none"}`,
 });
 
-export const testTools = [testScopedFind];
+/**
+ * `sim_find_email` as a provider that ignores idempotency keys and cannot be
+ * asked for a past result: a request whose outcome is unknown must not be
+ * sent again silently.
+ */
+export const testUnkeyedFind = defineTool({
+  ...simFindEmail,
+  id: "test_unkeyed_find",
+  idempotent: false,
+  recover: undefined,
+});
+
+/**
+ * `sim_find_email` from a provider that answers 403 when rate limited (as
+ * Hunter does): the simulator's 429 comes back as a permanent-looking 403
+ * `too_many_requests`, which only the tool's `isRateLimit` reads as "slow down".
+ */
+export const testForbiddenWhenLimitedFind = defineTool({
+  ...simFindEmail,
+  id: "test_403_limited_find",
+  async execute(input, call) {
+    const reply = await callSim(call.env, { tool: "sim_find_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal });
+    if (reply.status === 429) throw new ToolCallError({ code: "too_many_requests", message: "You have reached your rate limit.", retryable: false, status: 403, headers: reply.headers });
+    return outputOf<{ email: string }>(reply, call);
+  },
+  isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",
+});
+
+export const testTools = [testScopedFind, testUnkeyedFind, testForbiddenWhenLimitedFind];

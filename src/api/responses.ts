@@ -1,0 +1,184 @@
+/**
+ * The shapes of the server's answers (docs/api.md), as types, and the
+ * statuses and events that end a run. No dependencies: the client loads this
+ * at run time. The server builds these answers and the client trusts them;
+ * `src/http/contract-conformance.ts` checks that the server's own types
+ * still fit them.
+ */
+
+/** A run's status. `cancelling` is shown while a cancel was asked for and the run has not ended yet. */
+export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled" | "cancelling";
+
+/** The statuses a run never leaves. */
+export const TERMINAL_STATUSES: ReadonlySet<string> = new Set(["completed", "failed", "cancelled"]);
+
+/** The ledger events that end a run; the live socket closes after sending one. */
+export const TERMINAL_EVENTS: ReadonlySet<string> = new Set(["run.completed", "run.failed", "run.cancelled"]);
+
+/** One map's progress in `GET /v1/runs/<id>` and in `map.progress` events. */
+export interface MapProgress {
+  total: number;
+  completed: number;
+  failed: number;
+  active: number;
+  waiting: number;
+  blocked: number;
+  /** Rows being computed now, and the objects computing this map's chunks. */
+  inFlight?: number;
+  executors?: number;
+  blockedBy?: { runId: string; until: string };
+}
+
+/** Credits billed to a run: in total, and by provider and tool. */
+export interface Spend {
+  total: number;
+  byProvider: Record<string, number>;
+  byTool: Record<string, number>;
+}
+
+/** A run's error: a code, a message, and whatever the failure attached (samples, salvage, spend). */
+export interface RunError {
+  code: string;
+  message: string;
+  details?: unknown;
+  failureSamples?: Array<{ map: string; key: string; error: string }>;
+  salvage?: unknown;
+}
+
+/** `GET /v1/runs/<runId>`. */
+export interface RunView {
+  runId: string;
+  play: string;
+  org: string;
+  status: RunStatus;
+  runAttempt: number;
+  parentRunId: string | null;
+  progress: { maps: Record<string, MapProgress> };
+  /** The play's JSON result once completed, else null. */
+  result: unknown;
+  error: RunError | null;
+  usage: { spend?: Spend; [counter: string]: unknown };
+  /** The run's spend cap in credits, or null. */
+  maxSpend?: number | null;
+  links?: RunLinks;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** One run in `GET /v1/runs`. */
+export interface RunSummary {
+  runId: string;
+  play: string;
+  status: RunStatus;
+  parentRunId: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/** `GET /v1/runs?limit=&cursor=`: newest first; `nextCursor` null on the last page. */
+export interface RunList {
+  runs: RunSummary[];
+  nextCursor: string | null;
+}
+
+/** `GET /v1/plays`: each play's name and description, and whatever else the server describes. */
+export interface PlayList {
+  plays: Array<{ name: string; description: string } & Record<string, unknown>>;
+}
+
+/** Where a run's state, live feed, events and datasets are (paths under the server's origin). */
+export interface RunLinks {
+  self: string;
+  live: string;
+  events: string;
+  /** Each dataset's rows, by name: the play's declared datasets, then the maps the run wrote. */
+  datasets?: Record<string, string>;
+}
+
+/** `202` of `POST /v1/runs`. */
+export interface RunStarted {
+  runId: string;
+  status: string;
+  links: RunLinks;
+}
+
+/** `202` of `POST /v1/runs/<runId>/rerun`. */
+export interface RerunStarted extends RunStarted {
+  rerunOf: string;
+}
+
+/** `202` of `POST /v1/runs/<runId>/cancel`. */
+export interface RunCancelled {
+  runId: string;
+  status: string;
+}
+
+/** `202` of a signal: `consumed` when a wait took it now (else it is kept for the next wait on the key). */
+export interface SignalDelivered {
+  runId?: string;
+  eventKey?: string;
+  consumed: boolean;
+  duplicate: boolean;
+  status: string;
+}
+
+/** A run's view of a dataset, one page (`GET /v1/runs/<id>/datasets/<name>`). */
+export interface DatasetPage {
+  rows: Array<Record<string, unknown>>;
+  total: number;
+  offset?: number;
+  limit?: number;
+  /** Present where the server pages by cursor; null on the last page. */
+  nextCursor?: string | null;
+}
+
+/** One entry of a run's event ledger, in `seq` order from 1. */
+export interface LedgerEvent {
+  seq: number;
+  type: string;
+  at: string;
+  [field: string]: unknown;
+}
+
+/** `GET /v1/runs/<id>/events`. */
+export interface EventPage {
+  events: LedgerEvent[];
+  nextCursor: number;
+}
+
+/** The first message on every live connection: the run now, and the ledger position it reflects. */
+export interface SnapshotMessage {
+  type: "snapshot";
+  run: RunView;
+  seq: number;
+}
+
+/** What a live connection sends: a snapshot, then ledger events. */
+export type LiveMessage = SnapshotMessage | LedgerEvent;
+
+/** `POST /v1/runs/estimate`: what the run would bill now (no run started, no provider called). */
+export interface Estimate {
+  rows: { total: number; reusable: number; toCompute: number };
+  /** Per tool: requests answered from receipts (no bill) and new, billed requests known now. */
+  calls: Record<string, { reused: number; new: number }>;
+  /** Credits; `high` is null where nothing bounds the part not known yet. */
+  spend: { low: number; expected: number; high: number | null };
+  /** True when every request's input was known: then `low == expected == high` is what the run bills. */
+  exact?: boolean;
+  /** Why the estimate is a range, in words. */
+  notes?: string[];
+}
+
+/** `201` of `POST /v1/uploads` (and of a multipart upload's `complete`). */
+export interface Upload {
+  uploadId: string;
+  rows: number;
+  bytes: number;
+  columns: string[];
+  format: "csv" | "ndjson";
+}
+
+/** Every error response's body. */
+export interface ErrorBody {
+  error: { code: string; message: string; details?: unknown };
+}

@@ -1,0 +1,23 @@
+/**
+ * Compile-time only: the server's answers still fit the contract that the
+ * client, the CLI and the dashboard are typed by (src/api/responses.ts). A
+ * change to a run's view, an event or the links that a client could not read
+ * fails `npm run typecheck` here, not in a user's terminal.
+ */
+import type * as Contract from "../api/contract";
+import type { Estimate } from "../engine/estimate";
+import type { SnapshotMessage } from "../run/live-feed";
+import type { LedgerEvent } from "../run/run-store";
+import type { RunView } from "../run/run-view";
+import type { RunLinks } from "../run/links";
+
+/** Compiles only when `Server` is assignable to `Client`. */
+type Fits<Server extends Client, Client> = [Server, Client];
+
+export type ContractConformance = [
+  Fits<RunView, Contract.RunView>,
+  Fits<LedgerEvent, Contract.LedgerEvent>,
+  Fits<SnapshotMessage, Contract.SnapshotMessage>,
+  Fits<RunLinks, Contract.RunLinks>,
+  Fits<Estimate, Contract.Estimate>,
+];

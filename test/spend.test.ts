@@ -1,0 +1,175 @@
+/**
+ * Spend users can trust: every billed call is counted once against its run
+ * and org at its tool's price (the simulated provider's bills times prices),
+ * a run never bills past its maxSpend however many chunks and batches are in
+ * flight, an org past its daily limit starts no run, and a request whose
+ * outcome is unknown is never sent again silently to a provider that ignores
+ * idempotency keys.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS, waitForEnd } from "./chaos-helpers";
+import { allEvents, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+afterEach(async () => {
+  await clearFaults();
+  await setSim(SIM_DEFAULTS);
+});
+
+const leads = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Person ${i}`, domain: "spend.test" }));
+
+describe("prices and live spend", () => {
+  it("count every billed call once at its price, by tool and provider, in progress events and the org's day", async () => {
+    await simReset();
+    const run = await waitForRun(await startRun("demo-enrich", { rows: leads("Priced", 120) }));
+    expect(run.status).toBe("completed");
+    const stats = await simStats();
+    expect(stats.billed).toBe(240);
+    expect(run.usage.spend).toEqual({ total: 150, byProvider: { sim: 150 }, byTool: { sim_find_email: 120, sim_verify_email: 30 } });
+    expect(run.usage.spend.total).toBe(billedCredits(stats));
+    const progress = (await allEvents(run.runId)).filter((e) => e.type === "map.progress");
+    expect(progress.at(-1).spend).toBe(150);
+    expect(progress.map((p) => p.spend)).toEqual([...progress.map((p) => p.spend)].sort((a, b) => a - b));
+
+    const today = new Date().toISOString().slice(0, 10);
+    const day = (await apiJson(`/v1/spend?from=${today}&to=${today}`)).body;
+    expect(day.days).toHaveLength(1);
+    expect(day.days[0].byProvider.sim).toBeGreaterThanOrEqual(150);
+
+    // A rerun reuses every row and receipt: it costs nothing.
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${run.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.usage.spend.total).toBe(0);
+    expect((await simStats()).billed).toBe(240);
+  });
+});
+
+describe("maxSpend", () => {
+  it("is never passed with chunks and batches in flight; the run fails spend_cap_reached and a rerun with a higher cap finishes, paying each call once", async () => {
+    await simReset();
+    await setSim({ latencyMs: 20 });
+    const rows = callRows("Capped", 400);
+    const maxSpend = 60;
+    const capped = await waitForEnd(await submitWith({ rows, dataset: "capped" }, { maxSpend }));
+    expect(capped.status).toBe("failed");
+    expect(capped.error).toMatchObject({ code: "spend_cap_reached", details: { maxSpend } });
+    const spent = capped.error.details.spent;
+    expect(spent).toBeLessThanOrEqual(maxSpend);
+    expect(capped.usage.spend.total).toBe(spent);
+    expect(capped.maxSpend).toBe(maxSpend);
+    // What the provider billed is exactly what the run counted: nothing was sent past the cap.
+    expect(billedCredits(await simStats())).toBe(spent);
+
+    const rerun = await apiJson(`/v1/runs/${capped.runId}/rerun`, { method: "POST", json: { maxSpend: 1000 } });
+    expect(rerun.status).toBe(202);
+    const done = await waitForEnd(rerun.body.runId);
+    expect(done.status).toBe("completed");
+    expect(done.result).toEqual({ total: 400, completed: 400, failed: 0 });
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(400);
+    // Each call paid once, across both runs.
+    expect(billedCredits(stats)).toBe(spent + done.usage.spend.total);
+  });
+});
+
+async function submitWith(input: unknown, options: Record<string, unknown>): Promise<string> {
+  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "test-calls", input, ...options } });
+  if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
+  return body.runId;
+}
+
+
+describe("the org's daily limit", () => {
+  it("refuses new runs once today's spend reached it, saying why; lifting it lets them start", async () => {
+    const token = "other-token";
+    await simReset();
+    const first = await waitForRun(await startRun("demo-enrich", { rows: leads("Daily", 8) }, { token }), { token });
+    expect(first.usage.spend.total).toBe(10);
+    const set = await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 10 }, token });
+    expect(set.status).toBe(200);
+    expect(set.body).toEqual({ dailyCredits: 10, spentToday: 10 });
+    expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: -1 }, token })).status).toBe(400);
+
+    const refused = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Refused", 2) } }, token });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: "daily_spend_limit_reached", details: { spentToday: 10, dailyCredits: 10 } });
+    // Another org is not limited by it.
+    expect((await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Elsewhere", 1) } } })).status).toBe(202);
+
+    await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 12 }, token });
+    // 2 credits left today: a run of 4 rows (5 credits) stops at the daily limit.
+    const capped = await waitForRun(await startRun("demo-enrich", { rows: leads("Edge", 4) }, { token }), { token });
+    expect(capped.status).toBe("failed");
+    expect(capped.error.code).toBe("spend_cap_reached");
+    expect(capped.usage.spend.total).toBeLessThanOrEqual(2);
+    const day = (await apiJson("/v1/spend", { token })).body;
+    expect(day.total).toBe(10 + capped.usage.spend.total);
+    expect(day.total).toBeLessThanOrEqual(12);
+
+    await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null }, token });
+    expect((await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Lifted", 1) } }, token })).status).toBe(202);
+  });
+});
+
+describe("a request whose outcome is unknown", () => {
+  it("is not sent again to a provider that ignores idempotency keys: the row fails outcome_unknown, the run counts it, and only retryUnknown sends it", async () => {
+    await simReset();
+    const rows = Array.from({ length: 6 }, (_, i) => ({ id: `u${i}`, tool: "test_unkeyed_find", input: { name: `Unknown Person ${i}`, domain: "unknown.test" } }));
+    // The invocation dies right after the provider answered the first request, before its receipt is written.
+    await setFaults([{ point: "provider.after", fromCall: 1, times: 1, crash: true }]);
+    const first = await waitForEnd(await submitWith({ rows, dataset: "unknown" }, {}));
+    expect(first.status).toBe("completed");
+    const unknown = (await datasetRows(first.runId, "unknown")).filter((r) => r._status === "failed");
+    expect(unknown.length).toBeGreaterThan(0);
+    for (const row of unknown) expect(row._error).toContain("outcome_unknown");
+    expect(first.usage.outcomeUnknown).toBe(unknown.length);
+    expect((await simStats()).duplicates).toBe(0);
+
+    // A plain rerun does not send them again (the run's own count: requests of the crashed invocation may still be arriving at the simulator).
+    const again = await waitForEnd((await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(again.result.failed).toBe(unknown.length);
+    expect(again.usage.providerRequests).toBe(0);
+
+    // Asked to, it does: one request each.
+    const retried = await waitForEnd((await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST", json: { retryUnknown: true } })).body.runId);
+    expect(retried.status).toBe("completed");
+    expect(retried.result).toEqual({ total: 6, completed: 6, failed: 0 });
+    expect(retried.usage.providerRequests).toBe(unknown.length);
+  });
+});
+
+describe("POST /v1/runs/estimate", () => {
+  it("is exact where every call's input is known, a range from past runs otherwise, and matches what the run then bills", async () => {
+    await simReset();
+    // History: a completed run of demo-enrich (each row one find and one verify).
+    const history = await waitForRun(await startRun("demo-enrich", { rows: leads("History", 20) }));
+    const estimate = (body: unknown) => apiJson("/v1/runs/estimate", { method: "POST", json: body });
+
+    // A rerun of it: everything reused, exactly 0, and no call made.
+    const calls = (await simStats()).calls;
+    const rerun = await estimate({ play: "demo-enrich", input: { rows: leads("History", 20) } });
+    expect(rerun.status).toBe(200);
+    expect(rerun.body).toMatchObject({ rows: { total: 20, reusable: 20, toCompute: 0 }, spend: { low: 0, expected: 0, high: 0 }, exact: true });
+    expect((await simStats()).calls).toBe(calls);
+    expect(history.usage.spend.total).toBe(25);
+
+    // New rows: the first tool's calls are known; the verifications depend on emails not bought yet.
+    const fresh = await estimate({ play: "demo-enrich", input: { rows: leads("Fresh", 40) } });
+    expect(fresh.body).toMatchObject({ rows: { total: 40, reusable: 0, toCompute: 40 }, calls: { sim_find_email: { reused: 0, new: 40 } }, exact: false });
+    expect(fresh.body.spend).toEqual({ low: 40, expected: 50, high: 50 });
+    expect((await simStats()).calls).toBe(calls);
+    const run = await waitForRun(await startRun("demo-enrich", { rows: leads("Fresh", 40) }));
+    expect(run.usage.spend.total).toBe(fresh.body.spend.expected);
+
+    // One call per row, every input known: exact, and the run bills exactly that.
+    const rows = callRows("Estimated", 20);
+    const exact = await estimate({ play: "test-calls", input: { rows, dataset: "estimated" } });
+    expect(exact.body).toMatchObject({ spend: { low: 12.5, expected: 12.5, high: 12.5 }, exact: true, calls: { sim_find_email: { reused: 0, new: 10 }, sim_verify_email: { reused: 0, new: 10 } } });
+    const billed = await waitForEnd(await submitWith({ rows, dataset: "estimated" }, {}));
+    expect(billed.usage.spend.total).toBe(12.5);
+
+    // Bad requests are 400s, like POST /v1/runs.
+    expect((await estimate({ play: "demo-enrich", input: { rows: [{ nope: 1 }] } })).status).toBe(400);
+    expect((await estimate({ play: "no-such-play", input: {} })).status).toBe(404);
+  });
+});
