@@ -24,6 +24,9 @@ export default defineConfig({
         ],
         test: {
           name: "workers",
+          // Vitest's default is one worker per core minus one: on two cores, one file at a time. Most of
+          // these files wait on alarms and leases rather than burn CPU, so two at a time halves the suite.
+          maxWorkers: 2,
           include: ["test/**/*.test.ts", "src/**/*.test.ts"],
           testTimeout: 60_000,
           hookTimeout: 60_000,

@@ -1,9 +1,11 @@
 // Starts and stops `wrangler dev` for the black-box scripts (bench, chaos).
 // Only ever binds and talks to 127.0.0.1.
 import { spawn } from "node:child_process";
+import { ensureDashboard } from "./build-dashboard.mjs";
 
 /** Starts wrangler dev on `port` with state in `stateDir`; resolves once it answers HTTP. */
 export async function startServer({ port, stateDir, verbose = false }) {
+  await ensureDashboard();
   await untilPortFree(port);
   const child = spawn("wrangler", ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", stateDir, "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],

@@ -1,0 +1,78 @@
+/** A watched run in a terminal: a bar per map, redrawn in place (log-update). */
+import type { Writable } from "node:stream";
+import { createLogUpdate } from "log-update";
+import type { RunView } from "../client/index.ts";
+import { barFrame, type Change, type RunProgress } from "./progress.ts";
+import { summaryOf, type RunWatchView } from "./views.ts";
+
+/** Redraws at most this often: the feed may bring dozens of events a second. */
+const REDRAW_INTERVAL_MS = 100;
+
+/** A bar per map, redrawn in place; log lines and notes scroll above the bars. */
+export class TerminalView implements RunWatchView {
+  #out: Writable & { columns?: number };
+  #log: ReturnType<typeof createLogUpdate>;
+  #paused = false;
+  #lastDrawAt = 0;
+  #pending: ReturnType<typeof setTimeout> | null = null;
+  #progress: RunProgress | null = null;
+
+  constructor(out: Writable & { columns?: number }) {
+    this.#out = out;
+    this.#log = createLogUpdate(out);
+  }
+
+  update(progress: RunProgress, changes: Change[]): void {
+    this.#progress = progress;
+    for (const change of changes) if (change.kind === "log" && !this.#paused) this.#log.persist(`log: ${change.line}`);
+    this.#schedule();
+  }
+
+  pause(): void {
+    this.#paused = true;
+    this.#cancelPending();
+    this.#log.clear();
+  }
+
+  resume(progress: RunProgress): void {
+    this.#paused = false;
+    this.#progress = progress;
+    this.#draw();
+  }
+
+  note(line: string): void {
+    if (this.#paused) this.#out.write(`${line}\n`);
+    else this.#log.persist(line);
+  }
+
+  finish(progress: RunProgress, run: RunView | null): void {
+    this.#cancelPending();
+    this.#progress = progress;
+    this.#paused = false;
+    this.#draw();
+    this.#log.done();
+    if (run) this.#out.write(`${summaryOf(run)}\n`);
+  }
+
+  #schedule(): void {
+    if (this.#paused || this.#pending) return;
+    const wait = this.#lastDrawAt + REDRAW_INTERVAL_MS - Date.now();
+    if (wait <= 0) return this.#draw();
+    this.#pending = setTimeout(() => {
+      this.#pending = null;
+      this.#draw();
+    }, wait);
+  }
+
+  #cancelPending(): void {
+    if (this.#pending) clearTimeout(this.#pending);
+    this.#pending = null;
+  }
+
+  #draw(): void {
+    if (this.#paused || !this.#progress) return;
+    this.#lastDrawAt = Date.now();
+    this.#log(barFrame(this.#progress, this.#out.columns ?? 80));
+  }
+}
+

@@ -1,0 +1,225 @@
+/**
+ * The typed client of Troupe's HTTP API (docs/api.md), for Node ≥ 22 and
+ * browsers alike: it uses only `fetch`, `WebSocket` and web streams, each
+ * replaceable through the constructor's options.
+ */
+// Types only: the request schemas stay on the server's side of the wire, and zod out of the client's bundle.
+import type { RerunRequest, StartRun } from "../api/contract.ts";
+import type { DatasetPage, EventPage, Estimate, LedgerEvent, LiveMessage, PlayList, RerunStarted, RunCancelled, RunList, RunStarted, RunView, SignalDelivered, Upload } from "../api/responses.ts";
+import { TroupeApiError, errorOf } from "./errors.ts";
+import { liveEvents } from "./live-events.ts";
+
+/** Where the client connects when no `baseUrl` is given: `npm start`'s local server. */
+export const DEFAULT_BASE_URL = "http://127.0.0.1:8787";
+/** The token local development accepts when `API_TOKENS` is unset. */
+export const DEFAULT_TOKEN = "dev-token";
+
+export interface TroupeClientOptions {
+  /** The server, e.g. `https://troupe.example.workers.dev`; default `http://127.0.0.1:8787`. */
+  baseUrl?: string;
+  /** A token of `API_TOKENS`; default `dev-token`. */
+  token?: string;
+  /** The `fetch` to use (tests, proxies); default the global one. */
+  fetch?: typeof fetch;
+  /** The `WebSocket` constructor for {@link TroupeClient.events}; default the global one. */
+  WebSocket?: typeof WebSocket;
+}
+
+type JsonRequest = { json?: unknown; body?: BodyInit; headers?: Record<string, string> };
+
+/**
+ * One org's view of a Troupe server: runs, datasets, live events, signals.
+ * Every method throws a {@link TroupeApiError} for an error answer (with the
+ * API's `code`) or an unreachable server (`status` 0).
+ *
+ * @example
+ * const troupe = new TroupeClient({ baseUrl: "http://127.0.0.1:8787", token: "dev-token" });
+ * const { runId } = await troupe.submit({ play: "demo-enrich", input: { csv } });
+ * for await (const message of troupe.events(runId)) console.log(message.type);
+ * for await (const row of troupe.rows(runId, "leads")) console.log(row.email);
+ */
+export class TroupeClient {
+  readonly baseUrl: string;
+  #token: string;
+  #fetch: typeof fetch;
+  #WebSocket: typeof WebSocket | undefined;
+
+  constructor(options: TroupeClientOptions = {}) {
+    this.baseUrl = (options.baseUrl ?? DEFAULT_BASE_URL).replace(/\/+$/, "");
+    this.#token = options.token ?? DEFAULT_TOKEN;
+    // A browser's fetch must be called with the global as `this`: never store it unbound.
+    this.#fetch = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.#WebSocket = options.WebSocket;
+  }
+
+  /** `GET /v1/plays`: the plays this org can run. */
+  plays(): Promise<PlayList> {
+    return this.#json("GET", "/v1/plays");
+  }
+
+  /**
+   * `POST /v1/runs`: starts a run. With `idempotencyKey`, submitting the same
+   * request again returns the same run (a different request with the key is a 409).
+   */
+  submit(body: StartRun, options: { idempotencyKey?: string } = {}): Promise<RunStarted> {
+    return this.#json("POST", "/v1/runs", { json: body, headers: idempotency(options.idempotencyKey) });
+  }
+
+  /** `GET /v1/runs/<runId>`: status, progress per map, result, error, usage. */
+  get(runId: string): Promise<RunView> {
+    return this.#json("GET", runPath(runId));
+  }
+
+  /** `GET /v1/runs`: the org's runs, newest first, a page at a time (`nextCursor` null on the last). */
+  list(options: { limit?: number; cursor?: string } = {}): Promise<RunList> {
+    return this.#json("GET", `/v1/runs${query({ limit: options.limit, cursor: options.cursor })}`);
+  }
+
+  /** `POST /v1/runs/<runId>/cancel`: no new provider calls; the run ends `cancelled`. */
+  cancel(runId: string): Promise<RunCancelled> {
+    return this.#json("POST", `${runPath(runId)}/cancel`);
+  }
+
+  /** `POST /v1/runs/<runId>/rerun`: the ended run's play and input as a new run. */
+  rerun(runId: string, body: RerunRequest = {}, options: { idempotencyKey?: string } = {}): Promise<RerunStarted> {
+    return this.#json("POST", `${runPath(runId)}/rerun`, { json: body, headers: idempotency(options.idempotencyKey) });
+  }
+
+  /**
+   * `POST /v1/runs/<runId>/signals/<eventKey>`: delivers `data` to the play's
+   * `ctx.waitForEvent(eventKey)`, or keeps it for the next such wait. With
+   * `idempotencyKey`, a repeated delivery is a no-op (`duplicate: true`).
+   */
+  signal(runId: string, eventKey: string, data: unknown, options: { idempotencyKey?: string } = {}): Promise<SignalDelivered> {
+    return this.#json("POST", `${runPath(runId)}/signals/${encodeURIComponent(eventKey)}`, { json: { data: data ?? null }, headers: idempotency(options.idempotencyKey) });
+  }
+
+  /** `POST /v1/runs/estimate`: what the run would bill now; nothing is started or called. */
+  estimate(body: StartRun): Promise<Estimate> {
+    return this.#json("POST", "/v1/runs/estimate", { json: body });
+  }
+
+  /**
+   * `POST /v1/uploads`: a CSV (header line first) or NDJSON file, streamed; a
+   * run then takes `input: { upload: uploadId }`.
+   */
+  upload(body: string | Blob | ReadableStream<Uint8Array>, options: { format: "csv" | "ndjson" }): Promise<Upload> {
+    const contentType = options.format === "csv" ? "text/csv" : "application/x-ndjson";
+    return this.#json("POST", "/v1/uploads", { body, headers: { "Content-Type": contentType } });
+  }
+
+  /** `GET /v1/runs/<runId>/events`: one page of the run's ledger after `after`. */
+  eventPage(runId: string, options: { after?: number; limit?: number } = {}): Promise<EventPage> {
+    return this.#json("GET", `${runPath(runId)}/events${query({ after: options.after, limit: options.limit })}`);
+  }
+
+  /**
+   * Every row of the run's view of `dataset`, in input order, a page at a time
+   * (`pageSize` rows per request, at most 1,000): never the whole dataset in memory.
+   *
+   * @example
+   * for await (const row of client.rows(runId, "leads")) if (row._status === "failed") console.log(row._key, row._error);
+   */
+  async *rows(runId: string, dataset: string, options: { pageSize?: number } = {}): AsyncGenerator<Record<string, unknown>> {
+    const limit = options.pageSize ?? 500;
+    const path = `${runPath(runId)}/datasets/${encodeURIComponent(dataset)}`;
+    let offset = 0;
+    let cursor: string | undefined;
+    for (;;) {
+      const page: DatasetPage = await this.#json("GET", `${path}${query(cursor === undefined ? { offset, limit } : { cursor, limit })}`);
+      yield* page.rows;
+      // A server that pages by cursor says so with `nextCursor`; constant cost per page at any depth.
+      if (page.nextCursor !== undefined) {
+        if (page.nextCursor === null || !page.rows.length) return;
+        cursor = page.nextCursor;
+        continue;
+      }
+      offset += page.rows.length;
+      if (!page.rows.length || offset >= page.total) return;
+    }
+  }
+
+  /**
+   * The dataset as one file, streamed by the server (`?format=csv`: a header
+   * line, then every row; `safe` neutralises cells a spreadsheet would run).
+   */
+  async exportDataset(runId: string, dataset: string, options: { format?: "csv" | "ndjson"; safe?: boolean } = {}): Promise<ReadableStream<Uint8Array>> {
+    const path = `${runPath(runId)}/datasets/${encodeURIComponent(dataset)}${query({ format: options.format ?? "csv", safe: options.safe ? 1 : undefined })}`;
+    const response = await this.#send("GET", path, {});
+    if (!response.body) throw new TroupeApiError({ status: response.status, code: "empty_response", message: `GET ${path} answered without a body` });
+    return response.body;
+  }
+
+  /**
+   * The run's live feed (`/v1/runs/<runId>/live`): the snapshot, then every
+   * event after `after` once, in `seq` order. A dropped socket is reopened with
+   * `?after=<last seq>` (a fresh snapshot comes first, then what was missed).
+   * Ends after `run.completed`, `run.failed` or `run.cancelled`, or quietly
+   * when `signal` aborts; `break` closes the socket.
+   *
+   * @example
+   * for await (const message of client.events(runId)) {
+   *   if (message.type === "map.progress") console.log(message.map, message.completed, "/", message.total);
+   * }
+   */
+  events(runId: string, options: { after?: number; signal?: AbortSignal } = {}): AsyncIterable<LiveMessage> {
+    const WebSocketClass = this.#WebSocket ?? globalThis.WebSocket;
+    if (!WebSocketClass) throw new TroupeApiError({ status: 0, code: "no_websocket", message: "this runtime has no WebSocket: pass one as the WebSocket option (Node ≥ 22 has it built in)" });
+    const live = new URL(`${this.baseUrl}${runPath(runId)}/live`);
+    live.protocol = live.protocol === "https:" ? "wss:" : "ws:";
+    return liveEvents(
+      {
+        url: (after) => `${live.href}${query({ token: this.#token, after })}`,
+        WebSocket: WebSocketClass,
+        verify: () => this.get(runId),
+        eventsAfter: async (after): Promise<LedgerEvent[]> => (await this.eventPage(runId, { after, limit: 1000 })).events,
+      },
+      options,
+    );
+  }
+
+  async #json<T>(method: string, path: string, request: JsonRequest = {}): Promise<T> {
+    const response = await this.#send(method, path, request);
+    return (await response.json()) as T;
+  }
+
+  async #send(method: string, path: string, request: JsonRequest): Promise<Response> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, ...request.headers };
+    let body = request.body;
+    if (request.json !== undefined) {
+      headers["Content-Type"] = "application/json";
+      body = JSON.stringify(request.json);
+    }
+    // A streamed request body needs half duplex in Node's fetch (browsers accept the flag).
+    const init: RequestInit & { duplex?: "half" } = { method, headers, body };
+    if (typeof ReadableStream !== "undefined" && body instanceof ReadableStream) init.duplex = "half";
+    let response: Response;
+    try {
+      response = await this.#fetch(`${this.baseUrl}${path}`, init);
+    } catch (error) {
+      // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad port) in `cause`.
+      const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
+      const reason = cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error);
+      const local = /^https?:\/\/(127\.0\.0\.1|localhost)[:/]/.test(`${this.baseUrl}/`);
+      throw new TroupeApiError({ status: 0, code: "unreachable", message: `could not reach ${this.baseUrl} (${reason}); is the server running?${local ? " (npm start)" : ""}`, cause: error });
+    }
+    if (!response.ok) throw await errorOf(response, `${method} ${path}`);
+    return response;
+  }
+}
+
+function runPath(runId: string): string {
+  return `/v1/runs/${encodeURIComponent(runId)}`;
+}
+
+function idempotency(key: string | undefined): Record<string, string> {
+  return key === undefined ? {} : { "Idempotency-Key": key };
+}
+
+/** `?a=1&b=x` of the defined values, or "". */
+function query(params: Record<string, string | number | undefined>): string {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value !== undefined) search.set(name, String(value));
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}

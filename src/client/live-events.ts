@@ -1,0 +1,192 @@
+/**
+ * A run's live feed as an async iterator that survives dropped sockets.
+ *
+ * The server sends a snapshot, then every ledger event in `seq` order, and
+ * closes (1000) after the terminal event. A socket that drops before that is
+ * reopened with `?after=<last seq delivered>`, so the server replays exactly
+ * what was missed; events at or below that seq are skipped all the same,
+ * and a gap (a seq past the next one) is filled from `GET .../events` before
+ * going on. So every event is delivered once, in order, whatever the socket does.
+ */
+import { TERMINAL_EVENTS, TERMINAL_STATUSES, type LedgerEvent, type LiveMessage, type SnapshotMessage } from "../api/responses.ts";
+import { TroupeApiError } from "./errors.ts";
+
+/** What the feed needs from its client: where to connect, and two HTTP reads. */
+export interface LiveFeedSource {
+  /** The `live` URL (ws: or wss:) resuming after `after`. */
+  url(after: number): string;
+  WebSocket: typeof WebSocket;
+  /** Throws the API's error when the run cannot be watched (bad token, no such run). */
+  verify(): Promise<unknown>;
+  /** Ledger events with `after < seq`, in order, a page at a time. */
+  eventsAfter(after: number): Promise<LedgerEvent[]>;
+}
+
+/** Reconnection: waits grow from `baseDelayMs` to `maxDelayMs`; this many connections in a row that bring nothing end the feed with an error. */
+export interface ReconnectPolicy {
+  baseDelayMs: number;
+  maxDelayMs: number;
+  maxFailures: number;
+}
+
+export const DEFAULT_RECONNECT: ReconnectPolicy = { baseDelayMs: 250, maxDelayMs: 5_000, maxFailures: 8 };
+
+/** Normal closure, for a socket the feed is done with. */
+const CLOSE_NORMAL = 1000;
+
+/**
+ * Yields the snapshot of each connection (the first, and a fresh one after
+ * every reconnect), then every event after `after` exactly once, in order.
+ * Ends after a terminal event (`run.completed`, `run.failed`, `run.cancelled`),
+ * after the snapshot of a run that had ended at or before `after`, or quietly
+ * when `signal` aborts. Throws a {@link TroupeApiError}
+ * when the run cannot be watched or the server stays unreachable.
+ */
+export async function* liveEvents(source: LiveFeedSource, options: { after?: number; signal?: AbortSignal; reconnect?: ReconnectPolicy } = {}): AsyncGenerator<LiveMessage> {
+  const { signal } = options;
+  const policy = options.reconnect ?? DEFAULT_RECONNECT;
+  let lastSeq = options.after ?? 0;
+  let failures = 0;
+  while (!signal?.aborted) {
+    const socket = new SocketFrames(new source.WebSocket(source.url(lastSeq)), signal);
+    let received = false;
+    try {
+      for await (const frame of socket) {
+        received = true;
+        failures = 0;
+        const message = parseMessage(frame);
+        if (!message) continue;
+        if (message.type === "snapshot") {
+          const { run, seq } = message as SnapshotMessage;
+          // As the server does: a cursor past the ledger's end means "from now", not "skip the next events".
+          if (typeof seq === "number" && lastSeq > seq) lastSeq = seq;
+          yield message;
+          // The run had ended by this snapshot, whose seq is past its terminal event: all of it was delivered already.
+          if (TERMINAL_STATUSES.has(run?.status) && typeof seq === "number" && seq <= lastSeq) return;
+          continue;
+        }
+        const event = message as LedgerEvent;
+        if (typeof event.seq !== "number" || event.seq <= lastSeq) continue;
+        if (event.seq > lastSeq + 1) {
+          for (const missed of await fillGap(source, lastSeq, event.seq)) {
+            lastSeq = missed.seq;
+            yield missed;
+            if (TERMINAL_EVENTS.has(missed.type)) return;
+          }
+        }
+        lastSeq = event.seq;
+        yield event;
+        if (TERMINAL_EVENTS.has(event.type)) return;
+      }
+    } finally {
+      socket.close();
+    }
+    if (signal?.aborted) return;
+    if (!received) {
+      failures++;
+      // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over HTTP.
+      if (failures === 1) await source.verify();
+      if (failures >= policy.maxFailures) {
+        throw new TroupeApiError({ status: 0, code: "live_unreachable", message: `the live feed could not be reached ${failures} times in a row (${socket.closeReason || "connection closed"})` });
+      }
+    }
+    await sleep(Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, failures - 1)), signal);
+  }
+}
+
+/** Events strictly between `lastSeq` and `nextSeq`, read over HTTP. */
+async function fillGap(source: LiveFeedSource, lastSeq: number, nextSeq: number): Promise<LedgerEvent[]> {
+  const missed: LedgerEvent[] = [];
+  let after = lastSeq;
+  while (after < nextSeq - 1) {
+    const page = (await source.eventsAfter(after)).filter((e) => e.seq > after && e.seq < nextSeq);
+    if (!page.length) break;
+    missed.push(...page);
+    after = page[page.length - 1]!.seq;
+  }
+  return missed;
+}
+
+function parseMessage(frame: string): LiveMessage | null {
+  try {
+    const message: unknown = JSON.parse(frame);
+    return message && typeof message === "object" && typeof (message as { type?: unknown }).type === "string" ? (message as LiveMessage) : null;
+  } catch {
+    // Not JSON: nothing the contract sends; skip it rather than end the feed.
+    return null;
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+/** One socket's text frames as an async iterable that ends when the socket closes. */
+class SocketFrames implements AsyncIterable<string> {
+  #socket: WebSocket;
+  #frames: string[] = [];
+  #wake: (() => void) | null = null;
+  #closed = false;
+  #signal: AbortSignal | undefined;
+  closeCode = 0;
+  closeReason = "";
+
+  constructor(socket: WebSocket, signal: AbortSignal | undefined) {
+    this.#socket = socket;
+    this.#signal = signal;
+    socket.addEventListener("message", (event: MessageEvent) => {
+      const data: unknown = event.data;
+      if (typeof data === "string") this.#push(data);
+      else if (data instanceof ArrayBuffer) this.#push(new TextDecoder().decode(data));
+    });
+    socket.addEventListener("close", (event: CloseEvent) => {
+      this.closeCode = event.code;
+      this.closeReason = event.reason;
+      this.#end();
+    });
+    // An error is always followed by a close event, which ends the iteration; nothing more to do here.
+    socket.addEventListener("error", () => undefined);
+    signal?.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  #onAbort = () => this.close();
+
+  #push(frame: string): void {
+    this.#frames.push(frame);
+    this.#wake?.();
+  }
+
+  #end(): void {
+    this.#closed = true;
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+    this.#wake?.();
+  }
+
+  /** Closes the socket (if still open) and ends the iteration. */
+  close(): void {
+    if (this.#socket.readyState === 0 || this.#socket.readyState === 1) this.#socket.close(CLOSE_NORMAL);
+    this.#end();
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<string> {
+    for (;;) {
+      const frame = this.#frames.shift();
+      if (frame !== undefined) {
+        yield frame;
+        continue;
+      }
+      if (this.#closed) return;
+      await new Promise<void>((resolve) => (this.#wake = resolve));
+      this.#wake = null;
+    }
+  }
+}

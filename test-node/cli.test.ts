@@ -1,0 +1,227 @@
+/** The `troupe` command as a user runs it: a child process against a real local server, judged by its output and exit code. */
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TroupeClient } from "../src/client/index.ts";
+import { localServer, until } from "./helpers.ts";
+
+const PORT = 8813;
+const BIN = join(import.meta.dirname, "..", "bin", "troupe.mjs");
+let server: Awaited<ReturnType<typeof localServer>>;
+let client: TroupeClient;
+const dir = mkdtempSync(join(tmpdir(), "troupe-cli-"));
+const csvFile = join(dir, "leads.csv");
+
+beforeAll(async () => {
+  writeFileSync(csvFile, "id,name,domain\n1,Ada Lovelace,example.com\n2,!fail Bob,example.com\n3,Grace Hopper,navy.mil\n");
+  server = await localServer(PORT);
+  client = new TroupeClient({ baseUrl: server.baseUrl });
+});
+afterAll(async () => {
+  await server?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** Starts `troupe <args>` with stdin, stdout and stderr as pipes (no terminal), talking to the test's server. */
+function start(args: string[]): ChildProcessWithoutNullStreams {
+  return spawn(process.execPath, [BIN, ...args], { env: { ...process.env, TROUPE_URL: server.baseUrl, TROUPE_TOKEN: "dev-token" } });
+}
+
+type Finished = { code: number | null; stdout: string; stderr: string };
+
+/** The child's exit code and everything it printed. */
+function finished(child: ChildProcessWithoutNullStreams): Promise<Finished> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+  child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const troupe = (...args: string[]) => finished(start(args));
+
+/** The run id of the first line a watching `troupe run` prints (plain output: `<runId> <status>`). */
+function firstRunId(child: ChildProcessWithoutNullStreams): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let seen = "";
+    child.stdout.on("data", (d: Buffer) => {
+      seen += d.toString();
+      const match = /^(run_[0-9a-f]{32}) /m.exec(seen);
+      if (match) resolve(match[1]!);
+    });
+    child.on("close", () => reject(new Error(`troupe exited before printing a run id: ${seen}`)));
+  });
+}
+
+const untilStatus = (runId: string, status: string) => until(() => client.get(runId), (r) => r.status === status, { what: `run ${runId} ${status}` });
+
+describe("troupe", () => {
+  let enrichRunId = "";
+
+  it("run --csv/--ndjson --json: waits for the run and prints it as one JSON object; exit 0 when it completed", async () => {
+    const { code, stdout, stderr } = await troupe("run", "demo-enrich", "--csv", csvFile, "--json");
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
+    const run = JSON.parse(stdout);
+    expect(run).toMatchObject({ runId: expect.stringMatching(/^run_/), status: "completed", result: { rows: 2, failed: 1 } });
+    enrichRunId = run.runId;
+
+    const ndjsonFile = join(dir, "leads.ndjson");
+    writeFileSync(ndjsonFile, '{"id":"n1","name":"Ada Lovelace","domain":"example.com"}\n\n{"id":"n2","name":"!fail Bob","domain":"example.com"}\n');
+    const ndjson = await troupe("run", "demo-enrich", "--ndjson", ndjsonFile, "--json");
+    expect(ndjson.code).toBe(0);
+    expect(JSON.parse(ndjson.stdout)).toMatchObject({ status: "completed", result: { rows: 1, failed: 1 } });
+  });
+
+  it("run without a terminal prints plain progress lines, then how the run ended", async () => {
+    const { code, stdout } = await troupe("run", "demo-enrich", "--csv", csvFile);
+    expect(code).toBe(0);
+    const lines = stdout.trim().split("\n");
+    const runId = lines[0]!.split(" ")[0]!;
+    expect(runId).toMatch(/^run_[0-9a-f]{32}$/);
+    expect(lines.every((l) => l.startsWith(`${runId} `))).toBe(true);
+    expect(lines.filter((l) => l.startsWith(`${runId} leads: 3/3 done, 1 failed`))).toHaveLength(1);
+    expect(lines.at(-1)).toMatch(new RegExp(`^${runId} completed \\(leads 2 completed, 1 failed.*\\): \\{"rows":2,"failed":1\\}$`));
+  });
+
+  it("a run that fails exits 1 and says why", async () => {
+    const { code, stdout } = await troupe("run", "demo-approval", "--input", '{"message":"too late","timeoutMs":50}', "--json");
+    expect(code).toBe(1);
+    expect(JSON.parse(stdout)).toMatchObject({ status: "failed", error: { code: "event_timeout" } });
+
+    const plain = await troupe("run", "demo-approval", "--input", '{"message":"too late","timeoutMs":50}');
+    expect(plain.code).toBe(1);
+    expect(plain.stdout.trim().split("\n").at(-1)).toMatch(/ failed.*: event_timeout: /);
+  });
+
+  it("usage errors exit 2 with one line on stderr, and start nothing", async () => {
+    const before = (await client.list({ limit: 200 })).runs.length;
+    const cases = [
+      ["run", "demo-enrich"],
+      ["run", "demo-enrich", "--csv", csvFile, "--input", "{}"],
+      ["run", "demo-enrich", "--csv", join(dir, "missing.csv")],
+      ["run", "demo-enrich", "--input", "{not json"],
+      ["run", "demo-enrich", "--input", '{"rows":[{"id":"1"}]}'],
+      ["run", "no-such-play", "--input", "{}"],
+      ["run", "demo-enrich", "--csv", csvFile, "--max-spend", "lots"],
+      ["runs", "--limit", "0"],
+      ["no-such-command"],
+    ];
+    const results = await Promise.all(cases.map((args) => troupe(...args)));
+    results.forEach(({ code, stdout, stderr }, i) => {
+      expect({ args: cases[i], code, stdout, lines: stderr.trim().split("\n").length }).toEqual({ args: cases[i], code: 2, stdout: "", lines: 1 });
+    });
+    expect(results[2]!.stderr).toBe(`troupe: cannot read ${join(dir, "missing.csv")}: no such file\n`);
+    expect(results[4]!.stderr).toMatch(/^troupe: invalid_request: /);
+    expect((await client.list({ limit: 200 })).runs.length).toBe(before);
+  });
+
+  it("exit 3 when the watched run is cancelled by `troupe cancel` from another process", async () => {
+    const watching = start(["run", "demo-approval", "--input", '{"message":"cancel me"}']);
+    const result = finished(watching);
+    const runId = await firstRunId(watching);
+    await untilStatus(runId, "waiting");
+    const cancel = await troupe("cancel", runId);
+    expect(cancel.code).toBe(0);
+    expect(cancel.stdout).toMatch(new RegExp(`^${runId} (cancelling|cancelled)\\n$`));
+    const { code, stdout } = await result;
+    expect(code).toBe(3);
+    expect(stdout.trim().split("\n").at(-1)).toMatch(new RegExp(`^${runId} cancelled\\b`));
+  });
+
+  it("SIGINT without a terminal detaches: exit 130, and the run goes on", async () => {
+    const watching = start(["run", "demo-approval", "--input", '{"message":"detach from me"}']);
+    const result = finished(watching);
+    const runId = await firstRunId(watching);
+    await untilStatus(runId, "waiting");
+    watching.kill("SIGINT");
+    const { code, stderr } = await result;
+    expect(code).toBe(130);
+    expect(stderr).toContain(`detached from ${runId}`);
+    expect((await client.get(runId)).status).toBe("waiting");
+    await client.cancel(runId);
+  });
+
+  it("signal, watch and status: a detached demo-approval run approved from the command line", async () => {
+    const detached = await troupe("run", "demo-approval", "--input", '{"message":"approve me"}', "--detach", "--json");
+    expect(detached.code).toBe(0);
+    const { runId, status } = JSON.parse(detached.stdout);
+    expect(status).toEqual(expect.any(String));
+    await untilStatus(runId, "waiting");
+
+    const signal = await troupe("signal", runId, "approve", "--data", '{"by":"cli"}', "--json");
+    expect(signal.code).toBe(0);
+    expect(JSON.parse(signal.stdout)).toMatchObject({ consumed: true, duplicate: false });
+
+    const watched = await troupe("watch", runId, "--json");
+    expect(watched.code).toBe(0);
+    expect(JSON.parse(watched.stdout)).toMatchObject({ runId, status: "completed", result: { approved: { by: "cli" } } });
+
+    const shown = await troupe("status", runId);
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain(`${runId}  demo-approval  completed`);
+    expect(shown.stdout).toContain('result: {"approved":{"by":"cli"}}');
+
+    const late = await troupe("signal", runId, "approve");
+    expect(late.code).toBe(1);
+    expect(late.stderr).toMatch(/^troupe: run_finished: /);
+  });
+
+  it("runs lists the org's runs, newest first, a page at a time", async () => {
+    const { code, stdout } = await troupe("runs", "--json");
+    expect(code).toBe(0);
+    const { runs } = JSON.parse(stdout);
+    expect(runs.map((r: { runId: string }) => r.runId)).toContain(enrichRunId);
+
+    const page = await troupe("runs", "--limit", "1");
+    expect(page.code).toBe(0);
+    const [line, more] = page.stdout.trim().split("\n");
+    expect(line).toMatch(/^run_[0-9a-f]{32}  /);
+    expect(more).toMatch(/^more: troupe runs --cursor \S+$/);
+  });
+
+  it("export writes the run's rows as CSV (to a file) or NDJSON (to stdout)", async () => {
+    const out = join(dir, "leads-export.csv");
+    const csv = await troupe("export", enrichRunId, "leads", "--out", out);
+    expect(csv.code).toBe(0);
+    const lines = readFileSync(out, "utf8").trim().split("\n");
+    expect(lines[0]).toBe("id,name,domain,email,verdict,_key,_status,_error");
+    expect(lines).toHaveLength(4);
+    expect(lines[1]).toMatch(/^1,Ada Lovelace,example\.com,ada\.lovelace@example\.com,(valid|invalid),1,completed,$/);
+
+    const ndjson = await troupe("export", enrichRunId, "leads", "--format", "ndjson");
+    expect(ndjson.code).toBe(0);
+    const rows = ndjson.stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(rows.map((r) => [r._key, r._status])).toEqual([["1", "completed"], ["2", "failed"], ["3", "completed"]]);
+
+    const missing = await troupe("export", enrichRunId, "no-such-dataset");
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/^troupe: dataset_not_found: /);
+  });
+
+  it("rerun starts the run again and watches it", async () => {
+    const { code, stdout } = await troupe("rerun", enrichRunId, "--json");
+    expect(code).toBe(0);
+    const run = JSON.parse(stdout);
+    expect(run.runId).not.toBe(enrichRunId);
+    expect(run).toMatchObject({ status: "completed", result: { rows: 2, failed: 1 } });
+  });
+
+  it("estimate answers what the run would bill, or says clearly that the server cannot estimate", async () => {
+    const probe = await fetch(`${server.baseUrl}/v1/runs/estimate`, { method: "POST", headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" }, body: JSON.stringify({ play: "demo-enrich", input: { csv: readFileSync(csvFile, "utf8") } }) });
+    const { code, stdout, stderr } = await troupe("estimate", "demo-enrich", "--csv", csvFile, "--json");
+    if (probe.status === 404) {
+      // The spend work (POST /v1/runs/estimate) is not in this server.
+      expect(code).toBe(1);
+      expect(stderr).toMatch(/^troupe: this server cannot estimate yet: POST \/v1\/runs\/estimate answered 404/);
+    } else {
+      expect(code).toBe(0);
+      expect(JSON.parse(stdout)).toEqual(await probe.json());
+    }
+  });
+});
