@@ -4,7 +4,9 @@
 // through the `node` devDependency; there is no build step to forget.
 const [major, minor] = process.versions.node.split(".").map(Number);
 if (major < 22 || (major === 22 && minor < 18)) {
-  process.stderr.write(`troupe: needs Node >= 22.18 (this is ${process.version}); run it as \`npx troupe\` in the project, which uses the Node it installs\n`);
+  process.stderr.write(
+    `troupe: needs Node >= 22.18 (this is ${process.version}); run it as \`npx troupe\` in the project, which uses the Node it installs\n`,
+  );
   process.exit(2);
 }
 const { main } = await import("../src/cli/main.ts");

@@ -53,7 +53,11 @@ async function runCase(call, name) {
   await call("PUT", "/v1/sim/config", { latencyMs: LATENCY_MS, ratePerSecond: RATE, rateLimitHeaders: setup.headers });
   // The provider's window empties before the case starts.
   await new Promise((r) => setTimeout(r, 1100));
-  const rows = Array.from({ length: ROWS }, (_, i) => ({ id: `${name}-${i}`, name: `Paced ${name} Person ${i}`, domain: `paced${i % 40}.example` }));
+  const rows = Array.from({ length: ROWS }, (_, i) => ({
+    id: `${name}-${i}`,
+    name: `Paced ${name} Person ${i}`,
+    domain: `paced${i % 40}.example`,
+  }));
 
   const started = performance.now();
   const { runId } = await call("POST", "/v1/runs", { play: "demo-enrich", input: { rows } });
@@ -101,15 +105,26 @@ async function runCase(call, name) {
     duplicates: stats.duplicates,
     providerRetries: run.usage.providerRetries,
     runAttempt: run.runAttempt,
-    gate: { effective: round(gate.effectiveRequestsPerSecond, 1), announced: gate.announcedRequestsPerSecond, learned: round(gate.learnedRequestsPerSecond, 1) },
+    gate: {
+      effective: round(gate.effectiveRequestsPerSecond, 1),
+      announced: gate.announcedRequestsPerSecond,
+      learned: round(gate.learnedRequestsPerSecond, 1),
+    },
   };
   const misses = [];
   if (result.shareOfLimit < setup.minShare) misses.push(`throughput ${(result.shareOfLimit * 100).toFixed(1)}% < ${setup.minShare * 100}%`);
-  if (setup.max429 !== null && result.rateLimitedShare >= setup.max429) misses.push(`429s ${(result.rateLimitedShare * 100).toFixed(2)}% >= ${setup.max429 * 100}%`);
+  if (setup.max429 !== null && result.rateLimitedShare >= setup.max429)
+    misses.push(`429s ${(result.rateLimitedShare * 100).toFixed(2)}% >= ${setup.max429 * 100}%`);
   if (setup.max429AfterWarmup !== null && result.rateLimitedShareAfterWarmup >= setup.max429AfterWarmup) {
     misses.push(`429s after ${WARMUP_S} s ${(result.rateLimitedShareAfterWarmup * 100).toFixed(2)}% >= ${setup.max429AfterWarmup * 100}%`);
   }
-  result.target = [`>= ${setup.minShare * 100}%`, setup.max429 !== null ? `429 < ${setup.max429 * 100}%` : null, setup.max429AfterWarmup !== null ? `429 after ${WARMUP_S} s < ${setup.max429AfterWarmup * 100}%` : null].filter(Boolean).join(", ");
+  result.target = [
+    `>= ${setup.minShare * 100}%`,
+    setup.max429 !== null ? `429 < ${setup.max429 * 100}%` : null,
+    setup.max429AfterWarmup !== null ? `429 after ${WARMUP_S} s < ${setup.max429AfterWarmup * 100}%` : null,
+  ]
+    .filter(Boolean)
+    .join(", ");
   result.verdict = misses.length === 0 ? "meets" : `MISSES (${misses.join("; ")})`;
   return result;
 }
@@ -132,7 +147,19 @@ function round(value, digits) {
 
 /** The cases as a table, one row each. */
 function table(results) {
-  const header = ["case", "requests", "429", "429 %", `429 % after ${WARMUP_S} s`, "admitted/s", "% of limit", "before drain", "peak/s", "target", "verdict"];
+  const header = [
+    "case",
+    "requests",
+    "429",
+    "429 %",
+    `429 % after ${WARMUP_S} s`,
+    "admitted/s",
+    "% of limit",
+    "before drain",
+    "peak/s",
+    "target",
+    "verdict",
+  ];
   const rows = results.map((r) => [
     r.case,
     String(r.requests),
@@ -160,9 +187,12 @@ export async function benchPacing() {
   try {
     await warmUp(call);
     for (const name of CASES) results.push(await runCase(call, name));
-    console.log(`pacing: demo-enrich, ${ROWS} rows per case, provider limited to ${RATE} requests/s (latency ${LATENCY_MS} ms); admitted requests over the provider's busy window`);
+    console.log(
+      `pacing: demo-enrich, ${ROWS} rows per case, provider limited to ${RATE} requests/s (latency ${LATENCY_MS} ms); admitted requests over the provider's busy window`,
+    );
     console.log(table(results));
-    for (const r of results) if (r.runAttempt > 0 || r.duplicates > 0) console.log(`  ${r.case}: run attempt ${r.runAttempt}, duplicates ${r.duplicates}`);
+    for (const r of results)
+      if (r.runAttempt > 0 || r.duplicates > 0) console.log(`  ${r.case}: run attempt ${r.runAttempt}, duplicates ${r.duplicates}`);
     console.log(JSON.stringify(results));
     return results;
   } finally {

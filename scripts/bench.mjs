@@ -44,7 +44,8 @@ function watch(runId) {
       return;
     }
     watcher.events.push(event);
-    if (event.type === "chunk.completed" && event.seq > watcher.snapshotSeq) watcher.chunkLatenciesMs.push(receivedAt - Date.parse(event.at));
+    if (event.type === "chunk.completed" && event.seq > watcher.snapshotSeq)
+      watcher.chunkLatenciesMs.push(receivedAt - Date.parse(event.at));
   });
   return watcher;
 }
@@ -63,7 +64,11 @@ async function runToEnd(input, options = {}) {
     const run = await call("GET", `/v1/runs/${runId}`);
     if (["completed", "failed", "cancelled"].includes(run.status)) {
       const seconds = (performance.now() - started) / 1000;
-      if (watcher) await Promise.race([watcher.closed, new Promise((_, reject) => setTimeout(() => reject(new Error("the live socket stayed open after the run ended")), 30_000))]);
+      if (watcher)
+        await Promise.race([
+          watcher.closed,
+          new Promise((_, reject) => setTimeout(() => reject(new Error("the live socket stayed open after the run ended")), 30_000)),
+        ]);
       return { run, seconds, watcher };
     }
     if (performance.now() - started > TIMEOUT_MS) throw new Error(`run ${runId} did not finish: ${JSON.stringify(run.progress)}`);
@@ -94,7 +99,9 @@ try {
     rerunObjectRpcsPerRow: Number((rerun.run.usage.objectRpcs / ROWS).toFixed(3)),
     ledgerEvents: watcher.events.length,
     ledgerEventsPer1000Rows: Number(((watcher.events.length / ROWS) * 1000).toFixed(1)),
-    ledgerEventsByType: Object.fromEntries(Object.entries(Object.groupBy(watcher.events, (e) => e.type)).map(([type, list]) => [type, list.length])),
+    ledgerEventsByType: Object.fromEntries(
+      Object.entries(Object.groupBy(watcher.events, (e) => e.type)).map(([type, list]) => [type, list.length]),
+    ),
     liveChunkEvents: watcher.chunkLatenciesMs.length,
     liveLatencyP50Ms: percentile(watcher.chunkLatenciesMs, 50),
     liveLatencyP95Ms: percentile(watcher.chunkLatenciesMs, 95),
@@ -103,11 +110,19 @@ try {
   const seqs = watcher.events.map((e) => e.seq);
   if (seqs.some((seq, i) => seq !== i + 1)) throw new Error(`the live socket skipped or repeated events: ${seqs.join(",")}`);
   console.log(`demo-enrich, ${ROWS} rows, simulated provider latency ${LATENCY_MS} ms`);
-  console.log(`  first run: ${report.rowsPerSecond} rows/s (${report.seconds} s), ${report.objectRpcsPerRow} object RPCs/row, ${report.providerRequestsPerRow} provider requests/row`);
+  console.log(
+    `  first run: ${report.rowsPerSecond} rows/s (${report.seconds} s), ${report.objectRpcsPerRow} object RPCs/row, ${report.providerRequestsPerRow} provider requests/row`,
+  );
   console.log(`  billed ${report.billed}, duplicates ${report.duplicates}`);
   console.log(`  rerun (all reused): ${report.rerunRowsPerSecond} rows/s, ${report.rerunObjectRpcsPerRow} object RPCs/row`);
-  console.log(`  ledger: ${report.ledgerEvents} events, ${report.ledgerEventsPer1000Rows} per 1,000 rows (${Object.entries(report.ledgerEventsByType).map(([t, n]) => `${t} ${n}`).join(", ")})`);
-  console.log(`  live: chunk.completed reached a watching client in p50 ${report.liveLatencyP50Ms} ms, p95 ${report.liveLatencyP95Ms} ms, max ${report.liveLatencyMaxMs} ms (${report.liveChunkEvents} events)`);
+  console.log(
+    `  ledger: ${report.ledgerEvents} events, ${report.ledgerEventsPer1000Rows} per 1,000 rows (${Object.entries(report.ledgerEventsByType)
+      .map(([t, n]) => `${t} ${n}`)
+      .join(", ")})`,
+  );
+  console.log(
+    `  live: chunk.completed reached a watching client in p50 ${report.liveLatencyP50Ms} ms, p95 ${report.liveLatencyP95Ms} ms, max ${report.liveLatencyMaxMs} ms (${report.liveChunkEvents} events)`,
+  );
   console.log(JSON.stringify(report));
 } finally {
   await stopServer(server);

@@ -33,7 +33,7 @@ try {
   for (;;) {
     before = await call("GET", `/v1/runs/${runId}`);
     const done = before.progress.maps.leads?.completed ?? 0;
-    if (done >= ROWS * 0.2 || before.status !== "running" && before.status !== "queued") break;
+    if (done >= ROWS * 0.2 || (before.status !== "running" && before.status !== "queued")) break;
     if (Date.now() - started > TIMEOUT_MS) throw new Error("the run made no progress");
     await sleep(20);
   }
@@ -53,7 +53,8 @@ try {
   }
   if (run.status !== "completed") failures.push(`the run ended ${run.status}: ${JSON.stringify(run.error)}`);
   const stored = [];
-  for (let offset = 0; offset < ROWS; offset += 1000) stored.push(...(await call("GET", `/v1/runs/${runId}/datasets/leads?offset=${offset}&limit=1000`)).rows);
+  for (let offset = 0; offset < ROWS; offset += 1000)
+    stored.push(...(await call("GET", `/v1/runs/${runId}/datasets/leads?offset=${offset}&limit=1000`)).rows);
   if (stored.length !== ROWS) failures.push(`${stored.length} rows persisted, expected ${ROWS}`);
   stored.forEach((row, i) => {
     const e = email(rows[i].name, rows[i].domain);
@@ -65,8 +66,10 @@ try {
   const unique = ROWS + new Set(rows.map((r) => email(r.name, r.domain))).size;
   if (stats.billed !== unique) failures.push(`billed ${stats.billed}, expected ${unique} unique calls`);
   if (stats.duplicates !== 0) failures.push(`${stats.duplicates} calls were sent again with an already-billed idempotency key; expected 0`);
-  console.log(`run ${run.status} after the crash with runAttempt ${run.runAttempt}; ${stored.length} rows; billed ${stats.billed} of ${unique} unique calls; ` +
-    `${stats.duplicates} calls repeated with an already-billed idempotency key`);
+  console.log(
+    `run ${run.status} after the crash with runAttempt ${run.runAttempt}; ${stored.length} rows; billed ${stats.billed} of ${unique} unique calls; ` +
+      `${stats.duplicates} calls repeated with an already-billed idempotency key`,
+  );
 } finally {
   await stopServer(server, "SIGKILL");
   rmSync(stateDir, { recursive: true, force: true });

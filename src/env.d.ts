@@ -7,7 +7,7 @@ interface TroupeSecretVars {
   API_TOKENS?: string;
   /** `"on"` only under the test runner: short leases and waits. */
   TROUPE_TEST_MODE?: string;
-  /** JSON `{ "<org>": ["host", "*.example.com"] }`: the hosts each org's plays may fetch (src/engine/play-fetch.ts). */
+  /** JSON `{ "<org>": ["host", "*.example.com"] }`: the hosts each org's plays may fetch (src/runtime/invocation/play-fetch.ts). */
   EGRESS_ALLOWLIST?: string;
 }
 interface Env extends TroupeSecretVars {}

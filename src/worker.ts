@@ -1,13 +1,13 @@
 /** The Worker: the HTTP API, and the Durable Object actors it is made of. */
 import { app } from "./http/app";
 
-export { RunCoordinator } from "./objects/RunCoordinator";
-export { SheetShard } from "./objects/SheetShard";
-export { ReceiptShard } from "./objects/ReceiptShard";
-export { OrgDirectory } from "./objects/OrgDirectory";
-export { SimProvider } from "./objects/SimProvider";
-export { PacingGate } from "./objects/PacingGate";
-export { FaultInjector } from "./objects/FaultInjector";
+export { RunCoordinator } from "./actors/RunCoordinator";
+export { SheetShard } from "./actors/SheetShard";
+export { ReceiptShard } from "./actors/ReceiptShard";
+export { OrgDirectory } from "./actors/OrgDirectory";
+export { SimProvider } from "./actors/SimProvider";
+export { PacingGate } from "./actors/PacingGate";
+export { FaultInjector } from "./actors/FaultInjector";
 
 export default {
   fetch: (request, env, ctx) => app.fetch(request, env, ctx),

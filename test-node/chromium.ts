@@ -37,7 +37,8 @@ function run(command: string, args: string[], timeoutMs: number): string | null 
     env: { ...process.env, DEBIAN_FRONTEND: "noninteractive" },
   });
   if (result.error) return `${command} ${args.join(" ")}: ${result.error.message}`;
-  if (result.status !== 0) return `${command} ${args.join(" ")} exited ${result.status}: ${result.stderr.trim().split("\n").slice(-3).join(" / ")}`;
+  if (result.status !== 0)
+    return `${command} ${args.join(" ")} exited ${result.status}: ${result.stderr.trim().split("\n").slice(-3).join(" / ")}`;
   return null;
 }
 
@@ -49,8 +50,10 @@ function run(command: string, args: string[], timeoutMs: number): string | null 
 export function findOrInstallChromium(): ChromiumLookup {
   const path = found();
   if (path) return { path };
-  if (process.platform !== "linux" || !existsSync("/usr/bin/apt-get")) return { missing: "no /usr/bin/chromium, and no apt-get to install Debian's chromium package" };
-  if (process.getuid?.() !== 0) return { missing: "no /usr/bin/chromium, and installing Debian's chromium package needs root (run: apt-get install -y chromium)" };
+  if (process.platform !== "linux" || !existsSync("/usr/bin/apt-get"))
+    return { missing: "no /usr/bin/chromium, and no apt-get to install Debian's chromium package" };
+  if (process.getuid?.() !== 0)
+    return { missing: "no /usr/bin/chromium, and installing Debian's chromium package needs root (run: apt-get install -y chromium)" };
   const failure = run("apt-get", ["update"], 5 * 60_000) ?? run("apt-get", ["install", "-y", "chromium"], 10 * 60_000);
   if (failure) return { missing: `installing Debian's chromium failed: ${failure}` };
   const installed = found();

@@ -6,9 +6,18 @@ import { barMapLine, formatDuration, RunProgress } from "../src/cli/progress.ts"
 import { PlainView } from "../src/cli/views.ts";
 
 const run = (status: RunView["status"], completed: number): RunView => ({
-  runId: "run_1", play: "demo-enrich", org: "dev", status, runAttempt: 0, parentRunId: null,
+  runId: "run_1",
+  play: "demo-enrich",
+  org: "dev",
+  status,
+  runAttempt: 0,
+  parentRunId: null,
   progress: { maps: { leads: { total: 10, completed, failed: 1, active: 0, waiting: 0, blocked: 0 } } },
-  result: null, error: null, usage: { spend: { total: 2.5, byProvider: {}, byTool: {} } }, createdAt: "", updatedAt: "",
+  result: null,
+  error: null,
+  usage: { spend: { total: 2.5, byProvider: {}, byTool: {} } },
+  createdAt: "",
+  updatedAt: "",
 });
 
 describe("RunProgress", () => {
@@ -21,7 +30,18 @@ describe("RunProgress", () => {
     expect(progress.status).toBe("running");
     expect(progress.maps.get("leads")).toMatchObject({ completed: 6, failed: 1 });
 
-    progress.apply({ seq: 6, type: "map.progress", at: "", map: "leads", total: 10, completed: 8, failed: 1, rowsPerSecond: 4, etaSeconds: 1, spend: 3.25 });
+    progress.apply({
+      seq: 6,
+      type: "map.progress",
+      at: "",
+      map: "leads",
+      total: 10,
+      completed: 8,
+      failed: 1,
+      rowsPerSecond: 4,
+      etaSeconds: 1,
+      spend: 3.25,
+    });
     expect(progress.maps.get("leads")).toMatchObject({ completed: 8, rowsPerSecond: 4, etaSeconds: 1 });
     expect(progress.spend).toBe(3.25);
     expect(progress.apply({ seq: 7, type: "run.completed", at: "" })).toEqual([{ kind: "status", status: "completed" }]);
@@ -32,7 +52,9 @@ describe("lines", () => {
   it("draws a bar with done and failed cells, and the figures known", () => {
     const map = { name: "leads", total: 10, completed: 4, failed: 1, rowsPerSecond: 2.5, etaSeconds: 125 };
     expect(barMapLine(map, { nameWidth: 6, width: 10 })).toBe("leads   [████▓░░░░░]  5/10  1 failed  2.5 rows/s  ETA 2m 05s");
-    expect(barMapLine({ ...map, completed: 9 }, { nameWidth: 5, width: 10, spend: 12.345 })).toBe("leads  [█████████▓]  10/10  1 failed  spend 12.35 credits");
+    expect(barMapLine({ ...map, completed: 9 }, { nameWidth: 5, width: 10, spend: 12.345 })).toBe(
+      "leads  [█████████▓]  10/10  1 failed  spend 12.35 credits",
+    );
     expect(formatDuration(7322)).toBe("2h 02m");
   });
 
@@ -43,7 +65,8 @@ describe("lines", () => {
     let now = 0;
     const view = new PlainView(out, () => now);
     const progress = new RunProgress("run_1");
-    const step = (seq: number, completed: number) => view.update(progress, progress.apply({ seq, type: "map.progress", at: "", map: "leads", total: 10, completed, failed: 0 }));
+    const step = (seq: number, completed: number) =>
+      view.update(progress, progress.apply({ seq, type: "map.progress", at: "", map: "leads", total: 10, completed, failed: 0 }));
     view.update(progress, progress.apply({ type: "snapshot", run: run("running", 0), seq: 0 }));
     step(1, 2);
     now = 1500;

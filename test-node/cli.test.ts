@@ -58,7 +58,12 @@ function firstRunId(child: ChildProcessWithoutNullStreams): Promise<string> {
   });
 }
 
-const untilStatus = (runId: string, status: string) => until(() => client.get(runId), (r) => r.status === status, { what: `run ${runId} ${status}` });
+const untilStatus = (runId: string, status: string) =>
+  until(
+    () => client.get(runId),
+    (r) => r.status === status,
+    { what: `run ${runId} ${status}` },
+  );
 
 describe("troupe", () => {
   let enrichRunId = "";
@@ -72,7 +77,10 @@ describe("troupe", () => {
     enrichRunId = run.runId;
 
     const ndjsonFile = join(dir, "leads.ndjson");
-    writeFileSync(ndjsonFile, '{"id":"n1","name":"Ada Lovelace","domain":"example.com"}\n\n{"id":"n2","name":"!fail Bob","domain":"example.com"}\n');
+    writeFileSync(
+      ndjsonFile,
+      '{"id":"n1","name":"Ada Lovelace","domain":"example.com"}\n\n{"id":"n2","name":"!fail Bob","domain":"example.com"}\n',
+    );
     const ndjson = await troupe("run", "demo-enrich", "--ndjson", ndjsonFile, "--json");
     expect(ndjson.code).toBe(0);
     expect(JSON.parse(ndjson.stdout)).toMatchObject({ status: "completed", result: { rows: 1, failed: 1 } });
@@ -114,7 +122,12 @@ describe("troupe", () => {
     ];
     const results = await Promise.all(cases.map((args) => troupe(...args)));
     results.forEach(({ code, stdout, stderr }, i) => {
-      expect({ args: cases[i], code, stdout, lines: stderr.trim().split("\n").length }).toEqual({ args: cases[i], code: 2, stdout: "", lines: 1 });
+      expect({ args: cases[i], code, stdout, lines: stderr.trim().split("\n").length }).toEqual({
+        args: cases[i],
+        code: 2,
+        stdout: "",
+        lines: 1,
+      });
     });
     expect(results[2]!.stderr).toBe(`troupe: cannot read ${join(dir, "missing.csv")}: no such file\n`);
     expect(results[4]!.stderr).toMatch(/^troupe: invalid_request: /);
@@ -196,8 +209,15 @@ describe("troupe", () => {
 
     const ndjson = await troupe("export", enrichRunId, "leads", "--format", "ndjson");
     expect(ndjson.code).toBe(0);
-    const rows = ndjson.stdout.trim().split("\n").map((l) => JSON.parse(l));
-    expect(rows.map((r) => [r._key, r._status])).toEqual([["1", "completed"], ["2", "failed"], ["3", "completed"]]);
+    const rows = ndjson.stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
+    expect(rows.map((r) => [r._key, r._status])).toEqual([
+      ["1", "completed"],
+      ["2", "failed"],
+      ["3", "completed"],
+    ]);
 
     const missing = await troupe("export", enrichRunId, "no-such-dataset");
     expect(missing.code).toBe(1);
@@ -213,7 +233,11 @@ describe("troupe", () => {
   });
 
   it("estimate answers what the run would bill, or says clearly that the server cannot estimate", async () => {
-    const probe = await fetch(`${server.baseUrl}/v1/runs/estimate`, { method: "POST", headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" }, body: JSON.stringify({ play: "demo-enrich", input: { csv: readFileSync(csvFile, "utf8") } }) });
+    const probe = await fetch(`${server.baseUrl}/v1/runs/estimate`, {
+      method: "POST",
+      headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" },
+      body: JSON.stringify({ play: "demo-enrich", input: { csv: readFileSync(csvFile, "utf8") } }),
+    });
     const { code, stdout, stderr } = await troupe("estimate", "demo-enrich", "--csv", csvFile, "--json");
     if (probe.status === 404) {
       // The spend work (POST /v1/runs/estimate) is not in this server.

@@ -25,7 +25,12 @@ const rows = [
 
 const ended = (run: RunView) => run.status === "completed" || run.status === "failed" || run.status === "cancelled";
 const untilEnded = (runId: string) => until(() => client.get(runId), ended, { what: `run ${runId} ending` });
-const untilStatus = (runId: string, status: string) => until(() => client.get(runId), (r) => r.status === status, { what: `run ${runId} ${status}` });
+const untilStatus = (runId: string, status: string) =>
+  until(
+    () => client.get(runId),
+    (r) => r.status === status,
+    { what: `run ${runId} ${status}` },
+  );
 
 describe("TroupeClient", () => {
   it("submits once per idempotency key, reads the run and lists it, and pages its rows in input order", async () => {
@@ -71,7 +76,10 @@ describe("TroupeClient", () => {
     const { runId } = await client.submit({ play: "demo-approval", input: { message: "ship it?" } });
     await untilStatus(runId, "waiting");
     const key = `approve-${runId}`;
-    expect(await client.signal(runId, "approve", { ok: true }, { idempotencyKey: key })).toMatchObject({ consumed: true, duplicate: false });
+    expect(await client.signal(runId, "approve", { ok: true }, { idempotencyKey: key })).toMatchObject({
+      consumed: true,
+      duplicate: false,
+    });
     expect(await client.signal(runId, "approve", { ok: true }, { idempotencyKey: key })).toMatchObject({ duplicate: true });
     expect(await untilEnded(runId)).toMatchObject({ status: "completed", result: { approved: { ok: true } } });
   });
@@ -92,7 +100,9 @@ describe("TroupeClient", () => {
     const unknownPlay = await client.submit({ play: "no-such-play", input: {} }).catch((e: unknown) => e);
     expect(unknownPlay).toMatchObject({ status: 404, code: "unknown_play" });
 
-    const invalid = (await client.submit({ play: "demo-enrich", input: { rows: [{ id: "1" }] } }).catch((e: unknown) => e)) as TroupeApiError;
+    const invalid = (await client
+      .submit({ play: "demo-enrich", input: { rows: [{ id: "1" }] } })
+      .catch((e: unknown) => e)) as TroupeApiError;
     expect(invalid).toMatchObject({ status: 400, code: "invalid_request" });
     expect(invalid.details).toEqual(expect.arrayContaining([expect.objectContaining({ path: expect.stringContaining("input") })]));
 
@@ -110,7 +120,13 @@ describe("TroupeClient", () => {
       baseUrl: "http://troupe.test/",
       token: "t0ken",
       fetch: async (url, init) => {
-        sent.push({ url: String(url), method: init!.method!, headers: new Headers(init!.headers), body: await new Response(init!.body).text(), duplex: (init as { duplex?: string }).duplex });
+        sent.push({
+          url: String(url),
+          method: init!.method!,
+          headers: new Headers(init!.headers),
+          body: await new Response(init!.body).text(),
+          duplex: (init as { duplex?: string }).duplex,
+        });
         return Response.json({ uploadId: "up_1", rows: 1, bytes: 8, columns: ["a", "b"], format: "csv" }, { status: 201 });
       },
     });
@@ -134,7 +150,9 @@ describe("TroupeClient", () => {
     expect(events.at(-1)!.type).toBe("run.completed");
     expect(events.some((e) => e.type === "map.progress" && e.map === "leads")).toBe(true);
     const ledger = await client.eventPage(runId, { limit: 1000 });
-    expect(events.map((e) => [e.seq, e.type])).toEqual(ledger.events.filter((e) => e.seq <= events.at(-1)!.seq).map((e) => [e.seq, e.type]));
+    expect(events.map((e) => [e.seq, e.type])).toEqual(
+      ledger.events.filter((e) => e.seq <= events.at(-1)!.seq).map((e) => [e.seq, e.type]),
+    );
 
     // Watching an ended run from its terminal event on: the snapshot, then the end of the iteration.
     const late: LiveMessage[] = [];
@@ -180,6 +198,8 @@ describe("TroupeClient", () => {
     const last = events.at(-1)!;
     expect(last.type).toBe("run.completed");
     expect(events.map((e) => [e.seq, e.type])).toEqual(ledger.events.filter((e) => e.seq <= last.seq).map((e) => [e.seq, e.type]));
-    expect(events.map((e) => e.type)).toEqual(expect.arrayContaining(["wait.started", "signal.received", "wait.finished", "run.completed"]));
+    expect(events.map((e) => e.type)).toEqual(
+      expect.arrayContaining(["wait.started", "signal.received", "wait.finished", "run.completed"]),
+    );
   });
 });

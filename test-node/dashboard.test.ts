@@ -33,7 +33,11 @@ const api = new TroupeClient({ baseUrl: BASE, token: "dev-token" });
 
 function leads(prefix: string, count: number) {
   // Every 40th row fails at the provider, so the bars and the preview show failures too.
-  return Array.from({ length: count }, (_, i) => ({ id: `${prefix}-${i}`, name: i % 40 === 7 ? `!fail Person ${i}` : `Person ${i}`, domain: "example.com" }));
+  return Array.from({ length: count }, (_, i) => ({
+    id: `${prefix}-${i}`,
+    name: i % 40 === 7 ? `!fail Person ${i}` : `Person ${i}`,
+    domain: "example.com",
+  }));
 }
 
 /** The map's progress bar: rows done (completed + failed) of its total. */
@@ -70,7 +74,11 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     await buildDashboard();
     server = await startServer({ port: PORT, stateDir: state });
     // Slow provider calls, so a run of a few hundred rows is watched while it runs.
-    const res = await fetch(`${BASE}/v1/sim/config`, { method: "PUT", headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" }, body: JSON.stringify({ latencyMs: 200 }) });
+    const res = await fetch(`${BASE}/v1/sim/config`, {
+      method: "PUT",
+      headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" },
+      body: JSON.stringify({ latencyMs: 200 }),
+    });
     expect(res.status).toBe(200);
     context = await chromium.launchPersistentContext(profile, {
       executablePath: (browser as { path: string }).path,
@@ -123,7 +131,9 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     await link.click();
     await page.getByTestId("run-status").waitFor();
 
-    await expect.poll(() => progressOf(page, "leads"), { timeout: WAIT_MS, interval: 50 }).toSatisfy(({ done, total: t }) => t === total && done > 0 && done < total);
+    await expect
+      .poll(() => progressOf(page, "leads"), { timeout: WAIT_MS, interval: 50 })
+      .toSatisfy(({ done, total: t }) => t === total && done > 0 && done < total);
     const first = await progressOf(page, "leads");
     await page.getByTestId("throughput-chart").waitFor();
     await page.screenshot({ path: join(ARTIFACTS, "dashboard-run-in-progress.png"), fullPage: true });
@@ -136,11 +146,15 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     const run = await api.get(started.runId);
     expect(await page.getByTestId("run-result").textContent()).toContain(`"rows": ${(run.result as { rows: number }).rows}`);
     // Every ledger event is in the log, in order.
-    const seqs = await page.locator('[data-testid="event-log"] li').evaluateAll((items) => items.map((li) => Number(li.getAttribute("data-seq"))));
+    const seqs = await page
+      .locator('[data-testid="event-log"] li')
+      .evaluateAll((items) => items.map((li) => Number(li.getAttribute("data-seq"))));
     expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1));
     expect(seqs.length).toBeGreaterThanOrEqual(3);
     if (run.usage.spend) {
-      expect(await page.getByTestId("spend-total").textContent()).toContain(run.usage.spend.total.toLocaleString("en-US", { maximumFractionDigits: run.usage.spend.total >= 100 ? 0 : 2 }));
+      expect(await page.getByTestId("spend-total").textContent()).toContain(
+        run.usage.spend.total.toLocaleString("en-US", { maximumFractionDigits: run.usage.spend.total >= 100 ? 0 : 2 }),
+      );
     }
     await page.evaluate(() => window.scrollTo(0, 0));
     await page.screenshot({ path: join(ARTIFACTS, "dashboard-run-finished.png"), fullPage: true });
@@ -152,7 +166,8 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     await openRun(page, started.runId);
     expect(await untilStatus(page, ["completed", "failed"])).toBe("completed");
 
-    const keys = () => page.locator('[data-testid="dataset-table"] tbody tr').evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-key")));
+    const keys = () =>
+      page.locator('[data-testid="dataset-table"] tbody tr').evaluateAll((trs) => trs.map((tr) => tr.getAttribute("data-key")));
     await expect.poll(keys, { timeout: WAIT_MS }).toEqual(rows.slice(0, 10).map((r) => r.id));
     expect(await page.getByTestId("dataset-position").textContent()).toBe("rows 1–10");
     const failedRow = page.locator('[data-testid="dataset-table"] tr[data-key="paged-7"] td.status-failed');

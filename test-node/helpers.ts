@@ -22,7 +22,11 @@ export async function localServer(port: number): Promise<{ baseUrl: string; stop
  * Polls `read` until `done` holds for its value, at most `attempts` times
  * `intervalMs` apart; throws with the last value otherwise.
  */
-export async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, options: { attempts?: number; intervalMs?: number; what?: string } = {}): Promise<T> {
+export async function until<T>(
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  options: { attempts?: number; intervalMs?: number; what?: string } = {},
+): Promise<T> {
   const { attempts = 150, intervalMs = 100, what = "the condition" } = options;
   let last: T | undefined;
   for (let i = 0; i < attempts; i++) {

@@ -8,14 +8,29 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { allEvents, simReset, simStats } from "./helpers";
-import { callRows, clearFaults, coordinator, crash, expectExactlyOnce, faultState, logLines, runView, setFaults, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
+import {
+  callRows,
+  clearFaults,
+  coordinator,
+  crash,
+  expectExactlyOnce,
+  faultState,
+  logLines,
+  runView,
+  setFaults,
+  setSim,
+  SIM_DEFAULTS,
+  submit,
+  until,
+  waitForEnd,
+} from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();
   await setSim(SIM_DEFAULTS);
 });
 
-/** Test policy: chunks of 50 rows, 4 in flight (src/engine/policy.ts). 160 rows are 4 chunks, all in flight at once. */
+/** Test policy: chunks of 50 rows, 4 in flight (src/core/policy.ts). 160 rows are 4 chunks, all in flight at once. */
 const ROWS = 160;
 
 describe("the coordinator dies mid-chunk", () => {
@@ -26,28 +41,31 @@ describe("the coordinator dies mid-chunk", () => {
     { phase: "after persisting rows, before reporting the chunk", point: "sheet.persisted", fromCall: 1 },
   ] as const;
 
-  it.each(phases)("$phase: the next invocation redispatches under a new epoch; each row once, each call billed once", async ({ point, fromCall }) => {
-    await simReset();
-    await setSim({ latencyMs: 5 });
-    await setFaults([{ point, fromCall, times: 1, crash: true }]);
-    const rows = callRows(`Crash${point.replace(".", "")}`, ROWS);
-    const runId = await submit("test-calls", { rows, dataset: `crash-${point.replace(".", "-")}` });
-    const run = await waitForEnd(runId);
+  it.each(phases)(
+    "$phase: the next invocation redispatches under a new epoch; each row once, each call billed once",
+    async ({ point, fromCall }) => {
+      await simReset();
+      await setSim({ latencyMs: 5 });
+      await setFaults([{ point, fromCall, times: 1, crash: true }]);
+      const rows = callRows(`Crash${point.replace(".", "")}`, ROWS);
+      const runId = await submit("test-calls", { rows, dataset: `crash-${point.replace(".", "-")}` });
+      const run = await waitForEnd(runId);
 
-    expect(run.status).toBe("completed");
-    expect(run.result).toEqual({ total: ROWS, completed: ROWS, failed: 0 });
-    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(fromCall);
-    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
-    const logs = await logLines(runId);
-    expect(logs.some((l) => l.includes("resuming after an interrupted invocation"))).toBe(true);
-    if (point === "provider.after") {
-      expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
-      // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart.
-      expect(run.usage.providerLookups).toBeGreaterThan(0);
-      expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls);
-    }
-    await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
-  });
+      expect(run.status).toBe("completed");
+      expect(run.result).toEqual({ total: ROWS, completed: ROWS, failed: 0 });
+      expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(fromCall);
+      expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+      const logs = await logLines(runId);
+      expect(logs.some((l) => l.includes("resuming after an interrupted invocation"))).toBe(true);
+      if (point === "provider.after") {
+        expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
+        // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart.
+        expect(run.usage.providerLookups).toBeGreaterThan(0);
+        expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls);
+      }
+      await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
+    },
+  );
 
   it("is evicted with chunks in flight (calls still at the provider) and resumes by its alarm", async () => {
     await simReset();

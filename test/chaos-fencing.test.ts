@@ -7,8 +7,8 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { sheetShardName } from "../src/engine/shard-clients";
-import type { AttemptRef } from "../src/storage/contracts";
+import { sheetShardName } from "../src/clients/shards";
+import type { AttemptRef } from "../src/contracts/shards";
 import { allEvents, simReset, simStats } from "./helpers";
 import { callRows, clearFaults, expectExactlyOnce, logLines, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
 
@@ -28,26 +28,44 @@ describe("a stale attempt after redispatch", () => {
     const fresh: AttemptRef = { attemptId: `${runId}/items/0/1`, runId, attemptSeq: 1 };
     const rows = ["k1", "k2"].map((key, index) => ({ key, index, input: { name: key } }));
     const claimRows = (attempt: AttemptRef) => sheet.claimRows({ attempt, leaseTtlMs: LONG_MS, recompute: false, rows });
-    const claimReceipt = (attempt: AttemptRef) => receipts.claim({ attempt, leaseTtlMs: LONG_MS, refresh: false, items: [{ key: "r1", toolId: "sim_find_email" }] });
+    const claimReceipt = (attempt: AttemptRef) =>
+      receipts.claim({ attempt, leaseTtlMs: LONG_MS, refresh: false, items: [{ key: "r1", toolId: "sim_find_email" }] });
 
     expect((await claimRows(stale)).rows.map((r) => r.status)).toEqual(["pending", "pending"]);
     expect((await claimReceipt(stale)).results).toEqual([{ key: "r1", disposition: "claimed", generation: 0 }]);
     // The coordinator redispatches the chunk under epoch 1: the new attempt takes rows and receipt over.
     expect((await claimRows(fresh)).rows.map((r) => r.status)).toEqual(["pending", "pending"]);
-    expect((await claimReceipt(fresh)).results).toEqual([{ key: "r1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
+    expect((await claimReceipt(fresh)).results).toEqual([
+      { key: "r1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
+    ]);
     const write = (attempt: AttemptRef, by: string) =>
-      sheet.persistRows({ attempt, rows: rows.map((r) => ({ key: r.key, status: "completed" as const, data: { name: r.key, by }, error: null })) });
+      sheet.persistRows({
+        attempt,
+        rows: rows.map((r) => ({ key: r.key, status: "completed" as const, data: { name: r.key, by }, error: null })),
+      });
     expect(await write(fresh, "fresh")).toEqual({ written: ["k1", "k2"], rejected: [] });
-    expect(await receipts.complete({ attempt: fresh, items: [{ key: "r1", output: { by: "fresh" } }] })).toEqual({ accepted: ["r1"], rejected: [] });
+    expect(await receipts.complete({ attempt: fresh, items: [{ key: "r1", output: { by: "fresh" } }] })).toEqual({
+      accepted: ["r1"],
+      rejected: [],
+    });
 
     // The stale attempt wakes up late: every write and heartbeat is refused and says which keys.
     expect(await write(stale, "stale")).toEqual({ written: [], rejected: ["k1", "k2"] });
-    expect(await receipts.complete({ attempt: stale, items: [{ key: "r1", output: { by: "stale" } }] })).toEqual({ accepted: [], rejected: ["r1"] });
-    expect(await sheet.renewLeases({ attempt: stale, keys: ["k1", "k2"], leaseTtlMs: LONG_MS })).toEqual({ renewed: [], lost: ["k1", "k2"] });
+    expect(await receipts.complete({ attempt: stale, items: [{ key: "r1", output: { by: "stale" } }] })).toEqual({
+      accepted: [],
+      rejected: ["r1"],
+    });
+    expect(await sheet.renewLeases({ attempt: stale, keys: ["k1", "k2"], leaseTtlMs: LONG_MS })).toEqual({
+      renewed: [],
+      lost: ["k1", "k2"],
+    });
     expect(await receipts.renew({ attempt: stale, keys: ["r1"], leaseTtlMs: LONG_MS })).toEqual({ renewed: [], lost: ["r1"] });
 
     const stored = (await sheet.readRunRows({ runId, fromIndex: 0, toIndex: 10 })).rows;
-    expect(stored.map((r) => [r.key, r.status, r.data.by])).toEqual([["k1", "completed", "fresh"], ["k2", "completed", "fresh"]]);
+    expect(stored.map((r) => [r.key, r.status, r.data.by])).toEqual([
+      ["k1", "completed", "fresh"],
+      ["k2", "completed", "fresh"],
+    ]);
     expect(await receipts.get({ key: "r1" })).toMatchObject({ status: "completed", output: { by: "fresh" }, owner: fresh });
   });
 
@@ -56,14 +74,22 @@ describe("a stale attempt after redispatch", () => {
     await setSim({ latencyMs: 700 });
     const rows = callRows("Stale", 40);
     // The first run's heartbeat never comes before its short leases lapse, while its calls are still at the provider.
-    const stalled = await submit("test-calls", { rows, dataset: "stale" }, { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS } });
+    const stalled = await submit(
+      "test-calls",
+      { rows, dataset: "stale" },
+      { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS } },
+    );
     await until(simStats, (s) => s.calls > 0, "the first run's calls in flight");
     const other = await submit("test-calls", { rows, dataset: "stale" }, { testPolicy: { blockedRetries: 50 } });
 
     const [first, second] = [await waitForEnd(stalled), await waitForEnd(other)];
     expect([first.status, second.status]).toEqual(["completed", "completed"]);
     const lines = await logLines(stalled);
-    expect(lines.some((l) => /no longer owns \d+ rows .*late write of \d+ rows was rejected and overwrote nothing; the chunk is redispatched/.test(l))).toBe(true);
+    expect(
+      lines.some((l) =>
+        /no longer owns \d+ rows .*late write of \d+ rows was rejected and overwrote nothing; the chunk is redispatched/.test(l),
+      ),
+    ).toBe(true);
     expect(first.runAttempt).toBeGreaterThanOrEqual(1);
     // The other run took the lapsed receipts over and recovered the first run's answers from the provider.
     await expectExactlyOnce(other, "stale", rows, rows.length, [other, stalled]);
@@ -74,10 +100,15 @@ describe("a stale attempt after redispatch", () => {
 describe("heartbeats", () => {
   it("keep a slow attempt's leases alive: another run over the same rows waits for them and executes none", async () => {
     await simReset();
-    await setSim({ latencyMs: 900 });
+    await setSim({ latencyMs: 2500 });
     const rows = callRows("Beat", 40);
-    // Leases of 300 ms would lapse three times over during one 900 ms call; the heartbeat renews them every 60 ms.
-    const owner = await submit("test-calls", { rows, dataset: "beat" }, { testPolicy: { rowLeaseTtlMs: 300, receiptLeaseTtlMs: 300, heartbeatIntervalMs: 60 } });
+    // Leases of 1 s would lapse twice over during one 2.5 s call; the heartbeat renews them every 100 ms, so only
+    // a beat held up for 900 ms (ten missed in a row) could lose them: a margin that a loaded test machine keeps.
+    const owner = await submit(
+      "test-calls",
+      { rows, dataset: "beat" },
+      { testPolicy: { rowLeaseTtlMs: 1000, receiptLeaseTtlMs: 1000, heartbeatIntervalMs: 100 } },
+    );
     await until(simStats, (s) => s.calls > 0, "the owner's calls in flight");
     const waiter = await submit("test-calls", { rows, dataset: "beat" }, { testPolicy: { blockedRetries: 50 } });
 
@@ -100,13 +131,17 @@ describe("heartbeats", () => {
     const runId = await submit("test-calls", { rows, dataset: "lost" }, { testPolicy: { heartbeatIntervalMs: 50 } });
     await until(simStats, (s) => s.calls > 0, "calls in flight");
     // The row leases vanish under the live attempt (as if another attempt had taken them): its next beat finds out.
-    await Promise.all([0, 1, 2, 3].map((shard) => env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "lost", shard)).releaseRun({ runId })));
+    await Promise.all(
+      [0, 1, 2, 3].map((shard) => env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "lost", shard)).releaseRun({ runId })),
+    );
     const run = await waitForEnd(runId);
 
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     const lines = await logLines(runId);
-    expect(lines.some((l) => /attempt \S+ lost its leases: another attempt holds them now, or they expired \(\d+ rows? \(/.test(l))).toBe(true);
+    expect(lines.some((l) => /attempt \S+ lost its leases: another attempt holds them now, or they expired \(\d+ rows? \(/.test(l))).toBe(
+      true,
+    );
     expect(lines.some((l) => l.includes("the chunk is redispatched under a new attempt"))).toBe(true);
     await expectExactlyOnce(runId, "lost", rows);
   });
@@ -117,7 +152,11 @@ describe("heartbeats", () => {
     const rows = callRows("Stall", 40);
     // Leases of 200 ms and no beat for a minute: the attempt must not go on calling providers on leases it cannot vouch for.
     // (Batches go out after 20 ms, well within a lease.)
-    const runId = await submit("test-calls", { rows, dataset: "stall" }, { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS, batchGraceMs: 20 } });
+    const runId = await submit(
+      "test-calls",
+      { rows, dataset: "stall" },
+      { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS, batchGraceMs: 20 } },
+    );
     const run = await waitForEnd(runId);
 
     expect(run.status).toBe("completed");

@@ -36,7 +36,11 @@ export function expectedOut(row: CallRow): unknown {
 }
 
 /** Starts a run with optional test policy overrides and runtime limit. */
-export async function submit(play: string, input: unknown, options: { testPolicy?: Record<string, number>; timeoutSeconds?: number } = {}): Promise<string> {
+export async function submit(
+  play: string,
+  input: unknown,
+  options: { testPolicy?: Record<string, number>; timeoutSeconds?: number } = {},
+): Promise<string> {
   const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...options } });
   if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
   return body.runId as string;
@@ -92,7 +96,12 @@ const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
 /** Polls the run (reads wake it) until it is terminal. */
 export async function waitForEnd(runId: string, timeoutMs = 45_000): Promise<any> {
-  return until(() => runView(runId), (run) => TERMINAL.has(run.status), `run ${runId} to end`, timeoutMs);
+  return until(
+    () => runView(runId),
+    (run) => TERMINAL.has(run.status),
+    `run ${runId} to end`,
+    timeoutMs,
+  );
 }
 
 export async function logLines(runId: string): Promise<string[]> {
@@ -104,7 +113,13 @@ export async function logLines(runId: string): Promise<string[]> {
  * input order, completed with the simulator's answer; the simulator billed
  * each distinct call once and saw no call repeated with a billed key.
  */
-export async function expectExactlyOnce(runId: string, dataset: string, rows: readonly CallRow[], billed = rows.length, spenders: readonly string[] = [runId]): Promise<void> {
+export async function expectExactlyOnce(
+  runId: string,
+  dataset: string,
+  rows: readonly CallRow[],
+  billed = rows.length,
+  spenders: readonly string[] = [runId],
+): Promise<void> {
   const stored = await datasetRows(runId, dataset);
   expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
   stored.forEach((row, i) => {
@@ -120,7 +135,12 @@ export async function expectExactlyOnce(runId: string, dataset: string, rows: re
 }
 
 /** The prices of the simulated tools (API.md "Spend"). */
-export const SIM_PRICES: Readonly<Record<string, number>> = { sim_find_email: 1, sim_verify_email: 0.25, test_unkeyed_find: 1, test_scoped_find: 1 };
+export const SIM_PRICES: Readonly<Record<string, number>> = {
+  sim_find_email: 1,
+  sim_verify_email: 0.25,
+  test_unkeyed_find: 1,
+  test_scoped_find: 1,
+};
 
 /** Credits the simulator billed: each tool's billed calls (or members) times its price. */
 export function billedCredits(stats: { byTool: Record<string, { billed: number }> }): number {

@@ -9,9 +9,21 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
-import { sheetShardName } from "../src/engine/shard-clients";
+import { sheetShardName } from "../src/clients/shards";
 import { allEvents, api, simReset, simStats } from "./helpers";
-import { callRows, clearFaults, expectExactlyOnce, logLines, runView, setFaults, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
+import {
+  callRows,
+  clearFaults,
+  expectExactlyOnce,
+  logLines,
+  runView,
+  setFaults,
+  setSim,
+  SIM_DEFAULTS,
+  submit,
+  until,
+  waitForEnd,
+} from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -57,7 +69,11 @@ describe("teardown releases leases", () => {
     await setSim({ latencyMs: 100 });
     const rows = callRows("Cancelled", 400);
     const runId = await submit("test-calls", { rows, dataset: "cancelled" }, { testPolicy: LONG_LEASES });
-    await until(() => runView(runId), (run) => run.progress.maps.cancelled?.completed >= 50, "some rows done");
+    await until(
+      () => runView(runId),
+      (run) => run.progress.maps.cancelled?.completed >= 50,
+      "some rows done",
+    );
     expect((await api(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
     const cancelled = await waitForEnd(runId);
     expect(cancelled.status).toBe("cancelled");
@@ -142,20 +158,31 @@ describe("finalize", () => {
     await setSim({ latencyMs: 30 });
     const rows = callRows("Lost", 1000);
     const runId = await submit("test-calls", { rows, dataset: "vanish" }, { testPolicy: { chunkRows: 20 } });
-    await until(() => allEvents(runId), (events) => events.some((e) => e.type === "chunk.completed" && e.chunk === 0), "chunk 0 done");
+    await until(
+      () => allEvents(runId),
+      (events) => events.some((e) => e.type === "chunk.completed" && e.chunk === 0),
+      "chunk 0 done",
+    );
     // Chunk 0's rows are lost from storage after the chunk reported them (a write that did not stick).
     const keys = JSON.stringify(rows.slice(0, 20).map((r) => r.id));
     for (let shard = 0; shard < 4; shard++) {
-      await runInDurableObject(env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "vanish", shard)), (_object: unknown, state: DurableObjectState) => {
-        state.storage.sql.exec("UPDATE row_versions SET status = 'pending' WHERE key IN (SELECT value FROM json_each(?))", keys);
-      });
+      await runInDurableObject(
+        env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "vanish", shard)),
+        (_object: unknown, state: DurableObjectState) => {
+          state.storage.sql.exec("UPDATE row_versions SET status = 'pending' WHERE key IN (SELECT value FROM json_each(?))", keys);
+        },
+      );
     }
     expect((await runView(runId)).status).toBe("running");
 
     const run = await waitForEnd(runId);
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ total: 1000, completed: 1000, failed: 0 });
-    expect((await logLines(runId)).some((l) => l.includes(`finalize of "vanish": 20 rows are not persisted (chunks 0); running those chunks again (repair 1 of 2)`))).toBe(true);
+    expect(
+      (await logLines(runId)).some((l) =>
+        l.includes(`finalize of "vanish": 20 rows are not persisted (chunks 0); running those chunks again (repair 1 of 2)`),
+      ),
+    ).toBe(true);
     await expectExactlyOnce(runId, "vanish", rows);
   });
 });

@@ -30,14 +30,20 @@ describe("ctx.runPlay at play level", () => {
     const childEvents = await allEvents(child.runId);
     expect(childEvents[0]).toMatchObject({ type: "run.started", parentRunId: parent.runId, depth: 1 });
     const parentEvents = await allEvents(parent.runId);
-    expect(parentEvents.filter((e) => e.type === "child.started")).toEqual([expect.objectContaining({ childRunId: child.runId, play: "test-leaf", reused: false })]);
-    expect(parentEvents.filter((e) => e.type === "child.finished")).toEqual([expect.objectContaining({ childRunId: child.runId, status: "completed" })]);
+    expect(parentEvents.filter((e) => e.type === "child.started")).toEqual([
+      expect.objectContaining({ childRunId: child.runId, play: "test-leaf", reused: false }),
+    ]);
+    expect(parentEvents.filter((e) => e.type === "child.finished")).toEqual([
+      expect.objectContaining({ childRunId: child.runId, status: "completed" }),
+    ]);
 
     const rerun = await apiJson(`/v1/runs/${parent.runId}/rerun`, { method: "POST" });
     const again = await waitForRun(rerun.body.runId);
     expect(again.result).toEqual(parent.result);
     expect(await childrenOf(again.runId)).toHaveLength(0);
-    expect((await allEvents(again.runId)).filter((e) => e.type === "child.started")).toEqual([expect.objectContaining({ childRunId: child.runId, reused: true })]);
+    expect((await allEvents(again.runId)).filter((e) => e.type === "child.started")).toEqual([
+      expect.objectContaining({ childRunId: child.runId, reused: true }),
+    ]);
   });
 
   it("makes two identical calls one child, and a distinct key another", async () => {

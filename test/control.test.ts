@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
-const rowsOf = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Control ${prefix} ${i}`, domain: "control.test" }));
+const rowsOf = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Control ${prefix} ${i}`, domain: "control.test" }));
 
-/** Test policy: chunks of 50 rows, 4 chunks in flight (src/engine/policy.ts). */
+/** Test policy: chunks of 50 rows, 4 chunks in flight (src/core/policy.ts). */
 const ONE_WAVE_OF_CALLS = 4 * 50;
 
 async function until(condition: () => Promise<boolean>, what: string, timeoutMs = 30_000): Promise<void> {
@@ -46,8 +47,15 @@ describe("cancel and rerun over HTTP", () => {
     const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
     expect(rerun.status).toBe(202);
     expect(rerun.body).toEqual({
-      runId: expect.stringMatching(/^run_/), status: "queued", rerunOf: runId,
-      links: { self: `/v1/runs/${rerun.body.runId}`, live: `/v1/runs/${rerun.body.runId}/live`, events: `/v1/runs/${rerun.body.runId}/events`, datasets: {} },
+      runId: expect.stringMatching(/^run_/),
+      status: "queued",
+      rerunOf: runId,
+      links: {
+        self: `/v1/runs/${rerun.body.runId}`,
+        live: `/v1/runs/${rerun.body.runId}/live`,
+        events: `/v1/runs/${rerun.body.runId}/events`,
+        datasets: {},
+      },
     });
     expect(rerun.body.runId).not.toBe(runId);
     const done = await waitForRun(rerun.body.runId);
@@ -87,7 +95,12 @@ describe("cancel and rerun over HTTP", () => {
 
 describe("Idempotency-Key on POST /v1/runs", () => {
   const submit = (key: string | null, input: unknown, token?: string) =>
-    apiJson("/v1/runs", { method: "POST", json: { play: "test-map", input }, token, headers: key === null ? {} : { "Idempotency-Key": key } });
+    apiJson("/v1/runs", {
+      method: "POST",
+      json: { play: "test-map", input },
+      token,
+      headers: key === null ? {} : { "Idempotency-Key": key },
+    });
 
   it("returns the same run for the same key and org, and a different one for another org", async () => {
     const input = { rows: rowsOf("idem", 2) };
@@ -130,7 +143,11 @@ describe("Idempotency-Key on POST /v1/runs", () => {
   it("validates the header before creating anything", async () => {
     const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
     for (const key of ["", "x".repeat(201), "tab\there"]) {
-      const res = await api("/v1/runs", { method: "POST", json: { play: "test-map", input: { rows: [] } }, headers: { "Idempotency-Key": key } });
+      const res = await api("/v1/runs", {
+        method: "POST",
+        json: { play: "test-map", input: { rows: [] } },
+        headers: { "Idempotency-Key": key },
+      });
       const body = (await res.json()) as any;
       expect(res.status, JSON.stringify(key)).toBe(400);
       expect(body.error.details).toEqual([{ path: "Idempotency-Key", message: expect.any(String) }]);

@@ -6,9 +6,9 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { SheetShard } from "../src/objects/SheetShard";
-import { migrate } from "../src/storage/sql";
-import { SHEET_MIGRATIONS } from "../src/storage/sheet-store";
+import type { SheetShard } from "../src/actors/SheetShard";
+import { migrate } from "../src/stores/sql";
+import { SHEET_MIGRATIONS } from "../src/stores/sheet-store";
 import { api, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const ann = (domain: string) => ({ id: "cust-17", name: "Ann Smith", domain });
@@ -30,7 +30,11 @@ describe("datasets shared across runs", () => {
 
     // Same key, fixed input: recomputed, not reused.
     const second = await waitForRun(await startRun("demo-enrich", { rows: [ann("fixed.com")] }));
-    expect((await datasetRows(second.runId, "leads"))[0]).toMatchObject({ domain: "fixed.com", email: "ann.smith@fixed.com", _status: "completed" });
+    expect((await datasetRows(second.runId, "leads"))[0]).toMatchObject({
+      domain: "fixed.com",
+      email: "ann.smith@fixed.com",
+      _status: "completed",
+    });
     expect(await datasetRows(first.runId, "leads")).toEqual([one]);
 
     // The same input again: reused, with no new bill.
@@ -62,8 +66,11 @@ describe("the sheet schema's move to row versions", () => {
       migrate(state.storage, SHEET_MIGRATIONS.slice(0, 1));
       sql.exec(`INSERT INTO sheet_rows (key, status, data, error, written_by_run, written_by_attempt, updated_at)
         VALUES ('done', 'completed', '{"name":"done","email":"d@x.io"}', NULL, 'run-old', 'run-old#0', 1)`);
-      sql.exec(`INSERT INTO sheet_rows (key, status, data, error, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at, updated_at)
-        VALUES ('busy', 'pending', '{"name":"busy"}', NULL, 'run-live#0', 'run-live', 0, ?, 1)`, expiresAt);
+      sql.exec(
+        `INSERT INTO sheet_rows (key, status, data, error, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at, updated_at)
+        VALUES ('busy', 'pending', '{"name":"busy"}', NULL, 'run-live#0', 'run-live', 0, ?, 1)`,
+        expiresAt,
+      );
       sql.exec("INSERT INTO run_rows (run_id, idx, key) VALUES ('run-old', 0, 'done'), ('run-live', 0, 'busy')");
       migrate(state.storage, SHEET_MIGRATIONS);
     });
@@ -71,10 +78,22 @@ describe("the sheet schema's move to row versions", () => {
       { index: 0, key: "done", status: "completed", data: { name: "done", email: "d@x.io" }, error: null },
     ]);
     const other = { attemptId: "run-new#0", runId: "run-new", attemptSeq: 0 };
-    const claimed = await stub.claimRows({ attempt: other, leaseTtlMs: 60_000, recompute: false, rows: [{ key: "busy", index: 0, input: { name: "busy" } }] });
-    expect(claimed.rows).toEqual([{ key: "busy", status: "blocked", owner: { attemptId: "run-live#0", runId: "run-live", attemptSeq: 0 }, leaseExpiresAt: expiresAt }]);
+    const claimed = await stub.claimRows({
+      attempt: other,
+      leaseTtlMs: 60_000,
+      recompute: false,
+      rows: [{ key: "busy", index: 0, input: { name: "busy" } }],
+    });
+    expect(claimed.rows).toEqual([
+      { key: "busy", status: "blocked", owner: { attemptId: "run-live#0", runId: "run-live", attemptSeq: 0 }, leaseExpiresAt: expiresAt },
+    ]);
     // The live attempt still owns its row and may finish it.
     const live = { attemptId: "run-live#0", runId: "run-live", attemptSeq: 0 };
-    expect(await stub.persistRows({ attempt: live, rows: [{ key: "busy", status: "completed", data: { name: "busy", ok: true }, error: null }] })).toEqual({ written: ["busy"], rejected: [] });
+    expect(
+      await stub.persistRows({
+        attempt: live,
+        rows: [{ key: "busy", status: "completed", data: { name: "busy", ok: true }, error: null }],
+      }),
+    ).toEqual({ written: ["busy"], rejected: [] });
   });
 });

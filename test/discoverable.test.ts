@@ -28,7 +28,11 @@ describe("GET /v1/plays describes each play", () => {
       required: ["id", "name", "domain"],
       properties: { id: { type: "string" }, name: { type: "string", maxLength: 500 }, domain: { type: "string" } },
     });
-    expect(csvShape).toMatchObject({ type: "object", required: ["csv"], properties: { csv: { type: "string", description: expect.any(String) } } });
+    expect(csvShape).toMatchObject({
+      type: "object",
+      required: ["csv"],
+      properties: { csv: { type: "string", description: expect.any(String) } },
+    });
   });
 
   it("gives demo-approval's and demo-accounts' inputs and datasets", async () => {
@@ -61,7 +65,10 @@ describe("input schemas zod cannot express", () => {
   });
 
   it("documents a transform by the shape it was described as", () => {
-    const lines = describeInputAs(z.string().transform((text) => text.split("\n")), z.string().describe("one item per line"));
+    const lines = describeInputAs(
+      z.string().transform((text) => text.split("\n")),
+      z.string().describe("one item per line"),
+    );
     expect(inputJsonSchema(lines)).toMatchObject({ type: "string", description: "one item per line" });
     // Without a description a transform still yields the schema of its input side.
     expect(inputJsonSchema(z.string().transform((text) => text.length))).toMatchObject({ type: "string" });
@@ -87,7 +94,9 @@ describe("a run's links name its datasets", () => {
     await waitForRun(runId);
     const run = await apiJson(`/v1/runs/${runId}`);
     expect(run.body.links).toEqual({
-      self: `/v1/runs/${runId}`, live: `/v1/runs/${runId}/live`, events: `/v1/runs/${runId}/events`,
+      self: `/v1/runs/${runId}`,
+      live: `/v1/runs/${runId}/live`,
+      events: `/v1/runs/${runId}/events`,
       datasets: { leads: `/v1/runs/${runId}/datasets/leads` },
     });
     // The link is where the rows are.
@@ -101,7 +110,10 @@ describe("a run's links name its datasets", () => {
   });
 
   it("names a dataset the play did not declare once the run has written it", async () => {
-    const runId = await startRun("test-calls", { rows: [{ id: "c1", tool: "sim_find_email", input: { name: "Ada", domain: "example.com" } }], dataset: "calls-undeclared" });
+    const runId = await startRun("test-calls", {
+      rows: [{ id: "c1", tool: "sim_find_email", input: { name: "Ada", domain: "example.com" } }],
+      dataset: "calls-undeclared",
+    });
     await waitForRun(runId);
     const run = await apiJson(`/v1/runs/${runId}`);
     expect(run.body.links.datasets).toEqual({ "calls-undeclared": `/v1/runs/${runId}/datasets/calls-undeclared` });

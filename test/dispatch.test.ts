@@ -5,10 +5,10 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { AuthScopes } from "../src/dispatch/auth-scope";
-import { receiptKey } from "../src/engine/receipt-keys";
-import { receiptShardName } from "../src/engine/shard-clients";
-import { shardOf } from "../src/shared/hash";
+import { AuthScopes } from "../src/runtime/tools/auth-scope";
+import { receiptKey } from "../src/runtime/tools/receipt-keys";
+import { receiptShardName } from "../src/clients/shards";
+import { shardOf } from "../src/core/hash";
 import { simFindEmail } from "../src/tools/sim-tools";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
 
@@ -20,7 +20,10 @@ async function setSim(config: Record<string, unknown>): Promise<void> {
 }
 
 async function setPacing(provider: string, override: Record<string, unknown> | null): Promise<void> {
-  const res = override === null ? await api(`/v1/pacing/${provider}`, { method: "DELETE" }) : await api(`/v1/pacing/${provider}`, { method: "PUT", json: override });
+  const res =
+    override === null
+      ? await api(`/v1/pacing/${provider}`, { method: "DELETE" })
+      : await api(`/v1/pacing/${provider}`, { method: "PUT", json: override });
   expect(res.status).toBe(200);
 }
 
@@ -44,14 +47,18 @@ describe("batching", () => {
     expect(stats.byTool.sim_verify_email.billed).toBe(300);
     expect(stats.duplicates).toBe(0);
     const stored = await datasetRows(run.runId, "calls");
-    stored.forEach((row, i) => expect(row.out).toEqual({ email: emails[i], verdict: expectedVerdict(emails[i]!) }));
+    for (const [i, row] of stored.entries()) expect(row.out).toEqual({ email: emails[i], verdict: expectedVerdict(emails[i]!) });
   });
 
   it("fails only the members of a batch the provider refuses", async () => {
     await simReset();
     // A batch larger than the provider now accepts is a 400 for the whole batch; a lone call still succeeds.
     await setSim({ batchMaxSize: 5 });
-    const rows = Array.from({ length: 12 }, (_, i) => ({ id: `r${i}`, tool: "sim_verify_email", input: { email: `refused${i}@example.com` } }));
+    const rows = Array.from({ length: 12 }, (_, i) => ({
+      id: `r${i}`,
+      tool: "sim_verify_email",
+      input: { email: `refused${i}@example.com` },
+    }));
     const run = await waitForRun(await startRun("test-calls", { rows, dataset: "refused" }));
     expect(run.status).toBe("completed");
     expect(run.result).toMatchObject({ total: 12, failed: 12 });
@@ -78,8 +85,16 @@ describe("pacing across runs", () => {
     await simReset();
     await setSim({ ratePerSecond: 20 });
     await setPacing("sim", { requestsPerSecond: 20 });
-    const rowsOf = (run: string) => Array.from({ length: 40 }, (_, i) => ({ id: `${run}${i}`, tool: "sim_find_email", input: { name: `Paced ${run} ${i}`, domain: "pace.test" } }));
-    const [a, b] = await Promise.all([startRun("test-calls", { rows: rowsOf("a"), dataset: "paced" }), startRun("test-calls", { rows: rowsOf("b"), dataset: "paced" })]);
+    const rowsOf = (run: string) =>
+      Array.from({ length: 40 }, (_, i) => ({
+        id: `${run}${i}`,
+        tool: "sim_find_email",
+        input: { name: `Paced ${run} ${i}`, domain: "pace.test" },
+      }));
+    const [a, b] = await Promise.all([
+      startRun("test-calls", { rows: rowsOf("a"), dataset: "paced" }),
+      startRun("test-calls", { rows: rowsOf("b"), dataset: "paced" }),
+    ]);
     const [runA, runB] = await Promise.all([waitForRun(a, { timeoutMs: 60_000 }), waitForRun(b, { timeoutMs: 60_000 })]);
     expect([runA.status, runB.status]).toEqual(["completed", "completed"]);
     expect(runA.result.completed + runB.result.completed).toBe(80);
@@ -97,7 +112,11 @@ describe("pacing across runs", () => {
   it("slows every caller after a 429 with Retry-After when the gate does not know the limit", async () => {
     await simReset();
     await setSim({ ratePerSecond: 20 });
-    const rows = Array.from({ length: 60 }, (_, i) => ({ id: `p${i}`, tool: "sim_find_email", input: { name: `Pushed Back ${i}`, domain: "backpressure.test" } }));
+    const rows = Array.from({ length: 60 }, (_, i) => ({
+      id: `p${i}`,
+      tool: "sim_find_email",
+      input: { name: `Pushed Back ${i}`, domain: "backpressure.test" },
+    }));
     const run = await waitForRun(await startRun("test-calls", { rows, dataset: "pushback" }), { timeoutMs: 60_000 });
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ total: 60, completed: 60, failed: 0 });
@@ -129,7 +148,8 @@ describe("receipt dispositions", () => {
     const key = await receiptKey({ org: "dev", toolId: "sim_find_email", toolVersion: "1", input, authScope: scope, nowMs: Date.now() });
     const stub = env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, RECEIPT_SHARDS)));
     const attempt = { attemptId: `${owner.runId}/items/0/${owner.attemptSeq}`, ...owner };
-    const [claim] = (await stub.claim({ attempt, leaseTtlMs: 3_600_000, refresh: false, items: [{ key, toolId: "sim_find_email" }] })).results;
+    const [claim] = (await stub.claim({ attempt, leaseTtlMs: 3_600_000, refresh: false, items: [{ key, toolId: "sim_find_email" }] }))
+      .results;
     expect(claim?.disposition).toBe("claimed");
   }
 
@@ -148,7 +168,9 @@ describe("receipt dispositions", () => {
     await simReset();
     await setSim({ latencyMs: 20 });
     // A live run to own the receipt: long enough to outlast the test's receipt wait (1 s).
-    const owner = await startRun("test-map", { rows: Array.from({ length: 1500 }, (_, i) => ({ id: `live${i}`, name: `Live Owner ${i}`, domain: "live.test" })) });
+    const owner = await startRun("test-map", {
+      rows: Array.from({ length: 1500 }, (_, i) => ({ id: `live${i}`, name: `Live Owner ${i}`, domain: "live.test" })),
+    });
     try {
       for (;;) {
         const { body } = await apiJson(`/v1/runs/${owner}`);

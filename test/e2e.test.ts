@@ -25,7 +25,14 @@ describe("a run of demo-enrich, end to end", () => {
 
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ rows: 300 - expected.failing, failed: expected.failing });
-    expect(run.progress.maps.leads).toMatchObject({ total: 300, completed: 300 - expected.failing, failed: expected.failing, active: 0, waiting: 0, blocked: 0 });
+    expect(run.progress.maps.leads).toMatchObject({
+      total: 300,
+      completed: 300 - expected.failing,
+      failed: expected.failing,
+      active: 0,
+      waiting: 0,
+      blocked: 0,
+    });
 
     const rows = await datasetRows(runId, "leads");
     expect(rows).toHaveLength(300);

@@ -100,7 +100,9 @@ describe("durability of the coordinator", () => {
       expect(run.runAttempt).toBeGreaterThanOrEqual(1);
       const stored = await datasetRows(runId, "items");
       expect(stored).toHaveLength(300);
-      stored.forEach((row, i) => expect(row).toMatchObject({ _key: `p${2000 + i}`, _status: "completed", email: expectedEmail(`Person ${2000 + i}`, "keys.test") }));
+      for (const [i, row] of stored.entries()) {
+        expect(row).toMatchObject({ _key: `p${2000 + i}`, _status: "completed", email: expectedEmail(`Person ${2000 + i}`, "keys.test") });
+      }
       const stats = await simStats();
       // Calls cut off by the abort may be repeated (the provider replays them); each key is billed once.
       expect(stats.billed).toBe(300);
@@ -127,4 +129,3 @@ describe("durability of the coordinator", () => {
     }
   });
 });
-

@@ -1,6 +1,6 @@
 import { parse } from "csv-parse/sync";
 import { describe, expect, it } from "vitest";
-import { MAX_PAGE_ROWS } from "../src/engine/dataset-view";
+import { MAX_PAGE_ROWS } from "../src/runtime/map/dataset-view";
 import { api, datasetRows, expectedEmail, startRun, waitForRun } from "./helpers";
 
 /** How the CSV export writes a cell (src/http/datasets.ts). */

@@ -6,17 +6,21 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAULT_OBJECT_NAME } from "../src/testing/faults";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { setFaults, until } from "./chaos-helpers";
 
-/** The test policy's dispatch window (src/engine/policy.ts): what a broken store may cost at most. */
+/** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */
 const WAVE = 25;
 
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 
 const findRows = (prefix: string, count: number) =>
-  Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, tool: "sim_find_email", input: { name: `${prefix} Person ${i}`, domain: "faults.test" } }));
+  Array.from({ length: count }, (_, i) => ({
+    id: `${prefix}${i}`,
+    tool: "sim_find_email",
+    input: { name: `${prefix} Person ${i}`, domain: "faults.test" },
+  }));
 
 afterEach(async () => {
   await api("/v1/test/faults", { method: "DELETE" });
@@ -64,7 +68,11 @@ describe("the persistence circuit breaker", () => {
 
     // Once the store works again the finished run writes its salvage into the receipts (by its alarm)...
     await api("/v1/test/faults", { method: "DELETE" });
-    await until(() => allEvents(runId), (events) => events.some((e) => e.type === "salvage.restored"), "the salvage to be restored");
+    await until(
+      () => allEvents(runId),
+      (events) => events.some((e) => e.type === "salvage.restored"),
+      "the salvage to be restored",
+    );
 
     // ...and a rerun makes every remaining call exactly once.
     const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
@@ -74,7 +82,7 @@ describe("the persistence circuit breaker", () => {
     expect(stats.billed).toBe(200);
     expect(stats.duplicates).toBe(0);
     const stored = await datasetRows(rerun.body.runId, "breaker");
-    stored.forEach((row, i) => expect(row.out).toEqual({ email: expectedEmail(rows[i]!.input.name, rows[i]!.input.domain) }));
+    for (const [i, row] of stored.entries()) expect(row.out).toEqual({ email: expectedEmail(rows[i]!.input.name, rows[i]!.input.domain) });
   });
 
   it("makes no provider call when receipt claims fail, and a rerun completes", async () => {
@@ -121,7 +129,11 @@ describe("provider failures", () => {
   it("fails only the members of the batch whose request failed", async () => {
     await simReset();
     await setFaults([{ point: "provider.before", tool: "sim_verify_email", fromCall: 1, times: 1, error: { code: "batch_refused" } }]);
-    const rows = Array.from({ length: 150 }, (_, i) => ({ id: `v${i}`, tool: "sim_verify_email", input: { email: `isolated${i}@example.com` } }));
+    const rows = Array.from({ length: 150 }, (_, i) => ({
+      id: `v${i}`,
+      tool: "sim_verify_email",
+      input: { email: `isolated${i}@example.com` },
+    }));
     const run = await waitForRun(await startRun("test-calls", { rows, dataset: "isolated" }));
     expect(run.status).toBe("completed");
     const stored = await datasetRows(run.runId, "isolated");
@@ -159,7 +171,14 @@ describe("auth scope", () => {
     await simReset();
     await injector().setCredential("sim", "key-1");
     await setFaults([
-      { point: "provider.before", tool: "test_scoped_find", fromCall: 1, times: 1, error: { code: "auth_scope_changed" }, rotateCredential: { provider: "sim", value: "key-2" } },
+      {
+        point: "provider.before",
+        tool: "test_scoped_find",
+        fromCall: 1,
+        times: 1,
+        error: { code: "auth_scope_changed" },
+        rotateCredential: { provider: "sim", value: "key-2" },
+      },
     ]);
     const rows = [{ id: "s1", tool: "test_scoped_find", input: { name: "Scoped Person", domain: "scope.test" } }];
     const run = await waitForRun(await startRun("test-calls", { rows, dataset: "scoped" }));

@@ -52,7 +52,10 @@ describe("ctx.fetch", () => {
   });
 
   it("applies the org's EGRESS_ALLOWLIST", async () => {
-    const rows = [{ id: id(), url: "https://elsewhere.example/data" }, { id: id(), url: "http://10.0.0.1/" }];
+    const rows = [
+      { id: id(), url: "https://elsewhere.example/data" },
+      { id: id(), url: "http://10.0.0.1/" },
+    ];
     const started = await apiJson("/v1/runs", { method: "POST", json: { play: "test-fetch", input: { rows } }, token: "other-token" });
     const run = await waitForRun(started.body.runId, { token: "other-token" });
     const { body } = await apiJson(`/v1/runs/${run.runId}/datasets/fetches`, { token: "other-token" });
@@ -64,7 +67,14 @@ describe("ctx.fetch", () => {
     const bearer = `tok${id()}Zq9`;
     const apiKey = `hunter2-${id()}`;
     const headers = { Authorization: `Bearer ${bearer}`, "X-Api-Key": apiKey, Accept: "application/json" };
-    const run = await waitForRun(await startRun("test-fetch", { rows: [{ id: id(), url: "http://[::1]/admin" }], headers, playUrl: "http://127.0.0.1/", logHeaders: true }));
+    const run = await waitForRun(
+      await startRun("test-fetch", {
+        rows: [{ id: id(), url: "http://[::1]/admin" }],
+        headers,
+        playUrl: "http://127.0.0.1/",
+        logHeaders: true,
+      }),
+    );
     expect(run.status).toBe("completed");
     const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
     expect(logs.filter((line) => line.includes("fetch failed with headers"))).toHaveLength(2);

@@ -20,7 +20,11 @@ export async function apiJson<T = any>(path: string, init: Parameters<typeof api
   return { status: res.status, body: (await res.json()) as T };
 }
 
-export async function startRun(play: string, input: unknown, options: { force?: boolean; forceToolRefresh?: boolean; token?: string } = {}): Promise<string> {
+export async function startRun(
+  play: string,
+  input: unknown,
+  options: { force?: boolean; forceToolRefresh?: boolean; token?: string } = {},
+): Promise<string> {
   const { token, ...flags } = options;
   const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...flags }, token });
   if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);

@@ -50,9 +50,14 @@ describe("authentication and org isolation", () => {
 
 describe("deployed: no local development, no simulated provider", () => {
   const PROD_TOKEN = "prod-token-0123456789abcdef";
-  const deployed = (API_TOKENS: string | undefined) => ({ ...env, TROUPE_LOCAL_DEV: undefined, SIM_PROVIDER: undefined, TROUPE_TEST_MODE: undefined, API_TOKENS }) as Env;
+  const deployed = (API_TOKENS: string | undefined) =>
+    ({ ...env, TROUPE_LOCAL_DEV: undefined, SIM_PROVIDER: undefined, TROUPE_TEST_MODE: undefined, API_TOKENS }) as Env;
   const request = (path: string, target: Env, init: RequestInit & { token?: string } = {}) =>
-    app.request(path, { ...init, headers: init.token ? { Authorization: `Bearer ${init.token}`, "Content-Type": "application/json" } : {} }, target);
+    app.request(
+      path,
+      { ...init, headers: init.token ? { Authorization: `Bearer ${init.token}`, "Content-Type": "application/json" } : {} },
+      target,
+    );
 
   it("refuses every request with 503 server_misconfigured when API_TOKENS is unset or empty, dev-token included", async () => {
     for (const tokens of [undefined, ""]) {
@@ -80,7 +85,11 @@ describe("deployed: no local development, no simulated provider", () => {
     const listed = await request("/v1/plays", target, { token: PROD_TOKEN });
     expect(listed.status).toBe(200);
     expect(((await listed.json()) as any).plays).toEqual([]);
-    const started = await request("/v1/runs", target, { token: PROD_TOKEN, method: "POST", body: JSON.stringify({ play: "demo-enrich", input: { rows: [lead] } }) });
+    const started = await request("/v1/runs", target, {
+      token: PROD_TOKEN,
+      method: "POST",
+      body: JSON.stringify({ play: "demo-enrich", input: { rows: [lead] } }),
+    });
     expect(started.status).toBe(404);
     expectError(await started.json(), "unknown_play");
   });
@@ -103,7 +112,11 @@ describe("validation", () => {
       expect(status).toBe(400);
       expectError(body, "invalid_request");
       const named = (body.error.details as { path: string }[]).map((d) => d.path);
-      for (const path of paths) expect(named.some((n) => n.startsWith(path)), `${named} names ${path}`).toBe(true);
+      for (const path of paths)
+        expect(
+          named.some((n) => n.startsWith(path)),
+          `${named} names ${path}`,
+        ).toBe(true);
     });
   }
 
@@ -114,7 +127,12 @@ describe("validation", () => {
   });
 
   it("rejects bad query parameters", async () => {
-    for (const path of ["/v1/runs?limit=0", "/v1/runs?limit=500", "/v1/runs?cursor=%%%", "/v1/runs/run_0123456789abcdef0123456789abcdef/events?after=-1"]) {
+    for (const path of [
+      "/v1/runs?limit=0",
+      "/v1/runs?limit=500",
+      "/v1/runs?cursor=%%%",
+      "/v1/runs/run_0123456789abcdef0123456789abcdef/events?after=-1",
+    ]) {
       const { status, body } = await apiJson(path);
       expect(status, path).toBe(400);
       expectError(body, "invalid_request");
@@ -129,7 +147,11 @@ describe("validation", () => {
 
   it("answers 413 for a body over the limit, without creating a run", async () => {
     const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
-    const res = await api("/v1/runs", { method: "POST", body: "x".repeat(17 * 1024 * 1024), headers: { "Content-Type": "application/json" } });
+    const res = await api("/v1/runs", {
+      method: "POST",
+      body: "x".repeat(17 * 1024 * 1024),
+      headers: { "Content-Type": "application/json" },
+    });
     expect(res.status).toBe(413);
     expectError(await res.json(), "request_too_large");
     expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before);
@@ -145,11 +167,20 @@ describe("runs and plays", () => {
   it("starts a run with 202 and links, and lists the org's runs newest first, paged", async () => {
     const ids: string[] = [];
     for (let i = 0; i < 3; i++) {
-      const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: [{ ...lead, id: `list-${i}` }] } } });
+      const { status, body } = await apiJson("/v1/runs", {
+        method: "POST",
+        json: { play: "demo-enrich", input: { rows: [{ ...lead, id: `list-${i}` }] } },
+      });
       expect(status).toBe(202);
       expect(body).toEqual({
-        runId: expect.stringMatching(/^run_/), status: "queued",
-        links: { self: `/v1/runs/${body.runId}`, live: `/v1/runs/${body.runId}/live`, events: `/v1/runs/${body.runId}/events`, datasets: { leads: `/v1/runs/${body.runId}/datasets/leads` } },
+        runId: expect.stringMatching(/^run_/),
+        status: "queued",
+        links: {
+          self: `/v1/runs/${body.runId}`,
+          live: `/v1/runs/${body.runId}/live`,
+          events: `/v1/runs/${body.runId}/events`,
+          datasets: { leads: `/v1/runs/${body.runId}/datasets/leads` },
+        },
       });
       ids.push(body.runId);
       await waitForRun(body.runId);

@@ -6,7 +6,11 @@ let unique = 0;
 /** A prefix no other test (or earlier run of this file) uses: datasets persist across runs by row key. */
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
 
-async function exportCsv(runId: string, dataset: string, query = ""): Promise<{ header: string[]; rows: Record<string, string>[]; text: string }> {
+async function exportCsv(
+  runId: string,
+  dataset: string,
+  query = "",
+): Promise<{ header: string[]; rows: Record<string, string>[]; text: string }> {
   const res = await api(`/v1/runs/${runId}/datasets/${dataset}?format=csv${query}`);
   expect(res.status).toBe(200);
   const text = await res.text();
@@ -21,7 +25,10 @@ function expectInvalid(status: number, body: any, path: string): void {
   expect(status).toBe(400);
   expect(body.error.code).toBe("invalid_request");
   const named = (body.error.details as { path: string }[]).map((d) => d.path);
-  expect(named.some((n) => n.startsWith(path)), `${named} names ${path}`).toBe(true);
+  expect(
+    named.some((n) => n.startsWith(path)),
+    `${named} names ${path}`,
+  ).toBe(true);
 }
 
 describe("CSV export columns", () => {
@@ -72,9 +79,15 @@ describe("cells are read as own properties only", () => {
     const run = await waitForRun(await startRun("demo-enrich", { csv }));
     expect(run.status).toBe("completed");
     const stored = await datasetRows(run.runId, "leads");
-    expect(stored.map((row) => [row.toString, row.hasOwnProperty])).toEqual([["a", "b"], ["", ""]]);
+    expect(stored.map((row) => [row.toString, row.hasOwnProperty])).toEqual([
+      ["a", "b"],
+      ["", ""],
+    ]);
     const { rows: exported } = await exportCsv(run.runId, "leads");
-    expect(exported.map((row) => [row.toString, row.hasOwnProperty])).toEqual([["a", "b"], ["", ""]]);
+    expect(exported.map((row) => [row.toString, row.hasOwnProperty])).toEqual([
+      ["a", "b"],
+      ["", ""],
+    ]);
   });
 });
 
@@ -101,7 +114,16 @@ describe("CSV export with ?safe=1", () => {
 
     const safe = await exportCsv(run.runId, "leads", "&safe=1");
     expect(safe.header).toContain("'=cmd");
-    expect(safe.rows[0]).toMatchObject({ eq: "'=1+1", plus: "'+1", minus: "'-1", at: "'@SUM(A1)", tab: "'\t=1", cr: "'\r=1", plain: "a=b", negative: "-5" });
+    expect(safe.rows[0]).toMatchObject({
+      eq: "'=1+1",
+      plus: "'+1",
+      minus: "'-1",
+      at: "'@SUM(A1)",
+      tab: "'\t=1",
+      cr: "'\r=1",
+      plain: "a=b",
+      negative: "-5",
+    });
   });
 
   it("refuses an unknown value of safe", async () => {
@@ -131,7 +153,11 @@ describe("nesting depth of JSON bodies", () => {
       expectInvalid(status, body, "input.rows.0.deep.a");
       expect(body.error.message).toContain("32");
       // The Idempotency-Key was not claimed: a good request with it starts a run.
-      const good = await apiJson("/v1/runs", { method: "POST", headers: { "Idempotency-Key": key }, json: { play: "demo-enrich", input: { rows: [{ id: tag("deep-after"), name: "Deep Person", domain: "deep.test" }] } } });
+      const good = await apiJson("/v1/runs", {
+        method: "POST",
+        headers: { "Idempotency-Key": key },
+        json: { play: "demo-enrich", input: { rows: [{ id: tag("deep-after"), name: "Deep Person", domain: "deep.test" }] } },
+      });
       expect(good.status).toBe(202);
     });
   }

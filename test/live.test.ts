@@ -21,7 +21,9 @@ async function openLive(runId: string, options: { after?: number; token?: string
   if (res.status !== 101) throw Object.assign(new Error(`live: ${res.status}`), { status: res.status, body: await res.json() });
   const ws = res.webSocket!;
   const messages: any[] = [];
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })));
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })),
+  );
   ws.addEventListener("message", (e) => {
     messages.push(JSON.parse(e.data as string));
   });
@@ -50,7 +52,8 @@ function seqs(messages: any[]): number[] {
   return messages.filter((m) => m.type !== "snapshot").map((m) => m.seq);
 }
 
-const rowsOf = (prefix: string, count: number) => Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Live ${prefix} ${i}`, domain: "live.test" }));
+const rowsOf = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, name: `Live ${prefix} ${i}`, domain: "live.test" }));
 
 async function withLatency<T>(latencyMs: number, fn: () => Promise<T>): Promise<T> {
   await api("/v1/sim/config", { method: "PUT", json: { latencyMs } });
@@ -70,15 +73,31 @@ describe("GET /v1/runs/<id>/live", () => {
       expect(close.code).toBe(1000);
 
       const [snapshot, ...events] = live.messages;
-      expect(snapshot).toMatchObject({ type: "snapshot", seq: expect.any(Number), run: { runId, play: "test-map", org: "dev", status: expect.any(String) } });
+      expect(snapshot).toMatchObject({
+        type: "snapshot",
+        seq: expect.any(Number),
+        run: { runId, play: "test-map", org: "dev", status: expect.any(String) },
+      });
       expect(seqs(live.messages)).toEqual(events.map((_, i) => i + 1));
       expect(events).toEqual(await allEvents(runId));
       expect(events[0].type).toBe("run.started");
       expect(events.at(-1)).toMatchObject({ type: "run.completed", result: { total: 300, completed: 300 } });
       const progress = events.filter((e) => e.type === "map.progress");
       expect(progress.length).toBeGreaterThan(0);
-      expect(progress.at(-1)).toMatchObject({ map: "items", total: 300, completed: 300, failed: 0, active: 0, waiting: 0, blocked: 0, rowsPerSecond: expect.any(Number) });
-      for (const p of progress) expect(Object.keys(p)).toEqual(expect.arrayContaining(["total", "completed", "failed", "active", "waiting", "blocked", "rowsPerSecond", "etaSeconds"]));
+      expect(progress.at(-1)).toMatchObject({
+        map: "items",
+        total: 300,
+        completed: 300,
+        failed: 0,
+        active: 0,
+        waiting: 0,
+        blocked: 0,
+        rowsPerSecond: expect.any(Number),
+      });
+      for (const p of progress)
+        expect(Object.keys(p)).toEqual(
+          expect.arrayContaining(["total", "completed", "failed", "active", "waiting", "blocked", "rowsPerSecond", "etaSeconds"]),
+        );
       expect(events.filter((e) => e.type === "chunk.completed")).toHaveLength(6);
     });
   });
@@ -102,8 +121,10 @@ describe("GET /v1/runs/<id>/live", () => {
     const runId = await startRun("test-map", { rows: rowsOf("dup", 300) });
     await waitForRun(runId);
     const progress = (await allEvents(runId)).filter((e) => e.type === "map.progress");
-    const counts = progress.map(({ total, completed, failed, active, waiting, blocked }) => JSON.stringify({ total, completed, failed, active, waiting, blocked }));
-    counts.slice(1).forEach((c, i) => expect(c, `map.progress ${i + 1} repeats ${i}`).not.toBe(counts[i]));
+    const counts = progress.map(({ total, completed, failed, active, waiting, blocked }) =>
+      JSON.stringify({ total, completed, failed, active, waiting, blocked }),
+    );
+    for (const [i, c] of counts.slice(1).entries()) expect(c, `map.progress ${i + 1} repeats ${i}`).not.toBe(counts[i]);
   });
 
   it("matches the snapshot to GET /v1/runs/<id> for a finished run, replays its ledger and closes", async () => {
@@ -182,7 +203,10 @@ describe("GET /v1/runs/<id>/live", () => {
 
   it("redacts a credential quoted by a run's failure, in GET /v1/runs/<id>, the snapshot and the run.failed event", async () => {
     const secret = (env as unknown as Record<string, string>).SIM_API_KEY;
-    const runId = await startRun("test-map", { rows: [{ id: "f1", name: `Key ${secret}`, domain: "live.test", throw: true }], onRowError: "fail" });
+    const runId = await startRun("test-map", {
+      rows: [{ id: "f1", name: `Key ${secret}`, domain: "live.test", throw: true }],
+      onRowError: "fail",
+    });
     const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.message).toContain("boom for Key [REDACTED]");

@@ -5,7 +5,7 @@
  * whose provider answers 403 when rate limited.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { classifyFailure } from "../src/dispatch/provider-call";
+import { classifyFailure } from "../src/runtime/tools/provider-call";
 import { ToolCallError } from "../src/play/tool-error";
 import { api, apiJson, simReset, simStats, startRun, waitForRun } from "./helpers";
 
@@ -24,12 +24,26 @@ afterEach(async () => {
 });
 
 describe("classifying a failure", () => {
-  const forbidden = new ToolCallError({ code: "too_many_requests", message: "slow down", retryable: false, status: 403, headers: { "Retry-After": "2" } });
+  const forbidden = new ToolCallError({
+    code: "too_many_requests",
+    message: "slow down",
+    retryable: false,
+    status: 403,
+    headers: { "Retry-After": "2" },
+  });
   const isRateLimit = (error: unknown) => error instanceof ToolCallError && error.status === 403;
 
   it("takes a failure the tool's hook reads as a rate limit for one, with the wait its headers ask for", () => {
-    expect(classifyFailure(forbidden, isRateLimit)).toEqual({ error: { code: "too_many_requests", message: "slow down" }, retryable: true, retry: { kind: "rate_limited", retryAfterMs: 2000 } });
-    expect(classifyFailure(new Error("403 from a helper"), () => true)).toMatchObject({ error: { code: "tool_error" }, retryable: true, retry: { kind: "rate_limited", retryAfterMs: null } });
+    expect(classifyFailure(forbidden, isRateLimit)).toEqual({
+      error: { code: "too_many_requests", message: "slow down" },
+      retryable: true,
+      retry: { kind: "rate_limited", retryAfterMs: 2000 },
+    });
+    expect(classifyFailure(new Error("403 from a helper"), () => true)).toMatchObject({
+      error: { code: "tool_error" },
+      retryable: true,
+      retry: { kind: "rate_limited", retryAfterMs: null },
+    });
   });
 
   it("leaves the failure as the error says without the hook, or when the hook says no or throws", () => {
@@ -42,15 +56,29 @@ describe("classifying a failure", () => {
   });
 
   it("reads a 429 status, or a Retry-After in the error's headers, as a rate limit", () => {
-    expect(classifyFailure(new ToolCallError({ code: "http_429", message: "", retryable: true, status: 429 })).retry).toEqual({ kind: "rate_limited", retryAfterMs: null });
-    const withHeaders = new ToolCallError({ code: "busy", message: "", retryable: true, headers: new Headers({ "Retry-After-Ms": "350" }) });
+    expect(classifyFailure(new ToolCallError({ code: "http_429", message: "", retryable: true, status: 429 })).retry).toEqual({
+      kind: "rate_limited",
+      retryAfterMs: null,
+    });
+    const withHeaders = new ToolCallError({
+      code: "busy",
+      message: "",
+      retryable: true,
+      headers: new Headers({ "Retry-After-Ms": "350" }),
+    });
     expect(classifyFailure(withHeaders).retry).toEqual({ kind: "rate_limited", retryAfterMs: 350 });
-    expect(classifyFailure(new ToolCallError({ code: "http_503", message: "", retryable: true, status: 503 })).retry).toEqual({ kind: "transient" });
+    expect(classifyFailure(new ToolCallError({ code: "http_503", message: "", retryable: true, status: 503 })).retry).toEqual({
+      kind: "transient",
+    });
   });
 });
 
 const findRows = (prefix: string, count: number, tool = "sim_find_email") =>
-  Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, tool, input: { name: `Signalled ${prefix} ${i}`, domain: "signals.test" } }));
+  Array.from({ length: count }, (_, i) => ({
+    id: `${prefix}${i}`,
+    tool,
+    input: { name: `Signalled ${prefix} ${i}`, domain: "signals.test" },
+  }));
 
 describe("a provider announcing its limit", () => {
   for (const style of ["ietf", "x-ratelimit"] as const) {
@@ -58,7 +86,9 @@ describe("a provider announcing its limit", () => {
       await simReset();
       await setSim({ ratePerSecond: 10, rateLimitHeaders: style });
       await freshGate();
-      const run = await waitForRun(await startRun("test-calls", { rows: findRows(style, 30), dataset: `announced-${style}` }), { timeoutMs: 60_000 });
+      const run = await waitForRun(await startRun("test-calls", { rows: findRows(style, 30), dataset: `announced-${style}` }), {
+        timeoutMs: 60_000,
+      });
       expect(run.status).toBe("completed");
       expect(run.result).toEqual({ total: 30, completed: 30, failed: 0 });
       const stats = await simStats();
@@ -82,7 +112,10 @@ describe("a provider answering 403 when rate limited", () => {
     await simReset();
     await setSim({ ratePerSecond: 5 });
     await freshGate();
-    const run = await waitForRun(await startRun("test-calls", { rows: findRows("forbidden", 20, "test_403_limited_find"), dataset: "forbidden" }), { timeoutMs: 60_000 });
+    const run = await waitForRun(
+      await startRun("test-calls", { rows: findRows("forbidden", 20, "test_403_limited_find"), dataset: "forbidden" }),
+      { timeoutMs: 60_000 },
+    );
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ total: 20, completed: 20, failed: 0 });
     const stats = await simStats();

@@ -1,7 +1,7 @@
 import { env } from "cloudflare:workers";
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { AttemptRef } from "../src/storage/contracts";
+import type { AttemptRef } from "../src/contracts/shards";
 
 const LONG_LEASE_MS = 60_000;
 
@@ -116,7 +116,9 @@ describe("claim dispositions", () => {
     expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
     // The owner itself re-claiming is no takeover; a newer attempt of its run is (the owner may have reached the provider).
     expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
-    expect(await claim(stub, attempt("run-a", 1), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
+    expect(await claim(stub, attempt("run-a", 1), ["k1"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
+    ]);
     // A deliberate re-bill of a completed receipt starts a new generation: nobody claimed it before.
     await stub.complete({ attempt: attempt("run-a", 1), items: [{ key: "k1", output: 1 }] });
     expect(await claim(stub, attempt("run-b"), ["k1"], { refresh: true })).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
@@ -156,7 +158,9 @@ describe("takeover and fencing", () => {
     const old = attempt("run-b", 0);
     await atGenerationOne(stub, "k1", old);
     const newer = attempt("run-b", 1);
-    expect(await claim(stub, newer, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
+    expect(await claim(stub, newer, ["k1"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true },
+    ]);
 
     // The old attempt can neither take it back, write it, nor renew it.
     expect(await claim(stub, old, ["k1"])).toMatchObject([{ disposition: "running", owner: newer }]);
@@ -185,7 +189,10 @@ describe("takeover and fencing", () => {
       rejected: ["k1"],
     });
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output: 1, error: null });
-    expect(await stub.complete({ attempt: a, items: [{ key: "never-claimed", output: 1 }] })).toEqual({ accepted: [], rejected: ["never-claimed"] });
+    expect(await stub.complete({ attempt: a, items: [{ key: "never-claimed", output: 1 }] })).toEqual({
+      accepted: [],
+      rejected: ["never-claimed"],
+    });
   });
 
   it("renews only the leases the attempt holds", async () => {
@@ -216,7 +223,9 @@ describe("dead owners", () => {
     });
     // Nothing else is running, so the alarm was deleted rather than re-armed.
     expect(await scheduledAlarm(stub)).toBeNull();
-    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true },
+    ]);
   });
 
   it("reclaims an expired lease at claim time, before any alarm ran", async () => {
@@ -227,7 +236,9 @@ describe("dead owners", () => {
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
     const c = attempt("run-c");
-    expect(await claim(stub, c, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
+    expect(await claim(stub, c, ["k1"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true },
+    ]);
     expect(await stub.complete({ attempt: dead, items: [{ key: "k1", output: "late" }] })).toEqual({ accepted: [], rejected: ["k1"] });
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: c });
   });
@@ -284,7 +295,9 @@ describe("refresh (forceToolRefresh)", () => {
     ]);
     await stub.complete({ attempt: b, items: [{ key: "done", output: "v1" }] });
     // Run b finished generation 1; refreshing again within run b reuses it.
-    expect(await claim(stub, attempt("run-b", 1), ["done"], { refresh: true })).toEqual([{ key: "done", disposition: "reused", output: "v1" }]);
+    expect(await claim(stub, attempt("run-b", 1), ["done"], { refresh: true })).toEqual([
+      { key: "done", disposition: "reused", output: "v1" },
+    ]);
     expect(await stub.get({ key: "done" })).toMatchObject({ generation: 1, finishedByRun: "run-b" });
   });
 });

@@ -22,7 +22,11 @@ describe("cancel and rerun of a run still going", () => {
     await setSim({ latencyMs: 150 });
     const rows = callRows("Active", 120);
     const runId = await submit("test-calls", { rows, dataset: "active" });
-    await until(() => apiJson(`/v1/runs/${runId}`), (r) => r.body.progress.maps.active?.active > 0, "the run to compute rows");
+    await until(
+      () => apiJson(`/v1/runs/${runId}`),
+      (r) => r.body.progress.maps.active?.active > 0,
+      "the run to compute rows",
+    );
 
     const early = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
     expect(early.status).toBe(409);
@@ -53,10 +57,22 @@ describe("a blocked map", () => {
     await simReset();
     await setSim({ latencyMs: 300 });
     const rows = callRows("Held", 40);
-    const holder = await submit("test-calls", { rows, dataset: "held" }, { testPolicy: { rowLeaseTtlMs: 3_000, receiptLeaseTtlMs: 3_000 } });
-    await until(() => apiJson(`/v1/runs/${holder}`), (r) => r.body.progress.maps.held?.active > 0, "the first run to hold its rows");
+    const holder = await submit(
+      "test-calls",
+      { rows, dataset: "held" },
+      { testPolicy: { rowLeaseTtlMs: 3_000, receiptLeaseTtlMs: 3_000 } },
+    );
+    await until(
+      () => apiJson(`/v1/runs/${holder}`),
+      (r) => r.body.progress.maps.held?.active > 0,
+      "the first run to hold its rows",
+    );
     const waiter = await submit("test-calls", { rows, dataset: "held" });
-    const blocked = await until(() => apiJson(`/v1/runs/${waiter}`), (r) => r.body.progress.maps.held?.blocked > 0, "the second run to find its rows blocked");
+    const blocked = await until(
+      () => apiJson(`/v1/runs/${waiter}`),
+      (r) => r.body.progress.maps.held?.blocked > 0,
+      "the second run to find its rows blocked",
+    );
     const map = blocked.body.progress.maps.held;
     expect(map.blockedBy.runId).toBe(holder);
     expect(Date.parse(map.blockedBy.until)).toBeGreaterThan(Date.parse(blocked.body.createdAt));
@@ -71,9 +87,15 @@ describe("signals retried with one Idempotency-Key", () => {
   it("all get the first answer, even once the signal has ended the run", async () => {
     const key = tag("approve");
     const runId = await startRun("test-waits", { keys: [key] });
-    await until(() => allEvents(runId), (events) => events.some((e) => e.type === "wait.started"), "the run to wait");
+    await until(
+      () => allEvents(runId),
+      (events) => events.some((e) => e.type === "wait.started"),
+      "the run to wait",
+    );
     const headers = { "Idempotency-Key": tag("once") };
-    const answers = await Promise.all(Array.from({ length: 10 }, () => apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: "yes" }, headers })));
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: "yes" }, headers })),
+    );
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(202));
     expect(answers.filter((a) => a.body.duplicate === false)).toHaveLength(1);
     expect(answers.every((a) => a.body.consumed === true)).toBe(true);

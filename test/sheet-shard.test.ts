@@ -1,8 +1,8 @@
 import { env } from "cloudflare:workers";
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { SheetShard } from "../src/objects/SheetShard";
-import type { AttemptRef } from "../src/storage/contracts";
+import type { SheetShard } from "../src/actors/SheetShard";
+import type { AttemptRef } from "../src/contracts/shards";
 
 const LONG_TTL_MS = 60_000;
 const SHORT_TTL_MS = 20;
@@ -16,7 +16,12 @@ function attempt(runId: string, attemptSeq = 0): AttemptRef {
   return { attemptId: `${runId}#${attemptSeq}`, runId, attemptSeq };
 }
 
-function claim(stub: Shard, by: AttemptRef, keys: string[], options: { leaseTtlMs?: number; recompute?: boolean; firstIndex?: number } = {}) {
+function claim(
+  stub: Shard,
+  by: AttemptRef,
+  keys: string[],
+  options: { leaseTtlMs?: number; recompute?: boolean; firstIndex?: number } = {},
+) {
   return stub.claimRows({
     attempt: by,
     leaseTtlMs: options.leaseTtlMs ?? LONG_TTL_MS,
@@ -25,7 +30,12 @@ function claim(stub: Shard, by: AttemptRef, keys: string[], options: { leaseTtlM
   });
 }
 
-function complete(stub: Shard, by: AttemptRef, keys: string[], data: (key: string) => Record<string, unknown> = (key) => ({ name: key, by: by.attemptId })) {
+function complete(
+  stub: Shard,
+  by: AttemptRef,
+  keys: string[],
+  data: (key: string) => Record<string, unknown> = (key) => ({ name: key, by: by.attemptId }),
+) {
   return stub.persistRows({ attempt: by, rows: keys.map((key) => ({ key, status: "completed" as const, data: data(key), error: null })) });
 }
 
@@ -110,7 +120,9 @@ describe("claim and persist", () => {
     await complete(stub, b, ["k1"], () => ({ ok: true }));
     expect(await readAll(stub, "run-b")).toEqual([{ index: 0, key: "k1", status: "completed", data: { ok: true }, error: null }]);
     // The first run's view keeps the failure it ended with.
-    expect(await readAll(stub, "run-a")).toEqual([{ index: 0, key: "k1", status: "failed", data: { name: "k1" }, error: "provider said no" }]);
+    expect(await readAll(stub, "run-a")).toEqual([
+      { index: 0, key: "k1", status: "failed", data: { name: "k1" }, error: "provider said no" },
+    ]);
   });
 
   it("reuses a completed row only for the same input (in any key order); a changed input is a new version", async () => {
@@ -120,11 +132,23 @@ describe("claim and persist", () => {
     await stub.claimRows({ attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ id: "cust-17", domain: "old-typo.com" }) });
     await complete(stub, a, ["cust-17"], () => ({ id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" }));
 
-    const same = await stub.claimRows({ attempt: attempt("run-b"), leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ domain: "old-typo.com", id: "cust-17" }) });
-    expect(same.rows).toEqual([{ key: "cust-17", status: "completed", data: { id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" } }]);
+    const same = await stub.claimRows({
+      attempt: attempt("run-b"),
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: rows({ domain: "old-typo.com", id: "cust-17" }),
+    });
+    expect(same.rows).toEqual([
+      { key: "cust-17", status: "completed", data: { id: "cust-17", domain: "old-typo.com", email: "ann@old-typo.com" } },
+    ]);
 
     const c = attempt("run-c");
-    const changed = await stub.claimRows({ attempt: c, leaseTtlMs: LONG_TTL_MS, recompute: false, rows: rows({ id: "cust-17", domain: "fixed.com" }) });
+    const changed = await stub.claimRows({
+      attempt: c,
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: rows({ id: "cust-17", domain: "fixed.com" }),
+    });
     expect(changed.rows).toEqual([{ key: "cust-17", status: "pending" }]);
     await complete(stub, c, ["cust-17"], () => ({ id: "cust-17", domain: "fixed.com", email: "ann@fixed.com" }));
     // Each run's view holds the version it computed or reused.
@@ -141,7 +165,10 @@ describe("claim and persist", () => {
     await stub.releaseRun({ runId: "run-a" }); // run-a ends (cancelled) with k2 pending
 
     const f = attempt("run-forced");
-    expect((await claim(stub, f, ["k1", "k2"], { recompute: true })).rows).toEqual([{ key: "k1", status: "pending" }, { key: "k2", status: "pending" }]);
+    expect((await claim(stub, f, ["k1", "k2"], { recompute: true })).rows).toEqual([
+      { key: "k1", status: "pending" },
+      { key: "k2", status: "pending" },
+    ]);
     await complete(stub, f, ["k1", "k2"], (key) => ({ name: key, v: "forced" }));
     expect(await readAll(stub, "run-a")).toEqual([
       { index: 0, key: "k1", status: "completed", data: { name: "k1", v: "a" }, error: null },
@@ -241,7 +268,9 @@ describe("leases and fencing", () => {
     await claim(stub, old, ["k1"]);
     expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
     expect((await claim(stub, newer, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
-    expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "blocked", owner: newer, leaseExpiresAt: expect.any(Number) }]);
+    expect((await claim(stub, old, ["k1"])).rows).toEqual([
+      { key: "k1", status: "blocked", owner: newer, leaseExpiresAt: expect.any(Number) },
+    ]);
 
     expect(await complete(stub, old, ["k1"], () => ({ by: "old" }))).toEqual({ written: [], rejected: ["k1"] });
     expect(await complete(stub, newer, ["k1"], () => ({ by: "newer" }))).toEqual({ written: ["k1"], rejected: [] });
@@ -253,8 +282,14 @@ describe("leases and fencing", () => {
     const a = attempt("run-a");
     await claim(stub, a, ["k1", "k2"]);
     expect(await stub.renewLeases({ attempt: a, keys: ["k2"], leaseTtlMs: SHORT_TTL_MS })).toEqual({ renewed: ["k2"], lost: [] });
-    expect(await stub.renewLeases({ attempt: a, keys: ["k1", "nope"], leaseTtlMs: LONG_TTL_MS })).toEqual({ renewed: ["k1"], lost: ["nope"] });
-    expect(await stub.renewLeases({ attempt: attempt("run-b"), keys: ["k1"], leaseTtlMs: LONG_TTL_MS })).toEqual({ renewed: [], lost: ["k1"] });
+    expect(await stub.renewLeases({ attempt: a, keys: ["k1", "nope"], leaseTtlMs: LONG_TTL_MS })).toEqual({
+      renewed: ["k1"],
+      lost: ["nope"],
+    });
+    expect(await stub.renewLeases({ attempt: attempt("run-b"), keys: ["k1"], leaseTtlMs: LONG_TTL_MS })).toEqual({
+      renewed: [],
+      lost: ["k1"],
+    });
 
     await sleep(SHORT_TTL_MS * 2);
     // Whether miniflare fired it already or it runs now, the alarm re-armed for k1's lease.
@@ -312,17 +347,35 @@ describe("a run's view", () => {
     const a = attempt("run-a");
     const b = attempt("run-b");
     await stub.claimRows({
-      attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false,
-      rows: [{ key: "a2", index: 2, input: { n: 2 } }, { key: "shared", index: 0, input: { n: 0 } }, { key: "a1", index: 1, input: { n: 1 } }],
+      attempt: a,
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: [
+        { key: "a2", index: 2, input: { n: 2 } },
+        { key: "shared", index: 0, input: { n: 0 } },
+        { key: "a1", index: 1, input: { n: 1 } },
+      ],
     });
     await complete(stub, a, ["a2", "shared", "a1"]);
     await stub.claimRows({
-      attempt: b, leaseTtlMs: LONG_TTL_MS, recompute: false,
-      rows: [{ key: "b0", index: 0, input: { n: 0 } }, { key: "shared", index: 5, input: { n: 0 } }],
+      attempt: b,
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: [
+        { key: "b0", index: 0, input: { n: 0 } },
+        { key: "shared", index: 5, input: { n: 0 } },
+      ],
     });
 
-    expect((await readAll(stub, "run-a")).map((r) => [r.index, r.key])).toEqual([[0, "shared"], [1, "a1"], [2, "a2"]]);
-    expect((await readAll(stub, "run-b")).map((r) => [r.index, r.key, r.status])).toEqual([[0, "b0", "pending"], [5, "shared", "completed"]]);
+    expect((await readAll(stub, "run-a")).map((r) => [r.index, r.key])).toEqual([
+      [0, "shared"],
+      [1, "a1"],
+      [2, "a2"],
+    ]);
+    expect((await readAll(stub, "run-b")).map((r) => [r.index, r.key, r.status])).toEqual([
+      [0, "b0", "pending"],
+      [5, "shared", "completed"],
+    ]);
     expect((await stub.readRunRows({ runId: "run-a", fromIndex: 1, toIndex: 2 })).rows.map((r) => r.key)).toEqual(["a1"]);
     expect((await stub.readRunRows({ runId: "run-a", fromIndex: 3, toIndex: 1 })).rows).toEqual([]);
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
@@ -335,7 +388,9 @@ describe("a run's view", () => {
     const keys = Array.from({ length: 500 }, (_, i) => `row-${i}`);
     const a = attempt("run-a");
     const claimed = await stub.claimRows({
-      attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false,
+      attempt: a,
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
       rows: keys.map((key, index) => ({ key, index, input: { name: key, pad } })),
     });
     expect(claimed.rows.map((r) => r.key)).toEqual(keys);
@@ -345,7 +400,14 @@ describe("a run's view", () => {
     const rows = await readAll(stub, "run-a");
     expect(rows.map((r) => r.key)).toEqual(keys);
     expect(rows[499]).toEqual({ index: 499, key: "row-499", status: "completed", data: { name: "row-499", out: pad }, error: null });
-    const reused = (await stub.claimRows({ attempt: attempt("run-b"), leaseTtlMs: LONG_TTL_MS, recompute: false, rows: keys.map((key, index) => ({ key, index, input: { name: key, pad } })) })).rows;
+    const reused = (
+      await stub.claimRows({
+        attempt: attempt("run-b"),
+        leaseTtlMs: LONG_TTL_MS,
+        recompute: false,
+        rows: keys.map((key, index) => ({ key, index, input: { name: key, pad } })),
+      })
+    ).rows;
     expect(reused.filter((r) => r.status === "completed")).toHaveLength(500);
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 500, completed: 500, failed: 0, pending: 0 });
     const renewed = await stub.renewLeases({ attempt: a, keys, leaseTtlMs: LONG_TTL_MS });
@@ -386,9 +448,9 @@ describe("dataset and validation", () => {
       /^\[invalid_request\] attempt.attemptId/,
     );
     const notAnObject = { key: "k", index: 0, input: "not an object" };
-    expect(await rejectionOf(stub, (o) => o.claimRows({ attempt: attempt("r"), leaseTtlMs: 1000, recompute: false, rows: [notAnObject] }))).toMatch(
-      /^\[invalid_request\] row "k"/,
-    );
+    expect(
+      await rejectionOf(stub, (o) => o.claimRows({ attempt: attempt("r"), leaseTtlMs: 1000, recompute: false, rows: [notAnObject] })),
+    ).toMatch(/^\[invalid_request\] row "k"/);
     // Nothing was recorded by the rejected claims.
     expect(await stub.countRunRows({ runId: "r" })).toEqual({ total: 0, completed: 0, failed: 0, pending: 0 });
   });

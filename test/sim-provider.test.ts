@@ -2,9 +2,9 @@ import { env } from "cloudflare:workers";
 import { evictDurableObject } from "cloudflare:test";
 import { Hono } from "hono";
 import { beforeEach, describe, expect, it } from "vitest";
-import { TroupeError } from "../src/shared/errors";
+import { TroupeError } from "../src/core/errors";
 import { callSim, callSimBatch, simConfig, simResult, simStats, simStub, updateSimConfig, resetSim } from "../src/sim/client";
-import { simRoutes } from "../src/sim/routes";
+import { simRoutes } from "../src/http/sim";
 
 // One global simulator per test file: every test resets it and restores the default config.
 beforeEach(async () => {
@@ -70,7 +70,10 @@ describe("sim_find_email", () => {
     const unknown = await callSim(env, { tool: "sim_guess", input: {}, idempotencyKey: "bad-2" });
     expect(unknown.status).toBe(400);
     expect(unknown.body.error.code).toBe("unknown_tool");
-    const noKey = await simStub(env).fetch("https://sim/call", { method: "POST", body: JSON.stringify({ tool: "sim_find_email", input: { name: "A", domain: "b.c" } }) });
+    const noKey = await simStub(env).fetch("https://sim/call", {
+      method: "POST",
+      body: JSON.stringify({ tool: "sim_find_email", input: { name: "A", domain: "b.c" } }),
+    });
     expect(noKey.status).toBe(400);
     expect(await noKey.json()).toMatchObject({ error: { code: "invalid_request" } });
     const notJson = await simStub(env).fetch("https://sim/call", { method: "POST", headers: { "Idempotency-Key": "bad-3" }, body: "{" });
@@ -131,7 +134,10 @@ describe("batch", () => {
     const fits = await callSimBatch(env, { tool: "sim_verify_email", members: members.slice(0, 3) });
     expect(fits.status).toBe(200);
 
-    const notBatchable = await callSimBatch(env, { tool: "sim_find_email", members: [{ idempotencyKey: "nb-1", input: { name: "A", domain: "b.c" } }] });
+    const notBatchable = await callSimBatch(env, {
+      tool: "sim_find_email",
+      members: [{ idempotencyKey: "nb-1", input: { name: "A", domain: "b.c" } }],
+    });
     expect(notBatchable.status).toBe(400);
     expect(await simStats(env)).toMatchObject({ calls: 3, batchCalls: 3, billed: 3, duplicates: 0 });
   });
@@ -150,11 +156,13 @@ describe("config", () => {
   it("rate-limits requests over ratePerSecond with 429 and Retry-After", async () => {
     await updateSimConfig(env, { ratePerSecond: 10 });
     const replies = await Promise.all(
-      Array.from({ length: 30 }, (_, i) => simStub(env).fetch("https://sim/call", {
-        method: "POST",
-        headers: { "Idempotency-Key": `rl-${i}` },
-        body: JSON.stringify({ tool: "sim_verify_email", input: { email: `${i}@rate.io` } }),
-      })),
+      Array.from({ length: 30 }, (_, i) =>
+        simStub(env).fetch("https://sim/call", {
+          method: "POST",
+          headers: { "Idempotency-Key": `rl-${i}` },
+          body: JSON.stringify({ tool: "sim_verify_email", input: { email: `${i}@rate.io` } }),
+        }),
+      ),
     );
     const limited = replies.filter((r) => r.status === 429);
     const ok = replies.filter((r) => r.status === 200);
@@ -182,13 +190,25 @@ describe("config", () => {
     const ietf = [await call("h-1"), await call("h-2", "!fail Nobody"), await call("h-3"), await call("h-4")];
     expect(ietf.map((r) => r.status)).toEqual([200, 422, 200, 429]);
     for (const r of ietf) expect(r.headers.get("RateLimit-Policy")).toBe('"default";q=3;w=1');
-    expect(ietf.map((r) => r.headers.get("RateLimit"))).toEqual(['"default";r=2;t=1', '"default";r=1;t=1', '"default";r=0;t=1', '"default";r=0;t=1']);
+    expect(ietf.map((r) => r.headers.get("RateLimit"))).toEqual([
+      '"default";r=2;t=1',
+      '"default";r=1;t=1',
+      '"default";r=0;t=1',
+      '"default";r=0;t=1',
+    ]);
     expect(ietf[3]!.headers.get("Retry-After")).toBe("1");
 
     await resetSim(env);
     await updateSimConfig(env, { rateLimitHeaders: "x-ratelimit" });
     const x = [await call("x-1"), await call("x-2"), await call("x-3"), await call("x-4")];
-    expect(x.map((r) => [r.status, r.headers.get("X-RateLimit-Limit"), r.headers.get("X-RateLimit-Remaining"), r.headers.get("X-RateLimit-Reset")])).toEqual([
+    expect(
+      x.map((r) => [
+        r.status,
+        r.headers.get("X-RateLimit-Limit"),
+        r.headers.get("X-RateLimit-Remaining"),
+        r.headers.get("X-RateLimit-Reset"),
+      ]),
+    ).toEqual([
       [200, "3", "2", "1"],
       [200, "3", "1", "1"],
       [200, "3", "0", "1"],
@@ -255,7 +275,15 @@ describe("durability", () => {
     await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "rs-b", input: { email: "a@b.c" } }] });
 
     const zeroed = await resetSim(env);
-    expect(zeroed).toEqual({ calls: 0, billed: 0, duplicates: 0, batchCalls: 0, rateLimited: 0, maxObservedPerSecond: 0, byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } } });
+    expect(zeroed).toEqual({
+      calls: 0,
+      billed: 0,
+      duplicates: 0,
+      batchCalls: 0,
+      rateLimited: 0,
+      maxObservedPerSecond: 0,
+      byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } },
+    });
     expect(await simStats(env)).toEqual(zeroed);
     expect((await simConfig(env)).batchMaxSize).toBe(9);
 
@@ -266,12 +294,10 @@ describe("durability", () => {
 });
 
 describe("/v1/sim routes", () => {
-  const app = new Hono<{ Bindings: Env }>()
-    .route("/v1/sim", simRoutes)
-    .onError((error, c) => {
-      if (error instanceof TroupeError) return c.json({ error: { code: error.code, message: error.message, details: error.details } }, 400);
-      throw error;
-    });
+  const app = new Hono<{ Bindings: Env }>().route("/v1/sim", simRoutes).onError((error, c) => {
+    if (error instanceof TroupeError) return c.json({ error: { code: error.code, message: error.message, details: error.details } }, 400);
+    throw error;
+  });
 
   it("forwards stats, config and reset, and rejects invalid config bodies", async () => {
     await find("Ada Lovelace", "example.com", "rt-1");

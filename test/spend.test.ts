@@ -78,7 +78,6 @@ async function submitWith(input: unknown, options: Record<string, unknown>): Pro
   return body.runId;
 }
 
-
 describe("the org's daily limit", () => {
   it("refuses new runs once today's spend reached it, saying why; lifting it lets them start", async () => {
     const token = "other-token";
@@ -90,11 +89,18 @@ describe("the org's daily limit", () => {
     expect(set.body).toEqual({ dailyCredits: 10, spentToday: 10 });
     expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: -1 }, token })).status).toBe(400);
 
-    const refused = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Refused", 2) } }, token });
+    const refused = await apiJson("/v1/runs", {
+      method: "POST",
+      json: { play: "demo-enrich", input: { rows: leads("Refused", 2) } },
+      token,
+    });
     expect(refused.status).toBe(409);
     expect(refused.body.error).toMatchObject({ code: "daily_spend_limit_reached", details: { spentToday: 10, dailyCredits: 10 } });
     // Another org is not limited by it.
-    expect((await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Elsewhere", 1) } } })).status).toBe(202);
+    // (Each run of this test is awaited: a run left going would call the provider during the next test.)
+    const elsewhere = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Elsewhere", 1) } } });
+    expect(elsewhere.status).toBe(202);
+    expect((await waitForRun(elsewhere.body.runId)).status).toBe("completed");
 
     await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 12 }, token });
     // 2 credits left today: a run of 4 rows (5 credits) stops at the daily limit.
@@ -107,16 +113,22 @@ describe("the org's daily limit", () => {
     expect(day.total).toBeLessThanOrEqual(12);
 
     await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null }, token });
-    expect((await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Lifted", 1) } }, token })).status).toBe(202);
+    const lifted = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Lifted", 1) } }, token });
+    expect(lifted.status).toBe(202);
+    expect((await waitForRun(lifted.body.runId, { token })).status).toBe("completed");
   });
 });
 
 describe("a request whose outcome is unknown", () => {
   it("is not sent again to a provider that ignores idempotency keys: the row fails outcome_unknown, the run counts it, and only retryUnknown sends it", async () => {
     await simReset();
-    const rows = Array.from({ length: 6 }, (_, i) => ({ id: `u${i}`, tool: "test_unkeyed_find", input: { name: `Unknown Person ${i}`, domain: "unknown.test" } }));
+    const rows = Array.from({ length: 6 }, (_, i) => ({
+      id: `u${i}`,
+      tool: "test_unkeyed_find",
+      input: { name: `Unknown Person ${i}`, domain: "unknown.test" },
+    }));
     // The invocation dies right after the provider answered the first request, before its receipt is written.
-    await setFaults([{ point: "provider.after", fromCall: 1, times: 1, crash: true }]);
+    await setFaults([{ point: "provider.after", tool: "test_unkeyed_find", fromCall: 1, times: 1, crash: true }]);
     const first = await waitForEnd(await submitWith({ rows, dataset: "unknown" }, {}));
     expect(first.status).toBe("completed");
     const unknown = (await datasetRows(first.runId, "unknown")).filter((r) => r._status === "failed");
@@ -131,7 +143,9 @@ describe("a request whose outcome is unknown", () => {
     expect(again.usage.providerRequests).toBe(0);
 
     // Asked to, it does: one request each.
-    const retried = await waitForEnd((await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST", json: { retryUnknown: true } })).body.runId);
+    const retried = await waitForEnd(
+      (await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST", json: { retryUnknown: true } })).body.runId,
+    );
     expect(retried.status).toBe("completed");
     expect(retried.result).toEqual({ total: 6, completed: 6, failed: 0 });
     expect(retried.usage.providerRequests).toBe(unknown.length);
@@ -149,13 +163,21 @@ describe("POST /v1/runs/estimate", () => {
     const calls = (await simStats()).calls;
     const rerun = await estimate({ play: "demo-enrich", input: { rows: leads("History", 20) } });
     expect(rerun.status).toBe(200);
-    expect(rerun.body).toMatchObject({ rows: { total: 20, reusable: 20, toCompute: 0 }, spend: { low: 0, expected: 0, high: 0 }, exact: true });
+    expect(rerun.body).toMatchObject({
+      rows: { total: 20, reusable: 20, toCompute: 0 },
+      spend: { low: 0, expected: 0, high: 0 },
+      exact: true,
+    });
     expect((await simStats()).calls).toBe(calls);
     expect(history.usage.spend.total).toBe(25);
 
     // New rows: the first tool's calls are known; the verifications depend on emails not bought yet.
     const fresh = await estimate({ play: "demo-enrich", input: { rows: leads("Fresh", 40) } });
-    expect(fresh.body).toMatchObject({ rows: { total: 40, reusable: 0, toCompute: 40 }, calls: { sim_find_email: { reused: 0, new: 40 } }, exact: false });
+    expect(fresh.body).toMatchObject({
+      rows: { total: 40, reusable: 0, toCompute: 40 },
+      calls: { sim_find_email: { reused: 0, new: 40 } },
+      exact: false,
+    });
     expect(fresh.body.spend).toEqual({ low: 40, expected: 50, high: 50 });
     expect((await simStats()).calls).toBe(calls);
     const run = await waitForRun(await startRun("demo-enrich", { rows: leads("Fresh", 40) }));
@@ -164,7 +186,11 @@ describe("POST /v1/runs/estimate", () => {
     // One call per row, every input known: exact, and the run bills exactly that.
     const rows = callRows("Estimated", 20);
     const exact = await estimate({ play: "test-calls", input: { rows, dataset: "estimated" } });
-    expect(exact.body).toMatchObject({ spend: { low: 12.5, expected: 12.5, high: 12.5 }, exact: true, calls: { sim_find_email: { reused: 0, new: 10 }, sim_verify_email: { reused: 0, new: 10 } } });
+    expect(exact.body).toMatchObject({
+      spend: { low: 12.5, expected: 12.5, high: 12.5 },
+      exact: true,
+      calls: { sim_find_email: { reused: 0, new: 10 }, sim_verify_email: { reused: 0, new: 10 } },
+    });
     const billed = await waitForEnd(await submitWith({ rows, dataset: "estimated" }, {}));
     expect(billed.usage.spend.total).toBe(12.5);
 

@@ -12,7 +12,8 @@ async function waitForStatus(runId: string, status: string, timeoutMs = 20_000):
   for (;;) {
     const { body } = await apiJson(`/v1/runs/${runId}`);
     if (body.status === status) return body;
-    if (["completed", "failed", "cancelled"].includes(body.status) || Date.now() > deadline) throw new Error(`run ${runId} is ${body.status}, not ${status}: ${JSON.stringify(body.error)}`);
+    if (["completed", "failed", "cancelled"].includes(body.status) || Date.now() > deadline)
+      throw new Error(`run ${runId} is ${body.status}, not ${status}: ${JSON.stringify(body.error)}`);
     await new Promise((r) => setTimeout(r, 20));
   }
 }
@@ -105,7 +106,11 @@ describe("ctx.waitForEvent", () => {
     expect((await signal(runId, "bad key!", { data: 1 })).body.error.code).toBe("invalid_request");
     expect((await signal(runId, "ok", { value: 1 })).status).toBe(400);
     expect((await signal(runId, "ok", { data: 1, extra: true })).status).toBe(400);
-    const raw = await api(`/v1/runs/${runId}/signals/ok`, { method: "POST", body: "{not json", headers: { "Content-Type": "application/json" } });
+    const raw = await api(`/v1/runs/${runId}/signals/ok`, {
+      method: "POST",
+      body: "{not json",
+      headers: { "Content-Type": "application/json" },
+    });
     expect(raw.status).toBe(400);
     expect((await signal(runId, "ok", { data: "x".repeat(70_000) })).status).toBe(400);
     expect((await signal(runId, "ok", { data: 1 }, { token: "other-token" })).status).toBe(404);

@@ -13,7 +13,8 @@ let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
 const faults = () => env.FAULTS!.getByName("faults");
 
-const signal = (runId: string, eventKey: string, data: unknown) => apiJson(`/v1/runs/${runId}/signals/${eventKey}`, { method: "POST", json: { data } });
+const signal = (runId: string, eventKey: string, data: unknown) =>
+  apiJson(`/v1/runs/${runId}/signals/${eventKey}`, { method: "POST", json: { data } });
 
 afterEach(async () => {
   await faults().release(0);
@@ -45,10 +46,18 @@ describe("a wake between driving and re-arming", () => {
     const started = (await allEvents(parentId)).find((e) => e.type === "child.started");
     expect(started).toBeDefined();
     const childId = String(started.childRunId);
-    await until(() => signal(childId, "go", null), (res) => res.status === 202 && res.body.consumed === true, "the child to take its signal");
+    await until(
+      () => signal(childId, "go", null),
+      (res) => res.status === 202 && res.body.consumed === true,
+      "the child to take its signal",
+    );
     expect((await waitForEnd(childId, 20_000)).status).toBe("completed");
     // The child has told its parent while the parent's invocation is still held.
-    await until(() => allEvents(parentId), (events) => events.some((e) => e.type === "child.finished"), "the parent to hear of its child's end");
+    await until(
+      () => allEvents(parentId),
+      (events) => events.some((e) => e.type === "child.finished"),
+      "the parent to hear of its child's end",
+    );
     expect(await faults().release(0)).toBe(1);
     const parent = await waitForEnd(parentId, 20_000);
     expect(parent.status).toBe("completed");

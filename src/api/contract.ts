@@ -29,7 +29,12 @@ export const StartRun = z
     /** Recompute every row and call providers again: a deliberate re-bill. */
     forceToolRefresh: z.boolean().default(false),
     /** The run's runtime limit, 1 s to 24 h (the default); hitting it fails the run with `deadline_exceeded`. */
-    timeoutSeconds: z.number().int().min(1).max(24 * 3600).optional(),
+    timeoutSeconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 3600)
+      .optional(),
     /** The most credits the run may bill; past it the run ends `failed` with `spend_cap_reached` (docs/api.md "Spend"). */
     maxSpend: z.number().finite().min(0).optional(),
     /** Send again the requests an earlier run left with an unknown outcome (`outcome_unknown`), to providers that ignore idempotency keys. */

@@ -57,7 +57,10 @@ export class TerminalView implements RunWatchView {
   #schedule(): void {
     if (this.#paused || this.#pending) return;
     const wait = this.#lastDrawAt + REDRAW_INTERVAL_MS - Date.now();
-    if (wait <= 0) return this.#draw();
+    if (wait <= 0) {
+      this.#draw();
+      return;
+    }
     this.#pending = setTimeout(() => {
       this.#pending = null;
       this.#draw();
@@ -75,4 +78,3 @@ export class TerminalView implements RunWatchView {
     this.#log(barFrame(this.#progress, this.#out.columns ?? 80));
   }
 }
-

@@ -23,7 +23,11 @@ const out = (line: string) => process.stdout.write(`${line}\n`);
 const printJson = (value: unknown) => out(JSON.stringify(value, null, 2));
 
 /** `troupe run <play>`: starts a run, then watches it until it ends (or only prints its id with `--detach`). */
-export async function runCommand(client: TroupeClient, play: string, options: InputOptions & WatchOptions & { maxSpend?: number; force?: boolean; forceToolRefresh?: boolean; idempotencyKey?: string }): Promise<number> {
+export async function runCommand(
+  client: TroupeClient,
+  play: string,
+  options: InputOptions & WatchOptions & { maxSpend?: number; force?: boolean; forceToolRefresh?: boolean; idempotencyKey?: string },
+): Promise<number> {
   const input = await runInput(options, client);
   const started = await client.submit(
     { play, input, force: options.force, forceToolRefresh: options.forceToolRefresh, maxSpend: options.maxSpend },
@@ -33,8 +37,16 @@ export async function runCommand(client: TroupeClient, play: string, options: In
 }
 
 /** `troupe rerun <runId>`: the run's play and input as a new run, watched like `run`. */
-export async function rerunCommand(client: TroupeClient, runId: string, options: WatchOptions & { maxSpend?: number; force?: boolean; forceToolRefresh?: boolean }): Promise<number> {
-  const started = await client.rerun(runId, { force: options.force, forceToolRefresh: options.forceToolRefresh, maxSpend: options.maxSpend });
+export async function rerunCommand(
+  client: TroupeClient,
+  runId: string,
+  options: WatchOptions & { maxSpend?: number; force?: boolean; forceToolRefresh?: boolean },
+): Promise<number> {
+  const started = await client.rerun(runId, {
+    force: options.force,
+    forceToolRefresh: options.forceToolRefresh,
+    maxSpend: options.maxSpend,
+  });
   if (!options.json) process.stderr.write(`rerun of ${started.rerunOf}\n`);
   return startedThenWatch(client, started, options);
 }
@@ -61,7 +73,8 @@ async function watch(client: TroupeClient, runId: string, options: WatchOptions)
         new (await import("./TerminalView.ts")).TerminalView(process.stdout)
       : new PlainView(process.stdout);
   // Asking needs a terminal to read the answer from and to show the question on.
-  const interrupt: InterruptMode = process.stdin.isTTY && process.stderr.isTTY ? { kind: "ask", input: process.stdin, output: process.stderr } : { kind: "detach" };
+  const interrupt: InterruptMode =
+    process.stdin.isTTY && process.stderr.isTTY ? { kind: "ask", input: process.stdin, output: process.stderr } : { kind: "detach" };
   const end = await watchRun({ client, runId, view, interrupt });
   if (end.kind === "detached") {
     if (options.json) printJson({ runId, status: end.status, detached: true });
@@ -84,7 +97,8 @@ export async function statusCommand(client: TroupeClient, runId: string, options
   const progress = new RunProgress(run.runId);
   progress.apply({ type: "snapshot", run, seq: 0 });
   for (const map of progress.maps.values()) out(plainMapLine(map));
-  if (progress.spend !== null) out(`spend: ${formatCredits(progress.spend)} credits${run.maxSpend != null ? ` of at most ${formatCredits(run.maxSpend)}` : ""}`);
+  if (progress.spend !== null)
+    out(`spend: ${formatCredits(progress.spend)} credits${run.maxSpend != null ? ` of at most ${formatCredits(run.maxSpend)}` : ""}`);
   if (run.status === "completed") out(`result: ${JSON.stringify(run.result)}`);
   if (run.error) out(`error: ${run.error.code}: ${run.error.message}`);
   return EXIT.ok;
@@ -99,7 +113,12 @@ export async function runsCommand(client: TroupeClient, options: { limit?: numbe
   }
   if (!page.runs.length) out("no runs");
   const playWidth = Math.max(4, ...page.runs.map((r) => r.play.length));
-  for (const r of page.runs) out([r.runId, r.play.padEnd(playWidth), r.status.padEnd(10), r.createdAt, r.parentRunId ? `child of ${r.parentRunId}` : ""].join("  ").trimEnd());
+  for (const r of page.runs)
+    out(
+      [r.runId, r.play.padEnd(playWidth), r.status.padEnd(10), r.createdAt, r.parentRunId ? `child of ${r.parentRunId}` : ""]
+        .join("  ")
+        .trimEnd(),
+    );
   if (page.nextCursor) out(`more: troupe runs --cursor ${page.nextCursor}`);
   return EXIT.ok;
 }
@@ -113,25 +132,42 @@ export async function cancelCommand(client: TroupeClient, runId: string, options
 }
 
 /** `troupe signal <runId> <eventKey>`: delivers `--data` (JSON; null without it) to the play's wait on the key. */
-export async function signalCommand(client: TroupeClient, runId: string, eventKey: string, options: { data?: string; idempotencyKey?: string; json?: boolean }): Promise<number> {
+export async function signalCommand(
+  client: TroupeClient,
+  runId: string,
+  eventKey: string,
+  options: { data?: string; idempotencyKey?: string; json?: boolean },
+): Promise<number> {
   const data = options.data === undefined ? null : parseJson(options.data, "--data");
   const answer = await client.signal(runId, eventKey, data, { idempotencyKey: options.idempotencyKey });
   if (options.json) printJson(answer);
-  else out(`${runId}: ${eventKey} ${answer.duplicate ? "already delivered (duplicate)" : answer.consumed ? "delivered to the waiting play" : "kept for the next wait on it"}; run ${answer.status}`);
+  else
+    out(
+      `${runId}: ${eventKey} ${answer.duplicate ? "already delivered (duplicate)" : answer.consumed ? "delivered to the waiting play" : "kept for the next wait on it"}; run ${answer.status}`,
+    );
   return EXIT.ok;
 }
 
 /** `troupe export <runId> <dataset>`: the run's rows as CSV (streamed by the server) or NDJSON, to `--out` or stdout. */
-export async function exportCommand(client: TroupeClient, runId: string, dataset: string, options: { format: "csv" | "ndjson"; out?: string; safe?: boolean }): Promise<number> {
+export async function exportCommand(
+  client: TroupeClient,
+  runId: string,
+  dataset: string,
+  options: { format: "csv" | "ndjson"; out?: string; safe?: boolean },
+): Promise<number> {
   const target = options.out ? createWriteStream(options.out) : process.stdout;
   if (options.format === "csv") {
     const body = await client.exportDataset(runId, dataset, { format: "csv", safe: options.safe });
     await pipeline(Readable.fromWeb(body as NodeReadableStream<Uint8Array>), target, { end: Boolean(options.out) });
   } else {
     // The server does not stream NDJSON yet: the rows come a page at a time, as JSON lines.
-    await pipeline(async function* () {
-      for await (const row of client.rows(runId, dataset, { pageSize: 1000 })) yield `${JSON.stringify(row)}\n`;
-    }, target, { end: Boolean(options.out) });
+    await pipeline(
+      async function* () {
+        for await (const row of client.rows(runId, dataset, { pageSize: 1000 })) yield `${JSON.stringify(row)}\n`;
+      },
+      target,
+      { end: Boolean(options.out) },
+    );
   }
   if (options.out) process.stderr.write(`wrote ${options.out}\n`);
   return EXIT.ok;
@@ -140,13 +176,15 @@ export async function exportCommand(client: TroupeClient, runId: string, dataset
 /** `troupe estimate <play>`: what the run would bill now; nothing is started. */
 export async function estimateCommand(client: TroupeClient, play: string, options: InputOptions & { json?: boolean }): Promise<number> {
   const input = await runInput(options, client);
-  let estimate;
+  let estimate: Awaited<ReturnType<TroupeClient["estimate"]>>;
   try {
     estimate = await client.estimate({ play, input });
   } catch (error) {
     // 404 `not_found` is the server's "no such route"; an unknown play has its own code.
     if (error instanceof TroupeApiError && error.status === 404 && error.code === "not_found") {
-      throw new CliError(`this server cannot estimate yet: POST /v1/runs/estimate answered 404 (${client.baseUrl}); update the server to a version with spend estimates`);
+      throw new CliError(
+        `this server cannot estimate yet: POST /v1/runs/estimate answered 404 (${client.baseUrl}); update the server to a version with spend estimates`,
+      );
     }
     throw error;
   }
@@ -158,7 +196,10 @@ export async function estimateCommand(client: TroupeClient, play: string, option
   for (const [tool, calls] of Object.entries(estimate.calls)) out(`${tool}: ${calls.new} new calls, ${calls.reused} reused`);
   const { low, expected, high } = estimate.spend;
   if (low === high) out(`spend: ${formatCredits(expected)} credits`);
-  else out(`spend: ${formatCredits(expected)} credits expected (${high === null ? `at least ${formatCredits(low)}, no known upper bound` : `${formatCredits(low)} to ${formatCredits(high)}`})`);
+  else
+    out(
+      `spend: ${formatCredits(expected)} credits expected (${high === null ? `at least ${formatCredits(low)}, no known upper bound` : `${formatCredits(low)} to ${formatCredits(high)}`})`,
+    );
   for (const note of estimate.notes ?? []) out(`note: ${note}`);
   return EXIT.ok;
 }

@@ -6,14 +6,28 @@
  */
 import { Command, CommanderError, InvalidArgumentError, Option } from "commander";
 import { TroupeClient } from "../client/index.ts";
-import { cancelCommand, estimateCommand, exportCommand, rerunCommand, runCommand, runsCommand, signalCommand, statusCommand, watchCommand } from "./commands.ts";
+import {
+  cancelCommand,
+  estimateCommand,
+  exportCommand,
+  rerunCommand,
+  runCommand,
+  runsCommand,
+  signalCommand,
+  statusCommand,
+  watchCommand,
+} from "./commands.ts";
 import { EXIT, describeError, exitCodeOfError } from "./exit-codes.ts";
 
 /** Runs the command line `argv` (without node and the script) and resolves to the exit code. */
 export async function main(argv: string[], env: Record<string, string | undefined> = process.env): Promise<number> {
   let exitCode: number = EXIT.ok;
   // An empty variable means unset, as shells usually intend.
-  const client = () => new TroupeClient({ baseUrl: program.opts<{ url?: string }>().url || env.TROUPE_URL || undefined, token: env.TROUPE_TOKEN || undefined });
+  const client = () =>
+    new TroupeClient({
+      baseUrl: program.opts<{ url?: string }>().url || env.TROUPE_URL || undefined,
+      token: env.TROUPE_TOKEN || undefined,
+    });
   const done = (code: number) => {
     exitCode = code;
   };

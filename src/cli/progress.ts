@@ -16,11 +16,7 @@ export interface MapLine {
 }
 
 /** What a live message changed, for renderers that print rather than redraw. */
-export type Change =
-  | { kind: "status"; status: string }
-  | { kind: "map"; map: MapLine }
-  | { kind: "log"; line: string }
-  | { kind: "none" };
+export type Change = { kind: "status"; status: string } | { kind: "map"; map: MapLine } | { kind: "log"; line: string } | { kind: "none" };
 
 /** The run's state, updated message by message. */
 export class RunProgress {
@@ -85,7 +81,9 @@ export class RunProgress {
     const spend = creditsOf(run.usage?.spend);
     if (spend !== null) this.spend = spend;
     const status = this.#setStatus(run.status);
-    const maps = Object.entries(run.progress?.maps ?? {}).map(([name, progress]): Change => ({ kind: "map", map: this.#mapLine(name, progress) }));
+    const maps = Object.entries(run.progress?.maps ?? {}).map(
+      ([name, progress]): Change => ({ kind: "map", map: this.#mapLine(name, progress) }),
+    );
     return [...status, ...maps];
   }
 
@@ -111,7 +109,8 @@ export class RunProgress {
 /** A spend figure as events and views carry it: a number of credits, or `{ total }`. */
 function creditsOf(value: unknown): number | null {
   if (typeof value === "number" && Number.isFinite(value)) return value;
-  if (value && typeof value === "object" && typeof (value as { total?: unknown }).total === "number") return (value as { total: number }).total;
+  if (value && typeof value === "object" && typeof (value as { total?: unknown }).total === "number")
+    return (value as { total: number }).total;
   return null;
 }
 

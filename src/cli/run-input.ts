@@ -29,7 +29,11 @@ export interface InputOptions {
 export function inputSource(options: InputOptions): { kind: "csv" | "ndjson"; file: string } | { kind: "json"; text: string } {
   const given = (["csv", "ndjson", "input"] as const).filter((k) => options[k] !== undefined);
   if (given.length !== 1) {
-    throw new UsageError(given.length ? `give one input, not ${given.map((k) => `--${k}`).join(" and ")}` : "give the run's input: --csv FILE, --ndjson FILE or --input JSON");
+    throw new UsageError(
+      given.length
+        ? `give one input, not ${given.map((k) => `--${k}`).join(" and ")}`
+        : "give the run's input: --csv FILE, --ndjson FILE or --input JSON",
+    );
   }
   if (options.csv !== undefined) return { kind: "csv", file: options.csv };
   if (options.ndjson !== undefined) return { kind: "ndjson", file: options.ndjson };
@@ -50,7 +54,9 @@ export async function runInput(options: InputOptions, _client: TroupeClient): Pr
 
 function tooLarge(file: string, bytes: number): UsageError {
   const mib = (bytes / 1024 / 1024).toFixed(1);
-  return new UsageError(`${file} makes a ${mib} MiB request; until uploads are served, a run's file travels in its request, limited to 16 MiB: split the file into several runs`);
+  return new UsageError(
+    `${file} makes a ${mib} MiB request; until uploads are served, a run's file travels in its request, limited to 16 MiB: split the file into several runs`,
+  );
 }
 
 /** Parses JSON given on the command line, or a usage error saying where it is wrong. */
@@ -86,7 +92,9 @@ async function readInputFile(file: string): Promise<string> {
   try {
     size = (await stat(file)).size;
   } catch (error) {
-    throw new UsageError(`cannot read ${file}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`);
+    throw new UsageError(
+      `cannot read ${file}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`,
+    );
   }
   if (size > MAX_INLINE_INPUT_BYTES) throw tooLarge(file, size);
   return readFile(file, "utf8");

@@ -63,7 +63,13 @@ export class PlainView implements RunWatchView {
     const spend = run.usage?.spend?.total ?? progress.spend;
     for (const [name, counts] of Object.entries(run.progress?.maps ?? {})) {
       if (this.#lastLineAt.get(name) === Infinity) continue;
-      this.#line(progress, plainMapLine({ name, total: counts.total, completed: counts.completed, failed: counts.failed, rowsPerSecond: null, etaSeconds: null }, spend));
+      this.#line(
+        progress,
+        plainMapLine(
+          { name, total: counts.total, completed: counts.completed, failed: counts.failed, rowsPerSecond: null, etaSeconds: null },
+          spend,
+        ),
+      );
     }
     this.#out.write(`${summaryOf(run)}\n`);
   }
@@ -88,6 +94,7 @@ export function summaryOf(run: RunView): string {
   const spend = run.usage?.spend ? `; spend ${Math.round(run.usage.spend.total * 100) / 100} credits` : "";
   const counts = maps.length ? ` (${maps.join("; ")}${spend})` : spend ? ` (${spend.slice(2)})` : "";
   if (run.status === "completed") return `${run.runId} completed${counts}: ${JSON.stringify(run.result)}`;
-  if (run.status === "failed") return `${run.runId} failed${counts}: ${run.error ? `${run.error.code}: ${run.error.message}` : "no error recorded"}`;
+  if (run.status === "failed")
+    return `${run.runId} failed${counts}: ${run.error ? `${run.error.code}: ${run.error.message}` : "no error recorded"}`;
   return `${run.runId} ${run.status}${counts}`;
 }

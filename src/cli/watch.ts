@@ -22,7 +22,12 @@ type Choice = "cancel" | "detach" | "watch";
  * whether to cancel the run (then keeps watching until it ends `cancelled`),
  * detach, or keep watching; without a terminal, SIGINT detaches.
  */
-export async function watchRun(options: { client: TroupeClient; runId: string; view: RunWatchView; interrupt: InterruptMode }): Promise<WatchEnd> {
+export async function watchRun(options: {
+  client: TroupeClient;
+  runId: string;
+  view: RunWatchView;
+  interrupt: InterruptMode;
+}): Promise<WatchEnd> {
   const { client, runId, view, interrupt } = options;
   const progress = new RunProgress(runId);
   const stop = new AbortController();
@@ -76,11 +81,18 @@ export async function watchRun(options: { client: TroupeClient; runId: string; v
 }
 
 /** Asks on the terminal; a second Ctrl-C detaches, an aborted question keeps watching. */
-async function ask(interrupt: Extract<InterruptMode, { kind: "ask" }>, runId: string, status: string, signal: AbortSignal): Promise<Choice> {
+async function ask(
+  interrupt: Extract<InterruptMode, { kind: "ask" }>,
+  runId: string,
+  status: string,
+  signal: AbortSignal,
+): Promise<Choice> {
   const rl = createInterface({ input: interrupt.input, output: interrupt.output, terminal: true });
   const interrupted = new Promise<Choice>((resolve) => rl.once("SIGINT", () => resolve("detach")));
   try {
-    const answer = rl.question(`\nRun ${runId} is ${status}. [c]ancel it, [d]etach (it goes on), or keep [w]atching? `, { signal }).then(choiceOf, () => "watch" as const);
+    const answer = rl
+      .question(`\nRun ${runId} is ${status}. [c]ancel it, [d]etach (it goes on), or keep [w]atching? `, { signal })
+      .then(choiceOf, () => "watch" as const);
     return await Promise.race([answer, interrupted]);
   } finally {
     rl.close();

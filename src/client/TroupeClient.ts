@@ -5,7 +5,21 @@
  */
 // Types only: the request schemas stay on the server's side of the wire, and zod out of the client's bundle.
 import type { RerunRequest, StartRun } from "../api/contract.ts";
-import type { DatasetPage, EventPage, Estimate, LedgerEvent, LiveMessage, PlayList, RerunStarted, RunCancelled, RunList, RunStarted, RunView, SignalDelivered, Upload } from "../api/responses.ts";
+import type {
+  DatasetPage,
+  EventPage,
+  Estimate,
+  LedgerEvent,
+  LiveMessage,
+  PlayList,
+  RerunStarted,
+  RunCancelled,
+  RunList,
+  RunStarted,
+  RunView,
+  SignalDelivered,
+  Upload,
+} from "../api/responses.ts";
 import { TroupeApiError, errorOf } from "./errors.ts";
 import { liveEvents } from "./live-events.ts";
 
@@ -91,7 +105,10 @@ export class TroupeClient {
    * `idempotencyKey`, a repeated delivery is a no-op (`duplicate: true`).
    */
   signal(runId: string, eventKey: string, data: unknown, options: { idempotencyKey?: string } = {}): Promise<SignalDelivered> {
-    return this.#json("POST", `${runPath(runId)}/signals/${encodeURIComponent(eventKey)}`, { json: { data: data ?? null }, headers: idempotency(options.idempotencyKey) });
+    return this.#json("POST", `${runPath(runId)}/signals/${encodeURIComponent(eventKey)}`, {
+      json: { data: data ?? null },
+      headers: idempotency(options.idempotencyKey),
+    });
   }
 
   /** `POST /v1/runs/estimate`: what the run would bill now; nothing is started or called. */
@@ -143,10 +160,15 @@ export class TroupeClient {
    * The dataset as one file, streamed by the server (`?format=csv`: a header
    * line, then every row; `safe` neutralises cells a spreadsheet would run).
    */
-  async exportDataset(runId: string, dataset: string, options: { format?: "csv" | "ndjson"; safe?: boolean } = {}): Promise<ReadableStream<Uint8Array>> {
+  async exportDataset(
+    runId: string,
+    dataset: string,
+    options: { format?: "csv" | "ndjson"; safe?: boolean } = {},
+  ): Promise<ReadableStream<Uint8Array>> {
     const path = `${runPath(runId)}/datasets/${encodeURIComponent(dataset)}${query({ format: options.format ?? "csv", safe: options.safe ? 1 : undefined })}`;
     const response = await this.#send("GET", path, {});
-    if (!response.body) throw new TroupeApiError({ status: response.status, code: "empty_response", message: `GET ${path} answered without a body` });
+    if (!response.body)
+      throw new TroupeApiError({ status: response.status, code: "empty_response", message: `GET ${path} answered without a body` });
     return response.body;
   }
 
@@ -164,7 +186,12 @@ export class TroupeClient {
    */
   events(runId: string, options: { after?: number; signal?: AbortSignal } = {}): AsyncIterable<LiveMessage> {
     const WebSocketClass = this.#WebSocket ?? globalThis.WebSocket;
-    if (!WebSocketClass) throw new TroupeApiError({ status: 0, code: "no_websocket", message: "this runtime has no WebSocket: pass one as the WebSocket option (Node ≥ 22 has it built in)" });
+    if (!WebSocketClass)
+      throw new TroupeApiError({
+        status: 0,
+        code: "no_websocket",
+        message: "this runtime has no WebSocket: pass one as the WebSocket option (Node ≥ 22 has it built in)",
+      });
     const live = new URL(`${this.baseUrl}${runPath(runId)}/live`);
     live.protocol = live.protocol === "https:" ? "wss:" : "ws:";
     return liveEvents(
@@ -201,7 +228,12 @@ export class TroupeClient {
       const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
       const reason = cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error);
       const local = /^https?:\/\/(127\.0\.0\.1|localhost)[:/]/.test(`${this.baseUrl}/`);
-      throw new TroupeApiError({ status: 0, code: "unreachable", message: `could not reach ${this.baseUrl} (${reason}); is the server running?${local ? " (npm start)" : ""}`, cause: error });
+      throw new TroupeApiError({
+        status: 0,
+        code: "unreachable",
+        message: `could not reach ${this.baseUrl} (${reason}); is the server running?${local ? " (npm start)" : ""}`,
+        cause: error,
+      });
     }
     if (!response.ok) throw await errorOf(response, `${method} ${path}`);
     return response;

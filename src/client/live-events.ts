@@ -42,7 +42,10 @@ const CLOSE_NORMAL = 1000;
  * when `signal` aborts. Throws a {@link TroupeApiError}
  * when the run cannot be watched or the server stays unreachable.
  */
-export async function* liveEvents(source: LiveFeedSource, options: { after?: number; signal?: AbortSignal; reconnect?: ReconnectPolicy } = {}): AsyncGenerator<LiveMessage> {
+export async function* liveEvents(
+  source: LiveFeedSource,
+  options: { after?: number; signal?: AbortSignal; reconnect?: ReconnectPolicy } = {},
+): AsyncGenerator<LiveMessage> {
   const { signal } = options;
   const policy = options.reconnect ?? DEFAULT_RECONNECT;
   let lastSeq = options.after ?? 0;
@@ -87,7 +90,11 @@ export async function* liveEvents(source: LiveFeedSource, options: { after?: num
       // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over HTTP.
       if (failures === 1) await source.verify();
       if (failures >= policy.maxFailures) {
-        throw new TroupeApiError({ status: 0, code: "live_unreachable", message: `the live feed could not be reached ${failures} times in a row (${socket.closeReason || "connection closed"})` });
+        throw new TroupeApiError({
+          status: 0,
+          code: "live_unreachable",
+          message: `the live feed could not be reached ${failures} times in a row (${socket.closeReason || "connection closed"})`,
+        });
       }
     }
     await sleep(Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, failures - 1)), signal);
@@ -110,7 +117,9 @@ async function fillGap(source: LiveFeedSource, lastSeq: number, nextSeq: number)
 function parseMessage(frame: string): LiveMessage | null {
   try {
     const message: unknown = JSON.parse(frame);
-    return message && typeof message === "object" && typeof (message as { type?: unknown }).type === "string" ? (message as LiveMessage) : null;
+    return message && typeof message === "object" && typeof (message as { type?: unknown }).type === "string"
+      ? (message as LiveMessage)
+      : null;
   } catch {
     // Not JSON: nothing the contract sends; skip it rather than end the feed.
     return null;

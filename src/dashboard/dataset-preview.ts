@@ -18,7 +18,10 @@ class DatasetPages {
   /** The first row of the next page, read ahead to know whether there is one. */
   #next: IteratorResult<Row> | null = null;
 
-  constructor(rows: AsyncIterable<Row>, readonly pageSize: number) {
+  constructor(
+    rows: AsyncIterable<Row>,
+    readonly pageSize: number,
+  ) {
     this.#iterator = rows[Symbol.asyncIterator]();
   }
 
@@ -75,7 +78,9 @@ export class DatasetPreview {
     this.#runId = options.runId;
     this.#pageSize = options.pageSize ?? 10;
     this.#onError = options.onError;
-    this.element = h("div", { class: "card", "data-testid": "dataset-preview" },
+    this.element = h(
+      "div",
+      { class: "card", "data-testid": "dataset-preview" },
       h("div", { class: "row" }, h("h2", {}, "Datasets"), h("span", { class: "spacer" }), this.#reload),
       this.#tabs,
       this.#body,
@@ -88,9 +93,22 @@ export class DatasetPreview {
   setDatasets(names: readonly string[]): void {
     if (names.length === this.#datasets.length && names.every((n, i) => n === this.#datasets[i])) return;
     this.#datasets = [...names];
-    replaceChildren(this.#tabs, this.#datasets.map((name) =>
-      h("button", { type: "button", role: "tab", "data-dataset": name, "aria-selected": String(name === this.#selected), onclick: () => this.#select(name) }, name),
-    ));
+    replaceChildren(
+      this.#tabs,
+      this.#datasets.map((name) =>
+        h(
+          "button",
+          {
+            type: "button",
+            role: "tab",
+            "data-dataset": name,
+            "aria-selected": String(name === this.#selected),
+            onclick: () => this.#select(name),
+          },
+          name,
+        ),
+      ),
+    );
     if (this.#selected === null && this.#datasets.length) this.#select(this.#datasets[0]!);
   }
 
@@ -146,16 +164,36 @@ export class DatasetPreview {
 
   #renderRows(rows: Row[]): void {
     const columns: string[] = [];
-    for (const row of rows) for (const key of Object.keys(row)) if (!META_COLUMNS.includes(key) && !columns.includes(key)) columns.push(key);
+    for (const row of rows)
+      for (const key of Object.keys(row)) if (!META_COLUMNS.includes(key) && !columns.includes(key)) columns.push(key);
     columns.push(...META_COLUMNS);
-    replaceChildren(this.#body,
-      h("table", { class: "data", "data-testid": "dataset-table" },
-        h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c)))),
-        h("tbody", {}, rows.map((row) =>
-          h("tr", { "data-key": cellText(row._key) }, columns.map((c) =>
-            h("td", { class: c === "_status" ? `status-${cellText(row[c])}` : null, title: cellText(row[c]) }, cellText(row[c])),
-          )),
-        )),
+    replaceChildren(
+      this.#body,
+      h(
+        "table",
+        { class: "data", "data-testid": "dataset-table" },
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            columns.map((c) => h("th", {}, c)),
+          ),
+        ),
+        h(
+          "tbody",
+          {},
+          rows.map((row) =>
+            h(
+              "tr",
+              { "data-key": cellText(row._key) },
+              columns.map((c) =>
+                h("td", { class: c === "_status" ? `status-${cellText(row[c])}` : null, title: cellText(row[c]) }, cellText(row[c])),
+              ),
+            ),
+          ),
+        ),
       ),
     );
   }

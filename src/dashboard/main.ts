@@ -63,7 +63,7 @@ const shell: Shell = {
 function mount(next: Page | null, element?: HTMLElement): void {
   page?.dispose();
   page = next;
-  replaceChildren(app, next ? next.element : element ?? null);
+  replaceChildren(app, next ? next.element : (element ?? null));
 }
 
 function renderNav(): void {
@@ -83,33 +83,49 @@ function signOut(reason: string | null): void {
 
 /** Asks for the token once; it is checked against the API before it is kept. */
 function tokenForm(reason: string | null): HTMLElement {
-  const input = h("input", { type: "password", name: "token", autocomplete: "off", required: true, placeholder: "dev-token locally", "data-testid": "token-input" });
+  const input = h("input", {
+    type: "password",
+    name: "token",
+    autocomplete: "off",
+    required: true,
+    placeholder: "dev-token locally",
+    "data-testid": "token-input",
+  });
   const error = h("p", { class: "status-failed", "data-testid": "token-error" }, reason ?? "");
   const submit = h("button", { type: "submit", class: "primary", "data-testid": "token-save" }, "Open dashboard");
-  const form = h("form", {
-    onsubmit: async (event: Event) => {
-      event.preventDefault();
-      const candidate = clientFor(input.value.trim());
-      submit.disabled = true;
-      replaceChildren(error);
-      try {
-        await candidate.list({ limit: 1 });
-        storeToken(input.value);
-        client = candidate;
-        renderNav();
-        route();
-      } catch (e) {
-        replaceChildren(error, e instanceof TroupeApiError && e.status === 401 ? "That token was refused (401): use one of the server's API_TOKENS." : messageOf(e));
-      } finally {
-        submit.disabled = false;
-      }
+  const form = h(
+    "form",
+    {
+      onsubmit: async (event: Event) => {
+        event.preventDefault();
+        const candidate = clientFor(input.value.trim());
+        submit.disabled = true;
+        replaceChildren(error);
+        try {
+          await candidate.list({ limit: 1 });
+          storeToken(input.value);
+          client = candidate;
+          renderNav();
+          route();
+        } catch (e) {
+          replaceChildren(
+            error,
+            e instanceof TroupeApiError && e.status === 401
+              ? "That token was refused (401): use one of the server's API_TOKENS."
+              : messageOf(e),
+          );
+        } finally {
+          submit.disabled = false;
+        }
+      },
     },
-  },
     h("label", {}, "API token", input),
     submit,
     error,
   );
-  return h("div", { class: "card token-card" },
+  return h(
+    "div",
+    { class: "card token-card" },
     h("h1", {}, "Sign in"),
     h("p", { class: "muted" }, "The bearer token of your org (API_TOKENS). It is kept in this browser until you sign out."),
     form,
@@ -117,7 +133,10 @@ function tokenForm(reason: string | null): HTMLElement {
 }
 
 function route(): void {
-  if (!client) return signOut(null);
+  if (!client) {
+    signOut(null);
+    return;
+  }
   notice.hidden = true;
   const run = RUN_ROUTE.exec(location.hash);
   mount(run ? runPage(shell, run[1]!) : runsPage(shell));

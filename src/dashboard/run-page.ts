@@ -19,7 +19,18 @@ const REFRESH_INTERVAL_MS = 3_000;
 /** Event log lines kept on the page; older ones scroll away. */
 const MAX_LOG_LINES = 1_000;
 /** The fields of a `map.progress` event that are the map's progress. */
-const PROGRESS_FIELDS = ["total", "completed", "failed", "active", "waiting", "blocked", "inFlight", "executors", "rowsPerSecond", "etaSeconds"] as const;
+const PROGRESS_FIELDS = [
+  "total",
+  "completed",
+  "failed",
+  "active",
+  "waiting",
+  "blocked",
+  "inFlight",
+  "executors",
+  "rowsPerSecond",
+  "etaSeconds",
+] as const;
 
 /** The page of run `runId`. */
 export function runPage(shell: Shell, runId: string): Page {
@@ -53,30 +64,62 @@ class RunPage implements Page {
   #log = h("ol", { "data-testid": "event-log" });
   #logCount = h("span", { class: "muted", "data-testid": "event-count" });
   #logScroll = h("div", { class: "events" }, this.#log);
-  #cancel = h("button", { type: "button", class: "danger", disabled: true, "data-testid": "cancel", onclick: () => void this.#act(() => this.#doCancel()) }, "Cancel run");
-  #rerun = h("button", { type: "button", disabled: true, "data-testid": "rerun", onclick: () => void this.#act(() => this.#doRerun()) }, "Rerun");
+  #cancel = h(
+    "button",
+    { type: "button", class: "danger", disabled: true, "data-testid": "cancel", onclick: () => void this.#act(() => this.#doCancel()) },
+    "Cancel run",
+  );
+  #rerun = h(
+    "button",
+    { type: "button", disabled: true, "data-testid": "rerun", onclick: () => void this.#act(() => this.#doRerun()) },
+    "Rerun",
+  );
   #signalKey = h("input", { name: "eventKey", placeholder: "event key", "data-testid": "signal-key", size: 14 });
-  #signalData = h("input", { name: "data", placeholder: "data (JSON)", value: "true", "data-testid": "signal-data", size: 24, class: "mono" });
+  #signalData = h("input", {
+    name: "data",
+    placeholder: "data (JSON)",
+    value: "true",
+    "data-testid": "signal-data",
+    size: 24,
+    class: "mono",
+  });
   #signalSend = h("button", { type: "submit", "data-testid": "signal-send" }, "Send signal");
-  #signalForm = h("form", { class: "row", onsubmit: (e: Event) => { e.preventDefault(); void this.#act(() => this.#doSignal()); } }, this.#signalKey, this.#signalData, this.#signalSend);
+  #signalForm = h(
+    "form",
+    {
+      class: "row",
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        void this.#act(() => this.#doSignal());
+      },
+    },
+    this.#signalKey,
+    this.#signalData,
+    this.#signalSend,
+  );
 
   constructor(shell: Shell, runId: string) {
     this.#shell = shell;
     this.#runId = runId;
     this.#preview = new DatasetPreview({ client: shell.client, runId, onError: (e) => shell.report(e) });
-    this.element = h("div", { "data-testid": "run-page", "data-run-id": runId },
+    this.element = h(
+      "div",
+      { "data-testid": "run-page", "data-run-id": runId },
       this.#header,
       this.#errorBox,
       h("div", { class: "grid" }, this.#progress, this.#chart),
       h("div", { class: "grid", style: "margin-top: 16px" }, this.#spend, this.#result),
-      h("div", { class: "card", style: "margin-top: 16px" },
+      h(
+        "div",
+        { class: "card", style: "margin-top: 16px" },
         h("div", { class: "row" }, h("h2", {}, "Event log"), h("span", { class: "spacer" }), this.#logCount),
         this.#logScroll,
       ),
       this.#preview.element,
     );
     // Built once: the controls keep their focus and typed values while live updates redraw the rest.
-    replaceChildren(this.#header,
+    replaceChildren(
+      this.#header,
       this.#title,
       this.#meta,
       h("div", { class: "row", style: "margin-top: 12px" }, this.#cancel, this.#rerun, h("span", { class: "spacer" }), this.#signalForm),
@@ -136,10 +179,20 @@ class RunPage implements Page {
   #fail(error: unknown): void {
     if (error instanceof TroupeApiError && error.status === 404) {
       this.dispose();
-      replaceChildren(this.element, h("div", { class: "card" },
-        h("h1", {}, "Run not found"),
-        h("p", { class: "muted", "data-testid": "run-not-found" }, `No run ${this.#runId} in this org. `, h("a", { href: "#/" }, "Back to the runs")),
-      ));
+      replaceChildren(
+        this.element,
+        h(
+          "div",
+          { class: "card" },
+          h("h1", {}, "Run not found"),
+          h(
+            "p",
+            { class: "muted", "data-testid": "run-not-found" },
+            `No run ${this.#runId} in this org. `,
+            h("a", { href: "#/" }, "Back to the runs"),
+          ),
+        ),
+      );
       return;
     }
     this.#shell.report(error);
@@ -183,7 +236,13 @@ class RunPage implements Page {
     } else if (event.type === "run.started" && run && run.status === "queued") {
       this.#run = { ...run, status: "running" };
     } else if (event.type === "run.completed" || event.type === "run.failed" || event.type === "run.cancelled") {
-      if (run) this.#setRun({ ...run, status: event.type.slice("run.".length) as RunStatus, ...(event.type === "run.completed" ? { result: e.result } : {}), ...(event.type === "run.failed" ? { error: e.error } : {}) });
+      if (run)
+        this.#setRun({
+          ...run,
+          status: event.type.slice("run.".length) as RunStatus,
+          ...(event.type === "run.completed" ? { result: e.result } : {}),
+          ...(event.type === "run.failed" ? { error: e.error } : {}),
+        });
     }
   }
 
@@ -210,13 +269,20 @@ class RunPage implements Page {
     if (!run) return;
     const terminal = TERMINAL_STATUSES.has(run.status);
     const liveLabel = { connecting: "connecting…", live: "live", ended: "ended", lost: "live feed lost" }[this.#live];
-    replaceChildren(this.#title,
+    replaceChildren(
+      this.#title,
       h("h1", {}, run.play),
       h("span", { class: `badge ${run.status}`, "data-testid": "run-status" }, run.status),
       h("span", { class: "spacer" }),
-      h("span", { class: "muted", "data-testid": "live-state" }, h("span", { class: this.#live === "live" ? "live-dot" : "live-dot off" }), liveLabel),
+      h(
+        "span",
+        { class: "muted", "data-testid": "live-state" },
+        h("span", { class: this.#live === "live" ? "live-dot" : "live-dot off" }),
+        liveLabel,
+      ),
     );
-    replaceChildren(this.#meta,
+    replaceChildren(
+      this.#meta,
       h("span", { class: "mono" }, run.runId),
       run.parentRunId ? h("span", {}, "child of ", h("a", { href: `#/runs/${run.parentRunId}`, class: "mono" }, run.parentRunId)) : null,
       h("span", {}, `started ${formatTime(run.createdAt)}`),
@@ -228,18 +294,32 @@ class RunPage implements Page {
     this.#rerun.disabled = !terminal;
     if (!this.#signalKey.value && this.#awaitedKey && document.activeElement !== this.#signalKey) this.#signalKey.value = this.#awaitedKey;
 
-    replaceChildren(this.#errorBox, run.error ? h("div", { class: "card error-box", "data-testid": "run-error" },
-      h("h2", { class: "status-failed" }, `Failed: ${run.error.code ?? "error"}`),
-      h("p", {}, cellText(run.error.message)),
-    ) : null);
+    replaceChildren(
+      this.#errorBox,
+      run.error
+        ? h(
+            "div",
+            { class: "card error-box", "data-testid": "run-error" },
+            h("h2", { class: "status-failed" }, `Failed: ${run.error.code ?? "error"}`),
+            h("p", {}, cellText(run.error.message)),
+          )
+        : null,
+    );
     const maps = run.progress?.maps ?? {};
     replaceChildren(this.#progress, progressSection(maps));
     replaceChildren(this.#chart, throughputSection(this.#series.samples));
     replaceChildren(this.#spend, spendSection(run, this.#liveSpend));
-    replaceChildren(this.#result, h("div", { class: "card" },
-      h("h2", {}, "Result"),
-      run.status === "completed" ? h("pre", { class: "json", "data-testid": "run-result" }, JSON.stringify(run.result ?? null, null, 2)) : h("p", { class: "muted" }, terminal ? "No result." : "Not finished yet."),
-    ));
+    replaceChildren(
+      this.#result,
+      h(
+        "div",
+        { class: "card" },
+        h("h2", {}, "Result"),
+        run.status === "completed"
+          ? h("pre", { class: "json", "data-testid": "run-result" }, JSON.stringify(run.result ?? null, null, 2))
+          : h("p", { class: "muted" }, terminal ? "No result." : "Not finished yet."),
+      ),
+    );
     this.#preview.setDatasets([...new Set([...Object.keys(run.links?.datasets ?? {}), ...Object.keys(maps)])]);
   }
 
@@ -253,7 +333,7 @@ class RunPage implements Page {
     } catch (error) {
       this.#shell.report(error);
     } finally {
-      buttons.forEach((b, i) => (b.disabled = before[i]!));
+      for (const [i, b] of buttons.entries()) b.disabled = before[i]!;
       this.#schedule();
     }
   }
@@ -280,7 +360,11 @@ class RunPage implements Page {
       throw new Error(`the signal's data is not JSON: ${error instanceof Error ? error.message : String(error)}`);
     }
     const answer = await this.#shell.client.signal(this.#runId, key, data);
-    const fate = answer.duplicate ? "a duplicate, ignored" : answer.consumed ? "taken by the waiting play" : "kept for the play's next wait";
+    const fate = answer.duplicate
+      ? "a duplicate, ignored"
+      : answer.consumed
+        ? "taken by the waiting play"
+        : "kept for the play's next wait";
     this.#shell.info(`Signal ${JSON.stringify(key)} delivered (${fate}).`);
     await this.#refresh();
   }

@@ -21,10 +21,18 @@ export function runsPage(shell: Shell): Page {
   const liveDot = h("span", { class: "live-dot off", title: "updating" });
   const count = h("span", { class: "muted", "data-testid": "runs-count" });
   const tbody = h("tbody", { "data-testid": "runs-body" });
-  const more = h("button", { type: "button", hidden: true, onclick: () => {
-    limit = Math.min(limit + PAGE_SIZE, MAX_LIMIT);
-    void refresh();
-  } }, "Show more");
+  const more = h(
+    "button",
+    {
+      type: "button",
+      hidden: true,
+      onclick: () => {
+        limit = Math.min(limit + PAGE_SIZE, MAX_LIMIT);
+        void refresh();
+      },
+    },
+    "Show more",
+  );
 
   async function refresh(): Promise<void> {
     clearTimeout(timer);
@@ -45,26 +53,54 @@ export function runsPage(shell: Shell): Page {
   function renderRuns(runs: RunSummary[]): void {
     replaceChildren(count, `${runs.length} shown`);
     if (runs.length === 0) {
-      replaceChildren(tbody, h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No runs yet. Start one below, with the CLI (npx troupe run) or POST /v1/runs.")));
+      replaceChildren(
+        tbody,
+        h(
+          "tr",
+          {},
+          h("td", { colspan: 5, class: "muted" }, "No runs yet. Start one below, with the CLI (npx troupe run) or POST /v1/runs."),
+        ),
+      );
       return;
     }
-    replaceChildren(tbody, runs.map((run) =>
-      h("tr", { "data-run-id": run.runId, "data-status": run.status },
-        h("td", {}, h("span", { class: `badge ${run.status}` }, run.status)),
-        h("td", {}, run.play),
-        h("td", { class: "mono" }, h("a", { href: `#/runs/${run.runId}` }, run.runId)),
-        h("td", { class: "mono" }, run.parentRunId ? h("a", { href: `#/runs/${run.parentRunId}` }, shortId(run.parentRunId)) : h("span", { class: "muted" }, "–")),
-        h("td", {}, formatTime(run.createdAt)),
+    replaceChildren(
+      tbody,
+      runs.map((run) =>
+        h(
+          "tr",
+          { "data-run-id": run.runId, "data-status": run.status },
+          h("td", {}, h("span", { class: `badge ${run.status}` }, run.status)),
+          h("td", {}, run.play),
+          h("td", { class: "mono" }, h("a", { href: `#/runs/${run.runId}` }, run.runId)),
+          h(
+            "td",
+            { class: "mono" },
+            run.parentRunId ? h("a", { href: `#/runs/${run.parentRunId}` }, shortId(run.parentRunId)) : h("span", { class: "muted" }, "–"),
+          ),
+          h("td", {}, formatTime(run.createdAt)),
+        ),
       ),
-    ));
+    );
   }
 
-  const element = h("div", {},
-    h("div", { class: "card" },
+  const element = h(
+    "div",
+    {},
+    h(
+      "div",
+      { class: "card" },
       h("div", { class: "row" }, h("h1", {}, "Runs"), h("span", { class: "spacer" }), liveDot, count),
-      h("div", { class: "table-scroll" },
-        h("table", { "data-testid": "runs-table" },
-          h("thead", {}, h("tr", {}, h("th", {}, "Status"), h("th", {}, "Play"), h("th", {}, "Run"), h("th", {}, "Parent"), h("th", {}, "Started"))),
+      h(
+        "div",
+        { class: "table-scroll" },
+        h(
+          "table",
+          { "data-testid": "runs-table" },
+          h(
+            "thead",
+            {},
+            h("tr", {}, h("th", {}, "Status"), h("th", {}, "Play"), h("th", {}, "Run"), h("th", {}, "Parent"), h("th", {}, "Started")),
+          ),
           tbody,
         ),
       ),
@@ -93,7 +129,13 @@ type ListedPlay = PlayList["plays"][number] & { input?: unknown; datasets?: stri
 /** Starts a run: a play, its input as JSON (the play's JSON Schema shown beside it). */
 function startRunCard(shell: Shell): HTMLElement {
   const select = h("select", { name: "play", "data-testid": "start-play" });
-  const input = h("textarea", { name: "input", rows: 5, spellcheck: false, "data-testid": "start-input", placeholder: '{ "rows": [ { "id": "1", "name": "Ada Lovelace", "domain": "example.com" } ] }' });
+  const input = h("textarea", {
+    name: "input",
+    rows: 5,
+    spellcheck: false,
+    "data-testid": "start-input",
+    placeholder: '{ "rows": [ { "id": "1", "name": "Ada Lovelace", "domain": "example.com" } ] }',
+  });
   const schema = h("pre", { class: "json" });
   const about = h("p", { class: "muted" });
   const submit = h("button", { type: "submit", class: "primary", "data-testid": "start-submit" }, "Start run");
@@ -108,34 +150,39 @@ function startRunCard(shell: Shell): HTMLElement {
   shell.client.plays().then(
     (answer) => {
       plays = answer.plays as ListedPlay[];
-      replaceChildren(select, plays.map((p) => h("option", { value: p.name }, p.name)));
+      replaceChildren(
+        select,
+        plays.map((p) => h("option", { value: p.name }, p.name)),
+      );
       describe();
     },
     (error) => shell.report(error),
   );
   select.addEventListener("change", describe);
 
-  const form = h("form", {
-    onsubmit: async (event: Event) => {
-      event.preventDefault();
-      let body: unknown;
-      try {
-        body = JSON.parse(input.value || "{}");
-      } catch (error) {
-        shell.report(new Error(`the input is not JSON: ${error instanceof Error ? error.message : String(error)}`));
-        return;
-      }
-      submit.disabled = true;
-      try {
-        const started = await shell.client.submit({ play: select.value, input: body });
-        shell.navigate(`#/runs/${started.runId}`);
-      } catch (error) {
-        shell.report(error);
-      } finally {
-        submit.disabled = false;
-      }
+  const form = h(
+    "form",
+    {
+      onsubmit: async (event: Event) => {
+        event.preventDefault();
+        let body: unknown;
+        try {
+          body = JSON.parse(input.value || "{}");
+        } catch (error) {
+          shell.report(new Error(`the input is not JSON: ${error instanceof Error ? error.message : String(error)}`));
+          return;
+        }
+        submit.disabled = true;
+        try {
+          const started = await shell.client.submit({ play: select.value, input: body });
+          shell.navigate(`#/runs/${started.runId}`);
+        } catch (error) {
+          shell.report(error);
+        } finally {
+          submit.disabled = false;
+        }
+      },
     },
-  },
     h("div", { class: "row" }, h("label", {}, "Play", select), h("span", { class: "spacer" })),
     about,
     h("label", {}, "Input (JSON)", input),

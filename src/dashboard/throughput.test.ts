@@ -21,15 +21,30 @@ describe("the dashboard's throughput series", () => {
 
   it("keeps only the latest samples", () => {
     const series = new ThroughputSeries({ maxSamples: 2 });
-    for (const [ms, rate] of [[0, 4], [1000, 6], [2000, 8]] as const) series.add({ at: at(ms), map: "a", rowsPerSecond: rate });
-    expect(series.samples).toEqual([{ atMs: Date.parse(at(1000)), rowsPerSecond: 6 }, { atMs: Date.parse(at(2000)), rowsPerSecond: 8 }]);
+    for (const [ms, rate] of [
+      [0, 4],
+      [1000, 6],
+      [2000, 8],
+    ] as const)
+      series.add({ at: at(ms), map: "a", rowsPerSecond: rate });
+    expect(series.samples).toEqual([
+      { atMs: Date.parse(at(1000)), rowsPerSecond: 6 },
+      { atMs: Date.parse(at(2000)), rowsPerSecond: 8 },
+    ]);
   });
 });
 
 describe("the throughput chart's geometry", () => {
   it("rounds the axis up and spans the box", () => {
     expect([niceCeiling(0), niceCeiling(7), niceCeiling(10), niceCeiling(130)]).toEqual([1, 10, 10, 200]);
-    const g = chartGeometry([{ atMs: 0, rowsPerSecond: 0 }, { atMs: 1000, rowsPerSecond: 50 }, { atMs: 2000, rowsPerSecond: 100 }], { width: 200, height: 100 });
+    const g = chartGeometry(
+      [
+        { atMs: 0, rowsPerSecond: 0 },
+        { atMs: 1000, rowsPerSecond: 50 },
+        { atMs: 2000, rowsPerSecond: 100 },
+      ],
+      { width: 200, height: 100 },
+    );
     expect(g).toEqual({ line: "M0,100 L100,50 L200,0", area: "M0,100 L100,50 L200,0 L200,100 L0,100 Z", yMax: 100, spanSeconds: 2 });
   });
 

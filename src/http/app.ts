@@ -1,10 +1,11 @@
 /** The HTTP API (API.md): auth, size limits, validation, routes. */
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { pacingRoutes } from "../pacing/routes";
-import { simRoutes } from "../sim/routes";
-import { testRoutes } from "../testing/routes";
+import { pacingRoutes } from "./pacing";
+import { simRoutes } from "./sim";
+import { testRoutes } from "./faults";
 import { orgOf, tokenConfig } from "./auth";
+import type { AppEnv } from "./context";
 import { errorResponse, onError } from "./errors";
 import { datasetRoutes } from "./datasets";
 import { liveRoutes } from "./live";
@@ -12,8 +13,6 @@ import { playRoutes } from "./plays";
 import { runRoutes } from "./runs";
 import { signalRoutes } from "./signals";
 import { spendRoutes } from "./spend";
-
-export type AppEnv = { Bindings: Env; Variables: { org: string } };
 
 /** The largest request body accepted (a run's input travels in it). */
 export const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
@@ -43,7 +42,13 @@ app.use(
   "/v1/*",
   bodyLimit({
     maxSize: MAX_REQUEST_BYTES,
-    onError: (c) => errorResponse(c, 413, "request_too_large", `request bodies are limited to ${MAX_REQUEST_BYTES} bytes; split the input into several runs`),
+    onError: (c) =>
+      errorResponse(
+        c,
+        413,
+        "request_too_large",
+        `request bodies are limited to ${MAX_REQUEST_BYTES} bytes; split the input into several runs`,
+      ),
   }),
 );
 

@@ -31,7 +31,9 @@ const SET_IT = `set it with \`wrangler secret put API_TOKENS --env production\` 
 
 function parseTokens(source: string | undefined, local: boolean): TokenConfig {
   if (source === undefined || source === "") {
-    return local ? { status: "ready", tokens: DEV_TOKENS } : { status: "misconfigured", problem: `API_TOKENS is not set, so no request can be authenticated: ${SET_IT}` };
+    return local
+      ? { status: "ready", tokens: DEV_TOKENS }
+      : { status: "misconfigured", problem: `API_TOKENS is not set, so no request can be authenticated: ${SET_IT}` };
   }
   let parsed: unknown;
   try {
@@ -47,7 +49,10 @@ function parseTokens(source: string | undefined, local: boolean): TokenConfig {
   const short = [...tokens].filter(([token]) => token.length < MIN_TOKEN_CHARS);
   if (!local && short.length > 0) {
     const orgs = [...new Set(short.map(([, org]) => org))].join(", ");
-    return { status: "misconfigured", problem: `API_TOKENS has ${short.length} token(s) shorter than ${MIN_TOKEN_CHARS} characters (orgs: ${orgs}); replace them with long random tokens` };
+    return {
+      status: "misconfigured",
+      problem: `API_TOKENS has ${short.length} token(s) shorter than ${MIN_TOKEN_CHARS} characters (orgs: ${orgs}); replace them with long random tokens`,
+    };
   }
   return { status: "ready", tokens };
 }

@@ -5,11 +5,11 @@
  * fails `npm run typecheck` here, not in a user's terminal.
  */
 import type * as Contract from "../api/contract";
-import type { Estimate } from "../engine/estimate";
-import type { SnapshotMessage } from "../run/live-feed";
-import type { LedgerEvent } from "../run/run-store";
-import type { RunView } from "../run/run-view";
-import type { RunLinks } from "../run/links";
+import type { Estimate } from "../runtime/tools/estimate";
+import type { SnapshotMessage } from "../runtime/views/live-feed";
+import type { LedgerEvent } from "../stores/run-store";
+import type { RunView } from "../runtime/views/run-view";
+import type { RunLinks } from "../runtime/views/links";
 
 /** Compiles only when `Server` is assignable to `Client`. */
 type Fits<Server extends Client, Client> = [Server, Client];

@@ -2,11 +2,12 @@
 import { Hono } from "hono";
 import { stringify } from "csv-stringify/sync";
 import { z } from "zod";
-import { MAX_PAGE_ROWS, readPage } from "../engine/dataset-view";
-import { SheetClient, SubrequestMeter } from "../engine/shard-clients";
+import { MAX_PAGE_ROWS, readPage } from "../runtime/map/dataset-view";
+import { SubrequestMeter } from "../core/meter";
+import { SheetClient } from "../clients/shards";
 import type { Row } from "../play/types";
-import { NotFoundError } from "../shared/errors";
-import type { AppEnv } from "./app";
+import { NotFoundError } from "../core/errors";
+import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { coordinatorOf, runNotFound } from "./runs";
 
@@ -76,7 +77,13 @@ async function datasetColumns(sheets: SheetClient, runId: string, total: number)
  * more than one page in memory. Exporting a run that is still running reads
  * rows as they change: a field a row gains after the first pass has no column.
  */
-function csvStream(sheets: SheetClient, runId: string, total: number, columns: string[], options: { escapeFormulas: boolean }): ReadableStream<Uint8Array> {
+function csvStream(
+  sheets: SheetClient,
+  runId: string,
+  total: number,
+  columns: string[],
+  options: { escapeFormulas: boolean },
+): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
   // csv-stringify's escape_formulas prefixes a single quote to cells starting with = + - @, tab or carriage return (OWASP's CSV injection list, with their full-width forms).
   const toCsv = (lines: (string | number)[][]) => encoder.encode(stringify(lines, { escape_formulas: options.escapeFormulas }));

@@ -2,7 +2,7 @@
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { z } from "zod";
-import { TroupeError, ValidationError } from "../shared/errors";
+import { TroupeError, ValidationError } from "../core/errors";
 
 export interface ErrorBody {
   error: { code: string; message: string; details?: unknown };

@@ -1,11 +1,11 @@
 /** JSON request bodies: parsed, and refused when they nest deeper than the API accepts. */
-import { ValidationError, messageOf } from "../shared/errors";
-import { tooDeepAt } from "../shared/json-depth";
+import { ValidationError, messageOf } from "../core/errors";
+import { tooDeepAt } from "../core/json-depth";
 
 /**
  * How many levels of objects and arrays a run's `input` or a signal's `data`
  * may nest (`{}` is one level): well within what a stored row may hold
- * (`MAX_JSON_DEPTH` in src/shared/json-depth.ts), so the fields a play adds
+ * (`MAX_JSON_DEPTH` in src/core/json-depth.ts), so the fields a play adds
  * still fit; no real input needs more than a few levels.
  */
 export const MAX_INPUT_DEPTH = 32;

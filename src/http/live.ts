@@ -5,9 +5,9 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
-import { VERIFIED_ORG_HEADER } from "../objects/RunCoordinator";
-import { TroupeError } from "../shared/errors";
-import type { AppEnv } from "./app";
+import { VERIFIED_ORG_HEADER } from "../actors/RunCoordinator";
+import { TroupeError } from "../core/errors";
+import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { coordinatorOf, runNotFound } from "./runs";
 

@@ -2,7 +2,7 @@
 import { Hono } from "hono";
 import { inputJsonSchema } from "../play/json-schema";
 import { playRegistry } from "../plays";
-import type { AppEnv } from "./app";
+import type { AppEnv } from "./context";
 
 /** `GET /plays` (mounted under /v1): `{ plays: [{ name, description, version, input, datasets }] }`. */
 export const playRoutes = new Hono<AppEnv>();

@@ -2,17 +2,17 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { RerunRequest, StartRun } from "../api/contract";
-import { TestPolicyOverrides } from "../engine/policy";
+import { TestPolicyOverrides } from "../core/policy";
 import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
-import { TERMINAL } from "../run/run-store";
-import { parseRunCursor } from "../run/directory-store";
-import { canonicalJson, sha256Hex } from "../shared/hash";
-import { NotFoundError, TroupeError, ValidationError } from "../shared/errors";
-import type { AppEnv } from "./app";
+import { TERMINAL } from "../stores/run-store";
+import { parseRunCursor } from "../stores/directory-store";
+import { canonicalJson, sha256Hex } from "../core/hash";
+import { NotFoundError, TroupeError, ValidationError } from "../core/errors";
+import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { parseJsonBody, readJsonBody } from "./json-body";
-import { runLinks } from "../run/links";
+import { runLinks } from "../runtime/views/links";
 
 /** The public run request (src/api/contract.ts) plus the test runner's knobs. */
 export const StartRunBody = StartRun.extend({
@@ -44,7 +44,9 @@ export function idempotencyKeyOf(request: Request): string | null {
   const key = request.headers.get("Idempotency-Key");
   if (key === null) return null;
   if (!IDEMPOTENCY_KEY.test(key)) {
-    throw new ValidationError("the Idempotency-Key header must be 1 to 200 printable ASCII characters", [{ path: "Idempotency-Key", message: "1 to 200 printable ASCII characters" }]);
+    throw new ValidationError("the Idempotency-Key header must be 1 to 200 printable ASCII characters", [
+      { path: "Idempotency-Key", message: "1 to 200 printable ASCII characters" },
+    ]);
   }
   return key;
 }
@@ -61,21 +63,56 @@ export function playByName(env: Env, name: string): PlayDefinition {
  * it holds. Starting is idempotent, so a submit that died between the two
  * steps is completed by the next submit with the same key.
  */
-async function submitRun(env: Env, request: { org: string; play: string; input: unknown; force: boolean; forceToolRefresh: boolean; idempotencyKey: string | null } & RunLimits): Promise<{ runId: string; status: string }> {
+async function submitRun(
+  env: Env,
+  request: {
+    org: string;
+    play: string;
+    input: unknown;
+    force: boolean;
+    forceToolRefresh: boolean;
+    idempotencyKey: string | null;
+  } & RunLimits,
+): Promise<{ runId: string; status: string }> {
   const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
   await refuseOverDailyLimit(env, org);
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
-    const spend = maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
-    const limits = timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0 ? [] : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
+    const spend =
+      maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
+    const limits =
+      timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0
+        ? []
+        : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
     const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits]));
-    const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({ key: idempotencyKey, fingerprint, runId, now: Date.now() });
+    const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({
+      key: idempotencyKey,
+      fingerprint,
+      runId,
+      now: Date.now(),
+    });
     if (claimed.fingerprint !== fingerprint) {
-      throw new TroupeError("idempotency_key_reused", `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`, { status: 409 });
+      throw new TroupeError(
+        "idempotency_key_reused",
+        `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`,
+        { status: 409 },
+      );
     }
     runId = claimed.runId;
   }
-  const run = await env.RUN_COORDINATOR.getByName(runId).start({ runId, org, play, input, force, forceToolRefresh, parentRunId: null, timeoutSeconds, testPolicy, maxSpend, retryUnknown });
+  const run = await env.RUN_COORDINATOR.getByName(runId).start({
+    runId,
+    org,
+    play,
+    input,
+    force,
+    forceToolRefresh,
+    parentRunId: null,
+    timeoutSeconds,
+    testPolicy,
+    maxSpend,
+    retryUnknown,
+  });
   return { runId, status: run.status };
 }
 
@@ -115,8 +152,16 @@ runRoutes.post("/runs", async (c) => {
   const play = playByName(c.env, body.play);
   const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
   const { runId, status } = await submitRun(c.env, {
-    org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey, timeoutSeconds: body.timeoutSeconds, testPolicy: body.testPolicy,
-    maxSpend: body.maxSpend, retryUnknown: body.retryUnknown,
+    org: c.get("org"),
+    play: play.name,
+    input,
+    force: body.force,
+    forceToolRefresh: body.forceToolRefresh,
+    idempotencyKey,
+    timeoutSeconds: body.timeoutSeconds,
+    testPolicy: body.testPolicy,
+    maxSpend: body.maxSpend,
+    retryUnknown: body.retryUnknown,
   });
   return c.json(submitted(runId, status, play), 202);
 });
@@ -130,12 +175,26 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   if (!source) throw runNotFound(sourceId);
   if (!TERMINAL.has(source.status)) {
     // Its rows are leased to it: a rerun now would only wait for them. Refuse, and say what to do.
-    throw new TroupeError("run_active", `run ${sourceId} is ${source.status}; wait until it ends, or cancel it, then rerun`, { status: 409, details: { runId: sourceId, status: source.status } });
+    throw new TroupeError("run_active", `run ${sourceId} is ${source.status}; wait until it ends, or cancel it, then rerun`, {
+      status: 409,
+      details: { runId: sourceId, status: source.status },
+    });
   }
   const play = playByName(c.env, source.play);
   // The stored input passed this play's schema once; parse it again in case the play changed since.
-  const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, ["input"]);
-  const { runId, status } = await submitRun(c.env, { org: c.get("org"), play: play.name, input, force: body.force, forceToolRefresh: body.forceToolRefresh, idempotencyKey, maxSpend: body.maxSpend, retryUnknown: body.retryUnknown });
+  const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, [
+    "input",
+  ]);
+  const { runId, status } = await submitRun(c.env, {
+    org: c.get("org"),
+    play: play.name,
+    input,
+    force: body.force,
+    forceToolRefresh: body.forceToolRefresh,
+    idempotencyKey,
+    maxSpend: body.maxSpend,
+    retryUnknown: body.retryUnknown,
+  });
   return c.json({ ...submitted(runId, status, play), rerunOf: sourceId }, 202);
 });
 
@@ -146,7 +205,14 @@ runRoutes.get("/runs", async (c) => {
   }
   const page = await c.env.ORG_DIRECTORY.getByName(c.get("org")).list({ limit: query.limit, cursor: query.cursor ?? null });
   return c.json({
-    runs: page.runs.map((r) => ({ runId: r.runId, play: r.play, status: r.status, parentRunId: r.parentRunId, createdAt: new Date(r.createdAt).toISOString(), updatedAt: new Date(r.updatedAt).toISOString() })),
+    runs: page.runs.map((r) => ({
+      runId: r.runId,
+      play: r.play,
+      status: r.status,
+      parentRunId: r.parentRunId,
+      createdAt: new Date(r.createdAt).toISOString(),
+      updatedAt: new Date(r.updatedAt).toISOString(),
+    })),
     nextCursor: page.nextCursor,
   });
 });

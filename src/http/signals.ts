@@ -1,9 +1,9 @@
 /** Signals: external events delivered to a play's `ctx.waitForEvent` (API.md "Events and live progress"). */
 import { Hono } from "hono";
 import { SignalRequest } from "../api/contract";
-import { EVENT_KEY } from "../engine/waits";
-import { TroupeError, ValidationError } from "../shared/errors";
-import type { AppEnv } from "./app";
+import { EVENT_KEY } from "../runtime/invocation/waits";
+import { TroupeError, ValidationError } from "../core/errors";
+import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { readJsonBody } from "./json-body";
 import { coordinatorOf, idempotencyKeyOf, runNotFound } from "./runs";
@@ -25,18 +25,24 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
   const eventKey = c.req.param("eventKey");
   const coordinator = coordinatorOf(c.env, runId);
   if (!EVENT_KEY.test(eventKey)) {
-    throw new ValidationError(`the event key must match ${EVENT_KEY.source}`, [{ path: "eventKey", message: `must match ${EVENT_KEY.source}` }]);
+    throw new ValidationError(`the event key must match ${EVENT_KEY.source}`, [
+      { path: "eventKey", message: `must match ${EVENT_KEY.source}` },
+    ]);
   }
   const dedupeKey = idempotencyKeyOf(c.req.raw);
   const { data } = validate(SignalRequest, await readJsonBody(c.req.raw), 'the signal (a JSON object { "data": ... })');
   const size = new TextEncoder().encode(JSON.stringify(data)).length;
   if (size > MAX_SIGNAL_BYTES) {
-    throw new ValidationError(`data is ${size} bytes of JSON; a signal carries at most ${MAX_SIGNAL_BYTES}`, [{ path: "data", message: `at most ${MAX_SIGNAL_BYTES} bytes` }]);
+    throw new ValidationError(`data is ${size} bytes of JSON; a signal carries at most ${MAX_SIGNAL_BYTES}`, [
+      { path: "data", message: `at most ${MAX_SIGNAL_BYTES} bytes` },
+    ]);
   }
   const result = await coordinator.signal(c.get("org"), eventKey, data, dedupeKey);
   if (result.outcome === "not_found") throw runNotFound(runId);
   if (result.outcome === "finished") {
-    throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, { status: 409 });
+    throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, {
+      status: 409,
+    });
   }
   return c.json({ runId, eventKey, status: result.status, consumed: result.consumed, duplicate: result.duplicate }, 202);
 });

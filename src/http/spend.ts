@@ -2,12 +2,12 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { StartRun } from "../api/contract";
-import { estimateRun } from "../engine/estimate";
-import { policyFor } from "../engine/policy";
-import { SpendLimits, utcDay } from "../run/org-spend-store";
+import { estimateRun } from "../runtime/tools/estimate";
+import { policyFor } from "../core/policy";
+import { SpendLimits, utcDay } from "../stores/org-spend-store";
 import { toolRegistry } from "../tools";
-import { ValidationError } from "../shared/errors";
-import type { AppEnv } from "./app";
+import { ValidationError } from "../core/errors";
+import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { readJsonBody } from "./json-body";
 import { playByName } from "./runs";
@@ -30,7 +30,9 @@ spendRoutes.get("/spend", async (c) => {
   const from = query.from ?? utcDay(Date.parse(to) - 29 * 86_400_000);
   const span = (Date.parse(to) - Date.parse(from)) / 86_400_000;
   if (!Number.isFinite(span) || span < 0 || span >= MAX_RANGE_DAYS) {
-    throw new ValidationError(`from must be a day on or before to, at most ${MAX_RANGE_DAYS} days apart`, [{ path: "from", message: "out of range" }]);
+    throw new ValidationError(`from must be a day on or before to, at most ${MAX_RANGE_DAYS} days apart`, [
+      { path: "from", message: "out of range" },
+    ]);
   }
   const days = await c.env.ORG_DIRECTORY.getByName(c.get("org")).spendDays(from, to);
   const total = days.reduce((sum, d) => sum + Math.round(d.total * 1e6), 0) / 1e6;
@@ -39,7 +41,7 @@ spendRoutes.get("/spend", async (c) => {
 
 /**
  * `POST /v1/runs/estimate` with the body of a run: what it would bill now
- * (src/engine/estimate.ts). No run is started and no provider is called.
+ * (src/runtime/tools/estimate.ts). No run is started and no provider is called.
  */
 spendRoutes.post("/runs/estimate", async (c) => {
   const body = validate(StartRun, await readJsonBody(c.req.raw), "the run request");
@@ -48,8 +50,16 @@ spendRoutes.post("/runs/estimate", async (c) => {
   const org = c.get("org");
   const history = await c.env.ORG_DIRECTORY.getByName(org).playStats(play.name);
   const estimate = await estimateRun({
-    env: c.env, org, play, input, force: body.force, forceToolRefresh: body.forceToolRefresh,
-    tools: toolRegistry(c.env), policy: policyFor(c.env), history, now: Date.now,
+    env: c.env,
+    org,
+    play,
+    input,
+    force: body.force,
+    forceToolRefresh: body.forceToolRefresh,
+    tools: toolRegistry(c.env),
+    policy: policyFor(c.env),
+    history,
+    now: Date.now,
   });
   return c.json(estimate);
 });

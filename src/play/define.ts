@@ -15,7 +15,10 @@ const DATASET_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): PlayDefinition<Input, Result> {
   if (!/^[a-z0-9][a-z0-9-]{0,63}$/.test(play.name)) throw new Error(`play name ${JSON.stringify(play.name)} must match [a-z0-9-]{1,64}`);
   for (const [i, name] of (play.datasets ?? []).entries()) {
-    if (!DATASET_NAME.test(name)) throw new Error(`play ${play.name}: dataset name ${JSON.stringify(name)} must match [A-Za-z0-9_.-]{1,64}, starting with a letter or digit`);
+    if (!DATASET_NAME.test(name))
+      throw new Error(
+        `play ${play.name}: dataset name ${JSON.stringify(name)} must match [A-Za-z0-9_.-]{1,64}, starting with a letter or digit`,
+      );
     if (play.datasets!.indexOf(name) !== i) throw new Error(`play ${play.name}: dataset ${JSON.stringify(name)} is declared twice`);
   }
   return play;
@@ -51,7 +54,8 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
     .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run`)
     .superRefine((list, ctx) => {
       list.forEach((r, i) => {
-        if (JSON.stringify(r).length > MAX_ROW_BYTES) ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
+        if (JSON.stringify(r).length > MAX_ROW_BYTES)
+          ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
       });
     });
   const input = z
@@ -68,22 +72,34 @@ export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
         try {
           source = parseCsvRows(value.csv);
         } catch (error) {
-          ctx.addIssue({ code: "custom", path: ["csv"], message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}` });
+          ctx.addIssue({
+            code: "custom",
+            path: ["csv"],
+            message: `CSV does not parse: ${error instanceof Error ? error.message : String(error)}`,
+          });
           return z.NEVER;
         }
       }
       const result = rows.safeParse(source);
       if (!result.success) {
-        for (const issue of result.error.issues) ctx.addIssue({ code: "custom", path: [path, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))], message: issue.message });
+        for (const issue of result.error.issues)
+          ctx.addIssue({
+            code: "custom",
+            path: [path, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))],
+            message: issue.message,
+          });
         return z.NEVER;
       }
       return { rows: result.data };
     });
   // The transform hides the row schema from JSON Schema: document the two shapes it accepts.
-  return describeInputAs(input, z.union([
-    z.object({ rows }).strict(),
-    z.object({ csv: z.string().describe("RFC 4180 CSV text with a header line; each row as in rows") }).strict(),
-  ]));
+  return describeInputAs(
+    input,
+    z.union([
+      z.object({ rows }).strict(),
+      z.object({ csv: z.string().describe("RFC 4180 CSV text with a header line; each row as in rows") }).strict(),
+    ]),
+  );
 }
 
 /**
@@ -99,7 +115,8 @@ function parseCsvRows(text: string): Row[] {
 function refuseDuplicateColumns(header: string[]): string[] {
   const seen = new Set<string>();
   header.forEach((column, i) => {
-    if (seen.has(column)) throw new Error(`the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`);
+    if (seen.has(column))
+      throw new Error(`the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`);
     seen.add(column);
   });
   return header;

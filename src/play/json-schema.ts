@@ -4,7 +4,7 @@
  * input side of transforms and defaults).
  */
 import { z } from "zod";
-import { messageOf } from "../shared/errors";
+import { messageOf } from "../core/errors";
 
 /** A JSON Schema document. */
 export type JsonSchema = Record<string, unknown>;

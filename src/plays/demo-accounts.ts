@@ -1,11 +1,13 @@
 import { z } from "zod";
 import { definePlay } from "../play/define";
 
-const Account = z.object({
-  id: z.coerce.string().min(1).max(200),
-  domain: z.string().min(1).max(253),
-  people: z.array(z.string().min(1).max(500)).max(1000),
-}).loose();
+const Account = z
+  .object({
+    id: z.coerce.string().min(1).max(200),
+    domain: z.string().min(1).max(253),
+    people: z.array(z.string().min(1).max(500)).max(1000),
+  })
+  .loose();
 
 /**
  * API.md's child-play demo: each account's people are enriched by a child run
@@ -14,7 +16,8 @@ const Account = z.object({
  */
 export const demoAccounts = definePlay({
   name: "demo-accounts",
-  description: "For each account (id, domain, people), runs demo-enrich as a child play over its people; leads holds the child's { rows, failed }.",
+  description:
+    "For each account (id, domain, people), runs demo-enrich as a child play over its people; leads holds the child's { rows, failed }.",
   datasets: ["accounts"],
   input: z.object({ accounts: z.array(Account).max(10_000) }).strict(),
   async run(ctx, input) {

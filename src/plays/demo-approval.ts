@@ -9,7 +9,17 @@ export const demoApproval = definePlay({
   name: "demo-approval",
   description: "Logs the message and waits for the signal approve (POST /v1/runs/<id>/signals/approve); returns { approved: <its data> }.",
   datasets: [],
-  input: z.object({ message: z.string().max(10_000), timeoutMs: z.number().int().positive().max(30 * 24 * 3600 * 1000).optional() }).strict(),
+  input: z
+    .object({
+      message: z.string().max(10_000),
+      timeoutMs: z
+        .number()
+        .int()
+        .positive()
+        .max(30 * 24 * 3600 * 1000)
+        .optional(),
+    })
+    .strict(),
   async run(ctx, input) {
     ctx.log(input.message);
     const approved = await ctx.waitForEvent("approve", { timeoutMs: input.timeoutMs });

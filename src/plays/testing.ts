@@ -31,7 +31,8 @@ export const testMap = definePlay({
   }),
   async run(ctx, input) {
     if (input.log) ctx.log(input.log, { rows: input.rows.length });
-    const key: MapOptions["key"] = input.keyMode === "field" ? "id" : input.keyMode === "function" ? (row: Row) => `${row.domain}/${row.name}` : undefined;
+    const key: MapOptions["key"] =
+      input.keyMode === "field" ? "id" : input.keyMode === "function" ? (row: Row) => `${row.domain}/${row.name}` : undefined;
     const items = await ctx.map(
       "items",
       input.rows,
@@ -46,7 +47,13 @@ export const testMap = definePlay({
       { key, onRowError: input.onRowError },
     );
     const firstPage = await items.rows({ limit: 3 });
-    return { total: items.total, completed: items.completed, failed: items.failed, duplicatesDropped: items.duplicatesDropped, firstKeys: firstPage.map((r) => r._key) };
+    return {
+      total: items.total,
+      completed: items.completed,
+      failed: items.failed,
+      duplicatesDropped: items.duplicatesDropped,
+      firstKeys: firstPage.map((r) => r._key),
+    };
   },
 });
 
@@ -127,12 +134,17 @@ export const testMapChildren = definePlay({
     sleepInRow: z.boolean().default(false),
   }),
   async run(ctx, input) {
-    const kids = await ctx.map("kids", input.rows, {
-      child: async (row, c) => {
-        if (input.sleepInRow) await ctx.sleep(1);
-        return (input.viaPlayCtx ? ctx : c).runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs });
+    const kids = await ctx.map(
+      "kids",
+      input.rows,
+      {
+        child: async (row, c) => {
+          if (input.sleepInRow) await ctx.sleep(1);
+          return (input.viaPlayCtx ? ctx : c).runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs });
+        },
       },
-    }, { key: "id" });
+      { key: "id" },
+    );
     return { total: kids.total, completed: kids.completed, failed: kids.failed };
   },
 });
@@ -141,13 +153,21 @@ export const testMapChildren = definePlay({
 export const testWaits = definePlay({
   name: "test-waits",
   description: "test only: ctx.waitForEvent on several keys",
-  input: z.object({ keys: z.array(z.string()).min(1).max(5), timeoutMs: z.number().optional(), parallel: z.boolean().default(false), catchTimeout: z.boolean().default(false) }),
+  input: z.object({
+    keys: z.array(z.string()).min(1).max(5),
+    timeoutMs: z.number().optional(),
+    parallel: z.boolean().default(false),
+    catchTimeout: z.boolean().default(false),
+  }),
   async run(ctx, input) {
     ctx.log("waiting for", input.keys.join(","));
     try {
       const got = input.parallel
         ? await Promise.all(input.keys.map((key) => ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })))
-        : await input.keys.reduce<Promise<unknown[]>>(async (acc, key) => [...(await acc), await ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })], Promise.resolve([]));
+        : await input.keys.reduce<Promise<unknown[]>>(
+            async (acc, key) => [...(await acc), await ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })],
+            Promise.resolve([]),
+          );
       ctx.log("got every signal");
       return { got };
     } catch (error) {
@@ -186,7 +206,11 @@ export const testFetch = definePlay({
     logHeaders: z.boolean().default(false),
   }),
   async run(ctx, input) {
-    const attempt = async (fetcher: { fetch(url: string, init?: RequestInit): Promise<Response> }, url: string, log: (...args: unknown[]) => void) => {
+    const attempt = async (
+      fetcher: { fetch(url: string, init?: RequestInit): Promise<Response> },
+      url: string,
+      log: (...args: unknown[]) => void,
+    ) => {
       try {
         const res = await fetcher.fetch(url, { headers: input.headers });
         return { ok: true, status: res.status };
@@ -196,7 +220,12 @@ export const testFetch = definePlay({
       }
     };
     const playLevel = input.playUrl ? await attempt(ctx, input.playUrl, (...a) => ctx.log(...a)) : null;
-    const fetched = await ctx.map("fetches", input.rows, { outcome: (row, c) => attempt(c, String(row.url), (...a) => c.log(...a)) }, { key: "id" });
+    const fetched = await ctx.map(
+      "fetches",
+      input.rows,
+      { outcome: (row, c) => attempt(c, String(row.url), (...a) => c.log(...a)) },
+      { key: "id" },
+    );
     return { playLevel, completed: fetched.completed, failed: fetched.failed };
   },
 });

@@ -34,7 +34,10 @@ export function simStub(env: Env): DurableObjectStub {
  * const reply = await callSim(env, { tool: "sim_find_email", input: { name: "Ada Lovelace", domain: "example.com" }, idempotencyKey: "k1" });
  * if (reply.status === 200) reply.body.output.email; // "ada.lovelace@example.com"
  */
-export async function callSim(env: Env, req: { tool: string; input: unknown; idempotencyKey: string; signal?: AbortSignal }): Promise<SimReply> {
+export async function callSim(
+  env: Env,
+  req: { tool: string; input: unknown; idempotencyKey: string; signal?: AbortSignal },
+): Promise<SimReply> {
   const response = await simStub(env).fetch("https://sim/call", {
     method: "POST",
     headers: { "content-type": "application/json", "Idempotency-Key": req.idempotencyKey },
@@ -64,7 +67,11 @@ export async function callSimBatch(env: Env, req: { tool: string; members: Batch
  * counting: `{ found: true, output }` for a billed key, else `{ found: false,
  * inFlight }` (a request with the key is still being answered).
  */
-export async function simResult(env: Env, idempotencyKey: string, signal?: AbortSignal): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
+export async function simResult(
+  env: Env,
+  idempotencyKey: string,
+  signal?: AbortSignal,
+): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
   const response = await simStub(env).fetch(`https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal });
   return (await expectOk(response)) as { found: true; output: unknown } | { found: false; inFlight: boolean };
 }

@@ -4,7 +4,7 @@
  * `/v1/sim` routes, so both sides of the stub agree on one schema.
  */
 import { z } from "zod";
-import { ValidationError } from "../shared/errors";
+import { ValidationError } from "../core/errors";
 import { describeIssues, issueDetails } from "./simulator";
 
 /** Body of `POST https://sim/call` (the key travels in the `Idempotency-Key` header). */
@@ -81,9 +81,7 @@ export interface SimErrorBody {
 }
 
 /** One member's answer inside `{ results }` of a batch, in member order. */
-export type BatchMemberResult =
-  | { status: 200; output: unknown }
-  | { status: 400 | 422 | 503; error: { code: string; message: string } };
+export type BatchMemberResult = { status: 200; output: unknown } | { status: 400 | 422 | 503; error: { code: string; message: string } };
 
 /** Reads a JSON body; a missing or malformed one is a 400. */
 export async function readJson(request: Request): Promise<unknown> {

@@ -44,7 +44,10 @@ export class SlidingWindowLimiter {
   state(nowMs: number, limit: number): { remaining: number; resetMs: number } {
     const live = this.#admittedAt.filter((at) => at > nowMs - RATE_WINDOW_MS);
     const oldest = live[0];
-    return { remaining: Math.max(0, limit - live.length), resetMs: oldest === undefined ? 0 : Math.max(0, oldest + RATE_WINDOW_MS - nowMs) };
+    return {
+      remaining: Math.max(0, limit - live.length),
+      resetMs: oldest === undefined ? 0 : Math.max(0, oldest + RATE_WINDOW_MS - nowMs),
+    };
   }
 
   /** Forgets every admission. */

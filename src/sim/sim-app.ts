@@ -17,7 +17,7 @@
  */
 import { Hono, type Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { TroupeError, ValidationError } from "../shared/errors";
+import { TroupeError, ValidationError } from "../core/errors";
 import { BatchBody, CallBody, parse, readJson, SimConfigPatch, type BatchMemberResult, type SimErrorBody } from "./protocol";
 import { limitHeaders } from "./limit-headers";
 import { ArrivalWindow, SlidingWindowLimiter } from "./rate-limiter";
@@ -72,7 +72,10 @@ export function createSimApp(options: SimAppOptions): Hono {
     for (const [name, value] of Object.entries(limitHeaders(rateLimitHeaders, state))) c.header(name, value);
     if (retryAfterMs === null) return null;
     store.recordRateLimited();
-    return c.json<SimErrorBody>({ error: { code: "rate_limited", message: `Over ${ratePerSecond} requests per second; retry after ${retryAfterMs} ms.` } }, 429);
+    return c.json<SimErrorBody>(
+      { error: { code: "rate_limited", message: `Over ${ratePerSecond} requests per second; retry after ${retryAfterMs} ms.` } },
+      429,
+    );
   };
 
   const delay = async () => {
@@ -104,18 +107,26 @@ export function createSimApp(options: SimAppOptions): Hono {
     if (limited) return limited;
     const body = parse(BatchBody, raw, "batch body");
     const batchTool = requireTool(body.tool);
-    if (!BATCHABLE_TOOLS.has(batchTool)) throw new ValidationError(`${batchTool} cannot be batched; call it once per input.`, [{ path: "tool", message: "Not batchable" }]);
+    if (!BATCHABLE_TOOLS.has(batchTool))
+      throw new ValidationError(`${batchTool} cannot be batched; call it once per input.`, [{ path: "tool", message: "Not batchable" }]);
     const { batchMaxSize } = store.config();
     if (body.members.length > batchMaxSize) {
-      throw new ValidationError(`A batch holds at most ${batchMaxSize} members; got ${body.members.length}.`, [{ path: "members", message: `At most ${batchMaxSize}` }]);
+      throw new ValidationError(`A batch holds at most ${batchMaxSize} members; got ${body.members.length}.`, [
+        { path: "members", message: `At most ${batchMaxSize}` },
+      ]);
     }
-    const results = await settling(body.members.map((m) => m.idempotencyKey), async () => {
-      await delay();
-      return body.members.map((member): BatchMemberResult => {
-        const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
-        return settlement.status === 200 ? { status: 200, output: settlement.output } : { status: settlement.status, error: settlement.error };
-      });
-    });
+    const results = await settling(
+      body.members.map((m) => m.idempotencyKey),
+      async () => {
+        await delay();
+        return body.members.map((member): BatchMemberResult => {
+          const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
+          return settlement.status === 200
+            ? { status: 200, output: settlement.output }
+            : { status: settlement.status, error: settlement.error };
+        });
+      },
+    );
     return c.json({ results }, 200);
   });
 
@@ -141,7 +152,9 @@ export function createSimApp(options: SimAppOptions): Hono {
   app.notFound((c) => c.json<SimErrorBody>({ error: { code: "not_found", message: `No route ${c.req.method} ${c.req.path}.` } }, 404));
   app.onError((error, c) => {
     if (error instanceof TroupeError && error.status < 500) {
-      const body: SimErrorBody = { error: { code: error.code, message: error.message, ...(error.details === undefined ? {} : { details: error.details }) } };
+      const body: SimErrorBody = {
+        error: { code: error.code, message: error.message, ...(error.details === undefined ? {} : { details: error.details }) },
+      };
       return c.json(body, error.status as ContentfulStatusCode);
     }
     console.error("sim provider failed", error);

@@ -5,7 +5,7 @@
  * decision and the counter writes it implies cannot interleave with another
  * request: a key is billed at most once however many callers race.
  */
-import type { Sql } from "../storage/sql";
+import type { Sql } from "../stores/sql";
 import { DEFAULT_SIM_CONFIG, RateLimitHeaders, type SimConfig, type SimConfigPatch, type SimStats } from "./protocol";
 import { evaluate, SIM_TOOLS, type SimFailure, type SimToolName } from "./simulator";
 
@@ -48,7 +48,14 @@ export type Settlement =
   | { status: SimFailure["status"]; error: { code: string; message: string } };
 
 type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number; rate_limit_headers: string };
-type CountersRow = { calls: number; billed: number; duplicates: number; batch_calls: number; rate_limited: number; max_observed_per_second: number };
+type CountersRow = {
+  calls: number;
+  billed: number;
+  duplicates: number;
+  batch_calls: number;
+  rate_limited: number;
+  max_observed_per_second: number;
+};
 type ToolCountersRow = { tool: string; calls: number; billed: number };
 
 function rowToConfig(row: ConfigRow | undefined): SimConfig {
@@ -77,7 +84,9 @@ export class SimStore {
 
   /** The current config (defaults until first changed). */
   config(): SimConfig {
-    return rowToConfig(this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers FROM sim_config WHERE id = 1`[0]);
+    return rowToConfig(
+      this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers FROM sim_config WHERE id = 1`[0],
+    );
   }
 
   /** Applies a partial update and returns the whole resulting config. */
@@ -133,7 +142,8 @@ export class SimStore {
     }
 
     const output = evaluation.output;
-    this.#sql.write`INSERT INTO sim_billed (idempotency_key, tool, output, billed_at_ms) VALUES (${idempotencyKey}, ${tool}, ${JSON.stringify(output)}, ${this.#now()})`;
+    this.#sql
+      .write`INSERT INTO sim_billed (idempotency_key, tool, output, billed_at_ms) VALUES (${idempotencyKey}, ${tool}, ${JSON.stringify(output)}, ${this.#now()})`;
     this.#sql.write`UPDATE sim_counters SET billed = billed + 1 WHERE id = 1`;
     this.#sql.write`INSERT INTO sim_tool_counters (tool, billed) VALUES (${tool}, 1)
       ON CONFLICT (tool) DO UPDATE SET billed = billed + 1`;
@@ -148,7 +158,8 @@ export class SimStore {
 
   /** Every counter, with every known tool listed in `byTool` (zeros included). */
   stats(): SimStats {
-    const counters = this.#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second FROM sim_counters WHERE id = 1`[0];
+    const counters = this
+      .#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second FROM sim_counters WHERE id = 1`[0];
     const byTool: SimStats["byTool"] = {};
     for (const tool of SIM_TOOLS) byTool[tool] = { calls: 0, billed: 0 };
     for (const row of this.#sql<ToolCountersRow>`SELECT tool, calls, billed FROM sim_tool_counters ORDER BY tool`) {
@@ -172,7 +183,8 @@ export class SimStore {
    */
   reset(): void {
     this.#sql.write`UPDATE sim_config SET rate_limit_headers = ${DEFAULT_SIM_CONFIG.rateLimitHeaders} WHERE id = 1`;
-    this.#sql.write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0 WHERE id = 1`;
+    this.#sql
+      .write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0 WHERE id = 1`;
     this.#sql.write`DELETE FROM sim_tool_counters`;
     this.#sql.write`DELETE FROM sim_billed`;
     this.#sql.write`DELETE FROM sim_flaky_seen`;

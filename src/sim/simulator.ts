@@ -74,7 +74,15 @@ export function evaluate(tool: SimToolName, input: unknown): Evaluation {
         return { kind: "failed", failure: { status: 422, code: "person_not_found", message: `No person named "${name}" at ${domain}.` } };
       }
       if (name.startsWith("!flaky")) {
-        return { kind: "flaky", output, failure: { status: 503, code: "provider_unavailable", message: "The provider is temporarily unavailable; retry with the same idempotency key." } };
+        return {
+          kind: "flaky",
+          output,
+          failure: {
+            status: 503,
+            code: "provider_unavailable",
+            message: "The provider is temporarily unavailable; retry with the same idempotency key.",
+          },
+        };
       }
       return { kind: "ok", output };
     }

@@ -23,6 +23,10 @@ export const BUNDLED_TOOLS: ToolBundles = {
 /** The tools available under `env`, by id (see `ToolBundles` for which are). */
 export function toolRegistry(env: Env, bundles: ToolBundles = BUNDLED_TOOLS): ReadonlyMap<string, ToolDefinition> {
   const simulated = env.SIM_PROVIDER === "on";
-  const tools = [...bundles.provider, ...(simulated ? bundles.simulated : []), ...(simulated && env.TROUPE_TEST_MODE === "on" ? bundles.test : [])];
+  const tools = [
+    ...bundles.provider,
+    ...(simulated ? bundles.simulated : []),
+    ...(simulated && env.TROUPE_TEST_MODE === "on" ? bundles.test : []),
+  ];
   return new Map(tools.map((t) => [t.id, t]));
 }

@@ -67,7 +67,10 @@ export const simVerifyEmail = defineTool({
   authScope: simAuthScope,
   input: z.object({ email: z.string().min(1).max(600) }),
   async execute(input, call) {
-    return outputOf<Verdict>(await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }), call);
+    return outputOf<Verdict>(
+      await callSim(call.env, { tool: "sim_verify_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal }),
+      call,
+    );
   },
   recover: (idempotencyKey, call) => recoverFromSim<Verdict>(idempotencyKey, call),
   batch: {

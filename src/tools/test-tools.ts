@@ -1,5 +1,5 @@
 /** Tools that exist only under the test runner (TROUPE_TEST_MODE), to exercise dispatch's edges. */
-import { faultProbeFor } from "../testing/faults";
+import { faultProbeFor } from "../clients/faults";
 import { callSim } from "../sim/client";
 import { outputOf, simFindEmail } from "./sim-tools";
 import { defineTool, ToolCallError } from "../play/define";
@@ -37,7 +37,14 @@ export const testForbiddenWhenLimitedFind = defineTool({
   id: "test_403_limited_find",
   async execute(input, call) {
     const reply = await callSim(call.env, { tool: "sim_find_email", input, idempotencyKey: call.idempotencyKey, signal: call.signal });
-    if (reply.status === 429) throw new ToolCallError({ code: "too_many_requests", message: "You have reached your rate limit.", retryable: false, status: 403, headers: reply.headers });
+    if (reply.status === 429)
+      throw new ToolCallError({
+        code: "too_many_requests",
+        message: "You have reached your rate limit.",
+        retryable: false,
+        status: 403,
+        headers: reply.headers,
+      });
     return outputOf<{ email: string }>(reply, call);
   },
   isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",

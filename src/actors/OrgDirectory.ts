@@ -1,0 +1,74 @@
+import { DurableObject } from "cloudflare:workers";
+import {
+  DirectoryStore,
+  directoryMigrations,
+  IdempotentSubmit,
+  RunEntry,
+  type IdempotentRun,
+  type ListRunsRequest,
+} from "../stores/directory-store";
+import {
+  OrgSpendStore,
+  PlayStatsMessage,
+  SpendLimits,
+  SpendReportMessage,
+  utcDay,
+  type PlayStats,
+  type SpendDay,
+} from "../stores/org-spend-store";
+import { createSql, migrate } from "../stores/sql";
+
+/** One per org: the index of the org's runs, newest first (`GET /v1/runs`), its idempotency keys, and its spend. */
+export class OrgDirectory extends DurableObject<Env> {
+  #store: DirectoryStore;
+  #spend: OrgSpendStore;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.#store = new DirectoryStore({ sql: createSql(ctx.storage) });
+    this.#spend = new OrgSpendStore({ sql: createSql(ctx.storage) });
+    ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, directoryMigrations));
+  }
+
+  async record(entry: RunEntry): Promise<void> {
+    this.#store.record(RunEntry.parse(entry));
+  }
+
+  /** The run an `Idempotency-Key` of this org stands for, recording `runId` if the key is new. */
+  async claimIdempotencyKey(submit: IdempotentSubmit): Promise<IdempotentRun> {
+    return this.#store.claimKey(IdempotentSubmit.parse(submit));
+  }
+
+  async list(request: ListRunsRequest) {
+    return this.#store.list(request);
+  }
+
+  /** A run's billed spend since its last report (idempotent: a repeated report adds nothing). */
+  async recordSpend(report: SpendReportMessage): Promise<void> {
+    this.ctx.storage.transactionSync(() => this.#spend.record(SpendReportMessage.parse(report)));
+  }
+
+  /** The org's credits per day and provider, from `from` to `to` (YYYY-MM-DD). */
+  async spendDays(from: string, to: string): Promise<SpendDay[]> {
+    return this.#spend.days(from, to);
+  }
+
+  /** The daily limit and what today (UTC) has billed so far: what a new run may still spend. */
+  async spendBudget(now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    return { ...this.#spend.limits(), spentToday: this.#spend.dayTotal(utcDay(now)) };
+  }
+
+  /** A completed run's rows computed and billed requests, added to its play's history once. */
+  async recordPlayStats(stats: PlayStatsMessage): Promise<void> {
+    this.ctx.storage.transactionSync(() => this.#spend.recordPlay(PlayStatsMessage.parse(stats)));
+  }
+
+  /** What the play's completed runs computed and billed (estimates learn from it). */
+  async playStats(play: string): Promise<PlayStats> {
+    return this.#spend.playStats(play);
+  }
+
+  async setSpendLimits(limits: SpendLimits): Promise<SpendLimits> {
+    return this.#spend.setLimits(SpendLimits.parse(limits));
+  }
+}

@@ -1,0 +1,452 @@
+import { Server, type Connection, type ConnectionContext } from "partyserver";
+import { z } from "zod";
+import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
+import { policyFor, TestPolicyOverrides } from "../core/policy";
+import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
+import { SubrequestMeter } from "../core/meter";
+import { type DatasetLocation } from "../clients/shards";
+import { playRegistry } from "../plays";
+import { JournalStore } from "../stores/journal-store";
+import { LiveFeed, type LiveState } from "../runtime/views/live-feed";
+import { Redactor, secretsFromEnv } from "../runtime/views/redact";
+import { driveRun, type SpendCap } from "../runtime/invocation/run-driver";
+import { toCredits, toMicros } from "../stores/spend-store";
+import { cancelChildren, ChildFinished, tellParents } from "../runtime/invocation/run-links";
+import { RunStore, TERMINAL, type LedgerEvent, type RunStatus } from "../stores/run-store";
+import { runMigrations } from "../stores/run-schema";
+import { runView, type RunView } from "../runtime/views/run-view";
+import { createSql, migrate } from "../stores/sql";
+import { faultProbeFor } from "../clients/faults";
+import { toolRegistry } from "../tools";
+
+export const StartRun = z.object({
+  runId: z.string().min(1).max(100),
+  org: z.string().min(1).max(100),
+  play: z.string().min(1).max(64),
+  input: z.unknown(),
+  force: z.boolean(),
+  forceToolRefresh: z.boolean(),
+  parentRunId: z.string().max(100).nullable(),
+  /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
+  depth: z.number().int().min(0).max(64).optional(),
+  /** The run's runtime limit (default and most: {@link MAX_RUN_TIMEOUT_SECONDS}); hitting it fails the run with `deadline_exceeded`. */
+  timeoutSeconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(24 * 3600)
+    .optional(),
+  /** Test runner only (ignored elsewhere): policy overrides for this run. */
+  testPolicy: TestPolicyOverrides.optional(),
+  /** The most credits the run may bill (`maxSpend`). */
+  maxSpend: z.number().finite().min(0).optional(),
+  /** Requests whose outcome is unknown may be sent again (`retryUnknown`). */
+  retryUnknown: z.boolean().optional(),
+});
+export type StartRun = z.infer<typeof StartRun>;
+
+/** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
+export type SignalResult =
+  | { outcome: "not_found" }
+  | { outcome: "finished"; status: RunStatus }
+  | { outcome: "accepted"; status: RunStatus; consumed: boolean; duplicate: boolean };
+
+/**
+ * Set by the Worker on a live (WebSocket) request it forwards: the org whose
+ * token it verified. The coordinator trusts it because only the Worker can
+ * reach the coordinator; the Worker overwrites whatever a client sent.
+ */
+export const VERIFIED_ORG_HEADER = "X-Troupe-Verified-Org";
+
+/** What a rerun needs of the run it repeats. */
+export interface RunSource {
+  play: string;
+  /** The run's validated input, as JSON text (RPC types cannot carry a recursive JSON type). */
+  inputJson: string;
+  force: boolean;
+  forceToolRefresh: boolean;
+  /** The run's status now: a run that has not ended cannot be rerun yet. */
+  status: RunStatus;
+}
+
+/** A finished run whose spend report failed tries again after this long. */
+const SPEND_REPORT_RETRY_MS = 5_000;
+
+/** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
+export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
+
+/**
+ * One per run (named by the run id): the run record, chunk plan, attempt
+ * epoch, ledger and live watchers. Its alarm drives the run, so an evicted or
+ * restarted coordinator resumes by itself. Every read checks the caller's
+ * org: another org's run answers `null`, exactly like a missing one.
+ *
+ * A partyserver `Server` with hibernation: watchers' sockets stay open while
+ * the object sleeps, and what each was sent lives in its attachment.
+ */
+export class RunCoordinator extends Server<Env> {
+  static override options = { hibernate: true };
+
+  #store: RunStore;
+  /**
+   * The alarm invocation under way, from its first line to the arming of the
+   * next alarm. While it is set, a wake only raises `wake`: the invocation reads
+   * it after its last await, in the same synchronous step that arms the alarm.
+   */
+  #invocation: { controller: AbortController; wake: boolean } | null = null;
+  #feed: LiveFeed;
+  #redactor: Redactor;
+  #journal: JournalStore;
+  #waiters = new ChildWaiters();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
+    this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
+    this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
+    this.#feed = new LiveFeed({
+      events: (after, limit) => this.#store.events(after, limit),
+      snapshot: () => ({ run: this.#view()!, seq: this.#store.lastSeq() }),
+    });
+    ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, runMigrations));
+  }
+
+  /** Records the run and arms the alarm; idempotent for the same run id. */
+  async start(request: StartRun): Promise<RunView> {
+    const init = StartRun.parse(request);
+    const now = Date.now();
+    const deadlineAt = now + (init.timeoutSeconds ?? MAX_RUN_TIMEOUT_SECONDS) * 1000;
+    const testPolicy = this.env.TROUPE_TEST_MODE === "on" ? init.testPolicy : undefined;
+    const created = this.#store.create(
+      { ...init, deadlineAt, testPolicy, maxSpend: init.maxSpend ?? null, retryUnknown: init.retryUnknown ?? false },
+      init.input,
+    );
+    // A parent (the first, or another run of the same child identity) is told when this run ends.
+    if (init.parentRunId !== null && !TERMINAL.has(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
+    if (created) {
+      await this.#syncDirectory();
+      await this.ctx.storage.setAlarm(now);
+    }
+    return this.#view()!;
+  }
+
+  /**
+   * Delivers `data` to the play's `ctx.waitForEvent(eventKey)`: the oldest
+   * wait on the key takes it now (and the run is woken), or it is kept for
+   * the next one. With `dedupeKey`, a repeated delivery is dropped.
+   */
+  async signal(org: string, eventKey: string, data: unknown, dedupeKey: string | null): Promise<SignalResult> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return { outcome: "not_found" };
+    // A retry of a delivery gets the first answer, even once the signal has ended the run.
+    const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
+    if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
+    if (TERMINAL.has(run.status)) return { outcome: "finished", status: run.status };
+    if (!EVENT_KEY.test(eventKey))
+      throw new Error(`[invalid_request] event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
+    const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
+    if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
+    if (consumedBy) {
+      this.#emit("wait.finished", { kind: "event", key: consumedBy, eventKey, outcome: "signal" });
+      await this.#wake();
+    }
+    return { outcome: "accepted", status: this.#store.run()!.status, consumed: consumedBy !== null, duplicate };
+  }
+
+  /** A child run ended (told by the child's coordinator): record it and wake the play. Idempotent. */
+  async childFinished(message: ChildFinished): Promise<void> {
+    const end = ChildFinished.parse(message);
+    const run = this.#store.run();
+    if (!run || TERMINAL.has(run.status)) return;
+    const ended = recordChildEnd(
+      this.#journal,
+      { ...end, error: end.error ? { code: end.error.code, message: end.error.message } : null },
+      (type, data) => this.#emit(type, data),
+    );
+    this.#waiters.notify(end.childRunId);
+    if (ended > 0) await this.#wake();
+  }
+
+  /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */
+  async getRun(org: string): Promise<RunView | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    if (!TERMINAL.has(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
+      await this.ctx.storage.setAlarm(Date.now());
+    }
+    return this.#view();
+  }
+
+  /** Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases). */
+  async cancel(org: string): Promise<RunView | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    if (!TERMINAL.has(run.status)) {
+      this.#store.requestCancel();
+      this.#invocation?.controller.abort(new Error("[cancelled] the run was cancelled"));
+      await this.#wake();
+    }
+    return this.#view();
+  }
+
+  /** The play and input of the run, for a rerun; null for another org's or a missing run. */
+  async source(org: string): Promise<RunSource | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    return {
+      play: run.play,
+      inputJson: this.#store.inputJson(),
+      force: run.force,
+      forceToolRefresh: run.forceToolRefresh,
+      status: run.status,
+    };
+  }
+
+  async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    const events = this.#store.events(after, limit);
+    return { events, nextCursor: events.length ? events[events.length - 1]!.seq : after };
+  }
+
+  /** Where a dataset of this run lives, for paged reads straight from its shards. */
+  async dataset(org: string, name: string): Promise<{ location: DatasetLocation; total: number } | null> {
+    const run = this.#store.run();
+    if (!run || run.org !== org) return null;
+    const map = this.#store.map(name);
+    if (!map) return null;
+    return { location: { org: run.org, play: run.play, dataset: name, shardCount: map.shardCount }, total: map.total };
+  }
+
+  /**
+   * Live watchers: the Worker has authenticated the request and names the org
+   * in {@link VERIFIED_ORG_HEADER}; anything else is refused before the upgrade.
+   */
+  override async fetch(request: Request): Promise<Response> {
+    const org = request.headers.get(VERIFIED_ORG_HEADER);
+    const run = this.#store.run();
+    if (!org || !run || run.org !== org)
+      return Response.json({ error: { code: "run_not_found", message: "no such run in this org" } }, { status: 404 });
+    if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
+      return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
+    }
+    if (TERMINAL.has(run.status)) return this.#replayEnded(request);
+    return super.fetch(request);
+  }
+
+  /**
+   * A watcher of a run that has already ended gets its replay on a plain
+   * (not hibernatable) socket: nothing will follow, and the runtime holds a
+   * hibernatable socket's connection open after its close until the object is
+   * evicted (about 10 s locally), where a plain one closes at once.
+   */
+  #replayEnded(request: Request): Response {
+    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+    server.accept();
+    let state: LiveState | null = null;
+    this.#feed.open(
+      {
+        id: "replay",
+        get state() {
+          return state;
+        },
+        setState: (next: LiveState) => (state = next),
+        send: (message: string) => server.send(message),
+        close: (code?: number, reason?: string) => server.close(code, reason),
+      },
+      afterOf(request.url),
+    );
+    return new Response(null, { status: 101, webSocket: client });
+  }
+
+  /**
+   * A watcher closed its socket. One that closed without a code (1005) is
+   * answered with 1000: partyserver answers only sendable codes, and a close
+   * left unanswered keeps the client waiting for its handshake.
+   */
+  override async webSocketClose(ws: WebSocket, code: number, reason: string, wasClean: boolean): Promise<void> {
+    await super.webSocketClose(ws, code === 1005 ? 1000 : code, reason, wasClean);
+  }
+
+  /** A watcher connected: the snapshot and the ledger after `?after=` (default 0: all of it). */
+  override onConnect(connection: Connection<LiveState>, ctx: ConnectionContext): void {
+    this.#feed.open(connection, afterOf(ctx.request.url));
+  }
+
+  override async onAlarm(): Promise<void> {
+    if (this.#invocation) {
+      // Another invocation is under way: it arms the next alarm when it ends.
+      this.#invocation.wake = true;
+      return;
+    }
+    const invocation = { controller: new AbortController(), wake: false };
+    this.#invocation = invocation;
+    let next: number | null = null;
+    try {
+      next = await this.#invoke(invocation.controller.signal);
+    } finally {
+      // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
+      this.#invocation = null;
+      const terminal = TERMINAL.has(this.#store.run()?.status ?? "completed");
+      const at = invocation.wake && !terminal ? Date.now() : next;
+      if (at !== null) await this.ctx.storage.setAlarm(at);
+    }
+  }
+
+  /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
+  async #invoke(signal: AbortSignal): Promise<number | null> {
+    const wasTerminal = TERMINAL.has(this.#store.run()?.status ?? "queued");
+    const meter = new SubrequestMeter();
+    // Test runner only: a `crash` fault kills this invocation the way an eviction would.
+    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
+    let next: number | null;
+    const spendCap = await this.#spendCap();
+    try {
+      next = await driveRun({
+        spendCap,
+        env: this.env,
+        store: this.#store,
+        journal: this.#journal,
+        waiters: this.#waiters,
+        policy: policyFor(this.env, this.#store.run()?.testPolicy),
+        faults,
+        plays: playRegistry(this.env),
+        tools: toolRegistry(this.env),
+        signal,
+        now: Date.now,
+        emit: (type, data) => this.#emit(type, data),
+        onStatus: () => this.#syncDirectory(),
+        redact: (value) => this.#redactor.redactDeep(value),
+        meter,
+      });
+    } finally {
+      this.#store.addUsage(meter);
+    }
+    // Between driving and re-arming: a failure here leaves the alarm to the runtime's retry.
+    await faults.check("run.alarm");
+    const links = {
+      env: this.env,
+      store: this.#store,
+      journal: this.#journal,
+      log: (line: string) => this.#emit("log.appended", { line }),
+    };
+    if (!wasTerminal) {
+      await cancelChildren(links);
+      await this.#recordHistory();
+    }
+    // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
+    else await this.#syncDirectory();
+    await tellParents(links);
+    // A report that could not be made is made by a later alarm, even once the run has ended.
+    if (!(await this.#reportSpend())) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
+    return next;
+  }
+
+  /** This invocation's spend cap: the run's `maxSpend`, or what the org's daily limit leaves, whichever is lower. */
+  async #spendCap(): Promise<SpendCap | null> {
+    const run = this.#store.run();
+    if (!run || TERMINAL.has(run.status)) return null;
+    const own: SpendCap | null = run.maxSpend === null ? null : { credits: run.maxSpend, reason: "maxSpend" };
+    let budget: { dailyCredits: number | null; spentToday: number };
+    try {
+      await this.#reportSpend();
+      budget = await this.env.ORG_DIRECTORY.getByName(run.org).spendBudget(Date.now());
+    } catch (error) {
+      // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
+      console.warn(`run ${run.runId}: could not read the org's spend budget`, error);
+      return own;
+    }
+    if (budget.dailyCredits === null) return own;
+    const daily: SpendCap = {
+      credits: toCredits(this.#store.spend.committedMicros() + Math.max(0, toMicros(budget.dailyCredits - budget.spentToday))),
+      reason: "daily",
+      limit: budget.dailyCredits,
+    };
+    return own === null || daily.credits < own.credits ? daily : own;
+  }
+
+  /** A run that just completed adds what it computed and billed to its play's history (what estimates learn from). */
+  async #recordHistory(): Promise<void> {
+    const run = this.#store.run()!;
+    if (run.status !== "completed") return;
+    try {
+      await this.env.ORG_DIRECTORY.getByName(run.org).recordPlayStats({
+        runId: run.runId,
+        play: run.play,
+        rowsComputed: this.#store.computedRows(),
+        tools: this.#store.spend.billedByTool(),
+      });
+    } catch (error) {
+      // History only makes estimates better: a run that could not add to it still completed.
+      console.warn(`run ${run.runId}: could not add to its play's history`, error);
+    }
+  }
+
+  /** Adds the run's newly billed spend to the org's daily totals; false if that could not be done now. */
+  async #reportSpend(): Promise<boolean> {
+    const report = this.#store.spend.unreported();
+    if (!report) return true;
+    const run = this.#store.run()!;
+    try {
+      await this.env.ORG_DIRECTORY.getByName(run.org).recordSpend({ runId: run.runId, ...report });
+    } catch (error) {
+      console.warn(`run ${run.runId}: could not report its spend to the org`, error);
+      return false;
+    }
+    this.#store.spend.markReported(report.upTo);
+    return true;
+  }
+
+  /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */
+  #crash(reason: string): never {
+    this.ctx.abort(reason);
+    throw new Error(reason);
+  }
+
+  /** Drives the run again at once (after the current invocation, if one is running). */
+  async #wake(): Promise<void> {
+    if (this.#invocation) this.#invocation.wake = true;
+    else if (!TERMINAL.has(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
+  }
+
+  /** The run as its org sees it (API.md `GET /v1/runs/<id>`), links to the datasets its play declares included. */
+  #view(): RunView | null {
+    const play = this.#store.run()?.play;
+    return runView(this.#store, (play && playRegistry(this.env).get(play)?.datasets) || []);
+  }
+
+  /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
+  #emit(type: string, data: Record<string, unknown>): void {
+    const event = this.#store.append(type, this.#redact(type, data));
+    try {
+      this.#feed.publish(event, this.getConnections<LiveState>());
+    } catch (error) {
+      // The event is in the ledger; a watcher that missed it catches up from there on its next event or reconnect.
+      console.error(`could not publish event ${event.seq} (${type}) to live watchers`, error);
+    }
+  }
+
+  /** Log lines may quote credentials: redact them before they are stored or sent (run errors are redacted by the driver). */
+  #redact(type: string, data: Record<string, unknown>): Record<string, unknown> {
+    if (type === "log.appended" && typeof data.line === "string") return { ...data, line: this.#redactor.redact(data.line) };
+    return data;
+  }
+
+  async #syncDirectory(): Promise<void> {
+    const run = this.#store.run()!;
+    await this.env.ORG_DIRECTORY.getByName(run.org).record({
+      runId: run.runId,
+      play: run.play,
+      status: run.status,
+      parentRunId: run.parentRunId,
+      createdAt: run.createdAt,
+      updatedAt: run.updatedAt,
+    });
+  }
+}
+
+/** The ledger position a watcher asks to resume after (`?after=`; 0, all of it, when absent or not a position). */
+function afterOf(url: string): number {
+  const after = Number(new URL(url).searchParams.get("after") ?? 0);
+  return Number.isSafeInteger(after) && after >= 0 ? after : 0;
+}

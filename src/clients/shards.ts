@@ -1,0 +1,293 @@
+/**
+ * Callers' side of the storage actors: route keys to shards and make one RPC
+ * per shard per operation. Every stub call is counted, because an invocation
+ * may make at most 10,000 subrequests and the coordinator budgets for them.
+ */
+import { shardOf } from "../core/hash";
+import type {
+  AttemptRef,
+  ClaimedRow,
+  ClaimReceiptsRequest,
+  CompleteReceiptsRequest,
+  FailReceiptsRequest,
+  LeaseRequest,
+  LeaseResult,
+  PeekedReceipt,
+  PersistRowsRequest,
+  PersistRowsResult,
+  PlannedRow,
+  ReceiptClaim,
+  ReceiptWriteResult,
+  SheetRow,
+} from "../contracts/shards";
+import type { SubrequestMeter } from "../core/meter";
+import { NO_FAULTS, type FaultProbe } from "./faults";
+import { getOrInsert } from "../core/collections";
+
+/** Groups items by the shard their key routes to. */
+export function groupByShard<T>(items: readonly T[], keyOf: (item: T) => string, shardCount: number): Map<number, T[]> {
+  const groups = new Map<number, T[]>();
+  for (const item of items) {
+    const shard = shardOf(keyOf(item), shardCount);
+    getOrInsert(groups, shard, () => []).push(item);
+  }
+  return groups;
+}
+
+/** The name of one sheet shard: datasets are per org and play. */
+export function sheetShardName(org: string, play: string, dataset: string, shard: number): string {
+  return `${org}/${play}/${dataset}/${shard}`;
+}
+
+export interface DatasetLocation {
+  org: string;
+  play: string;
+  dataset: string;
+  shardCount: number;
+}
+
+export class SheetClient {
+  readonly location: DatasetLocation;
+  #ns: Env["SHEET_SHARD"];
+  #meter: SubrequestMeter;
+
+  #faults: FaultProbe;
+
+  constructor(options: { env: Env; location: DatasetLocation; meter: SubrequestMeter; faults?: FaultProbe }) {
+    this.location = options.location;
+    this.#ns = options.env.SHEET_SHARD;
+    this.#meter = options.meter;
+    this.#faults = options.faults ?? NO_FAULTS;
+  }
+
+  /**
+   * Records the dataset's shard count on its shard 0 the first time and
+   * returns the recorded count (first writer wins).
+   */
+  static async ensureDataset(options: {
+    env: Env;
+    org: string;
+    play: string;
+    dataset: string;
+    shardCount: number;
+    meter: SubrequestMeter;
+  }) {
+    options.meter.rpc++;
+    const stub = options.env.SHEET_SHARD.getByName(sheetShardName(options.org, options.play, options.dataset, 0));
+    const { shardCount } = await stub.ensureDataset({ shardCount: options.shardCount });
+    return shardCount;
+  }
+
+  #stub(shard: number) {
+    this.#meter.rpc++;
+    const { org, play, dataset } = this.location;
+    return this.#ns.getByName(sheetShardName(org, play, dataset, shard));
+  }
+
+  async claimRows(options: {
+    attempt: AttemptRef;
+    rows: readonly PlannedRow[];
+    recompute: boolean;
+    leaseTtlMs: number;
+  }): Promise<Map<string, ClaimedRow>> {
+    const claimed = new Map<string, ClaimedRow>();
+    const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
+    await Promise.all(
+      [...groups].map(async ([shard, rows]) => {
+        const result = await this.#stub(shard).claimRows({
+          attempt: options.attempt,
+          leaseTtlMs: options.leaseTtlMs,
+          recompute: options.recompute,
+          rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
+        });
+        for (const row of result.rows) claimed.set(row.key, row as ClaimedRow);
+      }),
+    );
+    await this.#faults.check("sheet.claimed");
+    return claimed;
+  }
+
+  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows. */
+  async peekRows(rows: readonly { key: string; input: unknown }[], recompute: boolean): Promise<Set<string>> {
+    const reusable = new Set<string>();
+    const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
+    await Promise.all(
+      [...groups].flatMap(([shard, group]) =>
+        inPages(group, 1000).map(async (page) => {
+          const result = await this.#stub(shard).peekRows({ recompute, rows: page.map((r) => ({ key: r.key, input: r.input })) });
+          for (const key of result.reusable) reusable.add(key);
+        }),
+      ),
+    );
+    return reusable;
+  }
+
+  async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
+    await this.#faults.check("sheet.persist");
+    const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
+    const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
+    await this.#faults.check("sheet.persisted");
+    return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
+  }
+
+  /** Heartbeat: extends the attempt's row leases, one call per shard; keys it no longer holds come back lost. */
+  async renewLeases(attempt: AttemptRef, keys: readonly string[], leaseTtlMs: number): Promise<LeaseResult> {
+    const groups = groupByShard(keys, (key) => key, this.location.shardCount);
+    const results = await Promise.all(
+      [...groups].map(([shard, group]) => this.#stub(shard).renewLeases({ attempt, keys: group, leaseTtlMs })),
+    );
+    return { renewed: results.flatMap((r) => r.renewed), lost: results.flatMap((r) => r.lost) };
+  }
+
+  /** The run's rows counted per chunk of `chunkRows` input indexes, over every shard. */
+  async countRunChunks(runId: string, chunkRows: number): Promise<Map<number, { total: number; completed: number; failed: number }>> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunChunks({ runId, chunkRows })));
+    const chunks = new Map<number, { total: number; completed: number; failed: number }>();
+    for (const { chunk, total, completed, failed } of results.flatMap((r) => r.chunks)) {
+      const sum = chunks.get(chunk) ?? { total: 0, completed: 0, failed: 0 };
+      chunks.set(chunk, { total: sum.total + total, completed: sum.completed + completed, failed: sum.failed + failed });
+    }
+    return chunks;
+  }
+
+  /** Frees every row lease the run holds, on every shard. */
+  async releaseRun(runId: string): Promise<number> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).releaseRun({ runId })));
+    return results.reduce((sum, r) => sum + r.released, 0);
+  }
+
+  /** The run's rows with input index in [fromIndex, toIndex), in order, gathered from every shard. */
+  async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
+    if (toIndex <= fromIndex) return [];
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex })));
+    return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
+  }
+
+  async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunRows({ runId })));
+    const sum = { total: 0, completed: 0, failed: 0, pending: 0 };
+    for (const r of results) {
+      sum.total += r.total;
+      sum.completed += r.completed;
+      sum.failed += r.failed;
+      sum.pending += r.pending;
+    }
+    return sum;
+  }
+
+  #allShards(): number[] {
+    return Array.from({ length: this.location.shardCount }, (_, i) => i);
+  }
+}
+
+export function receiptShardName(org: string, shard: number): string {
+  return `${org}/${shard}`;
+}
+
+/** Hears which receipts an attempt holds: claimed (running, ours) until completed or failed. */
+export interface ReceiptLeaseObserver {
+  claimed(shard: number, keys: string[]): void;
+  finished(shard: number, keys: string[]): void;
+}
+
+export class ReceiptClient {
+  readonly shardCount: number;
+  #ns: Env["RECEIPT_SHARD"];
+  #org: string;
+  #meter: SubrequestMeter;
+  #faults: FaultProbe;
+  #leases: ReceiptLeaseObserver | undefined;
+
+  /** `leases`: told of every receipt this client's attempt claims and finishes, so its heartbeat can renew them. */
+  constructor(options: {
+    env: Env;
+    org: string;
+    shardCount: number;
+    meter: SubrequestMeter;
+    faults?: FaultProbe;
+    leases?: ReceiptLeaseObserver;
+  }) {
+    this.#ns = options.env.RECEIPT_SHARD;
+    this.#org = options.org;
+    this.shardCount = options.shardCount;
+    this.#meter = options.meter;
+    this.#faults = options.faults ?? NO_FAULTS;
+    this.#leases = options.leases;
+  }
+
+  shardOf(key: string): number {
+    return shardOf(key, this.shardCount);
+  }
+
+  #stub(shard: number) {
+    this.#meter.rpc++;
+    return this.#ns.getByName(receiptShardName(this.#org, shard));
+  }
+
+  /** What a claim of each key would find now (read only: estimates), one call per shard per 1,000 keys. */
+  async peek(keys: readonly string[]): Promise<Map<string, PeekedReceipt>> {
+    const found = new Map<string, PeekedReceipt>();
+    const groups = groupByShard([...new Set(keys)], (key) => key, this.shardCount);
+    await Promise.all(
+      [...groups].flatMap(([shard, group]) =>
+        inPages(group, 1000).map(async (page) => {
+          for (const receipt of (await this.#stub(shard).peek({ keys: page })).receipts) found.set(receipt.key, receipt as PeekedReceipt);
+        }),
+      ),
+    );
+    return found;
+  }
+
+  async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
+    await this.#faults.check("receipt.claim");
+    const results = (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+    this.#leases?.claimed(
+      shard,
+      results.filter((r) => r.disposition === "claimed").map((r) => r.key),
+    );
+    await this.#faults.check("receipt.claimed");
+    return results;
+  }
+
+  async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
+    await this.#faults.check("receipt.complete");
+    this.#finishing(shard, request.items);
+    return this.#stub(shard).complete(request);
+  }
+
+  async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
+    await this.#faults.check("receipt.fail");
+    this.#finishing(shard, request.items);
+    return this.#stub(shard).fail(request);
+  }
+
+  /** Heartbeat: extends the attempt's running receipts on one shard; the others come back lost. */
+  async renew(shard: number, request: LeaseRequest): Promise<LeaseResult> {
+    return this.#stub(shard).renew(request);
+  }
+
+  /**
+   * Finishing ends these leases (written, or rejected as no longer ours): a
+   * heartbeat racing the write must not take them for lost. A write that fails
+   * is retried by the completion ladder, well within a lease.
+   */
+  #finishing(shard: number, items: { key: string }[]): void {
+    this.#leases?.finished(
+      shard,
+      items.map((item) => item.key),
+    );
+  }
+
+  async releaseRun(runId: string): Promise<number> {
+    const shards = Array.from({ length: this.shardCount }, (_, i) => i);
+    const results = await Promise.all(shards.map((s) => this.#stub(s).releaseRun({ runId })));
+    return results.reduce((sum, r) => sum + r.released, 0);
+  }
+}
+
+/** `items` cut into consecutive pages of at most `size`. */
+function inPages<T>(items: readonly T[], size: number): T[][] {
+  const pages: T[][] = [];
+  for (let i = 0; i < items.length; i += size) pages.push(items.slice(i, i + size));
+  return pages;
+}

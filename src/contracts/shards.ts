@@ -1,0 +1,193 @@
+/**
+ * The RPC contracts of the storage actors (SheetShard, ReceiptShard): what a
+ * caller sends and what it gets back. Inputs are validated by the receiving
+ * actor (a trust boundary); results are plain JSON-able data.
+ */
+import { z } from "zod";
+
+/** Who is writing: one chunk attempt of one run, fenced by the run's attempt epoch. */
+export const AttemptRef = z.object({
+  attemptId: z.string().min(1).max(200),
+  runId: z.string().min(1).max(100),
+  attemptSeq: z.number().int().nonnegative(),
+});
+export type AttemptRef = z.infer<typeof AttemptRef>;
+
+const Key = z.string().min(1).max(512);
+const Json = z.unknown();
+const LeaseTtlMs = z
+  .number()
+  .int()
+  .positive()
+  .max(24 * 3600 * 1000);
+
+// ---------------------------------------------------------------- SheetShard
+
+export const ClaimRowsRequest = z.object({
+  attempt: AttemptRef,
+  leaseTtlMs: LeaseTtlMs,
+  /** `force`: rows completed by another run are recomputed instead of reused. */
+  recompute: z.boolean(),
+  rows: z.array(z.object({ key: Key, index: z.number().int().nonnegative(), input: Json })).max(1000),
+});
+export type ClaimRowsRequest = z.infer<typeof ClaimRowsRequest>;
+
+export type ClaimedRow =
+  | { key: string; status: "pending" }
+  | { key: string; status: "completed"; data: Record<string, unknown> }
+  | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number };
+
+export const PersistRowsRequest = z.object({
+  attempt: AttemptRef,
+  rows: z
+    .array(
+      z.object({
+        key: Key,
+        status: z.enum(["completed", "failed"]),
+        data: z.record(z.string(), Json),
+        error: z.string().max(8192).nullable(),
+      }),
+    )
+    .max(1000),
+});
+export type PersistRowsRequest = z.infer<typeof PersistRowsRequest>;
+export interface PersistRowsResult {
+  /** Keys now terminal and written by this attempt (including idempotent repeats). */
+  written: string[];
+  /** Keys this attempt no longer owns: nothing was written for them. */
+  rejected: string[];
+}
+
+export const LeaseRequest = z.object({
+  attempt: AttemptRef,
+  keys: z.array(Key).max(5000),
+  leaseTtlMs: LeaseTtlMs,
+});
+export type LeaseRequest = z.infer<typeof LeaseRequest>;
+export interface LeaseResult {
+  renewed: string[];
+  /** Keys whose lease this attempt no longer holds. */
+  lost: string[];
+}
+
+export const ReleaseRequest = z.object({ runId: z.string().min(1).max(100) });
+export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
+
+/** `peekRows`: which rows a run would reuse now, without claiming anything (estimates). */
+export const PeekRowsRequest = z.object({
+  /** `force`: nothing is reused. */
+  recompute: z.boolean(),
+  rows: z.array(z.object({ key: Key, input: Json })).max(1000),
+});
+export type PeekRowsRequest = z.infer<typeof PeekRowsRequest>;
+
+export const ReadRunRowsRequest = z.object({
+  runId: z.string().min(1).max(100),
+  /** Inclusive lower bound of the run's input index. */
+  fromIndex: z.number().int().nonnegative(),
+  /** Exclusive upper bound. */
+  toIndex: z.number().int().nonnegative(),
+});
+export type ReadRunRowsRequest = z.infer<typeof ReadRunRowsRequest>;
+
+/** One row of a run's view of a dataset. */
+export interface SheetRow {
+  index: number;
+  key: string;
+  status: "pending" | "completed" | "failed";
+  data: Record<string, unknown>;
+  error: string | null;
+}
+
+// -------------------------------------------------------------- ReceiptShard
+
+export const ReceiptError = z.object({ code: z.string().max(100), message: z.string().max(8192) });
+export type ReceiptError = z.infer<typeof ReceiptError>;
+
+export const ClaimReceiptsRequest = z.object({
+  attempt: AttemptRef,
+  leaseTtlMs: LeaseTtlMs,
+  /** `forceToolRefresh`: receipts finished by another run are claimed again (a deliberate re-bill). */
+  refresh: z.boolean(),
+  /** `retryUnknown`: receipts failed `outcome_unknown` are claimed again (their request is sent again). */
+  retryUnknown: z.boolean().optional(),
+  items: z
+    .array(
+      z.object({
+        key: Key,
+        toolId: z.string().min(1).max(200),
+        /**
+         * Take a `running` receipt over from its owner (same generation): the
+         * caller found the owner dead, or waited for it long enough.
+         */
+        takeover: z.boolean().optional(),
+      }),
+    )
+    .max(1000),
+});
+export type ClaimReceiptsRequest = z.infer<typeof ClaimReceiptsRequest>;
+
+export type ReceiptClaim =
+  /**
+   * This attempt owns the call now: execute it. `generation` counts deliberate
+   * re-bills. `takeover` (absent when false) says another attempt had claimed
+   * this generation and did not complete it: the provider may already hold its
+   * result under the same idempotency key, so ask (`ToolDefinition.recover`)
+   * before calling again. `unknownOutcome` (with `takeover`) says that
+   * attempt left it running (it may have sent the request, and nothing says
+   * how it ended), as opposed to a failure the provider answered.
+   */
+  | { key: string; disposition: "claimed"; generation: number; takeover?: true; unknownOutcome?: true }
+  | { key: string; disposition: "reused"; output: unknown }
+  | { key: string; disposition: "running"; owner: AttemptRef; leaseExpiresAt: number }
+  | { key: string; disposition: "failed"; error: ReceiptError };
+
+export const CompleteReceiptsRequest = z.object({
+  attempt: AttemptRef,
+  items: z.array(z.object({ key: Key, output: Json })).max(1000),
+});
+export type CompleteReceiptsRequest = z.infer<typeof CompleteReceiptsRequest>;
+
+export const FailReceiptsRequest = z.object({
+  attempt: AttemptRef,
+  items: z.array(z.object({ key: Key, error: ReceiptError, retryable: z.boolean() })).max(1000),
+});
+export type FailReceiptsRequest = z.infer<typeof FailReceiptsRequest>;
+
+export interface ReceiptWriteResult {
+  /** Keys written (or already in that state by this attempt: a repeat is harmless). */
+  accepted: string[];
+  /** Keys this attempt does not own: nothing was written for them. */
+  rejected: string[];
+}
+
+/**
+ * What an estimate needs of a receipt: a claim would reuse its output, or
+ * answer its permanent failure (neither bills), or send a new request.
+ */
+export type PeekedReceipt =
+  | { key: string; state: "reused"; output: unknown }
+  | { key: string; state: "failed" }
+  | { key: string; state: "new" };
+
+/** A map's input row with its key and its place in the run's view of the dataset. */
+export interface PlannedRow {
+  key: string;
+  /** Position in the run's view of the dataset (dense, after dropping duplicates). */
+  index: number;
+  input: Record<string, unknown>;
+}
+
+/** A billed output whose receipt could not be completed. */
+export interface SalvageEntry {
+  receiptKey: string;
+  toolId: string;
+  /** The attempt that claimed the receipt: the one allowed to complete it later. */
+  attempt: AttemptRef;
+  /** Exactly what the receipt would have stored. */
+  output: unknown;
+  /** Completion attempts made (the first included). */
+  completeAttempts: number;
+  error: string;
+  at: number;
+}

@@ -1,0 +1,136 @@
+/**
+ * Collects operations and sends them as one call per group (a shard), so a
+ * chunk costs one RPC per shard per phase, not one per row. Each caller gets
+ * its own item's result back.
+ *
+ * A queue sends when every row worker of the chunk is parked (waiting on a
+ * queue, on another call's result, or on a backoff): nobody else can add to
+ * the batch then. A timer bounds the wait for stragglers.
+ */
+import { getOrInsert } from "./collections";
+export interface BulkQueueOptions<Item, Result> {
+  /** The longest the first queued item waits for company. */
+  maxWaitMs: number;
+  /** A group is sent at once when it reaches this many items. */
+  maxBatch: number;
+  /** Tracks whether every row worker is parked; absent means timer-only. */
+  workers?: WorkerBarrier;
+  /** Sends one group; returns one result per item, in order. */
+  send(group: string, items: Item[]): Promise<Result[]>;
+}
+
+interface Pending<Item, Result> {
+  item: Item;
+  resolve(result: Result): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * Counts the chunk's row workers that are running and those parked waiting,
+ * and the provider requests of the chunk in flight. Listeners hear when
+ * everyone is parked and no request is in flight: a request in flight will
+ * wake a worker with more to add (its receipt completion), so a bulk call
+ * sent before it returns would go out half empty.
+ */
+export class WorkerBarrier {
+  #active = 0;
+  #parked = 0;
+  #external = 0;
+  #listeners = new Set<() => void>();
+
+  enter(): void {
+    this.#active++;
+  }
+
+  leave(): void {
+    this.#active--;
+    this.#check();
+  }
+
+  /** Marks one worker as waiting until `promise` settles. */
+  async park<T>(promise: Promise<T>): Promise<T> {
+    this.#parked++;
+    this.#check();
+    try {
+      return await promise;
+    } finally {
+      this.#parked--;
+    }
+  }
+
+  /** Marks a provider request in flight until `promise` settles (its worker stays parked meanwhile). */
+  async external<T>(promise: Promise<T>): Promise<T> {
+    this.#external++;
+    try {
+      return await promise;
+    } finally {
+      this.#external--;
+      this.#check();
+    }
+  }
+
+  get allParked(): boolean {
+    return this.#active > 0 && this.#parked >= this.#active && this.#external === 0;
+  }
+
+  onAllParked(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #check(): void {
+    if (this.allParked) for (const listener of this.#listeners) listener();
+  }
+}
+
+export class BulkQueue<Item, Result> {
+  #options: BulkQueueOptions<Item, Result>;
+  #groups = new Map<string, Pending<Item, Result>[]>();
+  #timer: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(options: BulkQueueOptions<Item, Result>) {
+    this.#options = options;
+    options.workers?.onAllParked(() => queueMicrotask(() => this.flush()));
+  }
+
+  push(group: string, item: Item): Promise<Result> {
+    const result = new Promise<Result>((resolve, reject) => {
+      const pending = getOrInsert(this.#groups, group, () => []);
+      pending.push({ item, resolve, reject });
+      if (pending.length >= this.#options.maxBatch) this.#send(group);
+      else this.#timer ??= setTimeout(() => this.flush(), this.#options.maxWaitMs);
+    });
+    return this.#options.workers ? this.#options.workers.park(result) : result;
+  }
+
+  /** Sends everything queued now. */
+  flush(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = null;
+    for (const group of [...this.#groups.keys()]) this.#send(group);
+  }
+
+  #send(group: string): void {
+    const pending = this.#groups.get(group);
+    this.#groups.delete(group);
+    if (!pending?.length) return;
+    this.#options
+      .send(
+        group,
+        pending.map((p) => p.item),
+      )
+      .then(
+        (results) => {
+          if (results.length !== pending.length) {
+            const error = new Error(`bulk ${group}: ${results.length} results for ${pending.length} items`);
+            for (const p of pending) p.reject(error);
+            return;
+          }
+          for (const [i, p] of pending.entries()) p.resolve(results[i]!);
+        },
+        (error: unknown) => {
+          for (const p of pending) p.reject(error);
+        },
+      );
+  }
+}

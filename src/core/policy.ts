@@ -1,0 +1,157 @@
+/**
+ * Runtime policy: the knobs of leases, chunking, concurrency and budgets.
+ * Production defaults; the test runner (TROUPE_TEST_MODE) shortens waits so
+ * the suite runs in seconds, and lets one run override a few of them
+ * (`testPolicy` on `POST /v1/runs`, refused outside the test runner).
+ */
+import { z } from "zod";
+
+export interface RuntimePolicy {
+  /** Shards of a new dataset (recorded with the dataset; later changes do not move rows). */
+  sheetShards: number;
+  /** Receipt shards per org. Fixed for the life of the deployment: keys route by it. */
+  receiptShards: number;
+  /** Rows per chunk (a chunk costs about one RPC per shard per phase). */
+  chunkRows: number;
+  /** Chunks in flight at once per map. */
+  chunkConcurrency: number;
+  /** Rows of one chunk computed at once. */
+  rowConcurrency: number;
+  /** Row and receipt leases: the durable deadline of an attempt, expired by the shards' alarms. */
+  rowLeaseTtlMs: number;
+  receiptLeaseTtlMs: number;
+  /**
+   * How often a chunk attempt renews its leases (in bulk, one call per shard).
+   * An in-invocation timer paces it; the durable deadline stays the lease expiry.
+   */
+  heartbeatIntervalMs: number;
+  /** How long a call waits on a receipt another live attempt is running. */
+  receiptWaitMs: number;
+  /**
+   * Bulk receipt operations go out when every row of the chunk waits on one,
+   * or after this long: one call per shard per phase.
+   */
+  receiptMaxWaitMs: number;
+  /** In-process attempts of a retryable provider failure (the first included). */
+  providerAttempts: number;
+  /** In-process attempts of a call answered 429. */
+  rateLimitAttempts: number;
+  providerRetryBaseMs: number;
+  providerRetryMaxMs: number;
+  /**
+   * A provider request still unanswered after this long is aborted (and
+   * retried). Cancelling a run never aborts a request already sent: its
+   * result is billed, so it is stored.
+   */
+  providerTimeoutMs: number;
+  /** In-process provider retries one run may spend, over all its invocations. */
+  runRetryBudget: number;
+  /** How long calls of a batchable tool wait for company before their batch goes out. */
+  batchGraceMs: number;
+  /**
+   * Bounded dispatch waves: provider calls (batch members counted) billed and
+   * not yet persisted at once, per map. What a broken store can cost.
+   */
+  dispatchWaveSize: number;
+  /** The receipt completion ladder: waits before each retry of a failed completion. */
+  completionRetryDelaysMs: readonly number[];
+  /** A finished run's alarm retries writing its salvage into receipts after these waits (the last repeats). */
+  salvageRestoreRetryMs: readonly number[];
+  /** Subrequests one coordinator invocation may spend before it yields (platform cap: 10,000). */
+  invocationSubrequestBudget: number;
+  /** Times a chunk is retried while its rows are blocked by another run's leases. */
+  blockedRetries: number;
+  /** Times a chunk whose attempt died (lost its leases, threw) is redispatched before the run fails. */
+  maxChunkRedispatches: number;
+  /** Invocations in a row that may die with chunks in flight before the run fails `crash_loop`. */
+  maxInterruptedInvocations: number;
+  /** Times finalize sends chunks with unpersisted rows back before the map fails with exact counts. */
+  reconcileRepairs: number;
+  /** Coalescing window of `map.progress` events. */
+  progressIntervalMs: number;
+}
+
+const production: RuntimePolicy = {
+  sheetShards: 4,
+  // Two: every bulk receipt call costs one RPC per shard, and one shard takes
+  // thousands of keys a second in batches; more shards only add calls per chunk.
+  receiptShards: 2,
+  chunkRows: 400,
+  chunkConcurrency: 4,
+  rowConcurrency: 400,
+  rowLeaseTtlMs: 5 * 60_000,
+  receiptLeaseTtlMs: 5 * 60_000,
+  heartbeatIntervalMs: 60_000,
+  receiptWaitMs: 30_000,
+  receiptMaxWaitMs: 200,
+  providerAttempts: 4,
+  rateLimitAttempts: 10,
+  providerRetryBaseMs: 250,
+  providerRetryMaxMs: 5_000,
+  providerTimeoutMs: 120_000,
+  runRetryBudget: 5_000,
+  batchGraceMs: 250,
+  dispatchWaveSize: 100,
+  completionRetryDelaysMs: [1_000, 3_000, 9_000],
+  salvageRestoreRetryMs: [1_000, 5_000, 30_000, 120_000, 600_000],
+  invocationSubrequestBudget: 8_000,
+  blockedRetries: 10,
+  maxChunkRedispatches: 8,
+  maxInterruptedInvocations: 10,
+  reconcileRepairs: 2,
+  progressIntervalMs: 500,
+};
+
+const test: Partial<RuntimePolicy> = {
+  chunkRows: 50,
+  rowLeaseTtlMs: 3_000,
+  receiptLeaseTtlMs: 3_000,
+  heartbeatIntervalMs: 750,
+  receiptWaitMs: 1_000,
+  providerRetryBaseMs: 10,
+  providerRetryMaxMs: 100,
+  dispatchWaveSize: 25,
+  completionRetryDelaysMs: [10, 30, 90],
+  salvageRestoreRetryMs: [50, 100, 200],
+  blockedRetries: 5,
+  maxInterruptedInvocations: 3,
+  progressIntervalMs: 100,
+  // Small enough that a few-hundred-row run yields and replays across several invocations.
+  invocationSubrequestBudget: 400,
+};
+
+/**
+ * What one run may override under the test runner, so a chaos test can make
+ * leases expire, heartbeats stall or blocked retries run out in seconds.
+ * A heartbeat interval longer than the lease lets leases lapse on purpose.
+ */
+export const TestPolicyOverrides = z
+  .object({
+    rowLeaseTtlMs: z.number().int().min(50).max(600_000),
+    receiptLeaseTtlMs: z.number().int().min(50).max(600_000),
+    heartbeatIntervalMs: z.number().int().min(10).max(600_000),
+    batchGraceMs: z.number().int().min(0).max(10_000),
+    receiptWaitMs: z.number().int().min(0).max(600_000),
+    blockedRetries: z.number().int().min(0).max(100),
+    maxChunkRedispatches: z.number().int().min(0).max(100),
+    chunkRows: z.number().int().min(1).max(1000),
+    /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */
+    childCheckIntervalMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(24 * 3600 * 1000),
+  })
+  .partial()
+  .strict();
+export type TestPolicyOverrides = z.infer<typeof TestPolicyOverrides>;
+
+/**
+ * The policy of a run: production, or under the test runner the test policy
+ * with the run's own overrides on top (ignored outside the test runner).
+ */
+export function policyFor(env: Env, overrides?: Record<string, number> | null): RuntimePolicy {
+  if (env.TROUPE_TEST_MODE !== "on") return production;
+  const own = overrides ? TestPolicyOverrides.parse(overrides) : {};
+  return { ...production, ...test, ...own };
+}

@@ -1,0 +1,356 @@
+/**
+ * Child plays: `ctx.runPlay(name, input, options)` starts a run of another
+ * play in its own RunCoordinator and waits for its end.
+ *
+ * Never twice: the child's identity is a digest of (org, play name, the
+ * play's code fingerprint, its validated input, the call's `key`), and the
+ * child's run id is derived from it. The parent's journal records the call
+ * (its key is that digest), and `RunCoordinator.start` is idempotent for a
+ * run id, so a replay, a retried invocation or a rerun of the parent finds
+ * the same child instead of starting another. A child that failed or was
+ * cancelled (or completed longer ago than `staleAfterSeconds`) is not reused
+ * by a new call: the next generation of the id runs instead.
+ *
+ * The parent learns of the end by a message from the child's coordinator
+ * (`childFinished`); if that is lost, the parent's alarm asks the child when
+ * the entry's check deadline comes. At play level a running child parks the
+ * run (`waiting`). Inside `ctx.map` a row waits for its child in process for
+ * up to `childInlineWaitMs`, then its chunk yields: the invocation stops
+ * (like a cancel that ends nothing), completed rows are kept, and the chunk
+ * is redispatched when the child has ended, finding its result in the journal.
+ */
+import type { PlayDefinition, RunPlayOptions } from "../../play/types";
+import type { JournalStore, WaitEntry, WaitOutcome } from "../../stores/journal-store";
+import type { RunRecord } from "../../stores/run-store";
+import type { RunView } from "../views/run-view";
+import { canonicalJson, sha256Hex } from "../../core/hash";
+import { messageOf, TerminalError } from "../../core/errors";
+import { InfraError } from "../map/map-runner";
+import type { SubrequestMeter } from "../../core/meter";
+import type { WaitPolicy, Waits } from "./waits";
+import { getOrInsert } from "../../core/collections";
+
+/** Generations of one child identity tried before giving up (each failed generation is skipped). */
+const MAX_CHILD_GENERATIONS = 50;
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+/** How a child run ended, as its coordinator reports it. */
+export interface ChildEnd {
+  childRunId: string;
+  status: "completed" | "failed" | "cancelled";
+  result: unknown;
+  error: { code: string; message: string } | null;
+}
+
+/**
+ * In-process waits for children's messages, per coordinator instance: a row
+ * waiting on its child wakes as soon as `childFinished` arrives.
+ */
+export class ChildWaiters {
+  #waiting = new Map<string, Set<() => void>>();
+
+  /** Resolves when the child is reported ended or after `ms`; rejects when `signal` aborts. */
+  wait(childRunId: string, ms: number, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (signal.aborted) return reject(signal.reason);
+      const set = this.#waiting.get(childRunId) ?? new Set();
+      this.#waiting.set(childRunId, set);
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", onAbort);
+        set.delete(done);
+        if (set.size === 0) this.#waiting.delete(childRunId);
+      };
+      const onAbort = () => {
+        done();
+        reject(signal.reason);
+      };
+      const wake = () => {
+        done();
+        resolve();
+      };
+      const timer = setTimeout(wake, Math.max(0, ms));
+      signal.addEventListener("abort", onAbort, { once: true });
+      set.add(wake);
+    });
+  }
+
+  notify(childRunId: string): void {
+    for (const wake of [...(this.#waiting.get(childRunId) ?? [])]) wake();
+  }
+}
+
+/** What a waiting entry becomes when its child ended. */
+export function childOutcome(play: string, end: ChildEnd): WaitOutcome {
+  if (end.status === "completed") return { state: "done", result: end.result };
+  if (end.status === "cancelled")
+    return { state: "failed", error: { code: "child_cancelled", message: `child play ${play} (${end.childRunId}) was cancelled` } };
+  const cause = end.error ? `${end.error.code}: ${end.error.message}` : "no error recorded";
+  return {
+    state: "failed",
+    error: { code: "child_failed", message: `child play ${play} (${end.childRunId}) failed: ${cause}`.slice(0, 4000) },
+  };
+}
+
+/** Records a child's end in every entry waiting on it; returns how many it ended. */
+export function recordChildEnd(journal: JournalStore, end: ChildEnd, emit: (type: string, data: Record<string, unknown>) => void): number {
+  let ended = 0;
+  for (const entry of journal.waitingOn(end.childRunId)) {
+    if (!journal.settle(entry.key, childOutcome(entry.childPlay ?? "?", end))) continue;
+    ended++;
+    emit("child.finished", {
+      childRunId: end.childRunId,
+      play: entry.childPlay,
+      status: end.status,
+      ...(end.error ? { error: end.error } : {}),
+    });
+  }
+  return ended;
+}
+
+export interface ChildPlaysOptions {
+  env: Env;
+  run: Pick<RunRecord, "runId" | "org" | "depth" | "force" | "forceToolRefresh">;
+  journal: JournalStore;
+  plays: ReadonlyMap<string, PlayDefinition>;
+  policy: WaitPolicy;
+  waiters: ChildWaiters;
+  /** Parks the run when a play-level call must wait. */
+  waits: Waits;
+  meter: SubrequestMeter;
+  /** This invocation's signal: aborted on cancel, or when a row's wait makes the invocation yield. */
+  signal: AbortSignal;
+  emit(type: string, data: Record<string, unknown>): void;
+  log(line: string): void;
+  now(): number;
+  /** A row's child still runs after the in-process wait: stop this invocation and resume at `resumeAt`. */
+  suspend(resumeAt: number, reason: string): Error;
+}
+
+export class ChildPlays {
+  #o: ChildPlaysOptions;
+  #binding = new Map<string, Promise<void>>();
+  #submits: Semaphore;
+
+  constructor(options: ChildPlaysOptions) {
+    this.#o = options;
+    this.#submits = new Semaphore(options.policy.childSubmitConcurrency);
+  }
+
+  /** `ctx.runPlay`: `row` is the row key when called from a field function, else null. */
+  async run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
+    const { journal, policy, run, now } = this.#o;
+    checkOptions(name, options);
+    const play = this.#o.plays.get(name);
+    if (!play) throw new TerminalError("unknown_play", `ctx.runPlay: no play named ${JSON.stringify(name)} is deployed`);
+    if (run.depth + 1 > policy.maxPlayDepth) {
+      throw new TerminalError(
+        "play_depth_exceeded",
+        `ctx.runPlay("${name}"): plays nest at most ${policy.maxPlayDepth} deep (maxPlayDepth), and this run is already at depth ${run.depth}`,
+      );
+    }
+    const parsed = play.input.safeParse(input);
+    if (!parsed.success) {
+      const issues = parsed.error.issues.map((i) => `${i.path.map(String).join(".") || "(input)"}: ${i.message}`).join("; ");
+      throw new TerminalError(
+        "invalid_child_input",
+        `ctx.runPlay("${name}"): the input is invalid for that play: ${issues}`.slice(0, 2000),
+      );
+    }
+    const fresh = run.force || run.forceToolRefresh ? run.runId : null;
+    const digest = await sha256Hex(canonicalJson([run.org, name, await fingerprintOf(play), parsed.data, options.key ?? null, fresh]));
+    const key = `child:${digest.slice(0, 48)}`;
+    let entry = journal.get(key);
+    if (!entry) {
+      if (journal.childCount() >= policy.maxChildrenPerRun) {
+        throw new TerminalError(
+          "child_limit_exceeded",
+          `ctx.runPlay("${name}"): a run may start at most ${policy.maxChildrenPerRun} child plays (maxChildrenPerRun); split the work over several runs`,
+        );
+      }
+      entry = journal.open({ key, kind: "child", childPlay: name, dueInMs: null, timeoutMs: options.timeoutMs ?? null });
+    }
+    if (entry.state === "waiting" && entry.childRunId === null) {
+      let binding = this.#binding.get(key);
+      if (!binding) {
+        binding = this.#bind(entry, play, parsed.data, digest, options).finally(() => this.#binding.delete(key));
+        this.#binding.set(key, binding);
+      }
+      await binding;
+      entry = journal.get(key)!;
+    }
+    return this.#await(entry, row);
+  }
+
+  /** Waits until every child submit this invocation began has been answered. */
+  async idle(): Promise<void> {
+    await Promise.allSettled([...this.#binding.values()]);
+  }
+
+  /**
+   * Asks the children whose check deadline has come how they are doing (the
+   * fallback for a lost `childFinished`), and times out those past `timeoutMs`.
+   */
+  async checkDue(limit = 100): Promise<void> {
+    const { journal, now, policy } = this.#o;
+    await forEachLimited(journal.dueChildren(now(), limit), policy.childSubmitConcurrency, async (entry) => {
+      if (entry.timeoutAt !== null && now() >= entry.timeoutAt) return this.#timeOut(entry);
+      this.#o.meter.rpc++;
+      let view: RunView | null;
+      try {
+        view = await this.#o.env.RUN_COORDINATOR.getByName(entry.childRunId!).getRun(this.#o.run.org);
+      } catch (error) {
+        this.#o.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
+        return journal.setDue(entry.key, this.#nextCheck(entry));
+      }
+      if (!view) {
+        journal.settle(entry.key, {
+          state: "failed",
+          error: { code: "child_missing", message: `child run ${entry.childRunId} of play ${entry.childPlay} does not exist` },
+        });
+      } else if (TERMINAL.has(view.status)) {
+        const error = view.error ? { code: view.error.code, message: view.error.message } : null;
+        recordChildEnd(
+          journal,
+          { childRunId: view.runId, status: view.status as ChildEnd["status"], result: view.result, error },
+          this.#o.emit,
+        );
+      } else journal.setDue(entry.key, this.#nextCheck(entry));
+    });
+  }
+
+  async #await(entry: WaitEntry, row: string | null): Promise<unknown> {
+    const { journal, now } = this.#o;
+    if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
+      await this.#timeOut(entry);
+      entry = journal.get(entry.key)!;
+    }
+    if (entry.state === "done") return entry.result;
+    if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
+    const what = `child play ${entry.childPlay} (${entry.childRunId})`;
+    if (row === null) this.#o.waits.park(`waiting for ${what}`);
+    const until = Math.min(now() + this.#o.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);
+    await this.#o.waiters.wait(entry.childRunId!, until - now(), this.#o.signal);
+    const after = journal.get(entry.key)!;
+    if (after.state !== "waiting" || (after.timeoutAt !== null && now() >= after.timeoutAt)) return this.#await(after, row);
+    throw this.#o.suspend(Math.min(after.dueAt ?? Infinity, now() + this.#o.policy.childCheckIntervalMs), `row ${row} waits for ${what}`);
+  }
+
+  /** Finds (or starts) the run this entry stands for and records it. */
+  async #bind(entry: WaitEntry, play: PlayDefinition, input: unknown, digest: string, options: RunPlayOptions): Promise<void> {
+    const { env, run, journal, now } = this.#o;
+    for (let generation = 0; generation < MAX_CHILD_GENERATIONS; generation++) {
+      this.#o.signal.throwIfAborted();
+      const childRunId = `run_${(await sha256Hex(`${digest}#${generation}`)).slice(0, 32)}`;
+      const view = await this.#submits
+        .run<RunView>(async () => {
+          this.#o.meter.rpc++;
+          return env.RUN_COORDINATOR.getByName(childRunId).start({
+            runId: childRunId,
+            org: run.org,
+            play: play.name,
+            input,
+            force: run.force,
+            forceToolRefresh: run.forceToolRefresh,
+            parentRunId: run.runId,
+            depth: run.depth + 1,
+          });
+        })
+        .catch((error: unknown) => {
+          throw new InfraError(`could not start child play ${play.name} (${childRunId}): ${messageOf(error)}`, error);
+        });
+      // A child this run started is its own, whatever became of it (a replay after a crash between start and bind).
+      const owned = view.parentRunId === run.runId;
+      const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;
+      if (!owned && TERMINAL.has(view.status) && (view.status !== "completed" || stale)) continue;
+      journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
+      this.#o.emit("child.started", { childRunId, play: play.name, reused: !owned });
+      if (TERMINAL.has(view.status)) {
+        const error = view.error ? { code: view.error.code, message: view.error.message } : null;
+        recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#o.emit);
+      }
+      return;
+    }
+    journal.settle(entry.key, {
+      state: "failed",
+      error: {
+        code: "child_generations_exhausted",
+        message: `ctx.runPlay("${play.name}"): ${MAX_CHILD_GENERATIONS} earlier runs of this child failed; pass a new key to start afresh`,
+      },
+    });
+  }
+
+  async #timeOut(entry: WaitEntry): Promise<void> {
+    const { journal } = this.#o;
+    const ms = entry.timeoutAt! - entry.createdAt;
+    if (
+      !journal.settle(entry.key, {
+        state: "failed",
+        error: {
+          code: "child_timeout",
+          message: `child play ${entry.childPlay} (${entry.childRunId}) did not finish within ${ms} ms (timeoutMs)`,
+        },
+      })
+    )
+      return;
+    this.#o.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
+    if (!entry.childOwned || !entry.childRunId) return;
+    this.#o.meter.rpc++;
+    await this.#o.env.RUN_COORDINATOR.getByName(entry.childRunId)
+      .cancel(this.#o.run.org)
+      .catch((error: unknown) => {
+        this.#o.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
+      });
+  }
+
+  #nextCheck(entry: WaitEntry): number {
+    return Math.min(this.#o.now() + this.#o.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
+  }
+}
+
+/** A play's code fingerprint: a new deploy of changed code is a new child identity. */
+const fingerprints = new WeakMap<PlayDefinition, Promise<string>>();
+function fingerprintOf(play: PlayDefinition): Promise<string> {
+  return getOrInsert(fingerprints, play, () => sha256Hex(`${play.run.toString()}\n${play.version ?? ""}`));
+}
+
+function checkOptions(name: string, options: RunPlayOptions): void {
+  const bad = (what: string) => new TerminalError("invalid_run_play_options", `ctx.runPlay("${name}"): ${what}`);
+  if (options.key !== undefined && (typeof options.key !== "string" || options.key.length > 500))
+    throw bad("key must be a string of at most 500 characters");
+  if (options.timeoutMs !== undefined && !(Number.isFinite(options.timeoutMs) && options.timeoutMs > 0))
+    throw bad("timeoutMs must be a positive number");
+  if (options.staleAfterSeconds !== undefined && !(Number.isFinite(options.staleAfterSeconds) && options.staleAfterSeconds >= 0))
+    throw bad("staleAfterSeconds must be a number ≥ 0");
+}
+
+/** At most `limit` tasks at once; the rest queue in order. */
+class Semaphore {
+  #free: number;
+  #queue: (() => void)[] = [];
+
+  constructor(limit: number) {
+    this.#free = Math.max(1, limit);
+  }
+
+  async run<T>(task: () => Promise<T>): Promise<T> {
+    if (this.#free > 0) this.#free--;
+    else await new Promise<void>((resolve) => this.#queue.push(resolve));
+    try {
+      return await task();
+    } finally {
+      const next = this.#queue.shift();
+      if (next) next();
+      else this.#free++;
+    }
+  }
+}
+
+async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) await fn(items[next++]!);
+    }),
+  );
+}

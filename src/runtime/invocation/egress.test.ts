@@ -1,0 +1,199 @@
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { blockedIpv6, checkEgressUrl, redactSecrets, safeFetch } from "./egress";
+
+const open = { allowHosts: null };
+
+describe("checkEgressUrl refuses every forbidden address class", () => {
+  const refused: [string, string][] = [
+    ["ftp://example.com/x", "egress_forbidden_scheme"],
+    ["file:///etc/passwd", "egress_forbidden_scheme"],
+    ["http://user:pw@example.com/", "egress_forbidden_url"],
+    ["http://127.0.0.1/", "egress_forbidden_address"],
+    ["http://127.1.2.3:8787/", "egress_forbidden_address"],
+    ["http://2130706433/", "egress_forbidden_address"], // decimal 127.0.0.1
+    ["http://0x7f000001/", "egress_forbidden_address"], // hex
+    ["http://0177.0.0.1/", "egress_forbidden_address"], // octal
+    ["http://0.0.0.0/", "egress_forbidden_address"],
+    ["http://10.1.2.3/", "egress_forbidden_address"],
+    ["http://172.16.0.1/", "egress_forbidden_address"],
+    ["http://172.31.255.255/", "egress_forbidden_address"],
+    ["http://192.168.1.1/", "egress_forbidden_address"],
+    ["http://100.64.0.1/", "egress_forbidden_address"],
+    ["http://169.254.169.254/latest/meta-data/", "egress_forbidden_address"],
+    ["http://224.0.0.1/", "egress_forbidden_address"],
+    ["http://255.255.255.255/", "egress_forbidden_address"],
+    ["http://[::1]/", "egress_forbidden_address"],
+    ["http://[::]/", "egress_forbidden_address"],
+    ["http://[::ffff:127.0.0.1]/", "egress_forbidden_address"],
+    ["http://[::ffff:169.254.169.254]/", "egress_forbidden_address"],
+    ["http://[64:ff9b::10.0.0.1]/", "egress_forbidden_address"],
+    ["http://[fc00::1]/", "egress_forbidden_address"],
+    ["http://[fd00:ec2::254]/", "egress_forbidden_address"],
+    ["http://[fe80::1]/", "egress_forbidden_address"],
+    ["http://[ff02::1]/", "egress_forbidden_address"],
+    ["http://localhost/", "egress_forbidden_address"],
+    ["http://LOCALHOST./", "egress_forbidden_address"],
+    ["http://api.localhost/", "egress_forbidden_address"],
+    ["http://metadata.google.internal/", "egress_forbidden_address"],
+    ["http://printer.local/", "egress_forbidden_address"],
+    // IPv6 forms that carry an IPv4 address: IPv4-translated, NAT64 (well-known and local-use), 6to4, Teredo.
+    ["http://[::ffff:0:7f00:1]/", "egress_forbidden_address"],
+    ["http://[::ffff:0:10.0.0.1]/", "egress_forbidden_address"],
+    ["http://[64:ff9b::7f00:1]/", "egress_forbidden_address"],
+    ["http://[64:ff9b:1::7f00:1]/", "egress_forbidden_address"],
+    ["http://[64:ff9b:1:8:8:8:8:8]/", "egress_forbidden_address"],
+    ["http://[2002:7f00:1::]/", "egress_forbidden_address"],
+    ["http://[2002:a9fe:a9fe::1]/", "egress_forbidden_address"],
+    ["http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/", "egress_forbidden_address"], // Teredo, client 127.0.0.1
+    // Public wildcard-DNS names that resolve to loopback or to any address written into them.
+    ["http://localtest.me/", "egress_forbidden_address"],
+    ["http://api.localtest.me/", "egress_forbidden_address"],
+    ["http://127.0.0.1.nip.io/", "egress_forbidden_address"],
+    ["http://10-0-0-1.sslip.io/", "egress_forbidden_address"],
+    ["http://x.xip.io/", "egress_forbidden_address"],
+    ["http://LVH.ME./", "egress_forbidden_address"],
+    ["not a url", "egress_invalid_url"],
+  ];
+  for (const [url, code] of refused) {
+    it(`refuses ${url}`, () => {
+      expect(() => checkEgressUrl(url, open)).toThrowError(expect.objectContaining({ code }));
+    });
+  }
+
+  it("allows public hosts and addresses", () => {
+    const allowed = [
+      "https://example.com/a?b=1",
+      "http://8.8.8.8/",
+      "http://[2606:4700:4700::1111]/",
+      "http://172.32.0.1/",
+      "http://[64:ff9b::808:808]/", // NAT64 of 8.8.8.8
+      "http://[2002:808:808::1]/", // 6to4 of 8.8.8.8
+      "http://[::ffff:0:808:808]/",
+      "https://notnip.io/",
+      "https://nip.io.example.com/",
+    ];
+    for (const url of allowed) {
+      expect(checkEgressUrl(url, open).href).toBe(new URL(url).href);
+    }
+    expect(blockedIpv6("2606:4700::1")).toBeNull();
+  });
+
+  it("enforces an org allowlist, with subdomain wildcards", () => {
+    const policy = { allowHosts: ["api.example.com", "*.data.example.org"] };
+    expect(checkEgressUrl("https://api.example.com/", policy).host).toBe("api.example.com");
+    expect(checkEgressUrl("https://x.data.example.org/", policy).host).toBe("x.data.example.org");
+    expect(() => checkEgressUrl("https://example.com/", policy)).toThrowError(expect.objectContaining({ code: "egress_host_not_allowed" }));
+  });
+});
+
+describe("safeFetch", () => {
+  it("refuses before sending anything, and bounds request bodies", async () => {
+    await expect(safeFetch("http://127.0.0.1:8787/v1/runs")).rejects.toMatchObject({ code: "egress_forbidden_address" });
+    await expect(safeFetch("https://example.com/", { method: "POST", body: "x".repeat(2 * 1024 * 1024) })).rejects.toMatchObject({
+      code: "egress_request_too_large",
+    });
+  });
+
+  it("redacts secret values from messages", () => {
+    expect(redactSecrets("failed with token sk_live_abcdef123", ["sk_live_abcdef123"])).toBe("failed with token [redacted]");
+  });
+});
+
+/** A stand-in for the network: answers each request with the next reply and records what was sent. */
+function fakeNetwork(replies: Response[]) {
+  const sent: { url: string; method: string; headers: Record<string, string>; body: string | null }[] = [];
+  vi.spyOn(globalThis, "fetch").mockImplementation(async (input, init) => {
+    const request = new Request(input, init);
+    sent.push({
+      url: request.url,
+      method: request.method,
+      headers: Object.fromEntries(request.headers),
+      body: request.body ? await request.text() : null,
+    });
+    const reply = replies.shift();
+    if (!reply) throw new Error(`unexpected request to ${request.url}`);
+    return reply;
+  });
+  return sent;
+}
+
+const redirect = (status: number, location: string) => new Response(null, { status, headers: { Location: location } });
+
+describe("safeFetch follows redirects as browsers do", () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  const credentials = {
+    Authorization: "Bearer sk_live_abcdef123456",
+    Cookie: "session=s3cr3t",
+    "X-Api-Key": "key-123456",
+    "X-Auth-Token": "tok-123456",
+    "X-Client-Secret": "shh-123456",
+  };
+  const post = { method: "POST", body: '{"q":1}', headers: { ...credentials, "Content-Type": "application/json", "X-Trace": "t-1" } };
+
+  it("re-sends a POST answered 303 to another origin as a GET, without its body or credentials", async () => {
+    const sent = fakeNetwork([redirect(303, "https://elsewhere.example/done"), new Response("ok")]);
+    const res = await safeFetch("https://api.example.com/submit", post);
+    expect(await res.text()).toBe("ok");
+    expect(sent[0]).toMatchObject({
+      method: "POST",
+      body: '{"q":1}',
+      headers: expect.objectContaining({ authorization: credentials.Authorization, cookie: credentials.Cookie }),
+    });
+    expect(sent[1]).toEqual({ url: "https://elsewhere.example/done", method: "GET", body: null, headers: { "x-trace": "t-1" } });
+  });
+
+  it("turns a POST answered 301 or 302 into a GET without body, and keeps credentials on the same origin", async () => {
+    for (const status of [301, 302]) {
+      const sent = fakeNetwork([redirect(status, "/moved"), new Response("ok")]);
+      await safeFetch("https://api.example.com/submit", post);
+      expect(sent[1]).toMatchObject({ url: "https://api.example.com/moved", method: "GET", body: null });
+      expect(sent[1]!.headers).toMatchObject({ authorization: credentials.Authorization, "x-api-key": credentials["X-Api-Key"] });
+      expect(sent[1]!.headers).not.toHaveProperty("content-type");
+      vi.restoreAllMocks();
+    }
+  });
+
+  it("keeps method and body on 307 and 308, dropping credentials only across origins", async () => {
+    const sent = fakeNetwork([
+      redirect(307, "https://api.example.com/again"),
+      redirect(308, "https://elsewhere.example/final"),
+      new Response("ok"),
+    ]);
+    await safeFetch("https://api.example.com/submit", post);
+    expect(sent[1]).toMatchObject({
+      method: "POST",
+      body: '{"q":1}',
+      headers: expect.objectContaining({ authorization: credentials.Authorization }),
+    });
+    expect(sent[2]).toEqual({
+      url: "https://elsewhere.example/final",
+      method: "POST",
+      body: '{"q":1}',
+      headers: { "content-type": "application/json", "x-trace": "t-1" },
+    });
+  });
+
+  it("does not restore dropped credentials when a later hop returns to the first origin", async () => {
+    const sent = fakeNetwork([
+      redirect(302, "https://elsewhere.example/hop"),
+      redirect(302, "https://api.example.com/back"),
+      new Response("ok"),
+    ]);
+    await safeFetch("https://api.example.com/start", { headers: credentials });
+    expect(sent[2]).toEqual({ url: "https://api.example.com/back", method: "GET", body: null, headers: {} });
+  });
+
+  it("checks every hop's address and returns a 3xx that is not a redirect as it is", async () => {
+    const sent = fakeNetwork([redirect(302, "http://127.0.0.1.nip.io/admin")]);
+    await expect(safeFetch("https://api.example.com/", { headers: credentials })).rejects.toMatchObject({
+      code: "egress_forbidden_address",
+    });
+    expect(sent).toHaveLength(1);
+    vi.restoreAllMocks();
+    fakeNetwork([redirect(304, "https://elsewhere.example/")]);
+    expect((await safeFetch("https://api.example.com/")).status).toBe(304);
+  });
+});

@@ -1,0 +1,143 @@
+/** The engine behind `PlayContext`: what a play's `run(ctx, input)` calls. */
+import { AsyncLocalStorage } from "node:async_hooks";
+import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, RowContext, RunPlayOptions, ToolCallOptions } from "../../play/types";
+import type { JournalStore } from "../../stores/journal-store";
+import { TerminalError } from "../../core/errors";
+import type { ChildPlays } from "./child-plays";
+import type { MapRunner } from "../map/map-runner";
+import type { PlayFetch, SecretValues } from "./play-fetch";
+import type { ToolScheduler } from "../tools/tool-scheduler";
+import type { Waits } from "./waits";
+
+/** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
+export interface PlayServices {
+  children: ChildPlays;
+  waits: Waits;
+  egress: PlayFetch;
+  /** Secret header values sent by `fetch`: redacted from log lines. */
+  secrets: SecretValues;
+  /** Counts play-level log lines, so that a replay does not append one twice. */
+  journal: JournalStore;
+  /** Aborted when a row's child makes this invocation yield. */
+  suspended: AbortSignal;
+}
+
+/**
+ * The row whose field function is running, across its awaits: a field
+ * function that calls the play's own `ctx` (a closure) instead of its row
+ * context still acts for its row.
+ */
+const rowScope = new AsyncLocalStorage<RowContext>();
+
+export class RunContext implements PlayContext {
+  readonly runId: string;
+  readonly org: string;
+  #maps: MapRunner;
+  #scheduler: ToolScheduler | null = null;
+  #attemptSeq: () => number;
+  #log: (line: string) => void;
+  #services: PlayServices;
+  #logOrdinal = 0;
+
+  constructor(options: {
+    runId: string;
+    org: string;
+    maps: MapRunner;
+    attemptSeq: () => number;
+    log(line: string): void;
+    services: PlayServices;
+  }) {
+    this.runId = options.runId;
+    this.org = options.org;
+    this.#maps = options.maps;
+    this.#attemptSeq = options.attemptSeq;
+    this.#log = options.log;
+    this.#services = options.services;
+  }
+
+  map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
+    const withServices: FieldSet = {};
+    for (const [field, fn] of Object.entries(fields)) {
+      withServices[field] = async (row, rc) => {
+        const context = this.#rowContext(rc);
+        const value = await rowScope.run(context, () => fn(row, context));
+        // A value computed while the invocation yields may rest on a caught yield: the row runs again instead.
+        this.#services.suspended.throwIfAborted();
+        return value;
+      };
+    }
+    return this.#maps.map(name, rows, withServices, options);
+  }
+
+  runPlay<T = any>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
+    const row = rowScope.getStore();
+    if (row) return row.runPlay<T>(play, input, options);
+    return this.#services.children.run(play, input, options, null) as Promise<T>;
+  }
+
+  waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
+    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.waitForEvent"));
+    return this.#services.waits.waitForEvent<T>(eventKey, options);
+  }
+
+  sleep(ms: number): Promise<void> {
+    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.sleep"));
+    return this.#services.waits.sleep(ms);
+  }
+
+  fetch(url: string | URL, init?: RequestInit): Promise<Response> {
+    return this.#services.egress.fetch(url, init);
+  }
+
+  tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
+    if (!this.#scheduler) {
+      const attemptSeq = this.#attemptSeq();
+      const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
+      this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
+    }
+    return this.#scheduler.call(toolId, input, options) as Promise<T>;
+  }
+
+  /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
+  log(...args: unknown[]): void {
+    const row = rowScope.getStore();
+    if (row) {
+      row.log(...args);
+      return;
+    }
+    const ordinal = this.#logOrdinal++;
+    const { journal, secrets } = this.#services;
+    if (ordinal < journal.counter("play_log")) return;
+    journal.bump("play_log");
+    this.#log(secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" ")));
+  }
+
+  /** The executor's row context plus child plays and fetch (the executor itself knows only tools). */
+  #rowContext(rc: RowContext): RowContext {
+    const { children, egress, secrets } = this.#services;
+    return {
+      rowKey: rc.rowKey,
+      signal: rc.signal,
+      tool: rc.tool,
+      log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
+      runPlay: (play, input, options = {}) => children.run(play, input, options, rc.rowKey) as Promise<any>,
+      fetch: (url, init) => egress.fetch(url, init),
+    };
+  }
+}
+
+function waitInRow(what: string): TerminalError {
+  return new TerminalError(
+    "wait_in_row",
+    `${what} parks the whole run, so it cannot be called from a field function; wait before or after ctx.map`,
+  );
+}
+
+function safeStringify(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    // Cycles and BigInts still deserve a log line.
+    return String(value);
+  }
+}

@@ -1,0 +1,72 @@
+import { describe, expect, it } from "vitest";
+import { ChildWaiters, childOutcome } from "./child-plays";
+import { egressPolicyFor, PlayFetch, SecretValues } from "./play-fetch";
+
+const envWith = (allowlist?: string) => ({ EGRESS_ALLOWLIST: allowlist }) as unknown as Env;
+
+describe("egressPolicyFor", () => {
+  it("gives an org its own hosts, else the '*' entry, else no allowlist", () => {
+    const env = envWith(JSON.stringify({ acme: ["API.example.com", "*.acme.test"], "*": ["public.example"] }));
+    expect(egressPolicyFor(env, "acme").allowHosts).toEqual(["api.example.com", "*.acme.test"]);
+    expect(egressPolicyFor(env, "other").allowHosts).toEqual(["public.example"]);
+    expect(egressPolicyFor(envWith(JSON.stringify({ acme: [] })), "other").allowHosts).toBeNull();
+    expect(egressPolicyFor(envWith(undefined), "acme").allowHosts).toBeNull();
+  });
+
+  it("refuses a malformed allowlist with egress_misconfigured", () => {
+    expect(() => egressPolicyFor(envWith("{nope"), "acme")).toThrow(expect.objectContaining({ code: "egress_misconfigured" }));
+    expect(() => egressPolicyFor(envWith(JSON.stringify({ acme: "host" })), "acme")).toThrow(
+      expect.objectContaining({ code: "egress_misconfigured" }),
+    );
+  });
+});
+
+describe("SecretValues", () => {
+  it("redacts the values of secret headers, and a bearer token alone", () => {
+    const secrets = new SecretValues();
+    secrets.addHeaders({ Authorization: "Bearer abc123token", "X-Api-Key": "hunter2hunter2", Accept: "application/json", Cookie: "s=1" });
+    expect(secrets.redact("sent Bearer abc123token, then abc123token and hunter2hunter2 as application/json with s=1")).toBe(
+      "sent [REDACTED], then [REDACTED] and [REDACTED] as application/json with s=1",
+    );
+  });
+});
+
+describe("PlayFetch", () => {
+  it("refuses before any request and keeps secret header values out of the error", async () => {
+    const secrets = new SecretValues();
+    const fetcher = new PlayFetch({ env: envWith(undefined), org: "acme", signal: new AbortController().signal, secrets });
+    await expect(fetcher.fetch("http://10.0.0.1/hunter2hunter2", { headers: { "X-Api-Key": "hunter2hunter2" } })).rejects.toMatchObject({
+      code: "egress_forbidden_address",
+    });
+    await expect(fetcher.fetch("http://user:hunter2hunter2@example.com/")).rejects.toMatchObject({ code: "egress_forbidden_url" });
+    expect(secrets.redact("key hunter2hunter2")).toBe("key [REDACTED]");
+  });
+});
+
+describe("child plays' pure parts", () => {
+  it("maps a child's end to the parent's outcome", () => {
+    expect(childOutcome("p", { childRunId: "run_x", status: "completed", result: { a: 1 }, error: null })).toEqual({
+      state: "done",
+      result: { a: 1 },
+    });
+    expect(
+      childOutcome("p", { childRunId: "run_x", status: "failed", result: null, error: { code: "boom", message: "it broke" } }),
+    ).toEqual({
+      state: "failed",
+      error: { code: "child_failed", message: "child play p (run_x) failed: boom: it broke" },
+    });
+    expect(childOutcome("p", { childRunId: "run_x", status: "cancelled", result: null, error: null }).state).toBe("failed");
+  });
+
+  it("wakes in-process waiters on notify, after their time, or rejects them on abort", async () => {
+    const waiters = new ChildWaiters();
+    const controller = new AbortController();
+    const notified = waiters.wait("run_a", 60_000, controller.signal);
+    waiters.notify("run_a");
+    await expect(notified).resolves.toBeUndefined();
+    await expect(waiters.wait("run_b", 5, controller.signal)).resolves.toBeUndefined();
+    const aborted = waiters.wait("run_c", 60_000, controller.signal);
+    controller.abort(new Error("stop"));
+    await expect(aborted).rejects.toThrow("stop");
+  });
+});

@@ -1,0 +1,102 @@
+/**
+ * `ctx.fetch` for plays and rows: `safeFetch` (src/runtime/invocation/egress.ts) under
+ * the org's egress policy, stopped by a cancel, with the values of secret
+ * headers kept out of log lines and error messages.
+ *
+ * Responses are not memoized: a replayed play fetches again. `ctx.fetch` is
+ * for idempotent reads (a lookup, a page); a call that bills or changes
+ * something belongs in a tool (`ctx.tool`), whose receipt makes it once.
+ */
+import { z } from "zod";
+import { messageOf } from "../../core/errors";
+import { DEFAULT_EGRESS, EgressError, isSecretHeader, safeFetch, type EgressPolicy } from "./egress";
+
+/**
+ * `EGRESS_ALLOWLIST`: JSON `{ "<org>": ["api.example.com", "*.example.org"] }`.
+ * An org with an entry may fetch only those hosts (`*.` allows subdomains);
+ * the entry `"*"` applies to orgs without their own. Unset: no allowlist,
+ * only the address-class checks.
+ */
+export const EgressAllowlist = z.record(z.string().min(1).max(100), z.array(z.string().min(1).max(253)).max(1000));
+export type EgressAllowlist = z.infer<typeof EgressAllowlist>;
+
+let cached: { source: string; list: EgressAllowlist } | null = null;
+
+/** The egress policy of an org under `env`; throws `egress_misconfigured` if the allowlist does not parse. */
+export function egressPolicyFor(env: Env, org: string): EgressPolicy {
+  const source = env.EGRESS_ALLOWLIST;
+  if (source === undefined || source === "") return DEFAULT_EGRESS;
+  if (cached?.source !== source) {
+    let parsed: unknown = null;
+    try {
+      parsed = JSON.parse(source);
+    } catch {
+      // Reported just below, with what the variable should hold.
+      parsed = null;
+    }
+    const result = EgressAllowlist.safeParse(parsed);
+    if (!result.success)
+      throw new EgressError("egress_misconfigured", 'EGRESS_ALLOWLIST must be JSON { "<org>": ["host", "*.example.com"] }');
+    cached = { source, list: result.data };
+  }
+  const hosts = cached.list[org] ?? cached.list["*"];
+  return hosts ? { ...DEFAULT_EGRESS, allowHosts: hosts.map((h) => h.toLowerCase()) } : DEFAULT_EGRESS;
+}
+
+/** Shorter values are not matched literally: too likely to hit ordinary words. */
+const MIN_SECRET_CHARS = 6;
+
+/** The secret header values this invocation's fetches sent: redacted wherever text leaves the run. */
+export class SecretValues {
+  #values = new Set<string>();
+
+  addHeaders(headers: HeadersInit | undefined): void {
+    for (const [name, value] of new Headers(headers).entries()) {
+      if (!isSecretHeader(name)) continue;
+      this.#add(value);
+      // `Bearer <token>`: the token alone is the secret too.
+      const token = /^\S+\s+(\S+)$/.exec(value)?.[1];
+      if (token) this.#add(token);
+    }
+  }
+
+  redact(text: string): string {
+    let out = text;
+    for (const value of [...this.#values].sort((a, b) => b.length - a.length)) out = out.split(value).join("[REDACTED]");
+    return out;
+  }
+
+  #add(value: string): void {
+    if (value.length >= MIN_SECRET_CHARS) this.#values.add(value);
+  }
+}
+
+export interface PlayFetchOptions {
+  env: Env;
+  org: string;
+  /** The invocation's signal: a cancel (or a yield) stops a fetch in flight. */
+  signal: AbortSignal;
+  secrets: SecretValues;
+}
+
+export class PlayFetch {
+  #o: PlayFetchOptions;
+
+  constructor(options: PlayFetchOptions) {
+    this.#o = options;
+  }
+
+  /** See `PlayContext.fetch`. */
+  async fetch(url: string | URL, init: RequestInit = {}): Promise<Response> {
+    const { secrets } = this.#o;
+    secrets.addHeaders(init.headers);
+    const signal = init.signal ? AbortSignal.any([init.signal, this.#o.signal]) : this.#o.signal;
+    try {
+      return await safeFetch(String(url), { ...init, signal }, egressPolicyFor(this.#o.env, this.#o.org));
+    } catch (error) {
+      if (this.#o.signal.aborted) throw this.#o.signal.reason;
+      if (error instanceof EgressError) throw new EgressError(error.code, secrets.redact(error.message));
+      throw new EgressError("egress_failed", secrets.redact(messageOf(error)));
+    }
+  }
+}

@@ -1,0 +1,69 @@
+/**
+ * What a run owes the runs around it when it ends: it tells each parent that
+ * waits on it (`childFinished`), and a cancelled run cancels the children it
+ * started and still waits on. Messages may be lost; a parent's alarm asks a
+ * child it has not heard from (src/runtime/invocation/child-plays.ts), so one try each.
+ */
+import { z } from "zod";
+import type { ChildEnd } from "./child-plays";
+import { messageOf } from "../../core/errors";
+import type { JournalStore } from "../../stores/journal-store";
+import type { RunStore } from "../../stores/run-store";
+
+const RUN_ID = /^run_[0-9a-f]{32}$/;
+
+/** The `childFinished` message, validated where it arrives (another object's RPC). */
+export const ChildFinished = z.object({
+  childRunId: z.string().regex(RUN_ID),
+  status: z.enum(["completed", "failed", "cancelled"]),
+  result: z.unknown(),
+  error: z
+    .object({ code: z.string().max(200), message: z.string().max(100_000) })
+    .loose()
+    .nullable(),
+});
+export type ChildFinished = z.infer<typeof ChildFinished>;
+
+export interface RunLinksOptions {
+  env: Env;
+  store: RunStore;
+  journal: JournalStore;
+  log(line: string): void;
+}
+
+/** Tells every parent not yet told that this (terminal) run ended. */
+export async function tellParents(o: RunLinksOptions): Promise<void> {
+  const run = o.store.run();
+  if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return;
+  const end: ChildEnd = {
+    childRunId: run.runId,
+    status: run.status,
+    result: run.result,
+    error: run.error ? { code: run.error.code, message: run.error.message } : null,
+  };
+  await Promise.all(
+    o.journal.unnotifiedWatchers().map(async (parentRunId) => {
+      try {
+        await o.env.RUN_COORDINATOR.getByName(parentRunId).childFinished(end);
+        o.journal.markNotified(parentRunId);
+      } catch (error) {
+        o.log(`could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`);
+      }
+    }),
+  );
+}
+
+/** A cancelled run cancels the children it started and still waits on. */
+export async function cancelChildren(o: RunLinksOptions): Promise<void> {
+  const run = o.store.run();
+  if (run?.status !== "cancelled") return;
+  await Promise.all(
+    o.journal.ownedWaitingChildren().map(async (childRunId) => {
+      try {
+        await o.env.RUN_COORDINATOR.getByName(childRunId).cancel(run.org);
+      } catch (error) {
+        o.log(`could not cancel child run ${childRunId} (${messageOf(error)})`);
+      }
+    }),
+  );
+}

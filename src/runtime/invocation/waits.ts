@@ -1,0 +1,186 @@
+/**
+ * Durable waits for plays: `ctx.sleep` and `ctx.waitForEvent` over the
+ * coordinator's journal. A wait that has not ended throws {@link WaitSignal}:
+ * the invocation ends, the run is `waiting`, and the coordinator's one alarm
+ * is set to the journal's earliest deadline. No timer stays alive meanwhile;
+ * a signal (or a child's end) re-arms the alarm. The replayed play finds the
+ * entry ended and goes on.
+ *
+ * Entries are keyed by a per-invocation ordinal (`sleep:0`, `event:approve:1`):
+ * the nth call of a deterministic play is the same call on every replay.
+ */
+import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-store";
+import { TerminalError } from "../../core/errors";
+import { TestPolicyOverrides } from "../../core/policy";
+import { YieldSignal } from "../map/map-runner";
+
+/** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
+export class WaitSignal extends YieldSignal {}
+
+/** The knobs of child plays and waits (production defaults; the test runner shortens them). */
+export interface WaitPolicy {
+  /** Deepest nesting of child plays: a run submitted over HTTP is depth 0. */
+  maxPlayDepth: number;
+  /** Child plays one run may start (reused children count too). */
+  maxChildrenPerRun: number;
+  /** Child submits (start RPCs) in flight at once per invocation. */
+  childSubmitConcurrency: number;
+  /** While it waits on a child, the parent's alarm asks it this often (in case its message was lost). */
+  childCheckIntervalMs: number;
+  /** How long a row inside `ctx.map` waits in process for its child before its chunk yields. */
+  childInlineWaitMs: number;
+}
+
+const production: WaitPolicy = {
+  maxPlayDepth: 5,
+  maxChildrenPerRun: 1000,
+  childSubmitConcurrency: 16,
+  childCheckIntervalMs: 60_000,
+  childInlineWaitMs: 30_000,
+};
+
+const test: WaitPolicy = {
+  maxPlayDepth: 3,
+  maxChildrenPerRun: 25,
+  childSubmitConcurrency: 4,
+  childCheckIntervalMs: 1_000,
+  childInlineWaitMs: 500,
+};
+
+/** Production's, or under the test runner the test policy with the run's own overrides on top. */
+export function waitPolicyFor(env: Env, overrides?: Record<string, number> | null): WaitPolicy {
+  if (env.TROUPE_TEST_MODE !== "on") return production;
+  const own = overrides ? TestPolicyOverrides.parse(overrides) : {};
+  return own.childCheckIntervalMs === undefined ? test : { ...test, childCheckIntervalMs: own.childCheckIntervalMs };
+}
+
+/** An event key: what `POST /v1/runs/<id>/signals/<eventKey>` and `ctx.waitForEvent` name. */
+export const EVENT_KEY = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
+
+/** The longest single wait or sleep: a run's own runtime limit ends it sooner anyway. */
+const MAX_WAIT_MS = 30 * 24 * 3600 * 1000;
+
+export interface WaitsOptions {
+  journal: JournalStore;
+  now(): number;
+  emit(type: string, data: Record<string, unknown>): void;
+  /** When the run's runtime limit ends it: the latest the alarm need be set. */
+  deadlineAt: number;
+}
+
+export class Waits {
+  #o: WaitsOptions;
+  #ordinals = new Map<string, number>();
+  /**
+   * Set once any call parked in this invocation. The play cannot have ended
+   * in an invocation where a wait was not ready, even if it caught the
+   * signal: the driver parks the run anyway.
+   */
+  parked: WaitSignal | null = null;
+
+  constructor(options: WaitsOptions) {
+    this.#o = options;
+  }
+
+  async sleep(ms: number): Promise<void> {
+    checkDuration("ctx.sleep", ms);
+    const key = `sleep:${this.#next("sleep")}`;
+    const entry = this.#entry(key, "sleep", { dueInMs: ms, timeoutMs: null });
+    if (entry.state !== "waiting") return;
+    if (this.#o.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
+    if (this.#o.journal.settle(key, { state: "done", result: null }))
+      this.#o.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
+  }
+
+  async waitForEvent<T>(eventKey: string, options: { timeoutMs?: number } = {}): Promise<T> {
+    if (typeof eventKey !== "string" || !EVENT_KEY.test(eventKey)) {
+      throw new TerminalError(
+        "invalid_event_key",
+        `ctx.waitForEvent: event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`,
+      );
+    }
+    if (options.timeoutMs !== undefined) checkDuration("ctx.waitForEvent timeoutMs", options.timeoutMs);
+    const { journal, now } = this.#o;
+    const key = `event:${eventKey}:${this.#next(`event:${eventKey}`)}`;
+    const timeoutMs = options.timeoutMs ?? null;
+    let entry = this.#entry(key, "event", { dueInMs: timeoutMs, timeoutMs, eventKey });
+    if (entry.state === "waiting") {
+      // A signal sent before the wait began is kept for it.
+      const early = journal.openSignal(eventKey);
+      if (early && journal.consumeSignal(early.seq, key, early.data)) {
+        this.#o.emit("wait.finished", { kind: "event", key, eventKey, outcome: "signal" });
+        entry = journal.get(key)!;
+      }
+    }
+    if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
+      const error = {
+        code: "event_timeout",
+        message: `ctx.waitForEvent("${eventKey}") got no signal within ${entry.timeoutAt - entry.createdAt} ms`,
+      };
+      if (journal.settle(key, { state: "failed", error }))
+        this.#o.emit("wait.finished", { kind: "event", key, eventKey, outcome: "timeout" });
+      entry = journal.get(key)!;
+    }
+    if (entry.state === "done") return entry.result as T;
+    if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
+    this.park(`waiting for the signal "${eventKey}"`);
+  }
+
+  /** Ends the invocation: the run waits until the journal's earliest deadline or a message. */
+  park(reason: string): never {
+    const due = this.#o.journal.nextDue();
+    const signal = new WaitSignal(Math.min(due ?? this.#o.deadlineAt, this.#o.deadlineAt), reason);
+    this.parked ??= signal;
+    throw signal;
+  }
+
+  #next(name: string): number {
+    const n = this.#ordinals.get(name) ?? 0;
+    this.#ordinals.set(name, n + 1);
+    return n;
+  }
+
+  /** The journal entry of this call: found on a replay, else opened now. */
+  #entry(key: string, kind: WaitKind, fields: { dueInMs: number | null; timeoutMs: number | null; eventKey?: string }): WaitEntry {
+    const found = this.#o.journal.get(key);
+    if (found) {
+      if (found.kind !== kind)
+        throw new TerminalError(
+          "nondeterministic_play",
+          `wait ${key} was a ${found.kind} when first run but is a ${kind} on replay; play code must be deterministic outside ctx`,
+        );
+      return found;
+    }
+    const entry = this.#o.journal.open({ key, kind, ...fields });
+    this.#o.emit("wait.started", {
+      kind,
+      key,
+      ...(fields.eventKey ? { eventKey: fields.eventKey } : {}),
+      dueAt: entry.dueAt === null ? null : new Date(entry.dueAt).toISOString(),
+    });
+    return entry;
+  }
+}
+
+/**
+ * Delivers a signal to the run: the oldest wait on `eventKey` takes it now,
+ * or it is kept for the next wait on that key.
+ */
+export function deliverSignal(
+  journal: JournalStore,
+  eventKey: string,
+  data: unknown,
+  dedupeKey: string | null,
+): { consumedBy: string | null; duplicate: boolean } {
+  const { seq, duplicate } = journal.addSignal(eventKey, JSON.stringify(data ?? null), dedupeKey);
+  if (duplicate) return { consumedBy: null, duplicate };
+  const waiting = journal.waitingFor(eventKey);
+  if (waiting && journal.consumeSignal(seq, waiting.key, data ?? null)) return { consumedBy: waiting.key, duplicate };
+  return { consumedBy: null, duplicate };
+}
+
+function checkDuration(what: string, ms: unknown): void {
+  if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0 || ms > MAX_WAIT_MS) {
+    throw new TerminalError("invalid_wait", `${what} needs a number of milliseconds from 0 to ${MAX_WAIT_MS}, not ${String(ms)}`);
+  }
+}

@@ -1,0 +1,218 @@
+/**
+ * Executes one chunk attempt: claim its rows, compute the pending ones while
+ * a heartbeat renews the attempt's leases, and persist them fenced by the
+ * attempt. The coordinator only sees this interface, so where the work runs
+ * (in its own invocation, or spread over others) can change without touching
+ * the map logic.
+ */
+import { ToolCallError } from "../../play/tool-error";
+import type { FieldSet, Row, RowContext } from "../../play/types";
+import { messageOf } from "../../core/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
+import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
+import { AttemptLeases } from "./attempt-leases";
+import { WorkerBarrier } from "../../core/bulk-queue";
+import type { FatalLatch } from "../../core/latch";
+import type { RuntimePolicy } from "../../core/policy";
+import type { PlannedRow } from "../../contracts/shards";
+import type { ReceiptClient, SheetClient } from "../../clients/shards";
+import type { ToolScheduler } from "../tools/tool-scheduler";
+
+/** A computed row larger than this fails instead of being stored. */
+export const MAX_ROW_RESULT_BYTES = 256 * 1024;
+
+export interface ChunkAttempt {
+  map: string;
+  chunk: number;
+  attempt: AttemptRef;
+  rows: readonly PlannedRow[];
+}
+
+export interface ChunkSummary {
+  /** Rows now completed: computed by this attempt, or reused from an earlier one. */
+  completed: number;
+  failed: number;
+  /** Of `completed`, rows reused without work. */
+  reused: number;
+  /** Rows leased by another live attempt: not executed here. */
+  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string }[];
+  /** Rows this attempt computed but no longer owned when it wrote them (nothing was written for them). */
+  rejected: string[];
+  /**
+   * The heartbeat found rows or receipts of this attempt held by another
+   * attempt (or expired): the attempt stopped early. A chunk with `lost` or
+   * `rejected` keys must be redispatched under a new epoch.
+   */
+  lost: { rows: string[]; receipts: string[]; reason: string } | null;
+  /** A few failed rows, for the run's failure samples. */
+  failureSamples: { key: string; error: string }[];
+}
+
+export interface ChunkExecutor {
+  execute(chunk: ChunkAttempt): Promise<ChunkSummary>;
+}
+
+export interface InProcessExecutorOptions {
+  sheets: SheetClient;
+  /** The org's receipt shards, for the heartbeat's renewals. */
+  receipts: ReceiptClient;
+  fields: FieldSet;
+  policy: RuntimePolicy;
+  /** `force`: recompute rows completed by other runs. */
+  recompute: boolean;
+  latch: FatalLatch;
+  /** The run's signal (cancel, suspension). Each attempt adds its own: lease lost. */
+  signal: AbortSignal;
+  /** A tool scheduler for the attempt, whose tool path stops with `leases.signal` and reports receipts to `leases`. */
+  scheduler(attempt: AttemptRef, workers: WorkerBarrier, leases: AttemptLeases): ToolScheduler;
+  log(line: string): void;
+  now(): number;
+}
+
+/** Runs chunk attempts inside the calling invocation. */
+export class InProcessChunkExecutor implements ChunkExecutor {
+  #o: InProcessExecutorOptions;
+
+  constructor(options: InProcessExecutorOptions) {
+    this.#o = options;
+  }
+
+  async execute({ attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
+    const { sheets, policy, latch, signal } = this.#o;
+    const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+    const claims = await sheets.claimRows({ attempt, rows, recompute: this.#o.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
+    const pending: PlannedRow[] = [];
+    for (const row of rows) {
+      const claim = claims.get(row.key);
+      if (!claim) throw new Error(`claimRows returned no answer for row ${row.key}`);
+      if (claim.status === "completed") {
+        summary.completed++;
+        summary.reused++;
+      } else if (claim.status === "blocked")
+        summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
+      else pending.push(row);
+    }
+
+    const leases = new AttemptLeases({ attempt, sheets, receipts: this.#o.receipts, policy, signal, now: this.#o.now, log: this.#o.log });
+    leases.holdRows(pending.map((row) => row.key));
+    leases.start();
+    try {
+      const workers = new WorkerBarrier();
+      const results = await this.#computeRows(pending, this.#o.scheduler(attempt, workers, leases), workers, leases.signal);
+      if (results.length) await this.#persist(attempt, leases, results, summary);
+    } finally {
+      await leases.stop();
+    }
+    const lost = leases.lost;
+    if (lost) summary.lost = { ...lost.keys, reason: lost.message };
+    // Rows left unpersisted by a cancel or a tripped latch keep their leases until teardown releases them.
+    signal.throwIfAborted();
+    if (latch.tripped) throw latch.tripped;
+    return summary;
+  }
+
+  /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out. */
+  async #computeRows(
+    pending: PlannedRow[],
+    scheduler: ToolScheduler,
+    workers: WorkerBarrier,
+    signal: AbortSignal,
+  ): Promise<PersistRowsRequest["rows"]> {
+    const results: PersistRowsRequest["rows"] = [];
+    await forEachLimited(pending, this.#o.policy.rowConcurrency, async (planned) => {
+      workers.enter();
+      try {
+        const outcome = await this.#computeRow(planned, scheduler, signal);
+        if (outcome) results.push(outcome);
+      } finally {
+        workers.leave();
+      }
+    });
+    return results;
+  }
+
+  /** Writes the computed rows fenced by the attempt and counts what was written. */
+  async #persist(attempt: AttemptRef, leases: AttemptLeases, results: PersistRowsRequest["rows"], summary: ChunkSummary): Promise<void> {
+    const { sheets, latch } = this.#o;
+    // Persisting ends these leases: a heartbeat racing the write must not take them for lost.
+    leases.releaseRows(results.map((row) => row.key));
+    const persisted = await sheets.persistRows(attempt, results).catch((error: unknown) => {
+      const fatal = new Error(`[sheet_store_failed] could not persist ${results.length} rows: ${messageOf(error)}`);
+      latch.trip(fatal);
+      throw fatal;
+    });
+    summary.rejected = persisted.rejected;
+    const written = new Set(persisted.written);
+    for (const row of results) {
+      if (!written.has(row.key)) continue;
+      if (row.status === "completed") summary.completed++;
+      else {
+        summary.failed++;
+        if (summary.failureSamples.length < 5) summary.failureSamples.push({ key: row.key, error: row.error ?? "" });
+      }
+    }
+  }
+
+  /** Computes one row's fields in order; `null` when the attempt stopped (cancel, lease lost, latch) before the row ended. */
+  async #computeRow(
+    planned: PlannedRow,
+    scheduler: ToolScheduler,
+    signal: AbortSignal,
+  ): Promise<PersistRowsRequest["rows"][number] | null> {
+    const { latch } = this.#o;
+    const row: Row = { ...planned.input };
+    const ctx = <RowContext>{
+      // runPlay and fetch are added by RunContext.map (src/runtime/invocation/play-context.ts)
+      rowKey: planned.key,
+      signal,
+      tool: (toolId, input, options) => scheduler.call(toolId, input, options) as Promise<any>,
+      log: (...args) => this.#o.log(`[row ${planned.key}] ${args.map(String).join(" ")}`),
+    };
+    try {
+      for (const [name, fn] of Object.entries(this.#o.fields)) {
+        const value = await fn(row, ctx);
+        row[name] = value === undefined ? null : value;
+      }
+      const deep = tooDeepAt(row);
+      if (deep !== null) {
+        return {
+          key: planned.key,
+          status: "failed",
+          data: planned.input,
+          error: `row_too_deep: the computed row nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`,
+        };
+      }
+      const size = JSON.stringify(row).length;
+      if (size > MAX_ROW_RESULT_BYTES) {
+        return {
+          key: planned.key,
+          status: "failed",
+          data: planned.input,
+          error: `row_too_large: the computed row is ${size} bytes; the limit is ${MAX_ROW_RESULT_BYTES}`,
+        };
+      }
+      return { key: planned.key, status: "completed", data: row, error: null };
+    } catch (error) {
+      if (signal.aborted || latch.tripped) return null;
+      const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
+      return { key: planned.key, status: "failed", data: jsonSafe(row) ?? planned.input, error: message.slice(0, 8000) };
+    }
+  }
+}
+
+function jsonSafe(row: Row): Row | null {
+  try {
+    return JSON.parse(JSON.stringify(row)) as Row;
+  } catch {
+    // A field returned something JSON cannot hold (a cycle, a BigInt): keep the input only.
+    return null;
+  }
+}
+
+async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
+    while (next < items.length) await fn(items[next++]!);
+  });
+  await Promise.all(workers);
+}

@@ -1,0 +1,349 @@
+/**
+ * `ctx.map` inside the coordinator: plans rows into chunks (recorded once, so
+ * a replay continues where the last invocation stopped), dispatches up to K
+ * chunk attempts at once under the run's attempt epoch, records each outcome
+ * and progress, and reconciles the sheets against the plan at the end.
+ *
+ * An attempt that died (it lost its leases, a late write was rejected, it
+ * threw) leaves its chunk `running`; this invocation stops dispatching and
+ * yields, and the next one fences the dead attempt off by bumping the epoch
+ * and redispatches the chunk (a bounded number of times).
+ */
+import { MICROS } from "../../stores/spend-store";
+import { SpendCapReached } from "../tools/spend";
+import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from "../../play/types";
+import { codeOf, messageOf, TerminalError, TroupeError } from "../../core/errors";
+import type { AttemptRef } from "../../contracts/shards";
+import type { ChunkRecord, MapRecord, RunRecord, RunStore } from "../../stores/run-store";
+import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
+import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
+import type { WorkerBarrier } from "../../core/bulk-queue";
+import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
+import { readPage } from "./dataset-view";
+import { planFinalize } from "./finalize";
+import type { RuntimePolicy } from "../../core/policy";
+import type { PlannedRow } from "../../contracts/shards";
+import { planRows } from "./row-keys";
+import type { SubrequestMeter } from "../../core/meter";
+import { SheetClient } from "../../clients/shards";
+import { ToolScheduler } from "../tools/tool-scheduler";
+
+/** Thrown through the play to end this invocation; the alarm resumes the run at `resumeAt`. */
+export class YieldSignal extends Error {
+  constructor(
+    readonly resumeAt: number,
+    reason: string,
+  ) {
+    super(`yield: ${reason}`);
+  }
+}
+
+/** A storage actor could not be reached: retry the invocation, do not fail the run. */
+export class InfraError extends TroupeError {
+  constructor(message: string, cause: unknown) {
+    super("infrastructure_unavailable", message, { cause });
+  }
+}
+
+export interface MapRunnerOptions {
+  env: Env;
+  run: RunRecord;
+  store: RunStore;
+  policy: RuntimePolicy;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  meter: SubrequestMeter;
+  signal: AbortSignal;
+  log(line: string): void;
+  /** Appends a ledger event. */
+  emit(type: string, data: Record<string, unknown>): void;
+  now(): number;
+  /** Tool dispatch for this invocation (pacing, retries, faults, salvage). */
+  dispatch: DispatchServices;
+}
+
+const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+
+export class MapRunner {
+  #o: MapRunnerOptions;
+  #lastProgressAt = new Map<string, number>();
+  #lastProgress = new Map<string, string>();
+  #startedAt: number;
+  #computedSinceStart = new Map<string, number>();
+
+  constructor(options: MapRunnerOptions) {
+    this.#o = options;
+    this.#startedAt = options.now();
+  }
+
+  /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
+  guards(): MapGuards {
+    return createMapGuards({ policy: this.#o.policy, deadlineAt: this.#o.run.deadlineAt, now: this.#o.now });
+  }
+
+  /** A tool scheduler for one attempt; with `leases`, its tool path stops when they are lost and reports its receipts to them. */
+  scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier, leases?: AttemptLeases): ToolScheduler {
+    const services = leases ? attemptServices(this.#o.dispatch, leases) : this.#o.dispatch;
+    return new ToolScheduler({
+      services,
+      guards,
+      attempt,
+      refresh: this.#o.run.forceToolRefresh,
+      retryUnknown: this.#o.run.retryUnknown,
+      workers,
+    });
+  }
+
+  async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    if (!MAP_NAME.test(name)) throw new TerminalError("invalid_map_name", `map name ${JSON.stringify(name)} must match [a-z0-9_-]{1,64}`);
+    if (!Array.isArray(rows)) throw new TerminalError("invalid_map_rows", `ctx.map("${name}") needs an array of rows`);
+    const plan = await planRows(rows, options.key);
+    const record = this.#o.store.map(name) ?? (await this.#createMap(name, plan.rows.length, plan.duplicatesDropped));
+    if (record.total !== plan.rows.length) {
+      throw new TerminalError(
+        "nondeterministic_play",
+        `map "${name}" was planned with ${record.total} rows but the replayed play passed ${plan.rows.length}; play code must be deterministic outside ctx`,
+      );
+    }
+    const sheets = this.#sheets(record);
+    // Finalize may send chunks whose rows are not persisted back: each pass drains what is left.
+    for (let current = record; !current.done; current = this.#o.store.map(name)!)
+      await this.#drain(current, plan.rows, sheets, fields, options);
+    return this.#handle(record, sheets);
+  }
+
+  #sheets(record: MapRecord): SheetClient {
+    const { env, run, meter } = this.#o;
+    return new SheetClient({
+      env,
+      meter,
+      faults: this.#o.dispatch.faults,
+      location: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
+    });
+  }
+
+  async #createMap(name: string, total: number, duplicatesDropped: number): Promise<MapRecord> {
+    const { env, run, policy, meter } = this.#o;
+    const shardCount = await SheetClient.ensureDataset({
+      env,
+      org: run.org,
+      play: run.play,
+      dataset: name,
+      shardCount: policy.sheetShards,
+      meter,
+    }).catch((error: unknown) => {
+      throw new InfraError(`could not open dataset ${name}: ${messageOf(error)}`, error);
+    });
+    return this.#o.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: policy.chunkRows });
+  }
+
+  async #drain(record: MapRecord, planned: PlannedRow[], sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
+    const { store, policy, signal, run } = this.#o;
+    const guards = this.guards();
+    const latch = guards.latch;
+    const executor = new InProcessChunkExecutor({
+      sheets,
+      receipts: this.#o.dispatch.receipts,
+      fields,
+      policy,
+      latch,
+      signal,
+      recompute: run.force || run.forceToolRefresh,
+      log: this.#o.log,
+      now: this.#o.now,
+      scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
+    });
+    const queue = store.chunks(record.name).filter((c) => c.state !== "done");
+    const blockedUntil: number[] = [];
+    let rowFailure: { key: string; error: string } | null = null;
+    let infra: unknown = null;
+    let fatal: TerminalError | null = null;
+    let died = 0;
+    let overBudget = false;
+
+    const dispatch = async (chunk: ChunkRecord) => {
+      const idx = chunk.idx;
+      const attemptSeq = this.#o.store.run()!.runAttempt;
+      const attempt: AttemptRef = { attemptId: `${run.runId}/${record.name}/${idx}/${attemptSeq}`, runId: run.runId, attemptSeq };
+      store.startChunk(record.name, idx, attemptSeq);
+      this.#progress(record.name, false);
+      const rows = planned.slice(idx * record.chunkRows, (idx + 1) * record.chunkRows);
+      let summary: ChunkSummary;
+      try {
+        summary = await executor.execute({ map: record.name, chunk: idx, attempt, rows });
+      } catch (error) {
+        // The chunk stays `running`: the next invocation redispatches it under a new epoch.
+        if (!signal.aborted && !latch.tripped) infra ??= error;
+        return;
+      }
+      if (summary.lost || summary.rejected.length) {
+        died++;
+        fatal ??= this.#attemptDied(record.name, idx, attemptSeq, summary);
+        return;
+      }
+      const done = summary.blocked.length === 0;
+      if (!done) blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
+      store.finishChunk(record.name, idx, {
+        done,
+        completed: summary.completed,
+        failed: summary.failed,
+        reused: summary.reused,
+        blocked: summary.blocked,
+        failureSamples: summary.failureSamples,
+      });
+      if (!done && chunk.retries + 1 > policy.blockedRetries)
+        fatal ??= blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked);
+      const computed = summary.completed + summary.failed - summary.reused;
+      this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
+      if (done)
+        this.#o.emit("chunk.completed", {
+          map: record.name,
+          chunk: idx,
+          completed: summary.completed,
+          failed: summary.failed,
+          reused: summary.reused,
+          attemptSeq,
+        });
+      if (summary.failed > 0 && options.onRowError === "fail")
+        rowFailure ??= summary.failureSamples[0] ?? { key: "?", error: "row failed" };
+      this.#progress(record.name, false);
+    };
+
+    const stop = () => {
+      if (signal.aborted || latch.tripped !== null || rowFailure !== null || infra !== null || fatal !== null || died > 0) return true;
+      overBudget ||= this.#o.meter.total >= policy.invocationSubrequestBudget;
+      return overBudget;
+    };
+    let next = 0;
+    const workers = Array.from({ length: Math.min(policy.chunkConcurrency, queue.length) }, async () => {
+      while (next < queue.length && !stop()) await dispatch(queue[next++]!);
+    });
+    await Promise.all(workers);
+    this.#progress(record.name, true);
+
+    signal.throwIfAborted();
+    // The cap stopped the map: the run fails saying so (no store failed; nothing was sent past the cap).
+    if (latch.tripped instanceof SpendCapReached) throw latch.tripped;
+    if (latch.tripped) {
+      const code = codeOf(latch.tripped) ?? "receipt_store_failed";
+      throw new TerminalError(
+        code,
+        `${latch.tripped.message}; the circuit breaker prevented ${latch.prevented} provider calls after the failure (none reached the provider; a rerun makes each once)`,
+        { cause: latch.tripped },
+      );
+    }
+    if (rowFailure) {
+      const { key, error } = rowFailure;
+      throw new TerminalError("row_failed", `map "${record.name}": row ${key} failed (onRowError: 'fail'): ${error}`);
+    }
+    if (fatal) throw fatal;
+    if (infra) throw new InfraError(`map "${record.name}": ${messageOf(infra)}`, infra);
+    if (died > 0)
+      throw new YieldSignal(
+        this.#o.now(),
+        `${died} chunk attempts of "${record.name}" died; the next invocation redispatches them under a new attempt`,
+      );
+    const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
+    if (left > 0) {
+      if (overBudget) throw new YieldSignal(this.#o.now(), "subrequest budget of this invocation spent");
+      const at = blockedUntil.length ? Math.max(this.#o.now(), Math.min(...blockedUntil)) + 50 : this.#o.now();
+      throw new YieldSignal(at, `${left} chunks of "${record.name}" wait for rows leased by another run`);
+    }
+    await this.#finalize(record, sheets);
+  }
+
+  /**
+   * The chunk's attempt no longer owns some of its rows or receipts: it stays
+   * `running` for the next invocation to redispatch. The error when it has
+   * been redispatched too often.
+   */
+  #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
+    const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
+    const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
+    this.#o.log(
+      `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`,
+    );
+    const count = this.#o.store.noteRedispatch(map, idx);
+    if (count <= this.#o.policy.maxChunkRedispatches) return null;
+    return new TerminalError(
+      "chunk_redispatch_exhausted",
+      `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
+    );
+  }
+
+  /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
+  async #finalize(record: MapRecord, sheets: SheetClient): Promise<void> {
+    const { store, policy, run } = this.#o;
+    const persisted = await sheets.countRunChunks(run.runId, record.chunkRows).catch((error: unknown) => {
+      throw new InfraError(`could not reconcile "${record.name}": ${messageOf(error)}`, error);
+    });
+    const plan = planFinalize({
+      map: record.name,
+      total: record.total,
+      chunks: store.chunks(record.name),
+      persisted,
+      repairs: record.repairs,
+      maxRepairs: policy.reconcileRepairs,
+    });
+    if (plan.kind === "fail") throw new TerminalError("reconcile_failed", plan.message);
+    if (plan.kind === "repair") {
+      const repairs = store.reopenChunks(record.name, plan.chunks);
+      this.#o.log(
+        `finalize of "${record.name}": ${plan.missing} rows are not persisted (chunks ${plan.chunks.slice(0, 5).join(", ")}${plan.chunks.length > 5 ? ", …" : ""}); running those chunks again (repair ${repairs} of ${policy.reconcileRepairs})`,
+      );
+      return;
+    }
+    for (const { idx, completed, failed } of plan.adjust) store.setChunkCounts(record.name, idx, { completed, failed });
+    if (plan.adjust.length)
+      this.#o.log(
+        `finalize of "${record.name}": counts of ${plan.adjust.length} chunks taken from the sheets (another run rewrote some of their rows since)`,
+      );
+    store.markMapDone(record.name);
+    this.#progress(record.name, true);
+  }
+
+  #progress(map: string, force: boolean): void {
+    const now = this.#o.now();
+    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#o.policy.progressIntervalMs) return;
+    this.#lastProgressAt.set(map, now);
+    const progress = this.#o.store.progress(map);
+    // The run's spend so far, in credits: what a watcher sees grow with each billed call.
+    const spend = this.#o.store.spend.billedMicros() / MICROS;
+    // A watcher gains nothing from the same counts twice.
+    const counts = JSON.stringify({ ...progress, spend });
+    if (this.#lastProgress.get(map) === counts) return;
+    this.#lastProgress.set(map, counts);
+    const elapsedS = Math.max(0.001, (now - this.#startedAt) / 1000);
+    const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
+    const remaining = progress.total - progress.completed - progress.failed;
+    const etaSeconds = rowsPerSecond > 0 ? Math.ceil(remaining / rowsPerSecond) : null;
+    this.#o.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
+  }
+
+  #handle(record: MapRecord, sheets: SheetClient): DatasetHandle {
+    const progress = this.#o.store.progress(record.name);
+    const runId = this.#o.run.runId;
+    return {
+      name: record.name,
+      total: record.total,
+      completed: progress.completed,
+      failed: progress.failed,
+      duplicatesDropped: record.duplicatesDropped,
+      rows: ({ offset = 0, limit = 100 } = {}) => readPage(sheets, runId, offset, limit),
+    };
+  }
+}
+
+/** A chunk whose rows another run kept leased through every retry. */
+function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {
+  const owners = [...new Set(blocked.map((b) => b.ownerRunId))];
+  const keys = `${blocked
+    .slice(0, 5)
+    .map((b) => b.key)
+    .join(", ")}${blocked.length > 5 ? ", …" : ""}`;
+  const by = owners.length === 1 ? `run ${owners[0]}` : `runs ${owners.slice(0, 3).join(", ")}${owners.length > 3 ? ", …" : ""}`;
+  return new TerminalError(
+    "rows_blocked",
+    `map "${map}" chunk ${idx}: ${blocked.length} rows stayed leased by ${by} through ${retries} retries (rows ${keys}); ` +
+      `let that run finish or cancel it (POST /v1/runs/<id>/cancel), then rerun this one: rows already completed are reused`,
+  );
+}

@@ -1,0 +1,45 @@
+/** Turns a map's input rows into keyed rows: explicit keys deduped, else content hash plus index. */
+import { TerminalError } from "../../core/errors";
+import { canonicalJson, sha256Hex } from "../../core/hash";
+import type { PlannedRow } from "../../contracts/shards";
+import type { MapOptions, Row } from "../../play/types";
+
+export interface RowPlan {
+  rows: PlannedRow[];
+  duplicatesDropped: number;
+}
+
+const MAX_KEY_LENGTH = 512;
+
+export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Promise<RowPlan> {
+  const planned: PlannedRow[] = [];
+  if (key === undefined) {
+    for (let i = 0; i < rows.length; i++) {
+      const input = rows[i]!;
+      planned.push({ key: `#${(await sha256Hex(canonicalJson(input))).slice(0, 24)}:${i}`, index: i, input });
+    }
+    return { rows: planned, duplicatesDropped: 0 };
+  }
+  const seen = new Set<string>();
+  let duplicatesDropped = 0;
+  rows.forEach((input, i) => {
+    // Own fields only: a row without the key field has no key, even when the field is named like an Object.prototype member.
+    const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
+    if (raw === undefined || raw === null || raw === "") {
+      throw new TerminalError(
+        "invalid_row_key",
+        `row ${i} has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)`,
+      );
+    }
+    const k = String(raw);
+    if (k.length > MAX_KEY_LENGTH)
+      throw new TerminalError("invalid_row_key", `row ${i} has a key longer than ${MAX_KEY_LENGTH} characters`);
+    if (seen.has(k)) {
+      duplicatesDropped++;
+      return;
+    }
+    seen.add(k);
+    planned.push({ key: k, index: planned.length, input });
+  });
+  return { rows: planned, duplicatesDropped };
+}

@@ -1,0 +1,272 @@
+import { describe, expect, it } from "vitest";
+import {
+  BARE_429_INTERVALS,
+  BARE_429_WAIT_MS,
+  BUDGET_MIN_RESET_MS,
+  CONCURRENCY_RETRY_MS,
+  EMPTY_SIGNAL,
+  GateLedger,
+  PROBE_RETRY_MS,
+  PROBE_TIMEOUT_MS,
+  SLOT_HORIZON_MS,
+  UNPACED_LEASE_MS,
+  type GateSignal,
+} from "./gate";
+import { DECLARED_RATE_DECREASE, LEARN_SETTLE_MS, MIN_RATE_FACTOR, RATE_DECREASE } from "./rate";
+import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
+
+const policy = (p: Partial<PacingPolicy> = {}): PacingPolicy => ({ requestsPerSecond: null, concurrency: null, batchParallelism: 4, ...p });
+
+/** Absolute start times of a grant. */
+const starts = (now: number, grant: { startInMs: number[] }) => grant.startInMs.map((o) => now + o);
+
+const signal = (s: Partial<GateSignal>): GateSignal => ({ ...EMPTY_SIGNAL, ...s });
+/** `count` answers of 429 asking for `retryAfterMs`. */
+const limited = (retryAfterMs: number, count = 1) => signal({ limited: count, retryAfterMs });
+
+/** A gate that has heard from its provider (past the probe), saying nothing of its limit. */
+function heardGate(p: PacingPolicy = policy()): GateLedger {
+  const gate = new GateLedger();
+  gate.report(p, { signal: signal({ probe: true }), now: 0 });
+  return gate;
+}
+
+describe("GateLedger: rate", () => {
+  it("spaces slots one interval apart across callers, at the utilization share of the declared rate", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    const interval = 1000 / (10 * PACE_UTILIZATION);
+    const a = starts(0, gate.acquire(p, { caller: "a", slots: 3, inFlight: 0, now: 0 }));
+    const b = starts(5, gate.acquire(p, { caller: "b", slots: 3, inFlight: 0, now: 5 }));
+    const all = [...a, ...b];
+    expect(all[0]).toBe(0);
+    for (let i = 1; i < all.length; i++) expect(all[i]! - all[i - 1]!).toBeCloseTo(interval, 6);
+  });
+
+  it("never hands out more than the provider's limit in any second, however callers interleave", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 20 });
+    const granted: number[] = [];
+    for (let now = 0; now < 5000; now += 37) {
+      for (const caller of ["a", "b", "c"]) granted.push(...starts(now, gate.acquire(p, { caller, slots: 4, inFlight: 0, now })));
+    }
+    granted.sort((x, y) => x - y);
+    // Over the whole run the rate is the utilization share of the limit.
+    expect(granted.length / ((granted.at(-1)! - granted[0]!) / 1000)).toBeCloseTo(20 * PACE_UTILIZATION, 0);
+    let most = 0;
+    for (let i = 0; i < granted.length; i++) {
+      const inWindow = granted.filter((t) => t >= granted[i]! && t < granted[i]! + 1000).length;
+      expect(inWindow).toBeLessThanOrEqual(20);
+      most = Math.max(most, inWindow);
+    }
+    // The gate reports the same bound (tests of whole runs read it over HTTP).
+    expect(gate.snapshot(p, 5000)).toMatchObject({ slotsGranted: granted.length, maxSlotsPerSecond: most });
+  });
+
+  it("grants at most one horizon ahead and says when to ask again", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 5 });
+    const first = gate.acquire(p, { caller: "a", slots: 100, inFlight: 0, now: 0 });
+    expect(first.startInMs.at(-1)!).toBeLessThanOrEqual(SLOT_HORIZON_MS);
+    const second = gate.acquire(p, { caller: "a", slots: 1, inFlight: 0, now: 0 });
+    expect(second.startInMs).toEqual([]);
+    expect(second.retryInMs).toBeGreaterThan(0);
+  });
+
+  it("grants every slot at once without a rate, and lets the caller go unpaced for a while", () => {
+    const gate = heardGate();
+    const grant = gate.acquire(policy(), { caller: "a", slots: 50, inFlight: 0, now: 100 });
+    expect(grant.startInMs).toEqual(Array(50).fill(0));
+    expect(grant.unpacedForMs).toBe(UNPACED_LEASE_MS);
+    expect(gate.acquire(policy({ requestsPerSecond: 5 }), { caller: "a", slots: 1, inFlight: 0, now: 100 }).unpacedForMs).toBe(0);
+    gate.report(policy(), { signal: limited(500), now: 200 });
+    expect(gate.acquire(policy(), { caller: "a", slots: 1, inFlight: 0, now: 300 }).unpacedForMs).toBe(0);
+  });
+});
+
+describe("GateLedger: first contact", () => {
+  it("sends one probe to a provider it has not heard from, and holds every other request until its answer", () => {
+    const gate = new GateLedger();
+    const p = policy();
+    const probe = gate.acquire(p, { caller: "a", slots: 30, inFlight: 0, now: 0 });
+    expect(probe).toMatchObject({ startInMs: [0], probe: true, unpacedForMs: 0 });
+    const held = gate.acquire(p, { caller: "b", slots: 30, inFlight: 0, now: 5 });
+    expect(held).toMatchObject({ startInMs: [], retryInMs: PROBE_RETRY_MS, probe: false });
+    expect(gate.acquire(p, { caller: "a", slots: 29, inFlight: 1, now: 6 }).startInMs).toEqual([]);
+    // The answer announces a quota: from the first burst on, requests are paced at it.
+    const announced = gate.acquire(p, {
+      caller: "b",
+      slots: 30,
+      inFlight: 0,
+      now: 60,
+      signal: signal({ probe: true, quota: { requests: 10, windowMs: 1000 } }),
+    });
+    expect(announced.probe).toBe(false);
+    expect(announced.startInMs[1]! - announced.startInMs[0]!).toBeCloseTo(1000 / (10 * PACE_UTILIZATION), 6);
+    expect(gate.snapshot(p, 60)).toMatchObject({ heard: true, announcedRequestsPerSecond: 10 });
+  });
+
+  it("goes on without the probe's answer after a while, and never probes when a rate is declared", () => {
+    const gate = new GateLedger();
+    gate.acquire(policy(), { caller: "a", slots: 1, inFlight: 0, now: 0 });
+    const after = gate.acquire(policy(), { caller: "b", slots: 5, inFlight: 0, now: PROBE_TIMEOUT_MS });
+    expect(after.startInMs).toEqual(Array(5).fill(0));
+    expect(
+      new GateLedger().acquire(policy({ requestsPerSecond: 10 }), { caller: "a", slots: 3, inFlight: 0, now: 0 }).startInMs,
+    ).toHaveLength(3);
+  });
+});
+
+describe("GateLedger: the provider's own signals", () => {
+  it("paces at an announced quota when no rate is declared; a declared rate wins", () => {
+    const gate = new GateLedger();
+    const quota = signal({ quota: { requests: 120, windowMs: 60_000 } });
+    const grant = gate.acquire(policy(), { caller: "a", slots: 3, inFlight: 0, now: 0, signal: quota });
+    expect(grant.startInMs[1]! - grant.startInMs[0]!).toBeCloseTo(1000 / (2 * PACE_UTILIZATION), 6);
+    expect(gate.snapshot(policy({ requestsPerSecond: 20 }), 0).effectiveRequestsPerSecond).toBeCloseTo(20 * PACE_UTILIZATION, 6);
+  });
+
+  it("takes a quota that names no window over the longest reset heard", () => {
+    const gate = new GateLedger();
+    gate.report(policy(), {
+      signal: signal({ quota: { requests: 50, windowMs: null }, remaining: { requests: 40, resetMs: 1000, ageMs: 0 } }),
+      now: 0,
+    });
+    expect(gate.snapshot(policy(), 0).announcedRequestsPerSecond).toBe(50);
+    gate.report(policy(), { signal: signal({ remaining: { requests: 30, resetMs: 10_000, ageMs: 0 } }), now: 10 });
+    expect(gate.snapshot(policy(), 10).announcedRequestsPerSecond).toBe(5);
+  });
+
+  it("pauses every caller until the reset when nothing is left, without lowering the rate", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    gate.report(p, { signal: signal({ remaining: { requests: 0, resetMs: 1000, ageMs: 20 } }), now: 100 });
+    const grant = gate.acquire(p, { caller: "b", slots: 2, inFlight: 0, now: 200 });
+    expect(starts(200, grant)[0]).toBeGreaterThanOrEqual(1100);
+    expect(gate.snapshot(p, 200)).toMatchObject({ rateFactor: 1, backpressureReports: 0 });
+  });
+
+  it("does not pause for nothing left when its own requests fill the quota's window: the schedule already waits for the oldest", () => {
+    const gate = new GateLedger();
+    const quota = { requests: 10, windowMs: 1000 };
+    const own = starts(0, gate.acquire(policy(), { caller: "a", slots: 10, inFlight: 0, now: 0, signal: signal({ quota }) }));
+    expect(own).toHaveLength(10);
+    const last = own.at(-1)!;
+    expect(gate.report(policy(), { signal: signal({ remaining: { requests: 0, resetMs: 1000, ageMs: 5 } }), now: last + 5 })).toEqual({
+      pausedForMs: 0,
+    });
+    // Another consumer spends the quota too (0 left while the gate's own requests fill half of it): every caller waits for the reset.
+    const shared = new GateLedger();
+    shared.acquire(policy(), { caller: "a", slots: 5, inFlight: 0, now: 0, signal: signal({ quota }) });
+    expect(shared.report(policy(), { signal: signal({ remaining: { requests: 0, resetMs: 1000, ageMs: 0 } }), now: 430 })).toEqual({
+      pausedForMs: 1000,
+    });
+  });
+
+  it("spends what is left no faster than the reset allows, counting the requests the provider has not seen yet", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 100 });
+    // 3 slots start after the answered request was sent (at 0): the provider's 5 left are 2 for new slots.
+    gate.acquire(p, { caller: "a", slots: 4, inFlight: 0, now: 0 });
+    gate.report(p, { signal: signal({ remaining: { requests: 5, resetMs: BUDGET_MIN_RESET_MS, ageMs: 30 } }), now: 30 });
+    const grant = starts(30, gate.acquire(p, { caller: "a", slots: 5, inFlight: 0, now: 30 }));
+    expect(grant.filter((at) => at < 30 + BUDGET_MIN_RESET_MS)).toHaveLength(2);
+    const later = gate.acquire(p, { caller: "a", slots: 3, inFlight: 0, now: 30 + BUDGET_MIN_RESET_MS - 500 });
+    expect(starts(30 + BUDGET_MIN_RESET_MS - 500, later).every((at) => at >= 30 + BUDGET_MIN_RESET_MS)).toBe(true);
+    // A reset under a second or two is too coarse to budget by (resets come in whole seconds): only 0 left pauses.
+    const coarse = new GateLedger();
+    coarse.report(p, { signal: signal({ remaining: { requests: 1, resetMs: 1000, ageMs: 0 } }), now: 0 });
+    expect(coarse.acquire(p, { caller: "a", slots: 5, inFlight: 0, now: 0 }).startInMs).toHaveLength(5);
+  });
+});
+
+describe("GateLedger: backpressure", () => {
+  it("pauses every caller until the Retry-After and lowers the rate once per second", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    gate.acquire(p, { caller: "a", slots: 1, inFlight: 0, now: 0 });
+    gate.report(p, { signal: limited(400), now: 100 });
+    // One 429 at a known rate is jitter: it pauses, and only 429s in a row lower the rate.
+    expect(gate.snapshot(p, 100).rateFactor).toBe(1);
+    gate.report(p, { signal: limited(400), now: 150 });
+    gate.report(p, { signal: limited(400), now: 160 });
+    expect(gate.snapshot(p, 160).rateFactor).toBeCloseTo(DECLARED_RATE_DECREASE, 6);
+    const other = gate.acquire(p, { caller: "b", slots: 2, inFlight: 0, now: 200 });
+    expect(starts(200, other)[0]).toBeGreaterThanOrEqual(550);
+    const interval = 1000 / (10 * PACE_UTILIZATION * DECLARED_RATE_DECREASE);
+    expect(other.startInMs[1]! - other.startInMs[0]!).toBeGreaterThanOrEqual(interval - 1);
+  });
+
+  it("pauses a few intervals of the pace for a 429 that names no wait, a second when nothing paces the provider", () => {
+    const paced = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    expect(paced.report(p, { signal: signal({ limited: 1 }), now: 0 }).pausedForMs).toBeCloseTo(
+      (BARE_429_INTERVALS * 1000) / (10 * PACE_UTILIZATION),
+      6,
+    );
+    expect(heardGate().report(policy(), { signal: signal({ limited: 1 }), now: 0 }).pausedForMs).toBe(BARE_429_WAIT_MS);
+  });
+
+  it("recovers the rate while no 429 arrives, and never drops below the floor", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    for (let i = 0; i < 20; i++) gate.report(p, { signal: limited(0), now: i * 2000 });
+    expect(gate.snapshot(p, 40_000).rateFactor).toBeGreaterThanOrEqual(MIN_RATE_FACTOR);
+    gate.acquire(p, { caller: "a", slots: 0, inFlight: 0, now: 200_000 });
+    expect(gate.snapshot(p, 200_000).rateFactor).toBe(1);
+  });
+
+  it("learns the limit of a provider that says nothing: the requests it admitted in the second before its 429s", () => {
+    const gate = heardGate();
+    const p = policy();
+    gate.acquire(p, { caller: "a", slots: 40, inFlight: 0, now: 0 });
+    gate.report(p, { signal: signal({ ...limited(100), unpacedStarts: 10 }), now: 10 });
+    // At once: slower than what was sent, until the 429s of the requests already out are counted.
+    expect(gate.snapshot(p, 10).learnedRequestsPerSecond).toBeCloseTo(50 * RATE_DECREASE, 6);
+    // After the Retry-After, and nothing leased past the measurement: the provisional rate is a guess.
+    const first = starts(20, gate.acquire(p, { caller: "b", slots: 50, inFlight: 0, now: 20 }));
+    expect(first[0]).toBeGreaterThanOrEqual(110);
+    expect(first.at(-1)).toBeLessThanOrEqual(10 + LEARN_SETTLE_MS);
+    expect(first.length).toBeLessThan(50);
+    gate.report(p, { signal: limited(100, 19), now: 30 });
+    // Settled: 50 sent, 20 refused, so the provider admits 30 a second; paced just under it.
+    const next = gate.acquire(p, { caller: "b", slots: 3, inFlight: 0, now: 10 + LEARN_SETTLE_MS });
+    expect(gate.snapshot(p, 10 + LEARN_SETTLE_MS).learnedRequestsPerSecond).toBe(30);
+    expect(next.startInMs[2]! - next.startInMs[1]!).toBeCloseTo(1000 / (30 * PACE_UTILIZATION), 6);
+    // Without 429s the learned limit creeps up, so a raised limit is found again.
+    gate.acquire(p, { caller: "b", slots: 0, inFlight: 0, now: 60_000 });
+    expect(gate.snapshot(p, 60_000).learnedRequestsPerSecond!).toBeGreaterThan(30);
+  });
+});
+
+describe("GateLedger: concurrency", () => {
+  it("never lets the units held sum past the limit", () => {
+    const p = policy({ concurrency: 10 });
+    const gate = heardGate(p);
+    const a = gate.acquire(p, { caller: "a", slots: 8, inFlight: 0, now: 0 });
+    const b = gate.acquire(p, { caller: "b", slots: 8, inFlight: 0, now: 0 });
+    expect(a.units! + b.units!).toBeLessThanOrEqual(10);
+    expect(b.startInMs.length).toBe(b.units);
+  });
+
+  it("tells a caller without units to ask again soon, and trims the others to a fair share as they renew", () => {
+    const p = policy({ concurrency: 10 });
+    const gate = heardGate(p);
+    gate.acquire(p, { caller: "a", slots: 10, inFlight: 0, now: 0 });
+    const starved = gate.acquire(p, { caller: "b", slots: 5, inFlight: 0, now: 1 });
+    expect(starved.units).toBe(0);
+    expect(starved.retryInMs).toBe(CONCURRENCY_RETRY_MS);
+    const renewed = gate.acquire(p, { caller: "a", slots: 10, inFlight: 3, now: 2 });
+    expect(renewed.units).toBe(5);
+    expect(gate.acquire(p, { caller: "b", slots: 5, inFlight: 0, now: 3 }).units).toBe(5);
+  });
+
+  it("returns a caller's units on release and when its lease lapses", () => {
+    const p = policy({ concurrency: 4 });
+    const gate = heardGate(p);
+    gate.acquire(p, { caller: "a", slots: 4, inFlight: 0, now: 0 });
+    gate.release("a");
+    expect(gate.acquire(p, { caller: "b", slots: 4, inFlight: 0, now: 1 }).units).toBe(4);
+    expect(gate.snapshot(p, 60_000).unitsHeld).toBe(0);
+  });
+});

@@ -1,0 +1,154 @@
+import { describe, expect, it } from "vitest";
+import { EMPTY_SIGNAL, GateLedger, type GateSignal } from "./gate";
+import { Pacer, type GateClient } from "./pacer";
+import { pacingPolicyFor, PACE_UTILIZATION, type PacingPolicy } from "./policy";
+import { NO_SIGNALS } from "./signals";
+
+/** A gate in memory, counting the calls a pacer makes to it and keeping what they carried. */
+function fakeGate(policy: PacingPolicy, options: { heard?: boolean } = {}) {
+  const ledger = new GateLedger();
+  // Past the probe unless a test is about it.
+  if (options.heard !== false) ledger.report(policy, { signal: { ...EMPTY_SIGNAL, probe: true }, now: Date.now() });
+  const calls = { acquire: 0, report: 0, release: 0 };
+  const told: GateSignal[] = [];
+  const gate: GateClient = {
+    acquire: async (r) => {
+      calls.acquire++;
+      told.push(r.signal);
+      return ledger.acquire(policy, { ...r, now: Date.now() });
+    },
+    report: async (r) => {
+      calls.report++;
+      told.push(r.signal);
+      return ledger.report(policy, { ...r, now: Date.now() });
+    },
+    release: async (r) => {
+      calls.release++;
+      ledger.release(r.caller);
+    },
+  };
+  return { gate, calls, ledger, told };
+}
+
+const pacer = (gate: GateClient, policy: PacingPolicy) => new Pacer({ gate, caller: "c", policy, now: Date.now, log: () => {} });
+
+describe("Pacer", () => {
+  it("leases many slots in one gate call", async () => {
+    const policy = pacingPolicyFor("sim");
+    const { gate, calls } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    const slots = await Promise.all(Array.from({ length: 30 }, () => p.slot(signal)));
+    expect(slots).toHaveLength(30);
+    expect(calls.acquire).toBe(1);
+    for (const slot of slots) slot.release();
+    await p.close();
+    expect(calls.release).toBe(1);
+  });
+
+  it("asks the gate about once a second while nothing paces the provider", async () => {
+    const policy = pacingPolicyFor("sim");
+    const { gate, calls } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    for (let i = 0; i < 100; i++) (await p.slot(signal)).release();
+    expect(calls.acquire).toBe(1);
+  });
+
+  it("keeps its requests in flight within the units it holds", async () => {
+    const policy: PacingPolicy = { requestsPerSecond: null, concurrency: 3, batchParallelism: 1 };
+    const { gate } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    let inFlight = 0;
+    let most = 0;
+    await Promise.all(
+      Array.from({ length: 12 }, async () => {
+        const slot = await p.slot(signal);
+        most = Math.max(most, ++inFlight);
+        await new Promise((r) => setTimeout(r, 2));
+        inFlight--;
+        slot.release();
+      }),
+    );
+    expect(most).toBeLessThanOrEqual(3);
+    await p.close();
+  });
+
+  it("reports a 429 to the gate and drops the slots leased before it", async () => {
+    const policy: PacingPolicy = { requestsPerSecond: 1000, concurrency: null, batchParallelism: 1 };
+    const { gate, calls } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    (await p.slot(signal)).release();
+    await p.backpressure(30);
+    expect(calls.report).toBe(1);
+    const before = Date.now();
+    (await p.slot(signal)).release();
+    expect(Date.now() - before).toBeGreaterThanOrEqual(25);
+  });
+
+  it("rejects a waiter whose signal aborts, and fails waiters retryably when the gate is unreachable", async () => {
+    const policy = pacingPolicyFor("sim");
+    const never: GateClient = { acquire: () => new Promise(() => {}), report: async () => ({ pausedForMs: 0 }), release: async () => {} };
+    const controller = new AbortController();
+    const waiting = pacer(never, policy).slot(controller.signal);
+    controller.abort(new Error("stop"));
+    await expect(waiting).rejects.toThrow("stop");
+
+    const broken: GateClient = {
+      acquire: async () => Promise.reject(new Error("down")),
+      report: async () => ({ pausedForMs: 0 }),
+      release: async () => {},
+    };
+    await expect(pacer(broken, policy).slot(new AbortController().signal)).rejects.toMatchObject({
+      code: "pacing_unavailable",
+      retryable: true,
+    });
+  });
+
+  it("probes a provider it has not heard from: one request first, its answer told at once, then the rest paced by it", async () => {
+    const policy = pacingPolicyFor("sim");
+    const { gate, calls, ledger } = fakeGate(policy, { heard: false });
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    const first = await p.slot(signal);
+    const rest = Array.from({ length: 5 }, () => p.slot(signal));
+    await new Promise((r) => setTimeout(r, 60));
+    expect(calls.report).toBe(0);
+    first.release({ ...NO_SIGNALS, quota: { requests: 100, windowMs: 1000 } });
+    const slots = await Promise.all(rest);
+    expect(calls.report).toBe(1);
+    expect(ledger.snapshot(policy, Date.now())).toMatchObject({ heard: true, announcedRequestsPerSecond: 100 });
+    expect(ledger.snapshot(policy, Date.now()).effectiveRequestsPerSecond).toBeCloseTo(100 * PACE_UTILIZATION, 6);
+    for (const slot of slots) slot.release();
+    await p.close();
+  });
+
+  it("carries what answers said with its next lease, and tells the gate at once when nothing is left", async () => {
+    const policy: PacingPolicy = { requestsPerSecond: 1000, concurrency: null, batchParallelism: 1 };
+    const { gate, calls, told } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    (await p.slot(signal)).release({ ...NO_SIGNALS, remaining: { requests: 7, resetMs: 1000 } });
+    expect(calls.report).toBe(0);
+    (await p.slot(signal)).release();
+    expect(told.at(-1)?.remaining).toMatchObject({ requests: 7, resetMs: 1000 });
+
+    (await p.slot(signal)).release({ ...NO_SIGNALS, remaining: { requests: 0, resetMs: 40 } });
+    expect(calls.report).toBe(1);
+    const before = Date.now();
+    (await p.slot(signal)).release();
+    expect(Date.now() - before).toBeGreaterThanOrEqual(30);
+  });
+
+  it("counts a 429 whose wait the gate already knows, and tells it with the next call instead of calling again", async () => {
+    const policy: PacingPolicy = { requestsPerSecond: 1000, concurrency: null, batchParallelism: 1 };
+    const { gate, calls, told } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    await Promise.all([p.backpressure(40), p.backpressure(40), p.backpressure(40)]);
+    expect(calls.report).toBe(1);
+    (await p.slot(new AbortController().signal)).release();
+    expect(told.reduce((sum, s) => sum + s.limited, 0)).toBe(3);
+  });
+});

@@ -1,0 +1,329 @@
+/**
+ * The caller's side of a pacing gate: one `Pacer` per (invocation, provider).
+ * Calls wait here for a slot; the pacer leases slots and concurrency units
+ * from the gate in bulk (one gate call for many provider requests) and hands
+ * them out in order, each at its start time. What the provider's answers say
+ * about its limit (`PacerSlot.release`) and its 429s (`backpressure`) go to
+ * the gate with the next lease, or at once when they cannot wait.
+ */
+import { ToolCallError } from "../../play/tool-error";
+import { messageOf } from "../../core/errors";
+import type { GateSignal, Grant } from "./gate";
+import type { PacingPolicy } from "./policy";
+import type { Quota, RateLimitSignals } from "./signals";
+
+/** The gate as a pacer needs it (the PacingGate stub, bound to one provider). */
+export interface GateClient {
+  acquire(request: { caller: string; slots: number; inFlight: number; units: number; signal: GateSignal }): Promise<Grant>;
+  report(request: { signal: GateSignal }): Promise<{ pausedForMs: number }>;
+  release(request: { caller: string }): Promise<void>;
+}
+
+/** One provider request's permission to go: release it when the request ends. */
+export interface PacerSlot {
+  /**
+   * The request ended; `answer` is what the provider's answer said about its
+   * rate limit (null: nothing, or there was no answer). Idempotent.
+   */
+  release(answer?: RateLimitSignals | null): void;
+}
+
+/** The gate to lease from, this caller's id, and the policy assumed until the gate answers. */
+export interface PacerOptions {
+  gate: GateClient;
+  /** Unique per invocation of a run. */
+  caller: string;
+  /** Assumed until the gate's first answer. */
+  policy: PacingPolicy;
+  now(): number;
+  log(line: string): void;
+}
+
+interface Waiter {
+  resolve(slot: PacerSlot): void;
+  reject(error: unknown): void;
+  signal: AbortSignal;
+  onAbort(): void;
+}
+
+/** Units asked for beyond the requests waiting, so a trickle of calls does not ask the gate each time. */
+const UNIT_HEADROOM = 16;
+/** A pacer refused concurrency units asks the gate again after this long. */
+const UNIT_RETRY_MS = 50;
+/** Idle this long with units held, the pacer gives them back. */
+const IDLE_RELEASE_MS = 250;
+/** A 429 whose wait ends within this of the pause already reported is only counted, not reported again at once. */
+const REPORT_COALESCE_MS = 50;
+
+/**
+ * What the pacer heard since its last gate call, in local times (the wait a
+ * 429 asked for ends at `waitUntil`; `remaining` keeps when its request was
+ * sent), turned into durations when the gate is told.
+ */
+interface Heard {
+  limited: number;
+  unpacedStarts: number;
+  waitUntil: number | null;
+  quota: Quota | null;
+  remaining: { requests: number; resetMs: number | null; sentAt: number } | null;
+  probe: boolean;
+}
+
+const nothingHeard = (): Heard => ({ limited: 0, unpacedStarts: 0, waitUntil: null, quota: null, remaining: null, probe: false });
+
+/** Hands out pacing slots in order; see the module comment. */
+export class Pacer {
+  #o: PacerOptions;
+  #policy: PacingPolicy;
+  /** Leased slot start times (local clock), ascending. */
+  #stock: number[] = [];
+  /** Concurrency units held; 0 until the gate grants some, null when unlimited. */
+  #units: number | null = 0;
+  #inFlight = 0;
+  #waiters: Waiter[] = [];
+  #leasing = false;
+  #retryTimer: ReturnType<typeof setTimeout> | null = null;
+  #idleTimer: ReturnType<typeof setTimeout> | null = null;
+  /** Slots that start before this were leased before a 429: they are dropped. */
+  #pausedUntil = 0;
+  /** Until this local time the gate said nothing paces the provider: requests need only a unit. */
+  #unpacedUntil = 0;
+  /** The next slot handed out is the gate's probe: its answer is reported at once. */
+  #probeNext = false;
+  #heard: Heard = nothingHeard();
+  /** The quota last told to the gate: a different one is news worth a call of its own. */
+  #quotaTold: Quota | null = null;
+  /** A report is on its way; news meanwhile sets `#tellAgain`. */
+  #telling = false;
+  #tellAgain = false;
+
+  constructor(options: PacerOptions) {
+    this.#o = options;
+    this.#policy = options.policy;
+  }
+
+  /** The policy the gate answered with last (the default before its first answer). */
+  get policy(): PacingPolicy {
+    return this.#policy;
+  }
+
+  /** Waits for a slot (its start time and a concurrency unit). */
+  slot(signal: AbortSignal): Promise<PacerSlot> {
+    signal.throwIfAborted();
+    return new Promise<PacerSlot>((resolve, reject) => {
+      const waiter: Waiter = {
+        resolve,
+        reject,
+        signal,
+        onAbort: () => {
+          this.#waiters = this.#waiters.filter((w) => w !== waiter);
+          reject(signal.reason);
+        },
+      };
+      signal.addEventListener("abort", waiter.onAbort, { once: true });
+      this.#waiters.push(waiter);
+      this.#pump();
+    });
+  }
+
+  /**
+   * The provider answered 429 (or what its tool classifies as one), asking
+   * for `retryAfterMs` (null: it did not say): drop the slots leased before
+   * the wait ends and tell the gate, which pauses and slows every caller of
+   * the provider. A 429 whose wait the gate has already been told of is only
+   * counted, and told with the next call.
+   */
+  async backpressure(retryAfterMs: number | null): Promise<void> {
+    const now = this.#o.now();
+    // A 429 naming no wait is paused for as long as the gate decides (its answer to the report).
+    const news = retryAfterMs === null ? this.#pausedUntil <= now : now + retryAfterMs > this.#pausedUntil + REPORT_COALESCE_MS;
+    if (retryAfterMs !== null) this.#pause(now + retryAfterMs);
+    this.#heard.limited++;
+    if (retryAfterMs !== null) this.#heard.waitUntil = Math.max(this.#heard.waitUntil ?? 0, now + retryAfterMs);
+    if (news) await this.#tell();
+  }
+
+  /** Gives the concurrency units back (end of the invocation). */
+  async close(): Promise<void> {
+    if (this.#idleTimer) clearTimeout(this.#idleTimer);
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    if (this.#units === 0) return;
+    this.#units = 0;
+    await this.#o.gate.release({ caller: this.#o.caller });
+  }
+
+  #pump(): void {
+    if (this.#idleTimer) {
+      clearTimeout(this.#idleTimer);
+      this.#idleTimer = null;
+    }
+    while (this.#waiters.length > 0) {
+      const unitFree = this.#units === null || this.#inFlight < this.#units;
+      const unpaced = this.#o.now() < this.#unpacedUntil;
+      if ((this.#stock.length === 0 && !unpaced) || !unitFree) {
+        this.#lease();
+        return;
+      }
+      const leased = this.#stock.shift();
+      const at = leased ?? this.#o.now();
+      const probe = leased !== undefined && this.#probeNext;
+      if (probe) this.#probeNext = false;
+      if (leased === undefined) this.#heard.unpacedStarts++;
+      const waiter = this.#waiters.shift()!;
+      this.#inFlight++;
+      const delay = at - this.#o.now();
+      if (delay <= 0) this.#grant(waiter, at, probe);
+      else setTimeout(() => this.#grant(waiter, at, probe), delay);
+    }
+  }
+
+  /** Hands a slot over at its start time, unless a 429 arrived meanwhile (then the waiter queues again). */
+  #grant(waiter: Waiter, at: number, probe: boolean): void {
+    if (waiter.signal.aborted || at < this.#pausedUntil) {
+      this.#inFlight--;
+      if (!waiter.signal.aborted) this.#waiters.unshift(waiter);
+      // The probe was never sent: say so, or every caller waits for its answer until the gate gives up on it.
+      if (probe) this.#answered(null, at, true);
+      this.#pump();
+      return;
+    }
+    waiter.signal.removeEventListener("abort", waiter.onAbort);
+    let released = false;
+    waiter.resolve({
+      release: (answer) => {
+        if (released) return;
+        released = true;
+        this.#inFlight--;
+        this.#answered(answer ?? null, at, probe);
+        this.#pump();
+        this.#armIdleRelease();
+      },
+    });
+  }
+
+  /**
+   * Keeps what an answer said for the next gate call, or tells the gate at
+   * once when it cannot wait: the probe's answer, a quota the gate has not
+   * heard, nothing left (the gate decides whether every caller pauses). An
+   * answer with a Retry-After is a rate limit whose wait governs: its
+   * remaining count is not read.
+   */
+  #answered(answer: RateLimitSignals | null, sentAt: number, probe: boolean): void {
+    let urgent = probe;
+    if (probe) this.#heard.probe = true;
+    if (answer?.quota) {
+      this.#heard.quota = answer.quota;
+      urgent ||= !sameQuota(answer.quota, this.#quotaTold);
+    }
+    if (answer?.remaining && answer.retryAfterMs === null) {
+      this.#heard.remaining = { ...answer.remaining, sentAt };
+      urgent ||= answer.remaining.requests === 0 && answer.remaining.resetMs !== null;
+    }
+    if (urgent) void this.#tell();
+  }
+
+  #pause(until: number): void {
+    this.#pausedUntil = Math.max(this.#pausedUntil, until);
+    this.#unpacedUntil = 0;
+    this.#stock = this.#stock.filter((at) => at >= this.#pausedUntil);
+  }
+
+  /** What the pacer heard since its last gate call, as the gate takes it; the record starts afresh. */
+  #takeHeard(): GateSignal {
+    const { remaining, waitUntil, ...heard } = this.#heard;
+    this.#heard = nothingHeard();
+    if (heard.quota) this.#quotaTold = heard.quota;
+    const now = this.#o.now();
+    return {
+      ...heard,
+      retryAfterMs: waitUntil === null ? null : Math.max(0, waitUntil - now),
+      remaining: remaining && { requests: remaining.requests, resetMs: remaining.resetMs, ageMs: Math.max(0, now - remaining.sentAt) },
+    };
+  }
+
+  /**
+   * Tells the gate now, and drops the slots leased before a pause it answers
+   * with. One report at a time: what arrives meanwhile (a burst of 429s) goes
+   * in one more. A failure is logged (the provider says it again).
+   */
+  async #tell(): Promise<void> {
+    if (this.#telling) {
+      this.#tellAgain = true;
+      return;
+    }
+    this.#telling = true;
+    try {
+      do {
+        this.#tellAgain = false;
+        const { pausedForMs } = await this.#o.gate.report({ signal: this.#takeHeard() });
+        if (pausedForMs > 0) this.#pause(this.#o.now() + pausedForMs);
+      } while (this.#tellAgain);
+    } catch (error) {
+      this.#o.log(`could not tell the pacing gate what the provider said: ${messageOf(error)}`);
+    } finally {
+      this.#telling = false;
+    }
+  }
+
+  /** Asks the gate for slots and units; deferred a microtask so a burst of waiters shares one call. */
+  #lease(): void {
+    if (this.#leasing || this.#retryTimer) return;
+    this.#leasing = true;
+    queueMicrotask(() => this.#acquire());
+  }
+
+  #acquire(): void {
+    const slots = Math.max(0, this.#waiters.length - this.#stock.length);
+    const units = this.#inFlight + this.#waiters.length + UNIT_HEADROOM;
+    this.#o.gate.acquire({ caller: this.#o.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
+      (grant) => {
+        this.#leasing = false;
+        const now = this.#o.now();
+        this.#policy = grant.policy;
+        this.#units = grant.units;
+        this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
+        // The probe starts at once (offset 0) and the stock is empty until the provider is heard: it is the next slot out.
+        if (grant.probe && grant.startInMs.length > 0) this.#probeNext = true;
+        for (const offset of grant.startInMs) if (now + offset >= this.#pausedUntil) this.#stock.push(now + offset);
+        // Without a free unit, wait for one of ours to end (release pumps) or for others' to lapse (the timer).
+        const blocked = this.#units !== null && this.#inFlight >= this.#units;
+        if (blocked || grant.retryInMs !== null) {
+          this.#retryTimer = setTimeout(
+            () => {
+              this.#retryTimer = null;
+              this.#pump();
+            },
+            Math.max(grant.retryInMs ?? 0, blocked ? UNIT_RETRY_MS : 0),
+          );
+        }
+        this.#pump();
+      },
+      (error: unknown) => {
+        this.#leasing = false;
+        this.#o.log(`pacing gate unreachable: ${messageOf(error)}; the calls waiting for it fail retryably`);
+        const failure = new ToolCallError({
+          code: "pacing_unavailable",
+          message: `the pacing gate could not be reached: ${messageOf(error)}`,
+          retryable: true,
+        });
+        for (const waiter of this.#waiters.splice(0)) {
+          waiter.signal.removeEventListener("abort", waiter.onAbort);
+          waiter.reject(failure);
+        }
+      },
+    );
+  }
+
+  #armIdleRelease(): void {
+    if (this.#inFlight > 0 || this.#waiters.length > 0 || this.#units === 0 || this.#units === null || this.#idleTimer) return;
+    this.#idleTimer = setTimeout(() => {
+      this.#idleTimer = null;
+      if (this.#inFlight > 0 || this.#waiters.length > 0) return;
+      this.close().catch((error: unknown) => this.#o.log(`could not return pacing units (they lapse by themselves): ${messageOf(error)}`));
+    }, IDLE_RELEASE_MS);
+  }
+}
+
+function sameQuota(a: Quota, b: Quota | null): boolean {
+  return b !== null && a.requests === b.requests && a.windowMs === b.windowMs;
+}

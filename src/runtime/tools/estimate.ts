@@ -1,0 +1,310 @@
+/**
+ * What a run would bill now, without starting it or calling a provider
+ * (`POST /v1/runs/estimate`). The play runs against an estimating context:
+ * `ctx.map` asks the sheets which rows it would reuse, and the other rows'
+ * field functions run with a `tool()` that asks the receipts. A reused
+ * receipt returns its stored output, so later calls that depend on it are
+ * known too; a call with no receipt is a new, billed request at the tool's
+ * price, and the rest of its row cannot be known (its output does not exist
+ * yet). Those unknown remainders are estimated from the play's past runs
+ * (each tool's billed requests per computed row): a range, where everything
+ * else is exact.
+ *
+ * Assumed, and documented for play authors: a field function's new tool call
+ * is its last call (so a row whose only new call is in its last field is
+ * known exactly). Child plays, waits and fetch end the estimate of the play
+ * where they are called (their cost is not estimated).
+ */
+import { AuthScopes } from "./auth-scope";
+import { priceOf } from "./spend";
+import type {
+  DatasetHandle,
+  FieldSet,
+  MapOptions,
+  PlayContext,
+  PlayDefinition,
+  Row,
+  RowContext,
+  ToolCallOptions,
+  ToolDefinition,
+} from "../../play/types";
+import type { PlayStats } from "../../stores/org-spend-store";
+import { toCredits, toMicros } from "../../stores/spend-store";
+import { messageOf, TroupeError } from "../../core/errors";
+import type { PeekedReceipt } from "../../contracts/shards";
+import type { RuntimePolicy } from "../../core/policy";
+import { receiptKey } from "./receipt-keys";
+import { planRows } from "../map/row-keys";
+import { SubrequestMeter } from "../../core/meter";
+import { ReceiptClient, SheetClient } from "../../clients/shards";
+
+/** What `POST /v1/runs/estimate` answers (API.md "Spend"). */
+export interface Estimate {
+  rows: { total: number; reusable: number; toCompute: number };
+  /** Per tool: requests answered from receipts (no bill) and new, billed requests known now. */
+  calls: Record<string, { reused: number; new: number }>;
+  /** Credits: `low` is what the known new requests cost; `high` is null where nothing bounds the unknown part. */
+  spend: { low: number; expected: number; high: number | null };
+  /** True when every request's input was known: then `low == expected == high` is what the run bills. */
+  exact: boolean;
+  /** Why the estimate is a range, in words. */
+  notes: string[];
+}
+
+export interface EstimateOptions {
+  env: Env;
+  org: string;
+  play: PlayDefinition;
+  input: unknown;
+  force: boolean;
+  forceToolRefresh: boolean;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  policy: RuntimePolicy;
+  /** The play's past completed runs (from the org's directory). */
+  history: PlayStats;
+  now(): number;
+}
+
+/** Rows of one map whose field functions run at once, and so share each receipt lookup. */
+const WAVE_ROWS = 500;
+
+/** Ends a row's estimate at its first new request: what follows depends on an output that does not exist yet. */
+class RowUnknown extends Error {}
+/** Ends the play's estimate at a child play, a wait or a fetch. */
+class PlayStopped extends Error {}
+
+/** The sheets or receipts could not be asked: there is no estimate (HTTP 503; ask again). */
+export class EstimateUnavailable extends TroupeError {
+  constructor(cause: unknown) {
+    super("estimate_unavailable", `could not read the datasets or receipts to estimate from (${messageOf(cause)}); try again`, {
+      status: 503,
+      cause,
+    });
+  }
+}
+
+export async function estimateRun(o: EstimateOptions): Promise<Estimate> {
+  const estimator = new Estimator(o);
+  const ctx = estimator.context();
+  try {
+    await o.play.run(ctx, o.input);
+  } catch (error) {
+    if (error instanceof EstimateUnavailable) throw error;
+    if (error instanceof PlayStopped) estimator.note(error.message);
+    else
+      estimator.note(
+        `the play stopped with an error before its end (${messageOf(error).slice(0, 200)}): later maps and calls are not estimated`,
+      );
+  }
+  return estimator.result();
+}
+
+class Estimator {
+  #o: EstimateOptions;
+  #meter = new SubrequestMeter();
+  #scopes: AuthScopes;
+  #receipts: ReceiptClient;
+  #rows = { total: 0, reusable: 0, toCompute: 0 };
+  #calls: Record<string, { reused: number; new: number }> = {};
+  #knownMicros = 0;
+  #expectedExtraMicros = 0;
+  #highExtraMicros: number | null = 0;
+  #unknownRows = 0;
+  #notes: string[] = [];
+  /** Receipt lookups waiting to go out together. */
+  #lookups: { key: string; resolve(receipt: PeekedReceipt): void; reject(error: unknown): void }[] = [];
+  #flush: ReturnType<typeof setTimeout> | null = null;
+
+  constructor(options: EstimateOptions) {
+    this.#o = options;
+    this.#scopes = new AuthScopes({ env: options.env });
+    this.#receipts = new ReceiptClient({
+      env: options.env,
+      org: options.org,
+      shardCount: options.policy.receiptShards,
+      meter: this.#meter,
+    });
+  }
+
+  note(line: string): void {
+    if (!this.#notes.includes(line)) this.#notes.push(line);
+  }
+
+  context(): PlayContext {
+    const stop = (what: string) => () =>
+      Promise.reject(new PlayStopped(`${what} is not estimated: the play's estimate ends where it is called`));
+    return {
+      runId: "estimate",
+      org: this.#o.org,
+      map: (name, rows, fields, options) => this.#map(name, rows, fields, options),
+      tool: <T>(toolId: string, input: unknown, options?: ToolCallOptions) => this.#playTool(toolId, input, options) as Promise<T>,
+      log: () => {},
+      runPlay: stop("ctx.runPlay"),
+      waitForEvent: stop("ctx.waitForEvent"),
+      sleep: stop("ctx.sleep"),
+      fetch: stop("ctx.fetch"),
+    } as PlayContext;
+  }
+
+  result(): Estimate {
+    if (this.#unknownRows > 0) {
+      const basis =
+        this.#o.history.runs > 0
+          ? `estimated from ${this.#o.history.runs} past runs of ${this.#o.play.name} (${this.#o.history.rowsComputed} rows computed)`
+          : `no past run of ${this.#o.play.name} to estimate them from`;
+      this.note(`${this.#unknownRows} rows make calls whose inputs depend on outputs not bought yet; ${basis}`);
+    }
+    const low = this.#knownMicros;
+    const high = this.#highExtraMicros === null ? null : toCredits(low + this.#highExtraMicros);
+    return {
+      rows: this.#rows,
+      calls: this.#calls,
+      spend: { low: toCredits(low), expected: toCredits(low + this.#expectedExtraMicros), high },
+      exact: this.#notes.length === 0,
+      notes: this.#notes,
+    };
+  }
+
+  async #map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    const plan = await planRows(rows, options.key);
+    const { env, org, play, policy } = this.#o;
+    // The count a run would record; a dataset that does not exist yet is created with it, as the run would.
+    let reusable: Set<string>;
+    try {
+      const shardCount = await SheetClient.ensureDataset({
+        env,
+        org,
+        play: play.name,
+        dataset: name,
+        shardCount: policy.sheetShards,
+        meter: this.#meter,
+      });
+      const sheets = new SheetClient({ env, meter: this.#meter, location: { org, play: play.name, dataset: name, shardCount } });
+      reusable = await sheets.peekRows(plan.rows, this.#o.force || this.#o.forceToolRefresh);
+    } catch (error) {
+      throw new EstimateUnavailable(error);
+    }
+    const compute = plan.rows.filter((row) => !reusable.has(row.key));
+    this.#rows.total += plan.rows.length;
+    this.#rows.reusable += reusable.size;
+    this.#rows.toCompute += compute.length;
+    const names = Object.keys(fields);
+    for (let i = 0; i < compute.length; i += WAVE_ROWS) {
+      await Promise.all(compute.slice(i, i + WAVE_ROWS).map((row) => this.#row(row.key, row.input, fields, names)));
+    }
+    return {
+      name,
+      total: plan.rows.length,
+      // The estimate assumes every row completes.
+      completed: plan.rows.length,
+      failed: 0,
+      duplicatesDropped: plan.duplicatesDropped,
+      rows: async () => [],
+    } as DatasetHandle;
+  }
+
+  /** Runs one row's fields until its first new request (or a failure the receipts remember). */
+  async #row(key: string, input: Row, fields: FieldSet, names: string[]): Promise<void> {
+    const row: Row = { ...input };
+    const called = new Set<string>();
+    const ctx = {
+      rowKey: key,
+      signal: new AbortController().signal,
+      tool: (toolId: string, toolInput: unknown, options?: ToolCallOptions) => this.#call(toolId, toolInput, options, called),
+      log: () => {},
+      runPlay: () => Promise.reject(new RowUnknown("child play")),
+      fetch: () => Promise.reject(new RowUnknown("fetch")),
+    } as unknown as RowContext;
+    for (let i = 0; i < names.length; i++) {
+      try {
+        const value = await fields[names[i]!]!(row, ctx);
+        row[names[i]!] = value === undefined ? null : value;
+      } catch (error) {
+        if (error instanceof EstimateUnavailable) throw error;
+        // A new request in the last field ends the row: nothing after it is assumed to call a provider.
+        if (error instanceof RowUnknown && i < names.length - 1) this.#unknownRemainder(called);
+        // Any other throw fails the row in a run too: it makes no further call.
+        return;
+      }
+    }
+  }
+
+  /** A row's fields after its first new request: priced from the play's history, tools it already called excluded. */
+  #unknownRemainder(called: Set<string>): void {
+    this.#unknownRows++;
+    const { history } = this.#o;
+    if (history.rowsComputed === 0) {
+      this.#highExtraMicros = null;
+      return;
+    }
+    for (const [tool, stats] of Object.entries(history.tools)) {
+      if (called.has(tool) || stats.calls === 0) continue;
+      const perRow = stats.calls / history.rowsComputed;
+      const price = stats.micros / stats.calls;
+      this.#expectedExtraMicros += Math.round(perRow * price);
+      if (this.#highExtraMicros !== null) this.#highExtraMicros += Math.round(Math.ceil(perRow) * price);
+    }
+  }
+
+  async #playTool(toolId: string, input: unknown, options: ToolCallOptions | undefined): Promise<unknown> {
+    try {
+      return await this.#call(toolId, input, options, new Set());
+    } catch (error) {
+      if (error instanceof RowUnknown) throw new PlayStopped(`the play's own call of ${toolId} is new: what follows it is not estimated`);
+      throw error;
+    }
+  }
+
+  /** One `ctx.tool` call: reused from its receipt (its output returned), or a new billed request (the row stops there). */
+  async #call(toolId: string, input: unknown, options: ToolCallOptions = {}, called: Set<string>): Promise<unknown> {
+    const tool = this.#o.tools.get(toolId);
+    if (!tool) throw new Error(`unknown tool ${toolId}`);
+    const parsed = tool.input.safeParse(input);
+    if (!parsed.success) throw new Error(`invalid input for ${toolId}`);
+    this.#calls[toolId] ??= { reused: 0, new: 0 };
+    const counts = this.#calls[toolId];
+    called.add(toolId);
+    const fresh = () => {
+      counts.new++;
+      this.#knownMicros += toMicros(priceOf(tool, parsed.data));
+      return new RowUnknown(toolId);
+    };
+    if (this.#o.forceToolRefresh || options.force === true) throw fresh();
+    const scope = await this.#scopes.digest(tool);
+    const key = await receiptKey({
+      org: this.#o.org,
+      toolId,
+      toolVersion: tool.version,
+      input: parsed.data,
+      authScope: scope,
+      staleAfterSeconds: options.staleAfterSeconds,
+      nowMs: this.#o.now(),
+    });
+    const receipt = await this.#lookup(key);
+    if (receipt.state === "new") throw fresh();
+    counts.reused++;
+    // A failure the receipt remembers fails the row again, without a request.
+    if (receipt.state === "failed") throw new Error(`${toolId} failed before`);
+    return receipt.output;
+  }
+
+  /** Looks a receipt up together with every other lookup made in the same turn (one call per shard). */
+  #lookup(key: string): Promise<PeekedReceipt> {
+    return new Promise((resolve, reject) => {
+      this.#lookups.push({ key, resolve, reject });
+      this.#flush ??= setTimeout(() => void this.#sendLookups(), 0);
+    });
+  }
+
+  async #sendLookups(): Promise<void> {
+    const batch = this.#lookups;
+    this.#lookups = [];
+    this.#flush = null;
+    try {
+      const found = await this.#receipts.peek(batch.map((l) => l.key));
+      for (const lookup of batch) lookup.resolve(found.get(lookup.key) ?? { key: lookup.key, state: "new" });
+    } catch (error) {
+      for (const lookup of batch) lookup.reject(new EstimateUnavailable(error));
+    }
+  }
+}

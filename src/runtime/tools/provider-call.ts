@@ -1,0 +1,128 @@
+/**
+ * One provider request (a single call or one batch), as the engine makes it:
+ * it waits for a pacing slot, passes the fault seam, classifies a failure,
+ * hands what the answer's headers say about the provider's rate limit to the
+ * pacer (and 429s as backpressure), and retries retryable failures in
+ * process with escalating delays within the run's retry budget. Every retry
+ * and every 429 is counted on the meter.
+ */
+import { ToolCallError } from "../../play/tool-error";
+import type { SubrequestMeter } from "../../core/meter";
+import type { Pacer } from "../pacing/pacer";
+import { AnswerSignals, readRateLimitSignals } from "../pacing/signals";
+import { messageOf } from "../../core/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
+import { sleep } from "../../core/time";
+import type { ReceiptError } from "../../contracts/shards";
+import type { FaultProbe } from "../../clients/faults";
+import { mayRetry, retryDelayMs, type RetryBudget, type RetryClass, type RetryPolicy } from "../../core/backoff";
+
+/** What one provider request needs: its tool's pacer, the run's budget, the fault seam, the retry policy. */
+export interface ProviderCallContext {
+  toolId: string;
+  pacer: Pacer;
+  budget: RetryBudget;
+  faults: FaultProbe;
+  retry: RetryPolicy;
+  signal: AbortSignal;
+  meter: SubrequestMeter;
+  log(line: string): void;
+  /** The tool's own reading of a failure as a rate limit (`ToolDefinition.isRateLimit`). */
+  isRateLimit?(error: unknown): boolean;
+}
+
+/** A provider request's end: its value, or its classified failure after the retries it deserved. */
+export type ProviderOutcome<T> = { ok: true; value: T } | { ok: false; error: ReceiptError; retryable: boolean };
+
+interface Failure {
+  error: ReceiptError;
+  retryable: boolean;
+  retry: RetryClass;
+}
+
+/**
+ * Classifies what a tool threw: `ToolCallError` says (a rate limit by its
+ * code, a 429 status or a wait, its own or its headers' `Retry-After`), and
+ * the tool's `isRateLimit` may call any failure a rate limit; anything else
+ * is permanent.
+ */
+export function classifyFailure(error: unknown, isRateLimit?: (error: unknown) => boolean): Failure {
+  const known = error instanceof ToolCallError;
+  const retryAfterMs = known ? (error.retryAfterMs ?? (error.headers ? readRateLimitSignals(error.headers).retryAfterMs : null)) : null;
+  const failure = { error: { code: known ? error.code : "tool_error", message: messageOf(error).slice(0, 8000) } };
+  if (toolSaysRateLimit(error, isRateLimit)) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
+  if (!known || !error.retryable) return { ...failure, retryable: false, retry: { kind: "permanent" } };
+  if (error.code === "rate_limited" || error.status === 429 || retryAfterMs !== null)
+    return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
+  return { ...failure, retryable: true, retry: { kind: "transient" } };
+}
+
+function toolSaysRateLimit(error: unknown, isRateLimit: ((error: unknown) => boolean) | undefined): boolean {
+  try {
+    return isRateLimit?.(error) === true;
+  } catch {
+    // A hook that throws cannot say "rate limit": the failure is classified as the error itself says.
+    return false;
+  }
+}
+
+/**
+ * Makes one provider request through `send`, paced and retried. `send`
+ * gets the attempt's `reportHeaders` for the tool's call. Throws only when
+ * aborted.
+ */
+export async function callProvider<T>(
+  ctx: ProviderCallContext,
+  send: (reportHeaders: (headers: HeadersInit) => void) => Promise<T>,
+): Promise<ProviderOutcome<T>> {
+  for (let attempt = 1; ; attempt++) {
+    ctx.signal.throwIfAborted();
+    let failure: Failure;
+    try {
+      const slot = await ctx.pacer.slot(ctx.signal);
+      const answer = new AnswerSignals();
+      try {
+        await ctx.faults.check("provider.before", ctx.toolId);
+        ctx.meter.provider++;
+        const value = await send((headers) => answer.add(headers));
+        await ctx.faults.check("provider.after", ctx.toolId);
+        // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.
+        const deep = tooDeepAt(value);
+        if (deep !== null)
+          return {
+            ok: false,
+            error: {
+              code: "output_too_deep",
+              message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`,
+            },
+            retryable: false,
+          };
+        return { ok: true, value };
+      } catch (error) {
+        if (error instanceof ToolCallError && error.headers) answer.add(error.headers);
+        throw error;
+      } finally {
+        slot.release(answer.signals);
+      }
+    } catch (error) {
+      // Not sent (waiting for a slot when cancelled), or sent and failed: either way nothing billed is dropped.
+      if (ctx.signal.aborted) throw ctx.signal.reason;
+      failure = classifyFailure(error, ctx.isRateLimit);
+    }
+    if (failure.retry.kind === "rate_limited") {
+      ctx.meter.rateLimited++;
+      await ctx.pacer.backpressure(failure.retry.retryAfterMs).catch((error: unknown) => {
+        ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
+      });
+    }
+    if (!mayRetry(ctx.retry, failure.retry, attempt)) return { ok: false, error: failure.error, retryable: failure.retryable };
+    if (!ctx.budget.take()) {
+      if (ctx.budget.noteExhausted())
+        ctx.log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
+      return { ok: false, error: failure.error, retryable: failure.retryable };
+    }
+    ctx.meter.retries++;
+    const retryAfterMs = failure.retry.kind === "rate_limited" ? failure.retry.retryAfterMs : null;
+    await sleep(retryDelayMs(ctx.retry, attempt, retryAfterMs), ctx.signal);
+  }
+}

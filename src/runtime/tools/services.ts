@@ -1,0 +1,107 @@
+/**
+ * What tool dispatch needs, in two lifetimes: per invocation of a run
+ * (`DispatchServices`, shared by every scheduler the invocation makes) and
+ * per map (`MapGuards`, shared by every chunk of one map, so its circuit
+ * breaker and waves are map-wide).
+ */
+import { FatalLatch } from "../../core/latch";
+import type { RuntimePolicy } from "../../core/policy";
+import type { SubrequestMeter } from "../../core/meter";
+import { ReceiptClient } from "../../clients/shards";
+import { PacerRegistry } from "../pacing/pacers";
+import type { ToolDefinition } from "../../play/types";
+import type { FaultProbe } from "../../clients/faults";
+import { AuthScopes } from "./auth-scope";
+import { RetryBudget } from "../../core/backoff";
+import type { SalvageEntry } from "../../contracts/shards";
+import { CompletionLadder } from "./completion-ladder";
+import { DispatchWindow } from "./dispatch-window";
+import { OwnerLiveness } from "./owner-liveness";
+import type { SpendLedger } from "./spend";
+
+/** Per invocation of a run: shared by every scheduler the invocation makes. */
+export interface DispatchServices {
+  env: Env;
+  org: string;
+  runId: string;
+  tools: ReadonlyMap<string, ToolDefinition>;
+  receipts: ReceiptClient;
+  policy: RuntimePolicy;
+  signal: AbortSignal;
+  meter: SubrequestMeter;
+  pacers: PacerRegistry;
+  budget: RetryBudget;
+  faults: FaultProbe;
+  scopes: AuthScopes;
+  owners: OwnerLiveness;
+  /** Keeps a billed output whose receipt could not be completed (durably, before it returns). */
+  salvage(entry: SalvageEntry): void;
+  /** The run's billable requests: reserved before they are sent, then billed or released. */
+  spend: SpendLedger;
+  log(line: string): void;
+  now(): number;
+}
+
+/** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */
+export interface MapGuards {
+  latch: FatalLatch;
+  window: DispatchWindow;
+  ladder: CompletionLadder;
+}
+
+/** What `createDispatchServices` builds the services from. */
+export interface CreateDispatchOptions {
+  env: Env;
+  run: { runId: string; org: string; usage: { providerRetries: number } };
+  tools: ReadonlyMap<string, ToolDefinition>;
+  policy: RuntimePolicy;
+  signal: AbortSignal;
+  meter: SubrequestMeter;
+  faults: FaultProbe;
+  salvage(entry: SalvageEntry): void;
+  spend: SpendLedger;
+  log(line: string): void;
+  now(): number;
+}
+
+/** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends. */
+export function createDispatchServices(o: CreateDispatchOptions): DispatchServices {
+  const { env, run, policy, meter, faults, now, log } = o;
+  return {
+    env,
+    org: run.org,
+    runId: run.runId,
+    tools: o.tools,
+    policy,
+    signal: o.signal,
+    meter,
+    faults,
+    salvage: o.salvage,
+    spend: o.spend,
+    log,
+    now,
+    receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
+    pacers: new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
+    budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),
+    scopes: new AuthScopes({ env }),
+    owners: new OwnerLiveness({
+      runId: run.runId,
+      now,
+      lookup: async (runId) => {
+        meter.rpc++;
+        const view = await env.RUN_COORDINATOR.getByName(runId).getRun(run.org);
+        return view ? { status: view.status, runAttempt: view.runAttempt } : null;
+      },
+    }),
+  };
+}
+
+/** Fresh map-wide guards: a latch, its dispatch window, and the completion ladder. */
+export function createMapGuards(options: { policy: RuntimePolicy; deadlineAt: number; now(): number }): MapGuards {
+  const latch = new FatalLatch();
+  return {
+    latch,
+    window: new DispatchWindow({ size: options.policy.dispatchWaveSize, latch }),
+    ladder: new CompletionLadder({ delaysMs: options.policy.completionRetryDelaysMs, deadlineAt: options.deadlineAt, now: options.now }),
+  };
+}

@@ -1,0 +1,55 @@
+/**
+ * Prices and the run's spend budget, as tool dispatch sees them: every
+ * billable request (a call, a batch member) is reserved before it is sent and
+ * billed or released once its outcome is known (src/stores/spend-store.ts keeps
+ * the ledger). A reservation the cap refuses stops the map like a tripped
+ * circuit breaker: the request is never sent.
+ */
+import { ToolCallError } from "../../play/tool-error";
+import type { ToolDefinition } from "../../play/types";
+import { TerminalError } from "../../core/errors";
+
+/** One billable request: the idempotency key sent with it, and what it costs. */
+export interface BillableRequest {
+  requestKey: string;
+  toolId: string;
+  provider: string;
+  credits: number;
+}
+
+/** The run's ledger of billable requests (synchronous: it lives in the coordinator's storage). */
+export interface SpendLedger {
+  /** Reserves the request's price; throws {@link SpendCapReached} when that would pass the run's cap. */
+  reserve(request: BillableRequest): void;
+  /** The provider answered: the reservation is spend. */
+  bill(requestKey: string): void;
+  /** Not billed: the reservation is freed. */
+  release(requestKey: string): void;
+}
+
+/** The run would pass its `maxSpend` (or the org's daily cap) with the next request: nothing more is sent. */
+export class SpendCapReached extends TerminalError {
+  /** `spent` is what was billed when the cap refused; the run's error reports what it billed in the end. */
+  constructor(spent: number, maxSpend: number, reason: "maxSpend" | "daily" = "maxSpend") {
+    super(
+      "spend_cap_reached",
+      reason === "maxSpend"
+        ? `the run's next provider request would pass its maxSpend of ${maxSpend} credits; nothing more was sent. Rerun with a higher maxSpend (completed rows and billed calls are reused)`
+        : `the run's next provider request would pass the org's daily spend limit of ${maxSpend} credits; nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`,
+      { details: { spent, maxSpend } },
+    );
+  }
+}
+
+/** What one billed request of `tool` with `input` costs, in credits (0 without a price). */
+export function priceOf(tool: ToolDefinition, input: unknown): number {
+  const price = typeof tool.price === "function" ? tool.price(input) : (tool.price ?? 0);
+  if (typeof price !== "number" || !Number.isFinite(price) || price < 0) {
+    throw new ToolCallError({
+      code: "invalid_price",
+      message: `tool ${tool.id}: its price for this input is ${String(price)}, not a finite number of credits ≥ 0`,
+      retryable: false,
+    });
+  }
+  return price;
+}

@@ -1,0 +1,224 @@
+/**
+ * Where a chunk's owned calls wait for the provider. Calls of a batchable tool
+ * queue for a short grace window (or until a full batch is waiting), are cut
+ * into batches, and go out as batch requests, at most the provider's
+ * `batchParallelism` at once; other calls go out one by one. Every request
+ * first enters the map's dispatch window (bounded waves; the latch is read
+ * there) and then takes a pacing slot.
+ *
+ * Each caller gets its outcome together with its place in the window:
+ * `done()` gives the place back once the receipt is written.
+ */
+import { ToolCallError } from "../../play/tool-error";
+import type { BatchMember, ToolDefinition } from "../../play/types";
+import { messageOf } from "../../core/errors";
+import type { WorkerBarrier } from "../../core/bulk-queue";
+import type { ReceiptError } from "../../contracts/shards";
+import { checkSplit, planBatches } from "./batching";
+import { callProvider, type ProviderCallContext } from "./provider-call";
+import type { DispatchServices } from "./services";
+import type { DispatchWindow } from "./dispatch-window";
+import { getOrInsert } from "../../core/collections";
+
+/** One owned call, ready to send: its validated input and keys. */
+export interface QueuedCall {
+  input: unknown;
+  idempotencyKey: string;
+  authScopeDigest: string;
+}
+
+/** How a call ended at the provider (after its in-process retries). */
+export type CallOutcome = { ok: true; output: unknown } | { ok: false; error: ReceiptError; retryable: boolean };
+
+/** An outcome still holding its place in the dispatch window. */
+export interface HeldOutcome {
+  outcome: CallOutcome;
+  /** The receipt is written: free the place (idempotent). */
+  done(): void;
+}
+
+interface Pending {
+  call: QueuedCall;
+  resolve(held: HeldOutcome): void;
+  reject(error: unknown): void;
+}
+
+/** The invocation's services, the map's window, and the chunk's row workers. */
+export interface ToolQueueOptions {
+  services: DispatchServices;
+  window: DispatchWindow;
+  /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
+  workers?: WorkerBarrier;
+}
+
+/** One chunk attempt's queue of owned calls; see the module comment. */
+export class ToolQueue {
+  #s: DispatchServices;
+  #window: DispatchWindow;
+  #workers: WorkerBarrier | undefined;
+  #pending = new Map<string, Pending[]>();
+  #timers = new Map<string, ReturnType<typeof setTimeout>>();
+  #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
+
+  constructor(options: ToolQueueOptions) {
+    this.#s = options.services;
+    this.#window = options.window;
+    this.#workers = options.workers;
+  }
+
+  /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
+  submit(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
+    if (!tool.batch) return this.#single(tool, call);
+    return new Promise<HeldOutcome>((resolve, reject) => {
+      const pending = getOrInsert(this.#pending, tool.id, () => []);
+      pending.push({ call, resolve, reject });
+      if (pending.length >= tool.batch!.maxMembers) this.#flush(tool);
+      else if (!this.#timers.has(tool.id))
+        this.#timers.set(
+          tool.id,
+          setTimeout(() => this.#flush(tool), this.#s.policy.batchGraceMs),
+        );
+    });
+  }
+
+  #context(tool: ToolDefinition): ProviderCallContext {
+    const { pacers, budget, faults, policy, signal, meter, log } = this.#s;
+    return {
+      toolId: tool.id,
+      pacer: pacers.for(tool.provider),
+      budget,
+      faults,
+      retry: policy,
+      signal,
+      meter,
+      log,
+      isRateLimit: (error) => tool.isRateLimit?.(error) === true,
+    };
+  }
+
+  /**
+   * Sends one request under the provider timeout. A sent request is never
+   * aborted by a cancel (its result is billed and must be stored); only the
+   * timeout stops it, as a retryable failure. The timer is cleared when the
+   * request settles, so no timer outlives the work.
+   */
+  async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    const timeoutMs = this.#s.policy.providerTimeoutMs;
+    const controller = new AbortController();
+    const timer = setTimeout(
+      () =>
+        controller.abort(
+          new ToolCallError({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true }),
+        ),
+      timeoutMs,
+    );
+    try {
+      const request = send(controller.signal);
+      return await (this.#workers ? this.#workers.external(request) : request);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async #single(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
+    const { signal, env } = this.#s;
+    await this.#window.enter(1, signal);
+    try {
+      const result = await callProvider(this.#context(tool), (reportHeaders) =>
+        this.#timed((requestSignal) =>
+          tool.execute(call.input, {
+            idempotencyKey: call.idempotencyKey,
+            signal: requestSignal,
+            env,
+            authScopeDigest: call.authScopeDigest,
+            reportHeaders,
+          }),
+        ),
+      );
+      return this.#held(result.ok ? { ok: true, output: result.value } : result);
+    } catch (error) {
+      this.#window.leave(1);
+      throw error;
+    }
+  }
+
+  #held(outcome: CallOutcome): HeldOutcome {
+    let done = false;
+    return {
+      outcome,
+      done: () => {
+        if (done) return;
+        done = true;
+        this.#window.leave(1);
+      },
+    };
+  }
+
+  #flush(tool: ToolDefinition): void {
+    const timer = this.#timers.get(tool.id);
+    if (timer) clearTimeout(timer);
+    this.#timers.delete(tool.id);
+    const pending = this.#pending.get(tool.id) ?? [];
+    this.#pending.delete(tool.id);
+    if (pending.length === 1) {
+      const [only] = pending;
+      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
+      return;
+    }
+    for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
+      void this.#inLane(tool, () => this.#batch(tool, batch));
+    }
+  }
+
+  /** Runs `work` when fewer than the provider's `batchParallelism` batches of this tool are in flight. */
+  async #inLane(tool: ToolDefinition, work: () => Promise<void>): Promise<void> {
+    const lane = getOrInsert(this.#lanes, tool.id, () => ({ busy: 0, waiting: [] }));
+    const limit = this.#s.pacers.for(tool.provider).policy.batchParallelism;
+    if (lane.busy >= limit) await new Promise<void>((resolve) => lane.waiting.push(resolve));
+    lane.busy++;
+    try {
+      await work();
+    } finally {
+      lane.busy--;
+      lane.waiting.shift()?.();
+    }
+  }
+
+  /** One batch request; never throws (each member hears its own outcome or error). */
+  async #batch(tool: ToolDefinition, members: Pending[]): Promise<void> {
+    const strategy = tool.batch!;
+    const { signal, env } = this.#s;
+    try {
+      await this.#window.enter(members.length, signal);
+    } catch (error) {
+      for (const member of members) member.reject(error);
+      return;
+    }
+    let outcomes: CallOutcome[];
+    try {
+      const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
+      const result = await callProvider(this.#context(tool), (reportHeaders) =>
+        this.#timed((requestSignal) => strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env, reportHeaders })),
+      );
+      if (!result.ok) outcomes = members.map(() => result);
+      else {
+        try {
+          outcomes = checkSplit(strategy.split(result.value, batchMembers), members.length, tool.id).map((r) =>
+            r.ok
+              ? { ok: true, output: r.output }
+              : { ok: false, error: { code: r.error.code, message: r.error.message }, retryable: r.error.retryable },
+          );
+        } catch (error) {
+          // Billed, but unattributable: fail retryably, so a rerun asks again with the same keys (replayed, not re-billed).
+          const failure: CallOutcome = { ok: false, error: { code: "batch_split_failed", message: messageOf(error) }, retryable: true };
+          outcomes = members.map(() => failure);
+        }
+      }
+    } catch (error) {
+      this.#window.leave(members.length);
+      for (const member of members) member.reject(error);
+      return;
+    }
+    for (const [i, member] of members.entries()) member.resolve(this.#held(outcomes[i]!));
+  }
+}

@@ -1,0 +1,352 @@
+/**
+ * The path from `ctx.tool(...)` to a provider, for one chunk attempt:
+ * receipt keys (with the tool's auth scope), in-attempt dedupe (one owner,
+ * followers share its result), bulk receipt claims, completions and failures
+ * per ReceiptShard, the claim dispositions, and the hand-off to the tool
+ * queue (batching, waves, pacing, retries). Completions climb the ladder and
+ * end in a salvage record when the store stays broken.
+ */
+import { AuthScopeChange } from "./auth-scope";
+import { LadderExhausted } from "./completion-ladder";
+import type { DispatchServices, MapGuards } from "./services";
+import { ToolQueue, type HeldOutcome } from "./tool-queue";
+import { priceOf, SpendCapReached } from "./spend";
+import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
+import { OUTCOME_UNKNOWN } from "../../stores/receipt-store";
+import type { ToolCallOptions, ToolDefinition } from "../../play/types";
+import { messageOf, TroupeError } from "../../core/errors";
+import { sleep } from "../../core/time";
+import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../../contracts/shards";
+import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
+import { idempotencyKey, receiptKey } from "./receipt-keys";
+import { recoverCall } from "./recovery";
+
+/** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
+export interface ToolSchedulerOptions {
+  services: DispatchServices;
+  guards: MapGuards;
+  attempt: AttemptRef;
+  /** `forceToolRefresh` for the whole run. */
+  refresh: boolean;
+  /** `retryUnknown` for the whole run: requests whose outcome is unknown may be sent again. */
+  retryUnknown: boolean;
+  /** The chunk's row workers, so bulk receipt calls go out when every row waits. */
+  workers?: WorkerBarrier;
+}
+
+type ClaimItem = { key: string; toolId: string; takeover: boolean };
+
+/** One call this attempt owns: what it needs to claim, execute and persist it. */
+interface OwnedCall {
+  key: string;
+  tool: ToolDefinition;
+  input: unknown;
+  scope: string;
+  options: ToolCallOptions;
+  /** Already re-claimed once under a new auth scope. */
+  rescoped: boolean;
+}
+
+/** Receipt persistence failed: the run must stop (never bill into a broken store). */
+export class ReceiptStoreError extends TroupeError {
+  constructor(operation: string, cause: unknown) {
+    super("receipt_store_failed", `could not ${operation} a tool receipt: ${messageOf(cause)}`, { cause });
+  }
+}
+
+/** One chunk attempt's `ctx.tool` calls; see the module comment. */
+export class ToolScheduler {
+  #o: ToolSchedulerOptions;
+  #s: DispatchServices;
+  #inflight = new Map<string, Promise<unknown>>();
+  #claims: BulkQueue<ClaimItem, ReceiptClaim>;
+  #completes: BulkQueue<{ key: string; output: unknown }, boolean>;
+  #fails: BulkQueue<{ key: string; error: ReceiptError; retryable: boolean }, boolean>;
+  #queue: ToolQueue;
+  #rescopes: AuthScopeChange;
+
+  constructor(options: ToolSchedulerOptions) {
+    this.#o = options;
+    this.#s = options.services;
+    const { receipts, policy } = options.services;
+    const { attempt } = options;
+    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
+    const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
+      const ok = new Set(result.accepted);
+      return items.map((i) => ok.has(i.key));
+    };
+    this.#claims = new BulkQueue({
+      ...common,
+      send: async (group, items) => {
+        const [shard, refresh] = group.split(":");
+        return receipts.claim(Number(shard), {
+          attempt,
+          leaseTtlMs: policy.receiptLeaseTtlMs,
+          refresh: refresh === "1",
+          retryUnknown: options.retryUnknown,
+          items,
+        });
+      },
+    });
+    this.#completes = new BulkQueue({
+      ...common,
+      send: async (shard, items) => accepted(items, await receipts.complete(Number(shard), { attempt, items })),
+    });
+    this.#fails = new BulkQueue({
+      ...common,
+      send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
+    });
+    this.#queue = new ToolQueue({ services: this.#s, window: options.guards.window, workers: options.workers });
+    this.#rescopes = new AuthScopeChange({ scopes: this.#s.scopes, log: this.#s.log });
+  }
+
+  /** Calls a tool durably; identical calls in this attempt share one execution. */
+  async call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
+    const tool = this.#s.tools.get(toolId);
+    if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
+    const parsed = tool.input.safeParse(input);
+    if (!parsed.success) {
+      throw new ToolCallError({
+        code: "invalid_tool_input",
+        message: `invalid input for ${toolId}: ${parsed.error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`,
+        retryable: false,
+      });
+    }
+    const scope = await this.#s.scopes.digest(tool);
+    return this.#dedupe({
+      key: await this.#keyOf(tool, parsed.data, scope, options),
+      tool,
+      input: parsed.data,
+      scope,
+      options,
+      rescoped: false,
+    });
+  }
+
+  #keyOf(tool: ToolDefinition, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
+    return receiptKey({
+      org: this.#s.org,
+      toolId: tool.id,
+      toolVersion: tool.version,
+      input,
+      authScope: scope,
+      staleAfterSeconds: options.staleAfterSeconds,
+      nowMs: this.#s.now(),
+    });
+  }
+
+  #dedupe(call: OwnedCall): Promise<unknown> {
+    const owner = this.#inflight.get(call.key);
+    if (owner) return this.#park(owner);
+    const owned = this.#own(call);
+    this.#inflight.set(call.key, owned);
+    return owned;
+  }
+
+  /** A follower or a backoff waits without holding up the chunk's bulk calls. */
+  #park<T>(promise: Promise<T>): Promise<T> {
+    return this.#o.workers ? this.#o.workers.park(promise) : promise;
+  }
+
+  #fatal(error: Error): Error {
+    this.#o.guards.latch.trip(error);
+    return error;
+  }
+
+  /** Claims the receipt and follows its disposition until the call has an outcome. */
+  async #own(call: OwnedCall): Promise<unknown> {
+    const { policy, signal, receipts } = this.#s;
+    const shard = receipts.shardOf(call.key);
+    const refresh = this.#o.refresh || call.options.force === true;
+    const waitUntil = this.#s.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
+    let takeover = false;
+    for (let poll = 0; ; poll++) {
+      signal.throwIfAborted();
+      // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
+      this.#o.guards.latch.guard();
+      const claim = await this.#claims
+        .push(`${shard}:${refresh ? 1 : 0}`, { key: call.key, toolId: call.tool.id, takeover })
+        .catch((error: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("claim", error));
+        });
+      takeover = false;
+      switch (claim.disposition) {
+        case "reused":
+          return claim.output;
+        case "failed":
+          throw new ToolCallError({ code: claim.error.code, message: claim.error.message, retryable: false });
+        case "running": {
+          if (await this.#ownerIsDead(claim.owner)) {
+            this.#s.log(
+              `${call.tool.id}: receipt ${call.key.slice(0, 14)}… was left running by ${claim.owner.runId} (attempt ${claim.owner.attemptSeq}), which can no longer finish it; taking it over`,
+            );
+            takeover = true;
+            continue;
+          }
+          const left = waitUntil - this.#s.now();
+          if (left <= 0) {
+            this.#s.log(
+              `${call.tool.id}: receipt ${call.key.slice(0, 14)}… is still running in ${claim.owner.runId} after the call's receipt wait; taking it over`,
+            );
+            takeover = true;
+            continue;
+          }
+          await this.#park(sleep(Math.min(left, 50 * 2 ** Math.min(poll, 4)), signal));
+          continue;
+        }
+        case "claimed":
+          if (claim.unknownOutcome && !this.#o.retryUnknown && call.tool.idempotent === false && !call.tool.recover)
+            return this.#unknownOutcome(call, shard);
+          return this.#execute(call, shard, claim.generation, claim.takeover === true);
+      }
+    }
+  }
+
+  async #ownerIsDead(owner: AttemptRef): Promise<boolean> {
+    try {
+      return await this.#s.owners.isDead(owner);
+    } catch (error) {
+      // Unknown is treated as alive: waiting (bounded by receiptWaitMs) is safe, a takeover might double-call.
+      this.#s.log(`could not check whether run ${owner.runId} is alive (${messageOf(error)}); waiting for its receipt`);
+      return false;
+    }
+  }
+
+  /**
+   * The request this receipt was claimed for may have reached a provider that
+   * ignores idempotency keys, and nothing says how it ended: sending it again
+   * could execute (and bill) it twice. The receipt and the row fail
+   * `outcome_unknown`; a rerun sends it again only with `retryUnknown`.
+   */
+  async #unknownOutcome(call: OwnedCall, shard: number): Promise<never> {
+    const error = {
+      code: OUTCOME_UNKNOWN,
+      message: `${call.tool.id}: an earlier attempt may have sent this request and did not say how it ended; its provider ignores idempotency keys, so it was not sent again (rerun with retryUnknown: true to send it)`,
+    };
+    await this.#fails.push(String(shard), { key: call.key, error, retryable: false }).catch((failure: unknown) => {
+      throw this.#fatal(new ReceiptStoreError("fail", failure));
+    });
+    this.#s.meter.outcomeUnknown++;
+    throw new ToolCallError({ ...error, retryable: false });
+  }
+
+  async #execute(call: OwnedCall, shard: number, generation: number, takeover = false): Promise<unknown> {
+    const key = await idempotencyKey(call.key, generation);
+    // Reserved before anything can bill; a request the cap refuses is never sent.
+    await this.#reserve(call, key, shard);
+    let billed = false;
+    try {
+      if (takeover) {
+        // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
+        const { env, signal, meter, policy, now, log } = this.#s;
+        const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
+        const recovered = await this.#park(
+          recoverCall({
+            tool: call.tool,
+            input: call.input,
+            idempotencyKey: key,
+            authScopeDigest: call.scope,
+            env,
+            signal,
+            meter,
+            waitMs,
+            now,
+            log,
+          }),
+        );
+        if (recovered) {
+          billed = await this.#complete(call, shard, key, recovered.output);
+          return recovered.output;
+        }
+      }
+      return await this.#send(call, shard, key, (accepted) => (billed = accepted));
+    } finally {
+      if (billed) this.#s.spend.bill(key);
+      else this.#s.spend.release(key);
+    }
+  }
+
+  /**
+   * Reserves the request's price. Refused (the cap, or a price the tool
+   * cannot give): the receipt goes back, retryable so a rerun claims it, and
+   * over the cap the map stops sending.
+   */
+  async #reserve(call: OwnedCall, requestKey: string, shard: number): Promise<void> {
+    let refusal: SpendCapReached | ToolCallError;
+    try {
+      this.#s.spend.reserve({ requestKey, toolId: call.tool.id, provider: call.tool.provider, credits: priceOf(call.tool, call.input) });
+      return;
+    } catch (error) {
+      if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) throw error;
+      refusal = error;
+    }
+    await this.#fails
+      .push(String(shard), { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true })
+      .catch((error: unknown) => {
+        throw this.#fatal(new ReceiptStoreError("fail", error));
+      });
+    throw refusal instanceof SpendCapReached ? this.#fatal(refusal) : refusal;
+  }
+
+  /** Sends the request; `onBilled` hears whether a billed answer was stored in the receipt. */
+  async #send(call: OwnedCall, shard: number, key: string, onBilled: (accepted: boolean) => void): Promise<unknown> {
+    const held: HeldOutcome = await this.#park(
+      this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }),
+    );
+    const { outcome } = held;
+    try {
+      if (outcome.ok) {
+        // Billed by the provider; counted here only if this attempt's receipt holds it (else a newer attempt's does).
+        onBilled(await this.#complete(call, shard, key, outcome.output));
+        return outcome.output;
+      }
+      const rescope = outcome.error.code === AUTH_SCOPE_CHANGED && !call.rescoped;
+      await this.#fails
+        .push(String(shard), { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope })
+        .catch((error: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("fail", error));
+        });
+      if (!rescope) throw new ToolCallError({ ...outcome.error, retryable: outcome.retryable });
+    } finally {
+      held.done();
+    }
+    const next = await this.#rescopes.rescope(call.tool, call.scope, outcome.error);
+    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
+  }
+
+  /**
+   * Completes the receipt, climbing the ladder; salvages the output when the
+   * store stays broken. True when this attempt's receipt (or salvage) holds it.
+   */
+  async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
+    const { signal } = this.#s;
+    let accepted: boolean;
+    try {
+      accepted = await this.#o.guards.ladder.run({
+        attempt: () => this.#completes.push(String(shard), { key: call.key, output }),
+        // The first failure trips the latch: nothing new is billed into a store that may be broken.
+        onFailure: (error) => this.#o.guards.latch.trip(new ReceiptStoreError("complete", error)),
+        sleep: (ms) => this.#park(sleep(ms, signal)),
+        signal,
+      });
+    } catch (error) {
+      const attempts = error instanceof LadderExhausted ? error.attempts : 1;
+      const cause = error instanceof LadderExhausted ? error.last : error;
+      this.#s.salvage({
+        receiptKey: call.key,
+        toolId: call.tool.id,
+        attempt: this.#o.attempt,
+        output,
+        completeAttempts: attempts,
+        error: messageOf(cause),
+        at: this.#s.now(),
+      });
+      // Billed and kept in salvage: it is this run's spend.
+      this.#s.spend.bill(requestKey);
+      throw this.#fatal(new ReceiptStoreError("complete", cause));
+    }
+    if (!accepted)
+      this.#s.log(`receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`);
+    return accepted;
+  }
+}

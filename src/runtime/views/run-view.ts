@@ -1,0 +1,48 @@
+/** The public shape of a run (API.md `GET /v1/runs/<id>`). */
+import { TERMINAL, type RunRecord, type RunStore } from "../../stores/run-store";
+import type { SpendTotals } from "../../stores/spend-store";
+import { runLinks, type RunLinks } from "./links";
+
+export interface RunView {
+  runId: string;
+  play: string;
+  org: string;
+  /** The run's status; `cancelling` while a cancel has been asked for and the run has not ended yet. */
+  status: RunRecord["status"] | "cancelling";
+  runAttempt: number;
+  parentRunId: string | null;
+  progress: { maps: ReturnType<RunStore["allProgress"]> };
+  /** The play's JSON result (typed loosely: RPC types cannot carry a recursive JSON type). */
+  result: any;
+  error: RunRecord["error"];
+  /** What the run used; `spend` in credits actually billed to it (reused receipts cost nothing). */
+  usage: RunRecord["usage"] & { spend: SpendTotals };
+  /** The run's spend cap in credits, or null. */
+  maxSpend: number | null;
+  /** Where its state, live feed, events and datasets are (the play's declared datasets, then the maps it started). */
+  links: RunLinks;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export function runView(store: RunStore, declaredDatasets: readonly string[] = []): RunView | null {
+  const run = store.run();
+  if (!run) return null;
+  const maps = store.allProgress();
+  return {
+    runId: run.runId,
+    play: run.play,
+    org: run.org,
+    status: run.cancelRequested && !TERMINAL.has(run.status) ? "cancelling" : run.status,
+    runAttempt: run.runAttempt,
+    parentRunId: run.parentRunId,
+    progress: { maps },
+    result: run.result,
+    error: run.error,
+    usage: { ...run.usage, spend: store.spend.totals() },
+    maxSpend: run.maxSpend,
+    links: runLinks(run.runId, new Set([...declaredDatasets, ...Object.keys(maps)])),
+    createdAt: new Date(run.createdAt).toISOString(),
+    updatedAt: new Date(run.updatedAt).toISOString(),
+  };
+}

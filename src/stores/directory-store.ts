@@ -1,0 +1,126 @@
+/** An org's run index: upserted by each run's coordinator, paged newest first. */
+import { z } from "zod";
+import type { Sql } from "./sql";
+import { orgSpendMigration } from "./org-spend-store";
+
+export const directoryMigrations = [
+  `CREATE TABLE runs (
+     run_id TEXT PRIMARY KEY, play TEXT NOT NULL, status TEXT NOT NULL, parent_run_id TEXT,
+     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+   CREATE INDEX runs_newest ON runs (created_at DESC, run_id DESC);`,
+  `CREATE TABLE idempotency_keys (
+     key TEXT PRIMARY KEY, run_id TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at INTEGER NOT NULL);`,
+  orgSpendMigration,
+];
+
+export const RunEntry = z.object({
+  runId: z.string().min(1).max(100),
+  play: z.string().min(1).max(64),
+  status: z.string().min(1).max(20),
+  parentRunId: z.string().max(100).nullable(),
+  createdAt: z.number().int(),
+  updatedAt: z.number().int(),
+});
+export type RunEntry = z.infer<typeof RunEntry>;
+
+/** A submit carrying an `Idempotency-Key`: the run it would start, and what it asks for. */
+export const IdempotentSubmit = z.object({
+  key: z.string().min(1).max(200),
+  /** A digest of the request (play, input, flags): the same key with another request is a conflict. */
+  fingerprint: z.string().min(1).max(200),
+  /** The run id this submit would create if the key is new. */
+  runId: z.string().min(1).max(100),
+  now: z.number().int(),
+});
+export type IdempotentSubmit = z.infer<typeof IdempotentSubmit>;
+
+/** The run a key stands for: `created` only for the submit that recorded it. */
+export interface IdempotentRun {
+  runId: string;
+  fingerprint: string;
+  created: boolean;
+}
+
+export interface ListRunsRequest {
+  limit: number;
+  /** Opaque: from the previous page's `nextCursor`. */
+  cursor: string | null;
+}
+
+type EntryRow = { run_id: string; play: string; status: string; parent_run_id: string | null; created_at: number; updated_at: number };
+
+function rowToEntry(r: EntryRow): RunEntry {
+  return {
+    runId: r.run_id,
+    play: r.play,
+    status: r.status,
+    parentRunId: r.parent_run_id,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export class DirectoryStore {
+  #sql: Sql;
+
+  constructor(options: { sql: Sql }) {
+    this.#sql = options.sql;
+  }
+
+  record(entry: RunEntry): void {
+    this.#sql.write`INSERT INTO runs (run_id, play, status, parent_run_id, created_at, updated_at)
+      VALUES (${entry.runId}, ${entry.play}, ${entry.status}, ${entry.parentRunId}, ${entry.createdAt}, ${entry.updatedAt})
+      ON CONFLICT (run_id) DO UPDATE SET status = excluded.status, updated_at = excluded.updated_at
+      WHERE excluded.updated_at >= runs.updated_at`;
+  }
+
+  /**
+   * Records `key` → `runId` unless the key is already taken, in one statement:
+   * of any number of concurrent submits with one key, exactly one is `created`
+   * and every other gets that one's run.
+   */
+  claimKey(submit: IdempotentSubmit): IdempotentRun {
+    const created = this.#sql.write`INSERT INTO idempotency_keys (key, run_id, fingerprint, created_at)
+      VALUES (${submit.key}, ${submit.runId}, ${submit.fingerprint}, ${submit.now}) ON CONFLICT (key) DO NOTHING`;
+    const row = this.#sql<{
+      run_id: string;
+      fingerprint: string;
+    }>`SELECT run_id, fingerprint FROM idempotency_keys WHERE key = ${submit.key}`[0]!;
+    return { runId: row.run_id, fingerprint: row.fingerprint, created: created > 0 };
+  }
+
+  list({ limit, cursor }: ListRunsRequest): { runs: RunEntry[]; nextCursor: string | null } {
+    const after = decodeCursor(cursor);
+    const rows = after
+      ? this.#sql<EntryRow>`SELECT * FROM runs WHERE (created_at, run_id) < (${after.createdAt}, ${after.runId})
+          ORDER BY created_at DESC, run_id DESC LIMIT ${limit + 1}`
+      : this.#sql<EntryRow>`SELECT * FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ${limit + 1}`;
+    const page = rows.slice(0, limit).map(rowToEntry);
+    const last = page[page.length - 1];
+    return { runs: page, nextCursor: rows.length > limit && last ? encodeCursor(last) : null };
+  }
+}
+
+function encodeCursor(entry: RunEntry): string {
+  return btoa(`${entry.createdAt}:${entry.runId}`);
+}
+
+function decodeCursor(cursor: string | null): { createdAt: number; runId: string } | null {
+  if (!cursor) return null;
+  const position = parseRunCursor(cursor);
+  // The HTTP API refuses a cursor it did not give out; here one is read as "from the start".
+  return position ?? null;
+}
+
+/** The position a cursor of `list` names, or undefined when it is not one `list` gave out. */
+export function parseRunCursor(cursor: string): { createdAt: number; runId: string } | undefined {
+  let text: string;
+  try {
+    text = atob(cursor);
+  } catch {
+    return undefined; // not base64
+  }
+  const [createdAt, runId] = text.split(/:(.*)/s);
+  if (!createdAt || !runId || !/^\d+$/.test(createdAt) || !/^run_[0-9a-f]{32}$/.test(runId)) return undefined;
+  return { createdAt: Number(createdAt), runId };
+}

@@ -1,0 +1,233 @@
+/**
+ * The coordinator's journal of waits: every child play, external event and
+ * sleep a play waits on, keyed deterministically so that a replayed play
+ * finds its own entry and makes no effect twice. Beside it: the signals sent
+ * to the run (kept until a wait takes them), the parent runs to tell when
+ * this run ends, and replay counters. Plain logic over the Sql helper.
+ *
+ * One alarm, many deadlines: each waiting entry may carry a `dueAt` (a
+ * sleep's wake-up, an event's timeout, a child's next check) and
+ * {@link JournalStore.nextDue} is the earliest of them.
+ */
+import type { Sql } from "./sql";
+
+export type WaitKind = "sleep" | "event" | "child";
+export type WaitState = "waiting" | "done" | "failed";
+
+/** Why a wait failed, as the play will see it thrown. */
+export interface WaitError {
+  code: string;
+  message: string;
+}
+
+export interface WaitEntry {
+  key: string;
+  kind: WaitKind;
+  state: WaitState;
+  eventKey: string | null;
+  childPlay: string | null;
+  childRunId: string | null;
+  /** This run started the child (it is the child's recorded parent), so it may cancel it. */
+  childOwned: boolean;
+  /** The next deadline of a waiting entry; null: none (it waits for a message only). */
+  dueAt: number | null;
+  timeoutAt: number | null;
+  result: unknown;
+  error: WaitError | null;
+  createdAt: number;
+}
+
+/** How a wait ended. */
+export type WaitOutcome = { state: "done"; result: unknown } | { state: "failed"; error: WaitError };
+
+type WaitRow = {
+  key: string;
+  kind: string;
+  state: string;
+  event_key: string | null;
+  child_play: string | null;
+  child_run_id: string | null;
+  child_owned: number;
+  due_at: number | null;
+  timeout_at: number | null;
+  result: string | null;
+  error: string | null;
+  created_at: number;
+};
+
+function rowToWait(r: WaitRow): WaitEntry {
+  return {
+    key: r.key,
+    kind: r.kind as WaitKind,
+    state: r.state as WaitState,
+    eventKey: r.event_key,
+    childPlay: r.child_play,
+    childRunId: r.child_run_id,
+    childOwned: r.child_owned === 1,
+    dueAt: r.due_at,
+    timeoutAt: r.timeout_at,
+    result: r.result === null ? null : JSON.parse(r.result),
+    error: r.error === null ? null : (JSON.parse(r.error) as WaitError),
+    createdAt: r.created_at,
+  };
+}
+
+export class JournalStore {
+  #sql: Sql;
+  #now: () => number;
+
+  constructor(options: { sql: Sql; now: () => number }) {
+    this.#sql = options.sql;
+    this.#now = options.now;
+  }
+
+  get(key: string): WaitEntry | null {
+    const row = this.#sql<WaitRow>`SELECT * FROM waits WHERE key = ${key}`[0];
+    return row ? rowToWait(row) : null;
+  }
+
+  /**
+   * Records a new waiting entry, due `dueInMs` and timing out `timeoutMs` from
+   * now (one clock reading, so `timeoutAt - createdAt` is exactly `timeoutMs`);
+   * returns whichever entry the key holds (a replay finds the first).
+   */
+  open(entry: {
+    key: string;
+    kind: WaitKind;
+    eventKey?: string;
+    childPlay?: string;
+    dueInMs: number | null;
+    timeoutMs: number | null;
+  }): WaitEntry {
+    const now = this.#now();
+    const dueAt = entry.dueInMs === null ? null : now + entry.dueInMs;
+    const timeoutAt = entry.timeoutMs === null ? null : now + entry.timeoutMs;
+    this.#sql.write`INSERT INTO waits (key, kind, event_key, child_play, due_at, timeout_at, created_at, updated_at)
+      VALUES (${entry.key}, ${entry.kind}, ${entry.eventKey ?? null}, ${entry.childPlay ?? null}, ${dueAt}, ${timeoutAt}, ${now}, ${now})
+      ON CONFLICT (key) DO NOTHING`;
+    return this.get(entry.key)!;
+  }
+
+  /** Ends a waiting entry; false if it had already ended (messages may arrive twice). */
+  settle(key: string, outcome: WaitOutcome): boolean {
+    const result = outcome.state === "done" ? JSON.stringify(outcome.result ?? null) : null;
+    const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
+    return (
+      this.#sql
+        .write`UPDATE waits SET state = ${outcome.state}, result = ${result}, error = ${error}, due_at = NULL, updated_at = ${this.#now()}
+      WHERE key = ${key} AND state = 'waiting'` > 0
+    );
+  }
+
+  setDue(key: string, dueAt: number | null): void {
+    this.#sql.write`UPDATE waits SET due_at = ${dueAt}, updated_at = ${this.#now()} WHERE key = ${key} AND state = 'waiting'`;
+  }
+
+  /** The earliest deadline of any waiting entry, or null when every wait is for a message only. */
+  nextDue(): number | null {
+    return this.#sql<{ at: number | null }>`SELECT min(due_at) AS at FROM waits WHERE state = 'waiting'`[0]?.at ?? null;
+  }
+
+  // ---- children
+
+  /** Child entries of this run, started or reserved: what `maxChildrenPerRun` counts. */
+  childCount(): number {
+    return this.#sql<{ n: number }>`SELECT count(*) AS n FROM waits WHERE kind = 'child'`[0]!.n;
+  }
+
+  /** Records which run a child entry stands for, and when to check on it next. */
+  bindChild(key: string, childRunId: string, owned: boolean, dueAt: number | null): void {
+    this.#sql
+      .write`UPDATE waits SET child_run_id = ${childRunId}, child_owned = ${owned ? 1 : 0}, due_at = ${dueAt}, updated_at = ${this.#now()}
+      WHERE key = ${key} AND state = 'waiting'`;
+  }
+
+  /** Waiting entries bound to this child run. */
+  waitingOn(childRunId: string): WaitEntry[] {
+    return this.#sql<WaitRow>`SELECT * FROM waits WHERE child_run_id = ${childRunId} AND state = 'waiting'`.map(rowToWait);
+  }
+
+  /** Waiting child entries whose deadline has come: to ask the child how it is doing. */
+  dueChildren(now: number, limit: number): WaitEntry[] {
+    return this
+      .#sql<WaitRow>`SELECT * FROM waits WHERE state = 'waiting' AND kind = 'child' AND child_run_id IS NOT NULL AND due_at <= ${now}
+      ORDER BY due_at LIMIT ${limit}`.map(rowToWait);
+  }
+
+  /** Children this run started and still waits on (to cancel with it). */
+  ownedWaitingChildren(): string[] {
+    return this.#sql<{ id: string }>`SELECT DISTINCT child_run_id AS id FROM waits
+      WHERE state = 'waiting' AND kind = 'child' AND child_owned = 1 AND child_run_id IS NOT NULL`.map((r) => r.id);
+  }
+
+  // ---- signals
+
+  /**
+   * Keeps a signal until a wait takes it. With a `dedupeKey`, a second signal
+   * carrying the same key is dropped (`duplicate`).
+   */
+  addSignal(eventKey: string, dataJson: string, dedupeKey: string | null): { seq: number; duplicate: boolean } {
+    // Looked up first (rowsWritten cannot tell: an ignored insert still touches the AUTOINCREMENT sequence).
+    const seen = dedupeKey === null ? undefined : this.#sql<{ seq: number }>`SELECT seq FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
+    if (seen) return { seq: seen.seq, duplicate: true };
+    this.#sql.write`INSERT INTO signals (event_key, data, dedupe_key, at) VALUES (${eventKey}, ${dataJson}, ${dedupeKey}, ${this.#now()})`;
+    return { seq: this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq, duplicate: false };
+  }
+
+  /** The signal delivered with `dedupeKey`, and whether a wait has taken it. */
+  signalByDedupeKey(dedupeKey: string): { eventKey: string; consumed: boolean } | null {
+    const row = this.#sql<{
+      event_key: string;
+      consumed_by: string | null;
+    }>`SELECT event_key, consumed_by FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
+    return row ? { eventKey: row.event_key, consumed: row.consumed_by !== null } : null;
+  }
+
+  /** The oldest signal for `eventKey` no wait has taken yet. */
+  openSignal(eventKey: string): { seq: number; data: unknown } | null {
+    const row = this.#sql<{
+      seq: number;
+      data: string;
+    }>`SELECT seq, data FROM signals WHERE event_key = ${eventKey} AND consumed_by IS NULL ORDER BY seq LIMIT 1`[0];
+    return row ? { seq: row.seq, data: JSON.parse(row.data) } : null;
+  }
+
+  /** The oldest entry waiting for `eventKey`. */
+  waitingFor(eventKey: string): WaitEntry | null {
+    const row = this
+      .#sql<WaitRow>`SELECT * FROM waits WHERE kind = 'event' AND event_key = ${eventKey} AND state = 'waiting' ORDER BY created_at, key LIMIT 1`[0];
+    return row ? rowToWait(row) : null;
+  }
+
+  /** Hands signal `seq` to the waiting entry `key` (both in one step: a signal is taken once). */
+  consumeSignal(seq: number, key: string, data: unknown): boolean {
+    if (!this.settle(key, { state: "done", result: data })) return false;
+    this.#sql.write`UPDATE signals SET consumed_by = ${key} WHERE seq = ${seq}`;
+    return true;
+  }
+
+  // ---- watchers: parent runs to tell when this run ends
+
+  addWatcher(runId: string): void {
+    this.#sql.write`INSERT INTO watchers (run_id) VALUES (${runId}) ON CONFLICT (run_id) DO NOTHING`;
+  }
+
+  unnotifiedWatchers(): string[] {
+    return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers WHERE notified = 0 ORDER BY run_id`.map((r) => r.run_id);
+  }
+
+  markNotified(runId: string): void {
+    this.#sql.write`UPDATE watchers SET notified = 1 WHERE run_id = ${runId}`;
+  }
+
+  // ---- replay counters
+
+  counter(name: string): number {
+    return this.#sql<{ value: number }>`SELECT value FROM counters WHERE name = ${name}`[0]?.value ?? 0;
+  }
+
+  bump(name: string): number {
+    this.#sql.write`INSERT INTO counters (name, value) VALUES (${name}, 1) ON CONFLICT (name) DO UPDATE SET value = value + 1`;
+    return this.counter(name);
+  }
+}

@@ -1,0 +1,392 @@
+/**
+ * Durable receipts of tool calls: the logic of one ReceiptShard over its SQLite
+ * storage and a clock. It knows nothing of Cloudflare beyond the `Sql` helper;
+ * the actor wraps each call in one transaction and arms its alarm.
+ *
+ * Invariants:
+ * - A `running` receipt is owned by one attempt until `leaseExpiresAt`; the
+ *   lease is the only thing that lets another run take it over.
+ * - `generation` changes only on a deliberate re-bill (`refresh`). Retries and
+ *   takeovers keep it, so the provider idempotency key the caller derives from
+ *   (key, generation) makes a retried call bill once.
+ * - Writes are fenced by `owner.attemptId`: an attempt that lost the receipt
+ *   never overwrites it.
+ */
+import type {
+  AttemptRef,
+  ClaimReceiptsRequest,
+  CompleteReceiptsRequest,
+  FailReceiptsRequest,
+  LeaseRequest,
+  LeaseResult,
+  ReceiptClaim,
+  ReceiptError,
+  ReceiptWriteResult,
+} from "../contracts/shards";
+import type { Sql } from "./sql";
+
+/** Error code of a receipt whose owner stopped renewing its lease (set by the alarm). */
+export const LEASE_EXPIRED = "lease_expired";
+/** Error code of a receipt released by its run's teardown (cancel, run-fatal error). */
+export const RELEASED = "released";
+/**
+ * A request whose outcome is unknown, to a provider that ignores idempotency
+ * keys: not sent again unless the run asks (`retryUnknown`).
+ */
+export const OUTCOME_UNKNOWN = "outcome_unknown";
+
+/** Ordered schema migrations of a ReceiptShard; apply with `migrate()`. */
+export const RECEIPT_MIGRATIONS: readonly string[] = [
+  `CREATE TABLE receipts (
+     key TEXT PRIMARY KEY, tool_id TEXT NOT NULL,
+     status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
+     output TEXT, error_code TEXT, error_message TEXT, retryable INTEGER NOT NULL DEFAULT 0,
+     generation INTEGER NOT NULL DEFAULT 0,
+     owner_run_id TEXT NOT NULL, owner_attempt_id TEXT NOT NULL, owner_seq INTEGER NOT NULL,
+     lease_expires_at INTEGER, finished_by_run TEXT,
+     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+     CHECK (status <> 'running' OR lease_expires_at IS NOT NULL),
+     CHECK (status <> 'failed' OR error_code IS NOT NULL)
+   ) WITHOUT ROWID;
+   CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at);`,
+];
+
+export type ReceiptStatus = "running" | "completed" | "failed";
+
+/**
+ * A JSON value, as a stored output reads back. Typed shallowly on purpose: RPC
+ * stub types reject `unknown` and give up on a recursive JSON type.
+ */
+export type JsonValue = string | number | boolean | null | object;
+
+/** A `ReceiptClaim` whose reused output is typed as the JSON it was stored as. */
+export type StoredReceiptClaim =
+  | Exclude<ReceiptClaim, { disposition: "reused" }>
+  | { key: string; disposition: "reused"; output: JsonValue };
+
+/** One receipt as plain data (what `get` returns). */
+export interface Receipt {
+  key: string;
+  toolId: string;
+  status: ReceiptStatus;
+  /** The provider's output when `completed`, else null. */
+  output: JsonValue;
+  error: ReceiptError | null;
+  retryable: boolean;
+  generation: number;
+  /** The attempt that last claimed it (still recorded after it finished). */
+  owner: AttemptRef;
+  /** Set only while `running`. */
+  leaseExpiresAt: number | null;
+  /** The run that completed or failed the current generation. */
+  finishedByRun: string | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+type ReceiptRow = {
+  key: string;
+  tool_id: string;
+  status: string;
+  output: string | null;
+  error_code: string | null;
+  error_message: string | null;
+  retryable: number;
+  generation: number;
+  owner_run_id: string;
+  owner_attempt_id: string;
+  owner_seq: number;
+  lease_expires_at: number | null;
+  finished_by_run: string | null;
+  created_at: number;
+  updated_at: number;
+};
+
+function rowToReceipt(row: ReceiptRow): Receipt {
+  return {
+    key: row.key,
+    toolId: row.tool_id,
+    // The column's CHECK constraint admits only the three statuses.
+    status: row.status as ReceiptStatus,
+    output: row.output === null ? null : (JSON.parse(row.output) as JsonValue),
+    error: row.error_code === null ? null : { code: row.error_code, message: row.error_message ?? "" },
+    retryable: row.retryable === 1,
+    generation: row.generation,
+    owner: { attemptId: row.owner_attempt_id, runId: row.owner_run_id, attemptSeq: row.owner_seq },
+    leaseExpiresAt: row.lease_expires_at,
+    finishedByRun: row.finished_by_run,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  };
+}
+
+export interface ReceiptStoreOptions {
+  sql: Sql;
+  /** Milliseconds since the epoch. */
+  now: () => number;
+}
+
+/**
+ * The receipts of one shard. Every method is synchronous; run each inside one
+ * storage transaction so a call is atomic.
+ */
+export class ReceiptStore {
+  readonly #sql: Sql;
+  readonly #now: () => number;
+
+  constructor(options: ReceiptStoreOptions) {
+    this.#sql = options.sql;
+    this.#now = options.now;
+  }
+
+  /**
+   * Claims each item for `request.attempt`, in request order (a key repeated in
+   * one request sees the effect of its earlier occurrence). See `decideClaim`
+   * for the disposition rules.
+   */
+  claim(request: ClaimReceiptsRequest): StoredReceiptClaim[] {
+    const now = this.#now();
+    return this.#apply(request.items, (receipt, item) => decideClaim(receipt, item, request, now));
+  }
+
+  /**
+   * Records outputs. Accepted when this attempt owns the receipt (running, or
+   * expired/released with nobody having taken it over), or already completed it.
+   */
+  complete(request: CompleteReceiptsRequest): ReceiptWriteResult {
+    const now = this.#now();
+    return this.#finish(request.attempt, request.items, (receipt, item) => {
+      if (receipt.status === "completed") return "repeat";
+      if (!mayFinish(receipt)) return "reject";
+      // Outputs are provider JSON, stored as JSON text: a Date or Map in one would not round-trip.
+      return { ...finished(receipt, request.attempt, now), status: "completed", output: (item.output ?? null) as JsonValue };
+    });
+  }
+
+  /** Records failures, fenced like `complete`. A repeated fail keeps the first error. */
+  fail(request: FailReceiptsRequest): ReceiptWriteResult {
+    const now = this.#now();
+    return this.#finish(request.attempt, request.items, (receipt, item) => {
+      if (receipt.status === "failed" && !isRecoveryMarker(receipt)) return "repeat";
+      if (!mayFinish(receipt)) return "reject";
+      return { ...finished(receipt, request.attempt, now), status: "failed", error: item.error, retryable: item.retryable };
+    });
+  }
+
+  /** Extends the leases of running receipts owned by `request.attempt`; every other key is lost. */
+  renew(request: LeaseRequest): LeaseResult {
+    const now = this.#now();
+    const keys = [...new Set(request.keys)];
+    const renewed = new Set(
+      this.#sql<{ key: string }>`
+        UPDATE receipts SET lease_expires_at = ${now + request.leaseTtlMs}, updated_at = ${now}
+        WHERE status = 'running' AND owner_attempt_id = ${request.attempt.attemptId}
+          AND key IN (SELECT value FROM json_each(${JSON.stringify(keys)}))
+        RETURNING key`.map((row) => row.key),
+    );
+    return { renewed: keys.filter((key) => renewed.has(key)), lost: keys.filter((key) => !renewed.has(key)) };
+  }
+
+  /**
+   * Teardown of a run: its running receipts become failed, retryable, code
+   * `released`, so an immediate rerun reclaims them instead of waiting out a lease.
+   * @returns how many receipts were released.
+   */
+  releaseRun(runId: string): number {
+    const now = this.#now();
+    return this.#sql<{ key: string }>`
+      UPDATE receipts
+      SET status = 'failed', error_code = ${RELEASED}, retryable = 1, lease_expires_at = NULL, updated_at = ${now},
+          error_message = 'released by run ' || owner_run_id || ' on teardown before the call finished'
+      WHERE status = 'running' AND owner_run_id = ${runId}
+      RETURNING key`.length;
+  }
+
+  /**
+   * Running receipts whose lease has passed become failed, retryable, code
+   * `lease_expired`. Idempotent.
+   * @returns how many receipts expired.
+   */
+  expireLeases(): number {
+    const now = this.#now();
+    return this.#sql<{ key: string }>`
+      UPDATE receipts
+      SET status = 'failed', error_code = ${LEASE_EXPIRED}, retryable = 1, lease_expires_at = NULL, updated_at = ${now},
+          error_message = 'lease expired: owner attempt ' || owner_attempt_id || ' of run ' || owner_run_id
+            || ' stopped heartbeating before the call finished'
+      WHERE status = 'running' AND lease_expires_at <= ${now}
+      RETURNING key`.length;
+  }
+
+  /** The earliest lease expiry among running receipts (when the alarm is due), or null. */
+  nextLeaseExpiry(): number | null {
+    const row = this.#sql<{ at: number | null }>`
+      SELECT MIN(lease_expires_at) AS at FROM receipts WHERE status = 'running'`[0];
+    return row?.at ?? null;
+  }
+
+  /** One receipt, or null. */
+  get(key: string): Receipt | null {
+    return this.#load([key]).get(key) ?? null;
+  }
+
+  /** The receipts of `keys` that exist, by key. */
+  getMany(keys: string[]): Map<string, Receipt> {
+    return this.#load(keys);
+  }
+
+  #load(keys: string[]): Map<string, Receipt> {
+    const rows = this.#sql<ReceiptRow>`
+      SELECT * FROM receipts WHERE key IN (SELECT value FROM json_each(${JSON.stringify([...new Set(keys)])}))`;
+    return new Map(rows.map((row) => [row.key, rowToReceipt(row)]));
+  }
+
+  /** One read, one decision per item in order (each sees the earlier ones' effect), one bulk write. */
+  #apply<I extends { key: string }, R>(items: I[], decide: (receipt: Receipt | undefined, item: I) => { result: R; next?: Receipt }): R[] {
+    const receipts = this.#load(items.map((item) => item.key));
+    const changed = new Map<string, Receipt>();
+    const results = items.map((item) => {
+      const { result, next } = decide(receipts.get(item.key), item);
+      if (next) {
+        receipts.set(item.key, next);
+        changed.set(item.key, next);
+      }
+      return result;
+    });
+    this.#save([...changed.values()]);
+    return results;
+  }
+
+  /** Fenced terminal writes: only the owner attempt may finish a receipt. */
+  #finish<I extends { key: string }>(
+    attempt: AttemptRef,
+    items: I[],
+    decide: (receipt: Receipt, item: I) => Receipt | "repeat" | "reject",
+  ): ReceiptWriteResult {
+    const outcomes = this.#apply(items, (receipt, item) => {
+      const decision = receipt?.owner.attemptId === attempt.attemptId ? decide(receipt, item) : "reject";
+      return typeof decision === "object" ? { result: true, next: decision } : { result: decision === "repeat" };
+    });
+    const accepted = new Map<string, boolean>();
+    for (const [i, item] of items.entries()) if (!accepted.has(item.key)) accepted.set(item.key, outcomes[i]!);
+    const keys = [...accepted.keys()];
+    return { accepted: keys.filter((key) => accepted.get(key)), rejected: keys.filter((key) => !accepted.get(key)) };
+  }
+
+  /** Writes whole receipts; one JSON parameter, so any count stays under the bind limit. */
+  #save(receipts: Receipt[]): void {
+    if (receipts.length === 0) return;
+    const rows = JSON.stringify(receipts.map(receiptToRow));
+    // REPLACE is safe: the row carries every column (created_at included) and nothing references it.
+    this.#sql.write`
+      INSERT OR REPLACE INTO receipts (key, tool_id, status, output, error_code, error_message, retryable,
+        generation, owner_run_id, owner_attempt_id, owner_seq, lease_expires_at, finished_by_run, created_at, updated_at)
+      SELECT r ->> 'key', r ->> 'tool_id', r ->> 'status', r ->> 'output', r ->> 'error_code', r ->> 'error_message',
+        r ->> 'retryable', r ->> 'generation', r ->> 'owner_run_id', r ->> 'owner_attempt_id', r ->> 'owner_seq',
+        r ->> 'lease_expires_at', r ->> 'finished_by_run', r ->> 'created_at', r ->> 'updated_at'
+      FROM (SELECT value AS r FROM json_each(${rows}))`;
+  }
+}
+
+function receiptToRow(r: Receipt): ReceiptRow {
+  return {
+    key: r.key,
+    tool_id: r.toolId,
+    status: r.status,
+    output: r.status === "completed" ? JSON.stringify(r.output ?? null) : null,
+    error_code: r.error?.code ?? null,
+    error_message: r.error?.message ?? null,
+    retryable: r.retryable ? 1 : 0,
+    generation: r.generation,
+    owner_run_id: r.owner.runId,
+    owner_attempt_id: r.owner.attemptId,
+    owner_seq: r.owner.attemptSeq,
+    lease_expires_at: r.leaseExpiresAt,
+    finished_by_run: r.finishedByRun,
+    created_at: r.createdAt,
+    updated_at: r.updatedAt,
+  };
+}
+
+/** A failed receipt written by recovery (alarm or teardown), not by its owner's own result. */
+function isRecoveryMarker(receipt: Receipt): boolean {
+  return receipt.status === "failed" && (receipt.error?.code === LEASE_EXPIRED || receipt.error?.code === RELEASED);
+}
+
+/**
+ * Whether the owner may still finish this receipt. Lease expiry alone does not
+ * fence: until another attempt claims it, the owner's late result is the call's
+ * real outcome (and was likely billed), so it is kept.
+ */
+function mayFinish(receipt: Receipt): boolean {
+  return receipt.status === "running" || isRecoveryMarker(receipt);
+}
+
+function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
+  return { ...receipt, output: null, error: null, retryable: false, leaseExpiresAt: null, finishedByRun: attempt.runId, updatedAt: now };
+}
+
+/**
+ * The disposition of one claim, and the receipt to store when it changes:
+ * - none → `claimed`, generation 0;
+ * - `completed` → `reused`, unless `refresh` and another run finished it: `claimed`, generation + 1;
+ * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, anyone once
+ *   the lease has passed, or a caller asking to `takeover`; else `running` with its owner;
+ * - `failed` → retryable: `claimed` (same generation); else like `completed` but `failed` with the error.
+ * A claim of a generation that another attempt claimed and did not complete says `takeover: true`.
+ */
+function decideClaim(
+  existing: Receipt | undefined,
+  item: ClaimReceiptsRequest["items"][number],
+  request: ClaimReceiptsRequest,
+  now: number,
+): { result: StoredReceiptClaim; next?: Receipt } {
+  const { attempt } = request;
+  // Another attempt claimed this generation and never completed it: it may have reached the provider.
+  const takeover = existing !== undefined && existing.status !== "completed" && existing.owner.attemptId !== attempt.attemptId;
+  // The request it was claimed for may have been sent, and nothing says how it ended: left running, expired or released.
+  const unknown = existing !== undefined && (existing.status === "running" || isRecoveryMarker(existing));
+  const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => ({
+    result:
+      takeover && generation === existing?.generation
+        ? { key: item.key, disposition: "claimed", generation, takeover: true, ...(unknown ? { unknownOutcome: true as const } : {}) }
+        : { key: item.key, disposition: "claimed", generation },
+    next: {
+      key: item.key,
+      toolId: existing?.toolId ?? item.toolId,
+      status: "running",
+      generation,
+      owner: attempt,
+      leaseExpiresAt: now + request.leaseTtlMs,
+      output: null,
+      error: null,
+      retryable: false,
+      finishedByRun: null,
+      createdAt: existing?.createdAt ?? now,
+      updatedAt: now,
+    } satisfies Receipt,
+  });
+  if (!existing) return own(0);
+  const rebill = request.refresh && existing.finishedByRun !== attempt.runId;
+  switch (existing.status) {
+    case "completed":
+      if (rebill) return own(existing.generation + 1);
+      return { result: { key: item.key, disposition: "reused", output: existing.output } };
+    case "failed":
+      if (existing.retryable) return own(existing.generation);
+      // Sent again only when the run asks (`retryUnknown`): the provider may have executed it once already.
+      if (existing.error?.code === OUTCOME_UNKNOWN && request.retryUnknown === true) return own(existing.generation);
+      if (rebill) return own(existing.generation + 1);
+      // The schema's CHECK guarantees a failed receipt has an error code.
+      return { result: { key: item.key, disposition: "failed", error: existing.error ?? { code: "unknown", message: "" } } };
+    case "running": {
+      const owner = existing.owner;
+      const leaseExpiresAt = existing.leaseExpiresAt ?? now;
+      const newerAttemptOfRun = owner.runId === attempt.runId && owner.attemptSeq < attempt.attemptSeq;
+      if (owner.attemptId === attempt.attemptId || newerAttemptOfRun || leaseExpiresAt <= now || item.takeover === true) {
+        return own(existing.generation);
+      }
+      return { result: { key: item.key, disposition: "running", owner, leaseExpiresAt } };
+    }
+  }
+}

@@ -1,0 +1,130 @@
+/** The RunCoordinator's SQLite schema, as ordered migrations. */
+export const runMigrations = [
+  `
+  CREATE TABLE run (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    run_id TEXT NOT NULL,
+    org TEXT NOT NULL,
+    play TEXT NOT NULL,
+    parent_run_id TEXT,
+    status TEXT NOT NULL,
+    force INTEGER NOT NULL,
+    force_tool_refresh INTEGER NOT NULL,
+    run_attempt INTEGER NOT NULL DEFAULT 0,
+    result TEXT,
+    error TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    infra_failures INTEGER NOT NULL DEFAULT 0,
+    object_rpcs INTEGER NOT NULL DEFAULT 0,
+    provider_requests INTEGER NOT NULL DEFAULT 0,
+    deadline_at INTEGER NOT NULL,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE TABLE input_parts (part INTEGER PRIMARY KEY, text TEXT NOT NULL);
+  CREATE TABLE maps (
+    name TEXT PRIMARY KEY,
+    ordinal INTEGER NOT NULL,
+    shard_count INTEGER NOT NULL,
+    total INTEGER NOT NULL,
+    duplicates_dropped INTEGER NOT NULL,
+    chunk_rows INTEGER NOT NULL,
+    chunk_count INTEGER NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+  );
+  CREATE TABLE chunks (
+    map TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending',
+    attempt_seq INTEGER NOT NULL DEFAULT -1,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    reused INTEGER NOT NULL DEFAULT 0,
+    blocked INTEGER NOT NULL DEFAULT 0,
+    retries INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (map, idx)
+  );
+  CREATE TABLE failure_samples (map TEXT NOT NULL, key TEXT NOT NULL, error TEXT NOT NULL, PRIMARY KEY (map, key));
+  CREATE TABLE events (seq INTEGER PRIMARY KEY AUTOINCREMENT, type TEXT NOT NULL, at INTEGER NOT NULL, data TEXT NOT NULL);
+  `,
+  // Tool dispatch: provider retries and 429s in the run's usage, and salvage (src/stores/salvage-store.ts).
+  `
+  ALTER TABLE run ADD COLUMN provider_retries INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN rate_limited INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE salvage (
+    receipt_key TEXT PRIMARY KEY,
+    tool_id TEXT NOT NULL,
+    attempt TEXT NOT NULL,
+    output TEXT NOT NULL,
+    complete_attempts INTEGER NOT NULL,
+    error TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'restored', 'superseded')),
+    restore_tries INTEGER NOT NULL DEFAULT 0
+  );
+  `,
+  // Child plays, durable waits and signals (src/stores/journal-store.ts): the run's nesting depth, the
+  // journal of waits, signals kept until a wait takes them, parents to tell when the run ends.
+  `
+  ALTER TABLE run ADD COLUMN depth INTEGER NOT NULL DEFAULT 0;
+  CREATE TABLE waits (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('sleep', 'event', 'child')),
+    state TEXT NOT NULL DEFAULT 'waiting' CHECK (state IN ('waiting', 'done', 'failed')),
+    event_key TEXT,
+    child_play TEXT,
+    child_run_id TEXT,
+    child_owned INTEGER NOT NULL DEFAULT 0,
+    due_at INTEGER,
+    timeout_at INTEGER,
+    result TEXT,
+    error TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE INDEX waits_due ON waits (due_at) WHERE state = 'waiting';
+  CREATE INDEX waits_child ON waits (child_run_id);
+  CREATE TABLE signals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_key TEXT NOT NULL,
+    data TEXT NOT NULL,
+    dedupe_key TEXT UNIQUE,
+    consumed_by TEXT,
+    at INTEGER NOT NULL
+  );
+  CREATE INDEX signals_open ON signals (event_key, seq) WHERE consumed_by IS NULL;
+  CREATE TABLE watchers (run_id TEXT PRIMARY KEY, notified INTEGER NOT NULL DEFAULT 0);
+  CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+  `,
+  // Redispatch and reconcile (src/runtime/map/map-runner.ts): how often a chunk's attempt died and was
+  // redispatched, how often a map's finalize repaired a shortfall, and the run's test policy overrides.
+  `
+  ALTER TABLE chunks ADD COLUMN redispatches INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE maps ADD COLUMN repairs INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN test_policy TEXT;
+  `,
+  // Recovery lookups (a taken-over call's result asked of the provider) are counted apart from provider requests;
+  // a chunk whose rows another run holds remembers which run and until when.
+  `
+  ALTER TABLE run ADD COLUMN provider_lookups INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE chunks ADD COLUMN blocked_by TEXT;
+  ALTER TABLE chunks ADD COLUMN blocked_until INTEGER;
+  `,
+  // Spend (src/stores/spend-store.ts): each billable request reserved, then billed; the run's cap and
+  // whether it may re-send requests whose outcome is unknown.
+  `
+  CREATE TABLE spend (
+    request_key TEXT PRIMARY KEY,
+    tool_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    micros INTEGER NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('reserved', 'billed')),
+    at INTEGER NOT NULL,
+    reported INTEGER NOT NULL DEFAULT 0
+  );
+  ALTER TABLE run ADD COLUMN max_spend_micros INTEGER;
+  ALTER TABLE run ADD COLUMN retry_unknown INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE run ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0;
+  `,
+];

@@ -1,0 +1,453 @@
+/**
+ * The run's durable state in its coordinator: the run record, its input, the
+ * chunk plan with each chunk's state and attempt, progress, and the event
+ * ledger. Plain logic over the Sql helper; the actor only adapts it.
+ */
+import type { Sql } from "./sql";
+import { SalvageStore, type SalvageRecord } from "./salvage-store";
+import { SpendStore, toCredits, toMicros } from "./spend-store";
+
+export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
+export const TERMINAL: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
+
+export interface RunError {
+  code: string;
+  message: string;
+  failureSamples?: { map: string; key: string; error: string }[];
+  /** Billed outputs that could not be stored in receipts (see `SalvageStore`). */
+  salvage?: SalvageRecord;
+  /** What the code carries as data (e.g. `spend_cap_reached`: `{ spent, maxSpend }`). */
+  details?: Record<string, number | string | null>;
+}
+
+export interface RunRecord {
+  runId: string;
+  org: string;
+  play: string;
+  parentRunId: string | null;
+  /** How deeply this run is nested under parent plays: 0 for a run submitted over HTTP. */
+  depth: number;
+  status: RunStatus;
+  force: boolean;
+  forceToolRefresh: boolean;
+  runAttempt: number;
+  result: unknown;
+  error: RunError | null;
+  cancelRequested: boolean;
+  infraFailures: number;
+  /** Durable Object RPCs and provider requests made for this run, over all invocations. */
+  /**
+   * What the run spent: object RPCs; provider requests sent (a batch counts once, each retry once: what a
+   * provider counts as calls); in-process retries and 429s among them; and recovery lookups (asking a provider
+   * for the result of a taken-over call, which it neither bills nor counts as a call).
+   */
+  usage: {
+    objectRpcs: number;
+    providerRequests: number;
+    providerRetries: number;
+    rateLimited: number;
+    providerLookups: number;
+    outcomeUnknown: number;
+  };
+  /** The run's spend cap in credits (`maxSpend`), or null. */
+  maxSpend: number | null;
+  /** Requests whose outcome is unknown may be sent again (`retryUnknown`). */
+  retryUnknown: boolean;
+  deadlineAt: number;
+  /** Test runner only: policy overrides for this run (see `TestPolicyOverrides` in src/core/policy.ts). */
+  testPolicy: Record<string, number> | null;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface MapRecord {
+  name: string;
+  shardCount: number;
+  total: number;
+  duplicatesDropped: number;
+  chunkRows: number;
+  chunkCount: number;
+  done: boolean;
+  /** Times finalize found rows not persisted and sent their chunks back (bounded by policy). */
+  repairs: number;
+}
+
+export type ChunkState = "pending" | "running" | "done";
+
+export interface ChunkRecord {
+  idx: number;
+  rows: number;
+  state: ChunkState;
+  attemptSeq: number;
+  retries: number;
+  /** Rows its last finished attempt reported completed (reused included) and failed. */
+  completed: number;
+  failed: number;
+  /** Times an attempt of this chunk died (lost leases, threw) and the chunk was redispatched. */
+  redispatches: number;
+}
+
+export interface MapProgress {
+  total: number;
+  completed: number;
+  failed: number;
+  active: number;
+  waiting: number;
+  blocked: number;
+  /** While rows are blocked: the run holding (some of) them, and when its leases expire at the latest. */
+  blockedBy?: { runId: string; until: string };
+}
+
+export interface LedgerEvent {
+  seq: number;
+  type: string;
+  at: string;
+  // Event fields are JSON; `any` because RPC types cannot carry a recursive JSON type.
+  [field: string]: any;
+}
+
+const INPUT_PART_CHARS = 512 * 1024;
+
+type RunRow = {
+  run_id: string;
+  org: string;
+  play: string;
+  parent_run_id: string | null;
+  status: string;
+  force: number;
+  force_tool_refresh: number;
+  run_attempt: number;
+  result: string | null;
+  error: string | null;
+  cancel_requested: number;
+  infra_failures: number;
+  object_rpcs: number;
+  provider_requests: number;
+  provider_retries: number;
+  rate_limited: number;
+  provider_lookups: number;
+  outcome_unknown: number;
+  max_spend_micros: number | null;
+  retry_unknown: number;
+  deadline_at: number;
+  created_at: number;
+  updated_at: number;
+  depth: number;
+  test_policy: string | null;
+};
+
+function rowToRun(r: RunRow): RunRecord {
+  return {
+    runId: r.run_id,
+    org: r.org,
+    play: r.play,
+    parentRunId: r.parent_run_id,
+    depth: r.depth,
+    status: r.status as RunStatus,
+    force: r.force === 1,
+    forceToolRefresh: r.force_tool_refresh === 1,
+    runAttempt: r.run_attempt,
+    result: r.result === null ? null : JSON.parse(r.result),
+    error: r.error === null ? null : (JSON.parse(r.error) as RunError),
+    cancelRequested: r.cancel_requested === 1,
+    infraFailures: r.infra_failures,
+    usage: {
+      objectRpcs: r.object_rpcs,
+      providerRequests: r.provider_requests,
+      providerRetries: r.provider_retries,
+      rateLimited: r.rate_limited,
+      providerLookups: r.provider_lookups,
+      outcomeUnknown: r.outcome_unknown,
+    },
+    maxSpend: r.max_spend_micros === null ? null : toCredits(r.max_spend_micros),
+    retryUnknown: r.retry_unknown === 1,
+    deadlineAt: r.deadline_at,
+    testPolicy: r.test_policy === null ? null : (JSON.parse(r.test_policy) as Record<string, number>),
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+export class RunStore {
+  #sql: Sql;
+  #now: () => number;
+  /** Billed outputs whose receipts could not be completed. */
+  readonly salvage: SalvageStore;
+  /** The run's billable requests: reserved, then billed. */
+  readonly spend: SpendStore;
+
+  constructor(options: { sql: Sql; now: () => number }) {
+    this.#sql = options.sql;
+    this.#now = options.now;
+    this.salvage = new SalvageStore({ sql: options.sql });
+    this.spend = new SpendStore({ sql: options.sql, now: options.now });
+  }
+
+  run(): RunRecord | null {
+    const row = this.#sql<RunRow>`SELECT * FROM run WHERE id = 1`[0];
+    return row ? rowToRun(row) : null;
+  }
+
+  /** Records a new run and its input; a no-op if the run exists (idempotent start). */
+  create(
+    init: {
+      runId: string;
+      org: string;
+      play: string;
+      parentRunId: string | null;
+      depth?: number;
+      force: boolean;
+      forceToolRefresh: boolean;
+      deadlineAt: number;
+      testPolicy?: Record<string, number> | null;
+      maxSpend?: number | null;
+      retryUnknown?: boolean;
+    },
+    input: unknown,
+  ): boolean {
+    if (this.run()) return false;
+    const now = this.#now();
+    const testPolicy = init.testPolicy ? JSON.stringify(init.testPolicy) : null;
+    const maxSpend = init.maxSpend === undefined || init.maxSpend === null ? null : toMicros(init.maxSpend);
+    this.#sql
+      .write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, test_policy, max_spend_micros, retry_unknown, created_at, updated_at)
+      VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${testPolicy}, ${maxSpend}, ${init.retryUnknown ? 1 : 0}, ${now}, ${now})`;
+    const text = JSON.stringify(input);
+    for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
+      this.#sql
+        .write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;
+    }
+    return true;
+  }
+
+  input(): unknown {
+    return JSON.parse(this.inputJson());
+  }
+
+  /** The run's input as stored: JSON text. */
+  inputJson(): string {
+    return this.#sql<{ text: string }>`SELECT text FROM input_parts ORDER BY part`.map((p) => p.text).join("");
+  }
+
+  setStatus(status: RunStatus, outcome: { result?: unknown; error?: RunError | null } = {}): void {
+    const result = outcome.result === undefined ? null : JSON.stringify(outcome.result);
+    const error = outcome.error ? JSON.stringify(outcome.error) : null;
+    this.#sql
+      .write`UPDATE run SET status = ${status}, result = coalesce(${result}, result), error = coalesce(${error}, error), updated_at = ${this.#now()} WHERE id = 1`;
+  }
+
+  requestCancel(): void {
+    this.#sql.write`UPDATE run SET cancel_requested = 1, updated_at = ${this.#now()} WHERE id = 1`;
+  }
+
+  /** Starts a new attempt epoch: every chunk attempt of an older epoch is fenced off. */
+  bumpAttempt(): number {
+    this.#sql.write`UPDATE run SET run_attempt = run_attempt + 1, updated_at = ${this.#now()} WHERE id = 1`;
+    return this.run()!.runAttempt;
+  }
+
+  addUsage(usage: {
+    rpc: number;
+    provider: number;
+    retries?: number;
+    rateLimited?: number;
+    lookups?: number;
+    outcomeUnknown?: number;
+  }): void {
+    this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider},
+      provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0},
+      provider_lookups = provider_lookups + ${usage.lookups ?? 0}, outcome_unknown = outcome_unknown + ${usage.outcomeUnknown ?? 0} WHERE id = 1`;
+  }
+
+  noteInfraFailure(reset: boolean): number {
+    if (reset) this.#sql.write`UPDATE run SET infra_failures = 0 WHERE id = 1`;
+    else this.#sql.write`UPDATE run SET infra_failures = infra_failures + 1 WHERE id = 1`;
+    return this.run()!.infraFailures;
+  }
+
+  // ---- maps and chunks
+
+  map(name: string): MapRecord | null {
+    const r = this.#sql<{
+      name: string;
+      shard_count: number;
+      total: number;
+      duplicates_dropped: number;
+      chunk_rows: number;
+      chunk_count: number;
+      done: number;
+      repairs: number;
+    }>`
+      SELECT * FROM maps WHERE name = ${name}`[0];
+    if (!r) return null;
+    return {
+      name: r.name,
+      shardCount: r.shard_count,
+      total: r.total,
+      duplicatesDropped: r.duplicates_dropped,
+      chunkRows: r.chunk_rows,
+      chunkCount: r.chunk_count,
+      done: r.done === 1,
+      repairs: r.repairs,
+    };
+  }
+
+  /** Records a map's chunk plan once; a replay finds it and continues. */
+  createMap(map: Omit<MapRecord, "done" | "chunkCount" | "repairs">): MapRecord {
+    const chunkCount = Math.ceil(map.total / map.chunkRows);
+    const ordinal = this.#sql<{ n: number }>`SELECT count(*) AS n FROM maps`[0]!.n;
+    this.#sql.write`INSERT INTO maps (name, ordinal, shard_count, total, duplicates_dropped, chunk_rows, chunk_count)
+      VALUES (${map.name}, ${ordinal}, ${map.shardCount}, ${map.total}, ${map.duplicatesDropped}, ${map.chunkRows}, ${chunkCount})`;
+    this.#sql.write`INSERT INTO chunks (map, idx, rows)
+      WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i + 1 < ${chunkCount})
+      SELECT ${map.name}, i, min(${map.chunkRows}, ${map.total} - i * ${map.chunkRows}) FROM seq WHERE ${chunkCount} > 0`;
+    return this.map(map.name)!;
+  }
+
+  chunks(map: string): ChunkRecord[] {
+    return this.#sql<{
+      idx: number;
+      rows: number;
+      state: string;
+      attempt_seq: number;
+      retries: number;
+      completed: number;
+      failed: number;
+      redispatches: number;
+    }>`
+      SELECT idx, rows, state, attempt_seq, retries, completed, failed, redispatches FROM chunks WHERE map = ${map} ORDER BY idx`.map(
+      (c) => ({
+        idx: c.idx,
+        rows: c.rows,
+        state: c.state as ChunkState,
+        attemptSeq: c.attempt_seq,
+        retries: c.retries,
+        completed: c.completed,
+        failed: c.failed,
+        redispatches: c.redispatches,
+      }),
+    );
+  }
+
+  /** Chunks whose attempt was in flight when the previous invocation ended. */
+  runningChunks(): number {
+    return this.#sql<{ n: number }>`SELECT count(*) AS n FROM chunks WHERE state = 'running'`[0]!.n;
+  }
+
+  startChunk(map: string, idx: number, attemptSeq: number): void {
+    this.#sql.write`UPDATE chunks SET state = 'running', attempt_seq = ${attemptSeq} WHERE map = ${map} AND idx = ${idx}`;
+  }
+
+  /** Records an attempt's outcome; `done` false sends the chunk back to pending (retried later). */
+  finishChunk(
+    map: string,
+    idx: number,
+    outcome: {
+      done: boolean;
+      completed: number;
+      failed: number;
+      reused: number;
+      blocked: { ownerRunId: string; leaseExpiresAt: number }[];
+      failureSamples: { key: string; error: string }[];
+    },
+  ): void {
+    const state: ChunkState = outcome.done ? "done" : "pending";
+    const retry = outcome.done ? 0 : 1;
+    const by = outcome.blocked[0]?.ownerRunId ?? null;
+    const until = outcome.blocked.length ? Math.max(...outcome.blocked.map((b) => b.leaseExpiresAt)) : null;
+    this.#sql
+      .write`UPDATE chunks SET state = ${state}, completed = ${outcome.completed}, failed = ${outcome.failed}, reused = ${outcome.reused},
+      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry} WHERE map = ${map} AND idx = ${idx}`;
+    for (const sample of outcome.failureSamples) {
+      this.#sql.write`INSERT OR IGNORE INTO failure_samples (map, key, error) SELECT ${map}, ${sample.key}, ${sample.error}
+        WHERE (SELECT count(*) FROM failure_samples WHERE map = ${map}) < 20`;
+    }
+  }
+
+  /** Any chunk still marked running (by a dead invocation) goes back to pending. */
+  resetRunningChunks(): void {
+    this.#sql.write`UPDATE chunks SET state = 'pending' WHERE state = 'running'`;
+  }
+
+  /**
+   * The chunk's attempt died (lost its leases, threw): it stays `running`, so
+   * the next invocation fences it off under a new epoch and redispatches it.
+   * @returns how many times the chunk has been redispatched so far.
+   */
+  noteRedispatch(map: string, idx: number): number {
+    this.#sql.write`UPDATE chunks SET redispatches = redispatches + 1 WHERE map = ${map} AND idx = ${idx}`;
+    return this.#sql<{ n: number }>`SELECT redispatches AS n FROM chunks WHERE map = ${map} AND idx = ${idx}`[0]?.n ?? 0;
+  }
+
+  /** Finalize found rows of these chunks not persisted: they run again. @returns the map's repairs so far. */
+  reopenChunks(map: string, idxs: readonly number[]): number {
+    this.#sql
+      .write`UPDATE chunks SET state = 'pending' WHERE map = ${map} AND idx IN (SELECT value FROM json_each(${JSON.stringify(idxs)}))`;
+    this.#sql.write`UPDATE maps SET repairs = repairs + 1 WHERE name = ${map}`;
+    return this.map(map)?.repairs ?? 0;
+  }
+
+  /** Replaces a chunk's reported counts with what its rows in the sheets say (finalize). */
+  setChunkCounts(map: string, idx: number, counts: { completed: number; failed: number }): void {
+    this.#sql.write`UPDATE chunks SET completed = ${counts.completed}, failed = ${counts.failed} WHERE map = ${map} AND idx = ${idx}`;
+  }
+
+  markMapDone(map: string): void {
+    this.#sql.write`UPDATE maps SET done = 1 WHERE name = ${map}`;
+  }
+
+  progress(map: string): MapProgress {
+    const r = this.#sql<{ total: number; completed: number; failed: number; active: number; waiting: number; blocked: number }>`
+      SELECT m.total AS total,
+        coalesce(sum(c.completed), 0) AS completed,
+        coalesce(sum(c.failed), 0) AS failed,
+        coalesce(sum(CASE WHEN c.state = 'running' THEN c.rows ELSE 0 END), 0) AS active,
+        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.rows - c.blocked ELSE 0 END), 0) AS waiting,
+        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
+      FROM maps m LEFT JOIN chunks c ON c.map = m.name WHERE m.name = ${map} GROUP BY m.name`[0];
+    if (!r) return { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
+    if (r.blocked === 0) return r;
+    const by = this.#sql<{ run_id: string; until: number }>`SELECT blocked_by AS run_id, blocked_until AS until FROM chunks
+      WHERE map = ${map} AND state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL ORDER BY blocked_until DESC LIMIT 1`[0];
+    return by ? { ...r, blockedBy: { runId: by.run_id, until: new Date(by.until).toISOString() } } : r;
+  }
+
+  /** Rows this run computed (not reused), over every map. */
+  computedRows(): number {
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(completed + failed - reused), 0) AS n FROM chunks`[0]!.n;
+  }
+
+  allProgress(): Record<string, MapProgress> {
+    const out: Record<string, MapProgress> = {};
+    for (const { name } of this.#sql<{ name: string }>`SELECT name FROM maps ORDER BY ordinal`) out[name] = this.progress(name);
+    return out;
+  }
+
+  failureSamples(): { map: string; key: string; error: string }[] {
+    return this.#sql<{ map: string; key: string; error: string }>`SELECT map, key, error FROM failure_samples ORDER BY rowid LIMIT 20`;
+  }
+
+  // ---- the ledger
+
+  /** Appends an event; returns its sequence number. */
+  append(type: string, data: Record<string, unknown> = {}): LedgerEvent {
+    const at = this.#now();
+    this.#sql.write`INSERT INTO events (type, at, data) VALUES (${type}, ${at}, ${JSON.stringify(data)})`;
+    const seq = this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq;
+    return { ...data, seq, type, at: new Date(at).toISOString() };
+  }
+
+  events(after: number, limit: number): LedgerEvent[] {
+    return this.#sql<{ seq: number; type: string; at: number; data: string }>`
+      SELECT seq, type, at, data FROM events WHERE seq > ${after} ORDER BY seq LIMIT ${limit}`.map((e) => ({
+      ...(JSON.parse(e.data) as Record<string, unknown>),
+      seq: e.seq,
+      type: e.type,
+      at: new Date(e.at).toISOString(),
+    }));
+  }
+
+  lastSeq(): number {
+    return this.#sql<{ seq: number | null }>`SELECT max(seq) AS seq FROM events`[0]?.seq ?? 0;
+  }
+}

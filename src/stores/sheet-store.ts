@@ -1,0 +1,490 @@
+/**
+ * The rows of one shard of a persistent dataset, the attempt leases that fence
+ * writes to them, and each run's membership (its input rows, in input order).
+ * Plain logic over the `Sql` helper: it knows nothing of Durable Objects, so the
+ * actor decides the transaction and the alarm.
+ *
+ * A row is a list of **versions**; its head names the latest one and carries
+ * the lease. A version is computed once, by the run that created it, and never
+ * changes after it is terminal. A run's membership names the version it
+ * computed or reused, so what a run returns and exports is fixed when it ends:
+ *
+ * - a completed version is reused only for the same input (a digest of its
+ *   canonical JSON), and under `recompute` only by the run that wrote it;
+ * - anything else (a new key, a changed input, a failed row, `force`) gets a
+ *   new version; a pending version is taken over only by a later attempt of
+ *   the run that created it.
+ */
+import { createHash } from "node:crypto";
+import { z } from "zod";
+import { canonicalJson } from "../core/hash";
+import { ValidationError } from "../core/errors";
+import { MAX_JSON_DEPTH, tooDeepAt } from "../core/json-depth";
+import type {
+  AttemptRef,
+  ClaimRowsRequest,
+  ClaimedRow,
+  LeaseRequest,
+  LeaseResult,
+  PeekRowsRequest,
+  PersistRowsRequest,
+  PersistRowsResult,
+  ReadRunRowsRequest,
+  SheetRow,
+} from "../contracts/shards";
+import type { Sql } from "./sql";
+
+/** Schema migrations, in order (see `migrate`). */
+export const SHEET_MIGRATIONS: readonly string[] = [
+  `CREATE TABLE dataset (id INTEGER PRIMARY KEY CHECK (id = 1), shard_count INTEGER NOT NULL);
+   CREATE TABLE sheet_rows (
+     key TEXT PRIMARY KEY,
+     status TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+     data TEXT NOT NULL,
+     error TEXT,
+     written_by_run TEXT,
+     written_by_attempt TEXT,
+     lease_attempt_id TEXT,
+     lease_run_id TEXT,
+     lease_seq INTEGER,
+     lease_expires_at INTEGER,
+     updated_at INTEGER NOT NULL
+   ) WITHOUT ROWID;
+   CREATE INDEX sheet_rows_lease_expires_at ON sheet_rows (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+   CREATE TABLE run_rows (
+     run_id TEXT NOT NULL,
+     idx INTEGER NOT NULL,
+     key TEXT NOT NULL,
+     PRIMARY KEY (run_id, idx)
+   ) WITHOUT ROWID;`,
+  // Rows become immutable versions: a run's view names the version it computed or reused, so no later run changes it.
+  // Rows stored before this have no input digest: they are recomputed (their tool calls still reuse receipts).
+  `CREATE TABLE row_versions (
+     key TEXT NOT NULL,
+     version INTEGER NOT NULL,
+     status TEXT NOT NULL CHECK (status IN ('pending', 'completed', 'failed')),
+     data TEXT NOT NULL,
+     error TEXT,
+     input_digest TEXT,
+     created_by_run TEXT,
+     written_by_run TEXT,
+     written_by_attempt TEXT,
+     updated_at INTEGER NOT NULL,
+     PRIMARY KEY (key, version)
+   ) WITHOUT ROWID;
+   INSERT INTO row_versions (key, version, status, data, error, input_digest, created_by_run, written_by_run, written_by_attempt, updated_at)
+     SELECT key, 1, status, data, error, NULL, coalesce(written_by_run, lease_run_id), written_by_run, written_by_attempt, updated_at FROM sheet_rows;
+   CREATE TABLE row_heads (
+     key TEXT PRIMARY KEY,
+     version INTEGER NOT NULL,
+     lease_attempt_id TEXT,
+     lease_run_id TEXT,
+     lease_seq INTEGER,
+     lease_expires_at INTEGER
+   ) WITHOUT ROWID;
+   INSERT INTO row_heads (key, version, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at)
+     SELECT key, 1, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at FROM sheet_rows;
+   CREATE INDEX row_heads_lease_expires_at ON row_heads (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+   CREATE INDEX row_heads_lease_run_id ON row_heads (lease_run_id) WHERE lease_run_id IS NOT NULL;
+   DROP TABLE sheet_rows;
+   ALTER TABLE run_rows ADD COLUMN version INTEGER;
+   UPDATE run_rows SET version = 1;`,
+];
+
+/** Largest serialized row data (input or output) a shard stores. */
+export const MAX_ROW_DATA_BYTES = 1024 * 1024;
+/** Most rows one `readRunRows` returns. */
+export const MAX_READ_ROWS = 1000;
+/**
+ * Budget, in UTF-16 code units, of one JSON array parameter. SQLite in Durable
+ * Objects caps a bound string at 2 MB; 512 Ki code units is at most 1.5 MiB of
+ * UTF-8. A batch always holds at least one item, and one item is at most
+ * MAX_ROW_DATA_BYTES plus its key.
+ */
+const MAX_PARAM_CHARS = 512 * 1024;
+
+export const EnsureDatasetRequest = z.object({ shardCount: z.number().int().min(1).max(256) });
+export type EnsureDatasetRequest = z.infer<typeof EnsureDatasetRequest>;
+
+export const CountRunRowsRequest = z.object({ runId: z.string().min(1).max(100) });
+export type CountRunRowsRequest = z.infer<typeof CountRunRowsRequest>;
+
+/** `countRunChunks`: a run's rows counted per chunk of `chunkRows` input positions. */
+export const CountRunChunksRequest = z.object({ runId: z.string().min(1).max(100), chunkRows: z.number().int().min(1).max(100_000) });
+export type CountRunChunksRequest = z.infer<typeof CountRunChunksRequest>;
+
+/** A run's rows in this shard whose input index falls in one chunk (`floor(index / chunkRows)`), by status. */
+export type RunChunkCounts = {
+  chunk: number;
+  total: number;
+  completed: number;
+  failed: number;
+};
+
+/** A run's membership in this shard, by row status. */
+export interface RunRowCounts {
+  total: number;
+  completed: number;
+  failed: number;
+  pending: number;
+}
+
+/** A row's head joined with its latest version. */
+type RowRecord = {
+  key: string;
+  version: number;
+  status: string;
+  data: string;
+  error: string | null;
+  input_digest: string | null;
+  created_by_run: string | null;
+  written_by_attempt: string | null;
+  written_by_run: string | null;
+  lease_attempt_id: string | null;
+  lease_run_id: string | null;
+  lease_seq: number | null;
+  lease_expires_at: number | null;
+};
+
+type RunRowRecord = { idx: number; key: string; status: string; data: string; error: string | null };
+
+const RowData = z.record(z.string(), z.unknown());
+const RowStatus = z.enum(["pending", "completed", "failed"]);
+
+/**
+ * One shard's rows. Every method is synchronous and meant to run inside one
+ * storage transaction; `now` is read once per call.
+ *
+ * @example
+ * const store = new SheetStore({ sql: createSql(ctx.storage), now: Date.now });
+ * ctx.storage.transactionSync(() => store.claimRows(request));
+ */
+export class SheetStore {
+  readonly #sql: Sql;
+  readonly #now: () => number;
+
+  constructor(options: { sql: Sql; now: () => number }) {
+    this.#sql = options.sql;
+    this.#now = options.now;
+  }
+
+  /** Records the dataset's shard count the first time; afterwards returns the recorded one. */
+  ensureDataset(shardCount: number): number {
+    this.#sql.write`INSERT OR IGNORE INTO dataset (id, shard_count) VALUES (1, ${shardCount})`;
+    return this.#sql<{ shard_count: number }>`SELECT shard_count FROM dataset WHERE id = 1`[0]!.shard_count;
+  }
+
+  /**
+   * Claims each row for the attempt and records which version the run's view
+   * holds, in request order: `blocked` when another live attempt holds its
+   * lease (a newer attempt of the same run takes the lease over), `completed`
+   * when its latest version can be reused (see the module comment), else
+   * `pending` with a lease until now + leaseTtlMs on the version this attempt
+   * computes (a new one holds the input as data). Throws ValidationError for
+   * an input that is not an object or is over MAX_ROW_DATA_BYTES.
+   */
+  claimRows(request: ClaimRowsRequest): ClaimedRow[] {
+    const { attempt, recompute } = request;
+    const now = this.#now();
+    const inputs = request.rows.map((row) => {
+      const text = serializeRowData(row.key, row.input);
+      return { ...row, text, digest: inputDigest(row.input) };
+    });
+    const current = this.#load(inputs.map((row) => row.key));
+    const members: Array<{ key: string; index: number; version: number | null }> = [];
+    const leased = new Set<string>();
+    const created = new Map<string, { version: number; text: string; digest: string }>();
+    const claimed = inputs.map((row): ClaimedRow => {
+      const record = current.get(row.key);
+      const blocker = record && blockingLease(record, attempt, now);
+      if (blocker) {
+        // Not the run's row yet: its view gets a version once a claim succeeds.
+        members.push({ key: row.key, index: row.index, version: null });
+        return { key: row.key, status: "blocked", ...blocker };
+      }
+      if (record && reusable(record, row.digest, attempt, recompute)) {
+        members.push({ key: row.key, index: row.index, version: record.version });
+        return { key: row.key, status: "completed", data: parseRowData(record.data) };
+      }
+      let version = record?.version ?? 0;
+      if (!record || !resumable(record, row.digest, attempt)) {
+        version += 1;
+        created.set(row.key, { version, text: row.text, digest: row.digest });
+      }
+      leased.add(row.key);
+      members.push({ key: row.key, index: row.index, version });
+      // Later duplicates of this key in the same request see it as ours.
+      current.set(row.key, {
+        ...(record ?? newRecord(row.key)),
+        version,
+        status: "pending",
+        data: row.text,
+        input_digest: row.digest,
+        created_by_run: attempt.runId,
+        lease_attempt_id: attempt.attemptId,
+      });
+      return { key: row.key, status: "pending" };
+    });
+
+    for (const batch of batches(members, (m) => m.key.length)) {
+      this.#sql.write`INSERT INTO run_rows (run_id, idx, key, version)
+        SELECT ${attempt.runId}, j.value ->> 'index', j.value ->> 'key', j.value ->> 'version' FROM json_each(${JSON.stringify(batch)}) j WHERE true
+        ON CONFLICT (run_id, idx) DO UPDATE SET key = excluded.key, version = coalesce(excluded.version, run_rows.version)`;
+    }
+    const fresh = [...created];
+    for (const batch of batches(fresh, ([key, v]) => key.length + v.text.length)) {
+      const rows = `[${batch.map(([key, v]) => `{"key":${JSON.stringify(key)},"version":${v.version},"digest":"${v.digest}","data":${v.text}}`).join(",")}]`;
+      this.#sql.write`INSERT INTO row_versions (key, version, status, data, error, input_digest, created_by_run, updated_at)
+        SELECT j.value ->> 'key', j.value ->> 'version', 'pending', j.value -> '$.data', NULL, j.value ->> 'digest', ${attempt.runId}, ${now}
+        FROM json_each(${rows}) j`;
+    }
+    const expiresAt = now + request.leaseTtlMs;
+    const heads = [...leased].map((key) => ({ key, version: current.get(key)!.version }));
+    for (const batch of batches(heads, (h) => h.key.length)) {
+      this.#sql.write`INSERT INTO row_heads (key, version, lease_attempt_id, lease_run_id, lease_seq, lease_expires_at)
+        SELECT j.value ->> 'key', j.value ->> 'version', ${attempt.attemptId}, ${attempt.runId}, ${attempt.attemptSeq}, ${expiresAt}
+        FROM json_each(${JSON.stringify(batch)}) j WHERE true
+        ON CONFLICT (key) DO UPDATE SET version = excluded.version, lease_attempt_id = excluded.lease_attempt_id,
+          lease_run_id = excluded.lease_run_id, lease_seq = excluded.lease_seq, lease_expires_at = excluded.lease_expires_at`;
+    }
+    return claimed;
+  }
+
+  /**
+   * Fenced write of terminal rows into the versions this attempt leased. A
+   * row is written only while this attempt still holds its lease (even an
+   * expired one nobody else has taken); the write clears the lease and the
+   * version never changes again. A row this attempt already wrote, with no
+   * lease on it since, counts as written again. Everything else is rejected,
+   * unwritten. A key repeated within one request is written once, by its first
+   * occurrence.
+   */
+  persistRows(request: PersistRowsRequest): PersistRowsResult {
+    const { attempt } = request;
+    const rows = request.rows.map((row) => ({ ...row, text: serializeRowData(row.key, row.data) }));
+    const current = this.#load(rows.map((row) => row.key));
+    const written: string[] = [];
+    const rejected: string[] = [];
+    const writes: Array<(typeof rows)[number] & { version: number }> = [];
+    for (const row of rows) {
+      const record = current.get(row.key);
+      if (record?.lease_attempt_id === attempt.attemptId) {
+        writes.push({ ...row, version: record.version });
+        written.push(row.key);
+        current.set(row.key, { ...record, status: row.status, written_by_attempt: attempt.attemptId, lease_attempt_id: null });
+      } else if (
+        record &&
+        record.status !== "pending" &&
+        record.written_by_attempt === attempt.attemptId &&
+        record.lease_attempt_id === null
+      ) {
+        written.push(row.key);
+      } else {
+        rejected.push(row.key);
+      }
+    }
+
+    const now = this.#now();
+    const size = (row: (typeof rows)[number]) => row.key.length + row.text.length + (row.error?.length ?? 0);
+    for (const batch of batches(writes, size)) {
+      const json = `[${batch
+        .map(
+          (row) =>
+            `{"key":${JSON.stringify(row.key)},"version":${row.version},"status":${JSON.stringify(row.status)},"error":${JSON.stringify(row.error)},"data":${row.text}}`,
+        )
+        .join(",")}]`;
+      this.#sql.write`UPDATE row_versions SET status = j.value ->> 'status', data = j.value -> '$.data',
+        error = j.value ->> 'error', written_by_run = ${attempt.runId}, written_by_attempt = ${attempt.attemptId}, updated_at = ${now}
+        FROM json_each(${json}) j WHERE row_versions.key = j.value ->> 'key' AND row_versions.version = j.value ->> 'version'`;
+      this.#sql.write`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+        WHERE lease_attempt_id = ${attempt.attemptId} AND key IN (SELECT j.value ->> 'key' FROM json_each(${json}) j)`;
+    }
+    return { written, rejected };
+  }
+
+  /** The keys of `request.rows` whose latest version a run would reuse now (completed, same input); claims nothing. */
+  peekRows(request: PeekRowsRequest): string[] {
+    if (request.recompute) return [];
+    const current = this.#load(request.rows.map((row) => row.key));
+    return request.rows
+      .filter((row) => {
+        const record = current.get(row.key);
+        return record !== undefined && record.status === "completed" && record.input_digest === inputDigest(row.input);
+      })
+      .map((row) => row.key);
+  }
+
+  /** Extends to now + leaseTtlMs the leases this attempt still holds; the other keys are lost. */
+  renewLeases(request: LeaseRequest): LeaseResult {
+    const { attempt } = request;
+    const now = this.#now();
+    const held = new Set<string>();
+    for (const batch of batches(request.keys, (key) => key.length)) {
+      const rows = this.#sql<{ key: string }>`UPDATE row_heads SET lease_expires_at = ${now + request.leaseTtlMs}
+        WHERE lease_attempt_id = ${attempt.attemptId} AND key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))
+        RETURNING key`;
+      for (const row of rows) held.add(row.key);
+    }
+    return { renewed: request.keys.filter((key) => held.has(key)), lost: request.keys.filter((key) => !held.has(key)) };
+  }
+
+  /** Clears every lease the run holds (teardown), returning how many. Row status is unchanged. */
+  releaseRun(runId: string): number {
+    return this.#sql`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+      WHERE lease_run_id = ${runId} RETURNING 1 AS released`.length;
+  }
+
+  /**
+   * The run's rows with input index in [fromIndex, toIndex), in index order, at
+   * most MAX_READ_ROWS: the versions its view holds. A row the run found
+   * blocked and never claimed since is `pending` with no data.
+   */
+  readRunRows(request: ReadRunRowsRequest): SheetRow[] {
+    const toIndex = Math.min(request.toIndex, request.fromIndex + MAX_READ_ROWS);
+    return this
+      .#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
+      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${toIndex}
+      ORDER BY rr.idx`.map(rowToSheetRow);
+  }
+
+  /** Counts the run's membership by the status of the versions its view holds. */
+  countRunRows(runId: string): RunRowCounts {
+    const row = this.#sql<{ total: number; completed: number; failed: number }>`SELECT count(*) AS total,
+      coalesce(sum(v.status = 'completed'), 0) AS completed, coalesce(sum(v.status = 'failed'), 0) AS failed
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version WHERE rr.run_id = ${runId}`[0]!;
+    return { ...row, pending: row.total - row.completed - row.failed };
+  }
+
+  /** The run's membership counted per chunk of `chunkRows` input indexes (chunks with no row here are absent). */
+  countRunChunks(request: CountRunChunksRequest): RunChunkCounts[] {
+    // A bound JS number may arrive as REAL: cast, so that the division is an integer one.
+    return this.#sql<RunChunkCounts>`SELECT rr.idx / CAST(${request.chunkRows} AS INTEGER) AS chunk, count(*) AS total,
+      coalesce(sum(v.status = 'completed'), 0) AS completed, coalesce(sum(v.status = 'failed'), 0) AS failed
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version WHERE rr.run_id = ${request.runId}
+      GROUP BY chunk ORDER BY chunk`;
+  }
+
+  /** Frees leases expired at now (status unchanged), returning how many. Idempotent. */
+  expireLeases(): number {
+    return this.#sql`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
+      WHERE lease_expires_at <= ${this.#now()} RETURNING 1 AS expired`.length;
+  }
+
+  /** The earliest lease expiry (epoch ms), or null when no lease is held: when the alarm should fire. */
+  nextLeaseExpiry(): number | null {
+    const row = this.#sql<{
+      next: number | null;
+    }>`SELECT min(lease_expires_at) AS next FROM row_heads WHERE lease_expires_at IS NOT NULL`[0];
+    return row?.next ?? null;
+  }
+
+  #load(keys: readonly string[]): Map<string, RowRecord> {
+    const found = new Map<string, RowRecord>();
+    for (const batch of batches([...new Set(keys)], (key) => key.length)) {
+      for (const row of this
+        .#sql<RowRecord>`SELECT h.key AS key, h.version AS version, v.status AS status, v.data AS data, v.error AS error,
+          v.input_digest AS input_digest, v.created_by_run AS created_by_run, v.written_by_attempt AS written_by_attempt,
+          v.written_by_run AS written_by_run, h.lease_attempt_id AS lease_attempt_id, h.lease_run_id AS lease_run_id,
+          h.lease_seq AS lease_seq, h.lease_expires_at AS lease_expires_at
+          FROM row_heads h JOIN row_versions v ON v.key = h.key AND v.version = h.version
+          WHERE h.key IN (SELECT value FROM json_each(${JSON.stringify(batch)}))`) {
+        found.set(row.key, row);
+      }
+    }
+    return found;
+  }
+}
+
+/**
+ * A completed latest version serves this claim for the same input; under
+ * `recompute` (force) only when this run wrote it. An attempt never reuses a
+ * version it leases itself (it is computing it).
+ */
+function reusable(record: RowRecord, digest: string, attempt: AttemptRef, recompute: boolean): boolean {
+  if (record.lease_attempt_id === attempt.attemptId || record.status !== "completed" || record.input_digest !== digest) return false;
+  return !recompute || record.written_by_run === attempt.runId;
+}
+
+/** A pending latest version of this run, for the same input, is computed by this attempt instead of a new one. */
+function resumable(record: RowRecord, digest: string, attempt: AttemptRef): boolean {
+  return record.status === "pending" && record.input_digest === digest && record.created_by_run === attempt.runId;
+}
+
+/** A digest of a row's input, independent of the order of its keys. */
+export function inputDigest(input: unknown): string {
+  return createHash("sha256").update(canonicalJson(input)).digest("hex");
+}
+
+/**
+ * The row's live lease when it bars this attempt. An expired lease, our own
+ * lease, and a lease of an older attempt of our run (taken over) do not.
+ */
+function blockingLease(record: RowRecord, attempt: AttemptRef, now: number): { owner: AttemptRef; leaseExpiresAt: number } | undefined {
+  const { lease_attempt_id: attemptId, lease_run_id: runId, lease_seq: attemptSeq, lease_expires_at: leaseExpiresAt } = record;
+  if (attemptId === null || runId === null || attemptSeq === null || leaseExpiresAt === null || leaseExpiresAt <= now) return undefined;
+  if (attemptId === attempt.attemptId) return undefined;
+  if (runId === attempt.runId && attemptSeq < attempt.attemptSeq) return undefined;
+  return { owner: { attemptId, runId, attemptSeq }, leaseExpiresAt };
+}
+
+function newRecord(key: string): RowRecord {
+  return {
+    key,
+    version: 0,
+    status: "pending",
+    data: "{}",
+    error: null,
+    input_digest: null,
+    created_by_run: null,
+    written_by_attempt: null,
+    written_by_run: null,
+    lease_attempt_id: null,
+    lease_run_id: null,
+    lease_seq: null,
+    lease_expires_at: null,
+  };
+}
+
+function rowToSheetRow(row: RunRowRecord): SheetRow {
+  return { index: row.idx, key: row.key, status: RowStatus.parse(row.status), data: parseRowData(row.data), error: row.error };
+}
+
+function parseRowData(text: string): Record<string, unknown> {
+  return RowData.parse(JSON.parse(text));
+}
+
+/** JSON text of a row's data; throws ValidationError unless it is an object within MAX_ROW_DATA_BYTES. */
+function serializeRowData(key: string, data: unknown): string {
+  if (typeof data !== "object" || data === null || Array.isArray(data)) {
+    throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data must be a JSON object`);
+  }
+  const deep = tooDeepAt(data);
+  if (deep !== null)
+    throw new ValidationError(
+      `[invalid_request] row ${JSON.stringify(key)}: data nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`,
+    );
+  const text = JSON.stringify(data);
+  // A UTF-16 code unit is at most 3 UTF-8 bytes: encode only when the cheap bound is not enough.
+  if (text.length * 3 > MAX_ROW_DATA_BYTES && new TextEncoder().encode(text).byteLength > MAX_ROW_DATA_BYTES) {
+    throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data is over ${MAX_ROW_DATA_BYTES} bytes`);
+  }
+  return text;
+}
+
+/** Splits items into consecutive non-empty batches of at most MAX_PARAM_CHARS (a lone larger item is its own batch). */
+function* batches<T>(items: readonly T[], sizeOf: (item: T) => number): Generator<T[]> {
+  let batch: T[] = [];
+  let chars = 0;
+  for (const item of items) {
+    const size = sizeOf(item) + 32;
+    if (batch.length > 0 && chars + size > MAX_PARAM_CHARS) {
+      yield batch;
+      batch = [];
+      chars = 0;
+    }
+    batch.push(item);
+    chars += size;
+  }
+  if (batch.length > 0) yield batch;
+}
