@@ -1,3 +1,4 @@
+import { codeOf } from "../src/core/errors";
 import { env } from "cloudflare:workers";
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -72,7 +73,7 @@ function rejectionOf(stub: Shard, call: (shard: SheetShard) => Promise<unknown>)
   return runInDurableObject(stub, (instance: SheetShard) =>
     call(instance).then(
       () => "resolved",
-      (error: unknown) => (error instanceof Error ? error.message : String(error)),
+      (error: unknown) => `${codeOf(error) ?? "(no code)"}: ${error instanceof Error ? error.message : String(error)}`,
     ),
   );
 }
@@ -441,16 +442,16 @@ describe("dataset and validation", () => {
 
   it("rejects malformed requests with an invalid_request code", async () => {
     const stub = shard();
-    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 0 }))).toMatch(/^\[invalid_request\] shardCount/);
-    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 257 }))).toMatch(/^\[invalid_request\]/);
+    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 0 }))).toMatch(/^invalid_request: shardCount/);
+    expect(await rejectionOf(stub, (o) => o.ensureDataset({ shardCount: 257 }))).toMatch(/^invalid_request: /);
     const badAttempt = { attemptId: "", runId: "r", attemptSeq: 0 };
     expect(await rejectionOf(stub, (o) => o.claimRows({ attempt: badAttempt, leaseTtlMs: 1000, recompute: false, rows: [] }))).toMatch(
-      /^\[invalid_request\] attempt.attemptId/,
+      /^invalid_request: attempt.attemptId/,
     );
     const notAnObject = { key: "k", index: 0, input: "not an object" };
     expect(
       await rejectionOf(stub, (o) => o.claimRows({ attempt: attempt("r"), leaseTtlMs: 1000, recompute: false, rows: [notAnObject] })),
-    ).toMatch(/^\[invalid_request\] row "k"/);
+    ).toMatch(/^invalid_request: row "k"/);
     // Nothing was recorded by the rejected claims.
     expect(await stub.countRunRows({ runId: "r" })).toEqual({ total: 0, completed: 0, failed: 0, pending: 0 });
   });
@@ -461,7 +462,7 @@ describe("dataset and validation", () => {
     await claim(stub, a, ["k1", "k2"]);
     const huge = { blob: "é".repeat(600 * 1024) };
     const rows = ["k1", "k2"].map((key) => ({ key, status: "completed" as const, data: key === "k2" ? huge : { ok: true }, error: null }));
-    expect(await rejectionOf(stub, (o) => o.persistRows({ attempt: a, rows }))).toMatch(/^\[invalid_request\] row "k2": data is over/);
+    expect(await rejectionOf(stub, (o) => o.persistRows({ attempt: a, rows }))).toMatch(/^invalid_request: row "k2": data is over/);
     expect((await readAll(stub, "run-a")).map((r) => r.status)).toEqual(["pending", "pending"]);
   });
 });

@@ -32,7 +32,7 @@ type PeekedReceiptOverRpc =
  * as one transaction on a `ReceiptStore`, and keeps its alarm at the earliest
  * running lease so that receipts of dead owners become reclaimable.
  *
- * Invalid input throws an error whose message starts with `[invalid_request]`.
+ * Invalid input throws a `ValidationError` (code `invalid_request`).
  */
 export class ReceiptShard extends DurableObject<Env> {
   readonly #store: ReceiptStore;

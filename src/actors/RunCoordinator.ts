@@ -1,5 +1,6 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
 import { z } from "zod";
+import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor, TestPolicyOverrides } from "../core/policy";
 import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
@@ -142,8 +143,7 @@ export class RunCoordinator extends Server<Env> {
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
     if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
     if (TERMINAL.has(run.status)) return { outcome: "finished", status: run.status };
-    if (!EVENT_KEY.test(eventKey))
-      throw new Error(`[invalid_request] event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
+    if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
     if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
     if (consumedBy) {
@@ -183,7 +183,7 @@ export class RunCoordinator extends Server<Env> {
     if (!run || run.org !== org) return null;
     if (!TERMINAL.has(run.status)) {
       this.#store.requestCancel();
-      this.#invocation?.controller.abort(new Error("[cancelled] the run was cancelled"));
+      this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
     }
     return this.#view();

@@ -125,4 +125,4 @@ export class SheetShard extends DurableObject<Env> {
   }
 }
 
-/** Validates an RPC input; the `[invalid_request]` prefix survives the RPC boundary. */
+/** Validates an RPC input: a `ValidationError` (`invalid_request`), whose code survives the RPC boundary as data. */

@@ -29,6 +29,7 @@
  */
 import { z } from "zod";
 import { ToolCallError } from "../play/tool-error";
+import { TroupeError } from "../core/errors";
 
 /** The operations a fault can be injected into. */
 export const FAULT_POINTS = [
@@ -156,7 +157,7 @@ export const FAULT_OBJECT_NAME = "faults";
 /**
  * Kills the calling invocation for a `crash` rule (the coordinator passes
  * `ctx.abort`). It must not return; without one, a crash rule throws
- * `[injected_crash]` like a failure.
+ * a `TroupeError` coded `injected_crash`, like a failure.
  */
 export type CrashHandler = (reason: string) => never;
 
@@ -193,12 +194,12 @@ class RemoteFaultProbe implements FaultProbe {
       return;
     }
     if (decision.crash) {
-      const reason = `[injected_crash] test fault plan rule ${decision.rule} crashed the invocation at ${point} call #${decision.call}`;
+      const reason = `test fault plan rule ${decision.rule} crashed the invocation at ${point} call #${decision.call}`;
       if (this.#crash) this.#crash(reason);
-      throw new Error(reason);
+      throw new TroupeError("injected_crash", reason);
     }
     if (point.startsWith("provider.")) throw new ToolCallError({ ...decision.error });
-    throw new Error(`[${decision.error.code}] ${decision.error.message}`);
+    throw new TroupeError(decision.error.code, decision.error.message);
   }
 
   credential(provider: string): Promise<string | null> {

@@ -2,14 +2,16 @@ import type { z } from "zod";
 
 /**
  * A small error hierarchy with stable codes. Errors that cross an RPC
- * boundary lose their class, so receivers classify them by `code` (carried in
- * results, or as a `[code]` prefix in the message).
+ * boundary lose their class but keep their own properties, so receivers
+ * classify them by the `code` they carry as data ({@link codeOf}).
  */
 
 export class TroupeError extends Error {
   readonly code: string;
   readonly status: number;
   readonly details: unknown;
+  /** Marks a coded error after an RPC hop, where `instanceof` no longer holds. */
+  readonly troupe = true;
   constructor(code: string, message: string, options: { status?: number; details?: unknown; cause?: unknown } = {}) {
     super(message, { cause: options.cause });
     this.name = new.target.name;
@@ -36,23 +38,56 @@ export class NotFoundError extends TroupeError {
 /** A failure that must not be retried: it will fail the same way again. */
 export class TerminalError extends TroupeError {}
 
+/** One zod issue as the API reports it: the offending field's path and what is wrong with it. */
+export interface Issue {
+  path: string;
+  message: string;
+}
+
+/** zod issues as {@link Issue}s; `prefix` is prepended to each path, `root` names a value with no path. */
+export function issuesOf(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): Issue[] {
+  return error.issues.map((issue) => ({
+    path: [...(options.prefix ?? []), ...issue.path].map(String).join(".") || (options.root ?? "(root)"),
+    message: issue.message,
+  }));
+}
+
+/** zod issues on one line: `path: message; ...`. */
+export function describeIssues(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): string {
+  return issuesOf(error, options)
+    .map((issue) => `${issue.path}: ${issue.message}`)
+    .join("; ");
+}
+
 /**
  * Parses an RPC input at an actor's trust boundary, or throws a
- * `ValidationError` whose message starts with `[invalid_request]` and names
- * each offending field (the code survives the RPC hop in the message).
+ * `ValidationError` (`invalid_request`) whose message names each offending field.
  */
 export function parseRpcInput<S extends z.ZodType>(schema: S, input: unknown): z.output<S> {
   const result = schema.safeParse(input);
   if (result.success) return result.data;
-  const issues = result.error.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ");
-  throw new ValidationError(`[invalid_request] ${issues}`, result.error.issues);
+  throw new ValidationError(describeIssues(result.error), result.error.issues);
 }
 
-/** Reads a `[code]` prefix back out of an error message that crossed RPC. */
+/**
+ * A `TroupeError` again, from one thrown here or one that crossed an RPC hop
+ * (which keeps own properties, not the class); anything else is `undefined`.
+ */
+export function asTroupeError(error: unknown): TroupeError | undefined {
+  if (error instanceof TroupeError) return error;
+  if (typeof error !== "object" || error === null) return undefined;
+  const { troupe, code, status, details, message } = error as Record<string, unknown>;
+  if (troupe !== true || typeof code !== "string") return undefined;
+  return new TroupeError(code, typeof message === "string" ? message : code, {
+    status: typeof status === "number" ? status : 500,
+    details,
+    cause: error,
+  });
+}
+
+/** The code of a `TroupeError`, here or after an RPC hop. */
 export function codeOf(error: unknown): string | undefined {
-  if (error instanceof TroupeError) return error.code;
-  const message = error instanceof Error ? error.message : String(error);
-  return /^\[([a-z_]+)\]/.exec(message)?.[1];
+  return asTroupeError(error)?.code;
 }
 
 /** The `details` a `TroupeError` carries, when they are a plain record of numbers, strings and nulls. */

@@ -2,7 +2,7 @@
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { z } from "zod";
-import { TroupeError, ValidationError } from "../core/errors";
+import { asTroupeError, issuesOf, ValidationError } from "../core/errors";
 
 export interface ErrorBody {
   error: { code: string; message: string; details?: unknown };
@@ -13,24 +13,20 @@ export function errorResponse(c: Context, status: ContentfulStatusCode, code: st
   return c.json(body, status);
 }
 
-/** zod issues as `details`: each names the offending field. */
-export function issuesOf(error: z.ZodError, prefix: (string | number)[] = []): { path: string; message: string }[] {
-  return error.issues.map((issue) => ({ path: [...prefix, ...issue.path].map(String).join(".") || "(body)", message: issue.message }));
-}
-
 /** Parses `value` with `schema`, or throws a 400 naming every offending field. */
 export function validate<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix: (string | number)[] = []): z.infer<S> {
   const result = schema.safeParse(value);
   if (result.success) return result.data;
-  const details = issuesOf(result.error, prefix);
+  const details = issuesOf(result.error, { prefix, root: "(body)" });
   throw new ValidationError(`${what} is invalid: ${details.map((d) => `${d.path}: ${d.message}`).join("; ")}`, details);
 }
 
 export function onError(error: unknown, c: Context): Response {
-  if (error instanceof TroupeError && error.status < 500) {
-    return errorResponse(c, error.status as ContentfulStatusCode, error.code, error.message, error.details);
+  const coded = asTroupeError(error);
+  if (coded && coded.status < 500) {
+    return errorResponse(c, coded.status as ContentfulStatusCode, coded.code, coded.message, coded.details);
   }
   console.error("unhandled error", error);
-  const code = error instanceof TroupeError ? error.code : "internal_error";
+  const code = coded?.code ?? "internal_error";
   return errorResponse(c, 500, code, "the server failed to answer; the request may be retried");
 }

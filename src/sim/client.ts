@@ -6,6 +6,7 @@
  * `Retry-After`, and under a rate limit its state (see `rateLimitHeaders` in
  * the config), which the tools hand to pacing.
  */
+import { TroupeError } from "../core/errors";
 import type { BatchMember, SimConfig, SimConfigPatch } from "./protocol";
 import { SimConfig as SimConfigSchema, SimStats as SimStatsSchema, type SimStats } from "./protocol";
 
@@ -110,6 +111,6 @@ async function toReply(response: Response): Promise<SimReply> {
 
 async function expectOk(response: Response): Promise<unknown> {
   const body: unknown = await response.json();
-  if (!response.ok) throw new Error(`[sim_error] The simulator answered ${response.status}: ${JSON.stringify(body)}`);
+  if (!response.ok) throw new TroupeError("sim_error", `The simulator answered ${response.status}: ${JSON.stringify(body)}`);
   return body;
 }

@@ -4,8 +4,7 @@
  * `/v1/sim` routes, so both sides of the stub agree on one schema.
  */
 import { z } from "zod";
-import { ValidationError } from "../core/errors";
-import { describeIssues, issueDetails } from "./simulator";
+import { describeIssues, issuesOf, ValidationError } from "../core/errors";
 
 /** Body of `POST https://sim/call` (the key travels in the `Idempotency-Key` header). */
 export const CallBody = z.object({ tool: z.string().min(1), input: z.unknown() });
@@ -96,6 +95,6 @@ export async function readJson(request: Request): Promise<unknown> {
 /** Parses `value` with `schema`, or throws a {@link ValidationError} naming the fields. */
 export function parse<S extends z.ZodType>(schema: S, value: unknown, what: string): z.infer<S> {
   const result = schema.safeParse(value);
-  if (!result.success) throw new ValidationError(`Invalid ${what}: ${describeIssues(result.error)}`, issueDetails(result.error));
+  if (!result.success) throw new ValidationError(`Invalid ${what}: ${describeIssues(result.error)}`, issuesOf(result.error));
   return result.data;
 }

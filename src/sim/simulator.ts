@@ -5,6 +5,7 @@
  * call per idempotency key) is expressed as an outcome the store resolves.
  */
 import { z } from "zod";
+import { describeIssues } from "../core/errors";
 
 /** Input of `sim_find_email`. */
 export const FindEmailInput = z.object({ name: z.string(), domain: z.string() });
@@ -96,14 +97,4 @@ export function evaluate(tool: SimToolName, input: unknown): Evaluation {
 
 function invalidInput(tool: string, error: z.ZodError): SimFailure {
   return { status: 400, code: "invalid_request", message: `Invalid input for ${tool}: ${describeIssues(error)}` };
-}
-
-/** A one-line summary of zod issues: `path: message; ...`. */
-export function describeIssues(error: z.ZodError): string {
-  return error.issues.map((issue) => `${issue.path.join(".") || "(root)"}: ${issue.message}`).join("; ");
-}
-
-/** Field-level details of zod issues, for the `details` of a 400. */
-export function issueDetails(error: z.ZodError): { path: string; message: string }[] {
-  return error.issues.map((issue) => ({ path: issue.path.join("."), message: issue.message }));
 }

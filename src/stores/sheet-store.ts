@@ -457,17 +457,15 @@ function parseRowData(text: string): Record<string, unknown> {
 /** JSON text of a row's data; throws ValidationError unless it is an object within MAX_ROW_DATA_BYTES. */
 function serializeRowData(key: string, data: unknown): string {
   if (typeof data !== "object" || data === null || Array.isArray(data)) {
-    throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data must be a JSON object`);
+    throw new ValidationError(`row ${JSON.stringify(key)}: data must be a JSON object`);
   }
   const deep = tooDeepAt(data);
   if (deep !== null)
-    throw new ValidationError(
-      `[invalid_request] row ${JSON.stringify(key)}: data nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`,
-    );
+    throw new ValidationError(`row ${JSON.stringify(key)}: data nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`);
   const text = JSON.stringify(data);
   // A UTF-16 code unit is at most 3 UTF-8 bytes: encode only when the cheap bound is not enough.
   if (text.length * 3 > MAX_ROW_DATA_BYTES && new TextEncoder().encode(text).byteLength > MAX_ROW_DATA_BYTES) {
-    throw new ValidationError(`[invalid_request] row ${JSON.stringify(key)}: data is over ${MAX_ROW_DATA_BYTES} bytes`);
+    throw new ValidationError(`row ${JSON.stringify(key)}: data is over ${MAX_ROW_DATA_BYTES} bytes`);
   }
   return text;
 }

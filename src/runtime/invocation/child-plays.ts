@@ -24,7 +24,7 @@ import type { JournalStore, WaitEntry, WaitOutcome } from "../../stores/journal-
 import type { RunRecord } from "../../stores/run-store";
 import type { RunView } from "../views/run-view";
 import { canonicalJson, sha256Hex } from "../../core/hash";
-import { messageOf, TerminalError } from "../../core/errors";
+import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { InfraError } from "../map/map-runner";
 import type { SubrequestMeter } from "../../core/meter";
 import type { WaitPolicy, Waits } from "./waits";
@@ -151,7 +151,7 @@ export class ChildPlays {
     }
     const parsed = play.input.safeParse(input);
     if (!parsed.success) {
-      const issues = parsed.error.issues.map((i) => `${i.path.map(String).join(".") || "(input)"}: ${i.message}`).join("; ");
+      const issues = describeIssues(parsed.error, { root: "(input)" });
       throw new TerminalError(
         "invalid_child_input",
         `ctx.runPlay("${name}"): the input is invalid for that play: ${issues}`.slice(0, 2000),

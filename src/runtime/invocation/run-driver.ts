@@ -14,7 +14,7 @@ import { SubrequestMeter } from "../../core/meter";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
 import { restoreSalvage } from "../tools/salvage";
 import type { PlayDefinition, ToolDefinition } from "../../play/types";
-import { codeOf, detailsOf, messageOf } from "../../core/errors";
+import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import { SpendCapReached, type SpendLedger } from "../tools/spend";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { faultProbeFor, type FaultProbe } from "../../clients/faults";
@@ -94,7 +94,7 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   // The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails.
   const limit = new AbortController();
   const limitTimer = setTimeout(
-    () => limit.abort(new Error(`[deadline_exceeded] ${deadlineExceeded(run!).message}`)),
+    () => limit.abort(new TroupeError("deadline_exceeded", deadlineExceeded(run!).message)),
     Math.max(0, run.deadlineAt - now()),
   );
   const signal = AbortSignal.any([o.signal, suspension.signal, limit.signal]);

@@ -7,7 +7,7 @@
  */
 import { ToolCallError } from "../../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../../play/types";
-import { messageOf } from "../../core/errors";
+import { messageOf, TroupeError } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
 import { AttemptLeases } from "./attempt-leases";
@@ -137,7 +137,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     // Persisting ends these leases: a heartbeat racing the write must not take them for lost.
     leases.releaseRows(results.map((row) => row.key));
     const persisted = await sheets.persistRows(attempt, results).catch((error: unknown) => {
-      const fatal = new Error(`[sheet_store_failed] could not persist ${results.length} rows: ${messageOf(error)}`);
+      const fatal = new TroupeError("sheet_store_failed", `could not persist ${results.length} rows: ${messageOf(error)}`);
       latch.trip(fatal);
       throw fatal;
     });

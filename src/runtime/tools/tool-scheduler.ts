@@ -14,7 +14,7 @@ import { priceOf, SpendCapReached } from "./spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
 import { OUTCOME_UNKNOWN } from "../../stores/receipt-store";
 import type { ToolCallOptions, ToolDefinition } from "../../play/types";
-import { messageOf, TroupeError } from "../../core/errors";
+import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
 import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../../contracts/shards";
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
@@ -108,7 +108,7 @@ export class ToolScheduler {
     if (!parsed.success) {
       throw new ToolCallError({
         code: "invalid_tool_input",
-        message: `invalid input for ${toolId}: ${parsed.error.issues.map((i) => `${i.path.join(".") || "input"}: ${i.message}`).join("; ")}`,
+        message: `invalid input for ${toolId}: ${describeIssues(parsed.error, { root: "input" })}`,
         retryable: false,
       });
     }
