@@ -9,6 +9,8 @@ interface TroupeSecretVars {
   TROUPE_TEST_MODE?: string;
   /** JSON `{ "<org>": ["host", "*.example.com"] }`: the hosts each org's plays may fetch (src/runtime/invocation/play-fetch.ts). */
   EGRESS_ALLOWLIST?: string;
+  /** The simulated provider's API key, when a deployment sets one (the sim tools' auth scope). */
+  SIM_API_KEY?: string;
 }
 interface Env extends TroupeSecretVars {}
 declare namespace Cloudflare {

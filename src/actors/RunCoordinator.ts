@@ -13,7 +13,8 @@ import { Redactor, secretsFromEnv } from "../runtime/views/redact";
 import { driveRun, type SpendCap } from "../runtime/invocation/run-driver";
 import { toCredits, toMicros } from "../stores/spend-store";
 import { cancelChildren, ChildFinished, tellParents } from "../runtime/invocation/run-links";
-import { RunStore, TERMINAL, type LedgerEvent, type RunStatus } from "../stores/run-store";
+import { isTerminal, type RunStatus } from "../core/statuses";
+import { RunStore, type LedgerEvent } from "../stores/run-store";
 import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
 import { createSql, migrate } from "../stores/sql";
@@ -123,7 +124,7 @@ export class RunCoordinator extends Server<Env> {
       init.input,
     );
     // A parent (the first, or another run of the same child identity) is told when this run ends.
-    if (init.parentRunId !== null && !TERMINAL.has(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
+    if (init.parentRunId !== null && !isTerminal(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
       await this.#syncDirectory();
       await this.ctx.storage.setAlarm(now);
@@ -142,7 +143,7 @@ export class RunCoordinator extends Server<Env> {
     // A retry of a delivery gets the first answer, even once the signal has ended the run.
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
     if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
-    if (TERMINAL.has(run.status)) return { outcome: "finished", status: run.status };
+    if (isTerminal(run.status)) return { outcome: "finished", status: run.status };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
     if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
@@ -157,7 +158,7 @@ export class RunCoordinator extends Server<Env> {
   async childFinished(message: ChildFinished): Promise<void> {
     const end = ChildFinished.parse(message);
     const run = this.#store.run();
-    if (!run || TERMINAL.has(run.status)) return;
+    if (!run || isTerminal(run.status)) return;
     const ended = recordChildEnd(
       this.#journal,
       { ...end, error: end.error ? { code: end.error.code, message: end.error.message } : null },
@@ -171,7 +172,7 @@ export class RunCoordinator extends Server<Env> {
   async getRun(org: string): Promise<RunView | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
-    if (!TERMINAL.has(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
+    if (!isTerminal(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
       await this.ctx.storage.setAlarm(Date.now());
     }
     return this.#view();
@@ -181,7 +182,7 @@ export class RunCoordinator extends Server<Env> {
   async cancel(org: string): Promise<RunView | null> {
     const run = this.#store.run();
     if (!run || run.org !== org) return null;
-    if (!TERMINAL.has(run.status)) {
+    if (!isTerminal(run.status)) {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
@@ -230,7 +231,7 @@ export class RunCoordinator extends Server<Env> {
     if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
       return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
     }
-    if (TERMINAL.has(run.status)) return this.#replayEnded(request);
+    if (isTerminal(run.status)) return this.#replayEnded(request);
     return super.fetch(request);
   }
 
@@ -287,7 +288,7 @@ export class RunCoordinator extends Server<Env> {
     } finally {
       // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
       this.#invocation = null;
-      const terminal = TERMINAL.has(this.#store.run()?.status ?? "completed");
+      const terminal = isTerminal(this.#store.run()?.status ?? "completed");
       const at = invocation.wake && !terminal ? Date.now() : next;
       if (at !== null) await this.ctx.storage.setAlarm(at);
     }
@@ -295,7 +296,7 @@ export class RunCoordinator extends Server<Env> {
 
   /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
   async #invoke(signal: AbortSignal): Promise<number | null> {
-    const wasTerminal = TERMINAL.has(this.#store.run()?.status ?? "queued");
+    const wasTerminal = isTerminal(this.#store.run()?.status ?? "queued");
     const meter = new SubrequestMeter();
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
@@ -345,7 +346,7 @@ export class RunCoordinator extends Server<Env> {
   /** This invocation's spend cap: the run's `maxSpend`, or what the org's daily limit leaves, whichever is lower. */
   async #spendCap(): Promise<SpendCap | null> {
     const run = this.#store.run();
-    if (!run || TERMINAL.has(run.status)) return null;
+    if (!run || isTerminal(run.status)) return null;
     const own: SpendCap | null = run.maxSpend === null ? null : { credits: run.maxSpend, reason: "maxSpend" };
     let budget: { dailyCredits: number | null; spentToday: number };
     try {
@@ -406,7 +407,7 @@ export class RunCoordinator extends Server<Env> {
   /** Drives the run again at once (after the current invocation, if one is running). */
   async #wake(): Promise<void> {
     if (this.#invocation) this.#invocation.wake = true;
-    else if (!TERMINAL.has(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
+    else if (!isTerminal(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** The run as its org sees it (API.md `GET /v1/runs/<id>`), links to the datasets its play declares included. */

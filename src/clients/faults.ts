@@ -162,7 +162,10 @@ export const FAULT_OBJECT_NAME = "faults";
 export type CrashHandler = (reason: string) => never;
 
 /** The probe for `env`: live only under the test runner with the FAULTS binding. */
-export function faultProbeFor(env: Env, options: { crash?: CrashHandler; play?: string } = {}): FaultProbe {
+export function faultProbeFor(
+  env: Pick<Env, "FAULTS" | "TROUPE_TEST_MODE">,
+  options: { crash?: CrashHandler; play?: string } = {},
+): FaultProbe {
   // FAULTS is bound only outside production (wrangler.toml), so its type is optional.
   if (env.TROUPE_TEST_MODE !== "on" || !env.FAULTS) return NO_FAULTS;
   return new RemoteFaultProbe(env.FAULTS.getByName(FAULT_OBJECT_NAME), options.crash, options.play ?? null);

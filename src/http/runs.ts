@@ -5,7 +5,7 @@ import { RerunRequest, StartRun } from "../api/contract";
 import { TestPolicyOverrides } from "../core/policy";
 import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
-import { TERMINAL } from "../stores/run-store";
+import { isTerminal } from "../core/statuses";
 import { parseRunCursor } from "../stores/directory-store";
 import { canonicalJson, sha256Hex } from "../core/hash";
 import { NotFoundError, TroupeError, ValidationError } from "../core/errors";
@@ -173,7 +173,7 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   const body = validate(RerunRequest, text.trim() === "" ? {} : parseJsonBody(text), "the rerun request");
   const source = await coordinatorOf(c.env, sourceId).source(c.get("org"));
   if (!source) throw runNotFound(sourceId);
-  if (!TERMINAL.has(source.status)) {
+  if (!isTerminal(source.status)) {
     // Its rows are leased to it: a rerun now would only wait for them. Refuse, and say what to do.
     throw new TroupeError("run_active", `run ${sourceId} is ${source.status}; wait until it ends, or cancel it, then rerun`, {
       status: 409,

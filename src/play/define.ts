@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { describeInputAs } from "./json-schema";
-import type { PlayDefinition, Row, ToolDefinition } from "./types";
+import type { PlayDefinition, Row, ToolBinding, ToolDefinition } from "./types";
 
 export type * from "./types";
 export { AUTH_SCOPE_CHANGED, ToolCallError } from "./tool-error";
@@ -25,7 +25,9 @@ export function definePlay<Input, Result>(play: PlayDefinition<Input, Result>): 
 }
 
 /** Declares a tool. Register it in `src/tools/index.ts`. */
-export function defineTool<Input, Output>(tool: ToolDefinition<Input, Output>): ToolDefinition<Input, Output> {
+export function defineTool<Input, Output, Bindings extends ToolBinding = never>(
+  tool: ToolDefinition<Input, Output, Bindings>,
+): ToolDefinition<Input, Output, Bindings> {
   if (!/^[a-z0-9_]{1,64}$/.test(tool.id)) throw new Error(`tool id ${JSON.stringify(tool.id)} must match [a-z0-9_]{1,64}`);
   if (tool.batch && !(Number.isInteger(tool.batch.maxMembers) && tool.batch.maxMembers >= 1)) {
     throw new Error(`tool ${tool.id}: batch.maxMembers must be a positive integer`);
@@ -120,4 +122,15 @@ function refuseDuplicateColumns(header: string[]): string[] {
     seen.add(column);
   });
   return header;
+}
+
+/**
+ * The bindings `tool` declared, copied out of the Worker's: what its calls
+ * receive as `env`, so a tool cannot reach a binding it did not ask for.
+ */
+export function toolEnv(tool: Pick<ToolDefinition, "bindings">, env: Env): Env {
+  const own: Partial<Record<ToolBinding, unknown>> = {};
+  for (const name of tool.bindings ?? []) own[name] = env[name];
+  // The runtime holds every tool as ToolDefinition<any, unknown, ToolBinding>; the tool sees only its own.
+  return Object.freeze(own) as Env;
 }

@@ -200,8 +200,14 @@ export interface PlayDefinition<Input = any, Result = unknown> {
   run(ctx: PlayContext, input: Input): Promise<Result>;
 }
 
+/** The name of one of the Worker's bindings (a secret, a variable, an object namespace). */
+export type ToolBinding = keyof Env;
+
+/** The bindings a tool declared (`bindings`), and only those: a tool never sees the rest of the Worker's. */
+export type ToolEnv<Bindings extends ToolBinding = never> = Readonly<Pick<Env, Bindings>>;
+
 /** What a tool's `execute` receives besides its input. */
-export interface ToolCall {
+export interface ToolCall<Bindings extends ToolBinding = never> {
   /** Derived from the receipt key: send it to the provider so a retried call is billed once. */
   readonly idempotencyKey: string;
   /**
@@ -210,8 +216,8 @@ export interface ToolCall {
    * so the engine still stores it in the receipt.
    */
   readonly signal: AbortSignal;
-  /** The Worker's bindings (provider credentials, the simulated provider). */
-  readonly env: Env;
+  /** The bindings the tool declared in `bindings` (provider credentials, the simulated provider), and no others. */
+  readonly env: ToolEnv<Bindings>;
   /**
    * Digest of the credentials the call runs with (see `authScope`). A provider
    * that can tell the credentials changed should answer with the code
@@ -240,10 +246,11 @@ export interface ToolCall {
 export type ToolRecovery<Output> = { found: true; output: Output } | { found: false; inFlight?: boolean };
 
 /** What a batch `send` receives: each member carries its own idempotency key. */
-export interface BatchCall {
+export interface BatchCall<Bindings extends ToolBinding = never> {
   /** As {@link ToolCall.signal}: the provider timeout, never a cancel. */
   readonly signal: AbortSignal;
-  readonly env: Env;
+  /** As {@link ToolCall.env}. */
+  readonly env: ToolEnv<Bindings>;
   /** As {@link ToolCall.reportHeaders}, for the batch request's answer. */
   reportHeaders(headers: HeadersInit): void;
 }
@@ -275,18 +282,18 @@ export type BatchMemberResult<Output> =
  *   split: (reply, members) => reply.results.map((r) => (r.status === 200 ? { ok: true, output: r.output } : { ok: false, error: { ...r.error, retryable: false } })),
  * }
  */
-export interface ToolBatchStrategy<Input, Output, Payload = unknown, Reply = unknown> {
+export interface ToolBatchStrategy<Input, Output, Payload = unknown, Reply = unknown, Bindings extends ToolBinding = never> {
   /** Most members one batch request may carry (the provider's limit). */
   maxMembers: number;
   /** Builds one provider request from the members, in order. */
   compile(members: readonly BatchMember<Input>[]): Payload;
   /** Sends one batch request. Throw `ToolCallError` to classify a failure of the whole batch. */
-  send(payload: Payload, call: BatchCall): Promise<Reply>;
+  send(payload: Payload, call: BatchCall<Bindings>): Promise<Reply>;
   /** Splits the provider's reply into exactly one result per member, in member order. */
   split(reply: Reply, members: readonly BatchMember<Input>[]): BatchMemberResult<Output>[];
 }
 
-export interface ToolDefinition<Input = any, Output = unknown> {
+export interface ToolDefinition<Input = any, Output = unknown, Bindings extends ToolBinding = ToolBinding> {
   /** Unique id, e.g. `sim_find_email`. */
   id: string;
   /** The provider it bills through (pacing and rate limits are per provider). */
@@ -320,9 +327,18 @@ export interface ToolDefinition<Input = any, Output = unknown> {
    * `Retry-After` and the provider's limit); any other throw is treated as
    * permanent. Hand a successful answer's headers to `call.reportHeaders`.
    */
-  execute(input: Input, call: ToolCall): Promise<Output>;
+  /**
+   * The Worker bindings the tool needs (its credentials, the simulated
+   * provider's namespace): `call.env` and `authScope` receive these and no
+   * others.
+   *
+   * @example
+   * bindings: ["ACME_API_KEY"],
+   */
+  bindings?: readonly Bindings[];
+  execute(input: Input, call: ToolCall<Bindings>): Promise<Output>;
   /** Makes the tool batchable (see {@link ToolBatchStrategy}). */
-  batch?: ToolBatchStrategy<Input, Output, any, any>;
+  batch?: ToolBatchStrategy<Input, Output, any, any, Bindings>;
   /**
    * Asks the provider, without billing, whether it already answered a request
    * under `idempotencyKey`. Called before re-executing a call whose receipt was
@@ -337,7 +353,10 @@ export interface ToolDefinition<Input = any, Output = unknown> {
    *   return res.status === 404 ? { found: false } : { found: true, output: await res.json() };
    * }
    */
-  recover?(idempotencyKey: string, call: Omit<ToolCall, "reportHeaders"> & { readonly input: Input }): Promise<ToolRecovery<Output>>;
+  recover?(
+    idempotencyKey: string,
+    call: Omit<ToolCall<Bindings>, "reportHeaders"> & { readonly input: Input },
+  ): Promise<ToolRecovery<Output>>;
   /**
    * Names the credentials the tool runs with (an account id, a key's
    * fingerprint; never needs to be secret, it is digested). Its digest is part
@@ -345,7 +364,7 @@ export interface ToolDefinition<Input = any, Output = unknown> {
    * scope is `"default"`. Resolved once per invocation and again when the
    * provider answers `auth_scope_changed`.
    */
-  authScope?(env: Env): string | Promise<string>;
+  authScope?(env: ToolEnv<Bindings>): string | Promise<string>;
   /**
    * Says whether a failure `execute` or `batch.send` threw is the provider's
    * own way of saying "slow down" (Hunter, for one, answers 403 when rate

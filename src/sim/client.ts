@@ -24,7 +24,10 @@ export interface SimReply {
 }
 
 /** The stub of the global simulator object. */
-export function simStub(env: Env): DurableObjectStub {
+/** All the simulator's callers need of the Worker: its object. */
+export type SimEnv = Pick<Env, "SIM">;
+
+export function simStub(env: SimEnv): DurableObjectStub {
   return env.SIM.getByName(SIM_OBJECT_NAME);
 }
 
@@ -36,7 +39,7 @@ export function simStub(env: Env): DurableObjectStub {
  * if (reply.status === 200) reply.body.output.email; // "ada.lovelace@example.com"
  */
 export async function callSim(
-  env: Env,
+  env: SimEnv,
   req: { tool: string; input: unknown; idempotencyKey: string; signal?: AbortSignal },
 ): Promise<SimReply> {
   const response = await simStub(env).fetch("https://sim/call", {
@@ -53,7 +56,7 @@ export async function callSim(
  * A 200 reply's `body.results` holds one `{ status, output }` or
  * `{ status, error }` per member, in member order.
  */
-export async function callSimBatch(env: Env, req: { tool: string; members: BatchMember[]; signal?: AbortSignal }): Promise<SimReply> {
+export async function callSimBatch(env: SimEnv, req: { tool: string; members: BatchMember[]; signal?: AbortSignal }): Promise<SimReply> {
   const response = await simStub(env).fetch("https://sim/batch", {
     method: "POST",
     headers: { "content-type": "application/json" },
@@ -69,7 +72,7 @@ export async function callSimBatch(env: Env, req: { tool: string; members: Batch
  * inFlight }` (a request with the key is still being answered).
  */
 export async function simResult(
-  env: Env,
+  env: SimEnv,
   idempotencyKey: string,
   signal?: AbortSignal,
 ): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
@@ -78,12 +81,12 @@ export async function simResult(
 }
 
 /** The simulator's counters since the last reset. */
-export async function simStats(env: Env): Promise<SimStats> {
+export async function simStats(env: SimEnv): Promise<SimStats> {
   return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/stats")));
 }
 
 /** The simulator's current config. */
-export async function simConfig(env: Env): Promise<SimConfig> {
+export async function simConfig(env: SimEnv): Promise<SimConfig> {
   return SimConfigSchema.parse(await expectOk(await simStub(env).fetch("https://sim/config")));
 }
 
@@ -91,7 +94,7 @@ export async function simConfig(env: Env): Promise<SimConfig> {
  * Changes the simulator's config (a partial update) and returns the result.
  * An invalid patch comes back as a non-200 reply rather than a throw.
  */
-export async function updateSimConfig(env: Env, patch: SimConfigPatch): Promise<SimReply> {
+export async function updateSimConfig(env: SimEnv, patch: SimConfigPatch): Promise<SimReply> {
   const response = await simStub(env).fetch("https://sim/config", {
     method: "PUT",
     headers: { "content-type": "application/json" },
@@ -101,7 +104,7 @@ export async function updateSimConfig(env: Env, patch: SimConfigPatch): Promise<
 }
 
 /** Zeroes the counters and forgets billed keys; returns the zeroed stats. */
-export async function resetSim(env: Env): Promise<SimStats> {
+export async function resetSim(env: SimEnv): Promise<SimStats> {
   return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/reset", { method: "POST" })));
 }
 

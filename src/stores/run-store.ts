@@ -3,12 +3,10 @@
  * chunk plan with each chunk's state and attempt, progress, and the event
  * ledger. Plain logic over the Sql helper; the actor only adapts it.
  */
+import type { RunStatus } from "../core/statuses";
 import type { Sql } from "./sql";
 import { SalvageStore, type SalvageRecord } from "./salvage-store";
 import { SpendStore, toCredits, toMicros } from "./spend-store";
-
-export type RunStatus = "queued" | "running" | "waiting" | "completed" | "failed" | "cancelled";
-export const TERMINAL: ReadonlySet<RunStatus> = new Set(["completed", "failed", "cancelled"]);
 
 export interface RunError {
   code: string;

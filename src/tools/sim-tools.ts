@@ -2,13 +2,15 @@
 import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 import type { BatchMemberResult } from "../play/types";
-import type { ToolCall, ToolRecovery } from "../play/types";
+import type { ToolCall, ToolEnv, ToolRecovery } from "../play/types";
 import { callSim, callSimBatch, simResult, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
 
+/** What the simulator's tools need of the Worker: its object, and the key a deployment may set. */
+export const SIM_BINDINGS = ["SIM", "SIM_API_KEY"] as const;
+
 /** The simulator's credential: a key if the deployment sets one, else the local default. */
-function simAuthScope(env: Env): string {
-  const key = (env as { SIM_API_KEY?: string }).SIM_API_KEY;
-  return key ? `key:${key}` : "sim-local";
+function simAuthScope(env: ToolEnv<"SIM_API_KEY">): string {
+  return env.SIM_API_KEY ? `key:${env.SIM_API_KEY}` : "sim-local";
 }
 
 /**
@@ -35,7 +37,7 @@ function failureOf(reply: SimReply): ToolCallError {
 }
 
 /** Asks the simulator what it answered under the key (not billed, not counted): the tools' `recover`. */
-async function recoverFromSim<T>(idempotencyKey: string, call: { env: Env; signal: AbortSignal }): Promise<ToolRecovery<T>> {
+async function recoverFromSim<T>(idempotencyKey: string, call: { env: ToolEnv<"SIM">; signal: AbortSignal }): Promise<ToolRecovery<T>> {
   const result = await simResult(call.env, idempotencyKey, call.signal);
   return result.found ? { found: true, output: result.output as T } : { found: false, inFlight: result.inFlight };
 }
@@ -45,6 +47,7 @@ export const simFindEmail = defineTool({
   provider: "sim",
   version: "1",
   price: 1,
+  bindings: SIM_BINDINGS,
   authScope: simAuthScope,
   input: z.object({ name: z.string().min(1).max(500), domain: z.string().min(1).max(253) }),
   async execute(input, call) {
@@ -64,6 +67,7 @@ export const simVerifyEmail = defineTool({
   provider: "sim",
   version: "1",
   price: 0.25,
+  bindings: SIM_BINDINGS,
   authScope: simAuthScope,
   input: z.object({ email: z.string().min(1).max(600) }),
   async execute(input, call) {

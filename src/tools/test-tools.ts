@@ -1,7 +1,7 @@
 /** Tools that exist only under the test runner (TROUPE_TEST_MODE), to exercise dispatch's edges. */
 import { faultProbeFor } from "../clients/faults";
 import { callSim } from "../sim/client";
-import { outputOf, simFindEmail } from "./sim-tools";
+import { outputOf, SIM_BINDINGS, simFindEmail } from "./sim-tools";
 import { defineTool, ToolCallError } from "../play/define";
 
 /**
@@ -12,6 +12,7 @@ import { defineTool, ToolCallError } from "../play/define";
 export const testScopedFind = defineTool({
   ...simFindEmail,
   id: "test_scoped_find",
+  bindings: [...SIM_BINDINGS, "FAULTS", "TROUPE_TEST_MODE"],
   authScope: async (env) => `test-credential:${(await faultProbeFor(env).credential("sim")) ?? "none"}`,
 });
 

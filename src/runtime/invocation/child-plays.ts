@@ -29,10 +29,10 @@ import { InfraError } from "../map/map-runner";
 import type { SubrequestMeter } from "../../core/meter";
 import type { WaitPolicy, Waits } from "./waits";
 import { getOrInsert } from "../../core/collections";
+import { isTerminal } from "../../core/statuses";
 
 /** Generations of one child identity tried before giving up (each failed generation is skipped). */
 const MAX_CHILD_GENERATIONS = 50;
-const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
 /** How a child run ended, as its coordinator reports it. */
 export interface ChildEnd {
@@ -208,7 +208,7 @@ export class ChildPlays {
           state: "failed",
           error: { code: "child_missing", message: `child run ${entry.childRunId} of play ${entry.childPlay} does not exist` },
         });
-      } else if (TERMINAL.has(view.status)) {
+      } else if (isTerminal(view.status)) {
         const error = view.error ? { code: view.error.code, message: view.error.message } : null;
         recordChildEnd(
           journal,
@@ -262,10 +262,10 @@ export class ChildPlays {
       // A child this run started is its own, whatever became of it (a replay after a crash between start and bind).
       const owned = view.parentRunId === run.runId;
       const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;
-      if (!owned && TERMINAL.has(view.status) && (view.status !== "completed" || stale)) continue;
+      if (!owned && isTerminal(view.status) && (view.status !== "completed" || stale)) continue;
       journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
       this.#o.emit("child.started", { childRunId, play: play.name, reused: !owned });
-      if (TERMINAL.has(view.status)) {
+      if (isTerminal(view.status)) {
         const error = view.error ? { code: view.error.code, message: view.error.message } : null;
         recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#o.emit);
       }

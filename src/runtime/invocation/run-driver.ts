@@ -12,6 +12,7 @@ import { WaitSignal, Waits, waitPolicyFor } from "./waits";
 import type { RuntimePolicy } from "../../core/policy";
 import { SubrequestMeter } from "../../core/meter";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
+import { isTerminal } from "../../core/statuses";
 import { restoreSalvage } from "../tools/salvage";
 import type { PlayDefinition, ToolDefinition } from "../../play/types";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
@@ -58,7 +59,7 @@ export async function driveRun(o: DriveOptions): Promise<number | null> {
   const { store, now } = o;
   let run = store.run();
   if (!run) return null;
-  if (run.status === "completed" || run.status === "failed" || run.status === "cancelled") return retrySalvageOfEndedRun(o);
+  if (isTerminal(run.status)) return retrySalvageOfEndedRun(o);
   if (run.cancelRequested) return finish(o, "cancelled", {});
   if (now() >= run.deadlineAt) return finish(o, "failed", { error: deadlineExceeded(run) });
   if (run.status === "queued" || run.status === "waiting") {

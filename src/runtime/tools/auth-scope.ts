@@ -6,6 +6,7 @@
 import { ToolCallError } from "../../play/tool-error";
 import type { ToolDefinition } from "../../play/types";
 import { sha256Hex } from "../../core/hash";
+import { toolEnv } from "../../play/define";
 
 /** The scope of a tool that declares no `authScope`. */
 export const DEFAULT_AUTH_SCOPE = "default";
@@ -45,7 +46,7 @@ export class AuthScopes {
 
   async #resolve(tool: ToolDefinition): Promise<string> {
     if (!tool.authScope) return DEFAULT_AUTH_SCOPE;
-    const scope = await tool.authScope(this.#env);
+    const scope = await tool.authScope(toolEnv(tool, this.#env));
     return `a:${(await sha256Hex(`${tool.provider}\n${scope}`)).slice(0, 32)}`;
   }
 }

@@ -8,11 +8,10 @@
  * attempt of the same run takes over by itself).
  */
 import type { AttemptRef } from "../../contracts/shards";
+import { isTerminal } from "../../core/statuses";
 
 /** How long an answer about another run is trusted. */
 const LIVENESS_TTL_MS = 1000;
-
-const TERMINAL = new Set(["completed", "failed", "cancelled"]);
 
 /** How to look another run up, and which run is asking. */
 export interface OwnerLivenessOptions {
@@ -40,6 +39,6 @@ export class OwnerLiveness {
       this.#cache.set(owner.runId, entry);
     }
     const run = await entry.run;
-    return run === null || TERMINAL.has(run.status) || run.runAttempt > owner.attemptSeq;
+    return run === null || isTerminal(run.status) || run.runAttempt > owner.attemptSeq;
   }
 }

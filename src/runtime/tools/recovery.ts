@@ -11,6 +11,7 @@ import type { ToolDefinition } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import { sleep } from "../../core/time";
 import type { SubrequestMeter } from "../../core/meter";
+import { toolEnv } from "../../play/define";
 
 /** What one recovery needs: the call, its keys, and the invocation's services. */
 export interface RecoverCallOptions {
@@ -48,7 +49,7 @@ export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unkn
       answer = await recover(o.idempotencyKey, {
         idempotencyKey: o.idempotencyKey,
         signal: o.signal,
-        env: o.env,
+        env: toolEnv(o.tool, o.env),
         authScopeDigest: o.authScopeDigest,
         input: o.input,
       });

@@ -19,6 +19,7 @@ import { callProvider, type ProviderCallContext } from "./provider-call";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
+import { toolEnv } from "../../play/define";
 
 /** One owned call, ready to send: its validated input and keys. */
 export interface QueuedCall {
@@ -129,7 +130,7 @@ export class ToolQueue {
           tool.execute(call.input, {
             idempotencyKey: call.idempotencyKey,
             signal: requestSignal,
-            env,
+            env: toolEnv(tool, env),
             authScopeDigest: call.authScopeDigest,
             reportHeaders,
           }),
@@ -198,7 +199,9 @@ export class ToolQueue {
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
       const result = await callProvider(this.#context(tool), (reportHeaders) =>
-        this.#timed((requestSignal) => strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env, reportHeaders })),
+        this.#timed((requestSignal) =>
+          strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+        ),
       );
       if (!result.ok) outcomes = members.map(() => result);
       else {

@@ -1,5 +1,6 @@
 /** The public shape of a run (API.md `GET /v1/runs/<id>`). */
-import { TERMINAL, type RunRecord, type RunStore } from "../../stores/run-store";
+import { isTerminal } from "../../core/statuses";
+import type { RunRecord, RunStore } from "../../stores/run-store";
 import type { SpendTotals } from "../../stores/spend-store";
 import { runLinks, type RunLinks } from "./links";
 
@@ -33,7 +34,7 @@ export function runView(store: RunStore, declaredDatasets: readonly string[] = [
     runId: run.runId,
     play: run.play,
     org: run.org,
-    status: run.cancelRequested && !TERMINAL.has(run.status) ? "cancelling" : run.status,
+    status: run.cancelRequested && !isTerminal(run.status) ? "cancelling" : run.status,
     runAttempt: run.runAttempt,
     parentRunId: run.parentRunId,
     progress: { maps },
