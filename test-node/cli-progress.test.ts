@@ -20,12 +20,17 @@ const run = (status: RunView["status"], completed: number): RunView => ({
   updatedAt: "",
 });
 
+/** A map.progress event's counts for the map "leads" of 10 rows. */
+const counts = (completed: number, failed: number) => ({ map: "leads", total: 10, completed, failed, active: 0, waiting: 0, blocked: 0 });
+
 describe("RunProgress", () => {
   it("takes status and counts from the snapshot, and ignores replayed events older than it except log lines", () => {
     const progress = new RunProgress("run_1");
     progress.apply({ type: "snapshot", run: run("running", 6), seq: 5 });
-    expect(progress.apply({ seq: 1, type: "run.started", at: "" })).toEqual([]);
-    expect(progress.apply({ seq: 2, type: "map.progress", at: "", map: "leads", total: 10, completed: 2, failed: 0 })).toEqual([]);
+    expect(progress.apply({ seq: 1, type: "run.started", at: "", play: "p", runAttempt: 0, parentRunId: null, depth: 0 })).toEqual([]);
+    expect(progress.apply({ seq: 2, type: "map.progress", at: "", ...counts(2, 0), rowsPerSecond: 0, etaSeconds: null, spend: 0 })).toEqual(
+      [],
+    );
     expect(progress.apply({ seq: 3, type: "log.appended", at: "", line: "hello" })).toEqual([{ kind: "log", line: "hello" }]);
     expect(progress.status).toBe("running");
     expect(progress.maps.get("leads")).toMatchObject({ completed: 6, failed: 1 });
@@ -34,17 +39,16 @@ describe("RunProgress", () => {
       seq: 6,
       type: "map.progress",
       at: "",
-      map: "leads",
-      total: 10,
-      completed: 8,
-      failed: 1,
+      ...counts(8, 1),
       rowsPerSecond: 4,
       etaSeconds: 1,
       spend: 3.25,
     });
     expect(progress.maps.get("leads")).toMatchObject({ completed: 8, rowsPerSecond: 4, etaSeconds: 1 });
     expect(progress.spend).toBe(3.25);
-    expect(progress.apply({ seq: 7, type: "run.completed", at: "" })).toEqual([{ kind: "status", status: "completed" }]);
+    expect(progress.apply({ seq: 7, type: "run.completed", at: "", result: null, progress: {} })).toEqual([
+      { kind: "status", status: "completed" },
+    ]);
   });
 });
 
@@ -66,7 +70,10 @@ describe("lines", () => {
     const view = new PlainView(out, () => now);
     const progress = new RunProgress("run_1");
     const step = (seq: number, completed: number) =>
-      view.update(progress, progress.apply({ seq, type: "map.progress", at: "", map: "leads", total: 10, completed, failed: 0 }));
+      view.update(
+        progress,
+        progress.apply({ seq, type: "map.progress", at: "", ...counts(completed, 0), rowsPerSecond: 2, etaSeconds: null, spend: 2.5 }),
+      );
     view.update(progress, progress.apply({ type: "snapshot", run: run("running", 0), seq: 0 }));
     step(1, 2);
     now = 1500;
@@ -76,7 +83,7 @@ describe("lines", () => {
     expect(text.trim().split("\n")).toEqual([
       "run_1 running",
       "run_1 leads: 1/10 done, 1 failed, spend 2.5 credits",
-      "run_1 leads: 4/10 done, 0 failed, spend 2.5 credits",
+      "run_1 leads: 4/10 done, 0 failed, 2.0 rows/s, spend 2.5 credits",
       "run_1 leads: 10/10 done, 0 failed, spend 2.5 credits",
     ]);
   });

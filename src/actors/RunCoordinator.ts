@@ -20,6 +20,7 @@ import { runView, type RunView } from "../runtime/views/run-view";
 import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
 import { toolRegistry } from "../tools";
+import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 
 export const StartRun = z.object({
   runId: z.string().min(1).max(100),
@@ -417,7 +418,7 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
-  #emit(type: string, data: Record<string, unknown>): void {
+  #emit<Type extends LedgerEventType>(type: Type, data: LedgerEventFields[Type]): void {
     const event = this.#store.append(type, this.#redact(type, data));
     try {
       this.#feed.publish(event, this.getConnections<LiveState>());
@@ -428,8 +429,11 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** Log lines may quote credentials: redact them before they are stored or sent (run errors are redacted by the driver). */
-  #redact(type: string, data: Record<string, unknown>): Record<string, unknown> {
-    if (type === "log.appended" && typeof data.line === "string") return { ...data, line: this.#redactor.redact(data.line) };
+  #redact<Type extends LedgerEventType>(type: Type, data: LedgerEventFields[Type]): LedgerEventFields[Type] {
+    if (type === "log.appended") {
+      const { line } = data as LedgerEventFields["log.appended"];
+      return { ...data, line: this.#redactor.redact(line) };
+    }
     return data;
   }
 

@@ -132,13 +132,43 @@ export interface DatasetPage {
   nextCursor?: string | null;
 }
 
-/** One entry of a run's event ledger, in `seq` order from 1. */
-export interface LedgerEvent {
-  seq: number;
-  type: string;
-  at: string;
-  [field: string]: unknown;
+/** Each map's counts, as a run's terminal event carries them. */
+export type RunProgress = Record<string, MapProgress>;
+
+/**
+ * The fields of each ledger event, by type: the 13 events a run's ledger,
+ * its live socket and `GET /v1/runs/<id>/events` carry (docs/api.md). The
+ * server's emitter is typed by this map, so an event it appends and an event
+ * a client reads cannot drift apart.
+ */
+export interface LedgerEventFields {
+  "run.started": { play: string; runAttempt: number; parentRunId: string | null; depth: number };
+  "run.completed": { result: unknown; progress: RunProgress };
+  "run.failed": { error: RunError; progress: RunProgress };
+  "run.cancelled": { progress: RunProgress };
+  /** At most one per `progressIntervalMs` per map, and only when a count changed; `spend` is the run's total in credits. */
+  "map.progress": MapProgress & { map: string; rowsPerSecond: number; etaSeconds: number | null; spend: number };
+  "chunk.completed": { map: string; chunk: number; completed: number; failed: number; reused: number; attemptSeq: number };
+  "log.appended": { line: string };
+  "child.started": { childRunId: string; play: string; reused: boolean };
+  /**
+   * `status` is the child's terminal status, or `timeout` when the parent stopped waiting for it
+   * (`childRunId` is null when the child's submit had not been answered by then).
+   */
+  "child.finished": { childRunId: string | null; play: string | null; status: string; error?: RunError };
+  "wait.started": { kind: "event" | "sleep" | "child"; key: string; eventKey?: string; dueAt: string | null };
+  "wait.finished": { kind: "event" | "sleep" | "child"; key: string; eventKey?: string; outcome: "signal" | "timeout" | "elapsed" };
+  "signal.received": { eventKey: string; consumedBy: string | null };
+  "salvage.restored": { total: number; restored: number; superseded: number; lastFailure?: string };
 }
+
+/** The type of a ledger event. */
+export type LedgerEventType = keyof LedgerEventFields;
+
+/** One entry of a run's event ledger, in `seq` order from 1: narrow it by `type`. */
+export type LedgerEvent = {
+  [Type in LedgerEventType]: { seq: number; type: Type; at: string } & LedgerEventFields[Type];
+}[LedgerEventType];
 
 /** `GET /v1/runs/<id>/events`. */
 export interface EventPage {

@@ -428,7 +428,7 @@ export class RunStore {
   // ---- the ledger
 
   /** Appends an event; returns its sequence number. */
-  append(type: string, data: Record<string, unknown> = {}): LedgerEvent {
+  append(type: string, data: object = {}): LedgerEvent {
     const at = this.#now();
     this.#sql.write`INSERT INTO events (type, at, data) VALUES (${type}, ${at}, ${JSON.stringify(data)})`;
     const seq = this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq;

@@ -30,6 +30,7 @@ import type { SubrequestMeter } from "../../core/meter";
 import type { WaitPolicy, Waits } from "./waits";
 import { getOrInsert } from "../../core/collections";
 import { isTerminal } from "../../core/statuses";
+import type { Emit } from "../../contracts/events";
 
 /** Generations of one child identity tried before giving up (each failed generation is skipped). */
 const MAX_CHILD_GENERATIONS = 50;
@@ -93,7 +94,7 @@ export function childOutcome(play: string, end: ChildEnd): WaitOutcome {
 }
 
 /** Records a child's end in every entry waiting on it; returns how many it ended. */
-export function recordChildEnd(journal: JournalStore, end: ChildEnd, emit: (type: string, data: Record<string, unknown>) => void): number {
+export function recordChildEnd(journal: JournalStore, end: ChildEnd, emit: Emit): number {
   let ended = 0;
   for (const entry of journal.waitingOn(end.childRunId)) {
     if (!journal.settle(entry.key, childOutcome(entry.childPlay ?? "?", end))) continue;
@@ -120,7 +121,7 @@ export interface ChildPlaysOptions {
   meter: SubrequestMeter;
   /** This invocation's signal: aborted on cancel, or when a row's wait makes the invocation yield. */
   signal: AbortSignal;
-  emit(type: string, data: Record<string, unknown>): void;
+  emit: Emit;
   log(line: string): void;
   now(): number;
   /** A row's child still runs after the in-process wait: stop this invocation and resume at `resumeAt`. */

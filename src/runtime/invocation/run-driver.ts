@@ -22,6 +22,7 @@ import { faultProbeFor, type FaultProbe } from "../../clients/faults";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
 import { MAX_RESTORE_TRIES } from "../../stores/salvage-store";
+import type { Emit } from "../../contracts/events";
 
 export interface DriveOptions {
   env: Env;
@@ -36,7 +37,7 @@ export interface DriveOptions {
   signal: AbortSignal;
   now(): number;
   /** Appends to the ledger (and tells watchers). */
-  emit(type: string, data: Record<string, unknown>): void;
+  emit: Emit;
   /** The run's status changed: tell the org's directory. */
   onStatus(): Promise<void>;
   /** Subrequests spent by this invocation (for the bench and the budget). */
@@ -310,7 +311,8 @@ async function finish(
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
   if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });
-  else if (status === "failed") o.emit("run.failed", { error, progress });
+  // A failed run always ends with an error (every finish("failed") is given one).
+  else if (status === "failed") o.emit("run.failed", { error: error!, progress });
   else o.emit("run.cancelled", { progress });
   await o.onStatus();
   return restore && restore.pending > 0 ? o.now() + restoreDelayMs(o, 0) : null;

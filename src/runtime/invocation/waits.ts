@@ -13,6 +13,7 @@ import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-sto
 import { TerminalError } from "../../core/errors";
 import { TestPolicyOverrides } from "../../core/policy";
 import { YieldSignal } from "../map/map-runner";
+import type { Emit } from "../../contracts/events";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
 export class WaitSignal extends YieldSignal {}
@@ -63,7 +64,7 @@ const MAX_WAIT_MS = 30 * 24 * 3600 * 1000;
 export interface WaitsOptions {
   journal: JournalStore;
   now(): number;
-  emit(type: string, data: Record<string, unknown>): void;
+  emit: Emit;
   /** When the run's runtime limit ends it: the latest the alarm need be set. */
   deadlineAt: number;
 }

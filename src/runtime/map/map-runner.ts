@@ -27,6 +27,7 @@ import { planRows } from "./row-keys";
 import type { SubrequestMeter } from "../../core/meter";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
+import type { Emit } from "../../contracts/events";
 
 /** Thrown through the play to end this invocation; the alarm resumes the run at `resumeAt`. */
 export class YieldSignal extends Error {
@@ -55,7 +56,7 @@ export interface MapRunnerOptions {
   signal: AbortSignal;
   log(line: string): void;
   /** Appends a ledger event. */
-  emit(type: string, data: Record<string, unknown>): void;
+  emit: Emit;
   now(): number;
   /** Tool dispatch for this invocation (pacing, retries, faults, salvage). */
   dispatch: DispatchServices;
