@@ -7,7 +7,7 @@
  * recovered, not sent again).
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { allEvents, simReset, simStats } from "./helpers";
+import { allEvents, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
   clearFaults,
@@ -16,13 +16,10 @@ import {
   expectExactlyOnce,
   faultState,
   logLines,
-  runView,
   setFaults,
   setSim,
   SIM_DEFAULTS,
-  submit,
   until,
-  waitForEnd,
 } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -48,8 +45,8 @@ describe("the coordinator dies mid-chunk", () => {
       await setSim({ latencyMs: 5 });
       await setFaults([{ point, fromCall, times: 1, crash: true }]);
       const rows = callRows(`Crash${point.replace(".", "")}`, ROWS);
-      const runId = await submit("test-calls", { rows, dataset: `crash-${point.replace(".", "-")}` });
-      const run = await waitForEnd(runId);
+      const runId = await startRun("test-calls", { rows, dataset: `crash-${point.replace(".", "-")}` });
+      const run = await waitForRun(runId);
 
       expect(run.status).toBe("completed");
       expect(run.result).toEqual({ total: ROWS, completed: ROWS, failed: 0 });
@@ -71,12 +68,12 @@ describe("the coordinator dies mid-chunk", () => {
     await simReset();
     await setSim({ latencyMs: 60 });
     const rows = callRows("Evicted", 300);
-    const runId = await submit("test-calls", { rows, dataset: "evicted" });
+    const runId = await startRun("test-calls", { rows, dataset: "evicted" });
     await until(simStats, (s) => s.calls >= 20, "provider calls in flight");
     expect((await runView(runId)).status).toBe("running");
     await crash(coordinator(runId));
 
-    const run = await waitForEnd(runId);
+    const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     // The calls the dead invocation had sent were answered anyway: their results are recovered, not bought again.
@@ -91,8 +88,8 @@ describe("alarm retries", () => {
     // 1,500 rows take at least four invocations under the test budget; the first two alarms throw after driving, before re-arming.
     await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
     const rows = callRows("Alarm", 1500);
-    const runId = await submit("test-calls", { rows, dataset: "alarm-retries" });
-    const run = await waitForEnd(runId);
+    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" });
+    const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
     // Both failures fired, and the run went on after each (the alarm that ends the run may check the plan after the test reads it).
@@ -108,14 +105,14 @@ describe("a crash loop", () => {
     await simReset();
     await setFaults([{ point: "sheet.claimed", fromCall: 1, crash: true }]);
     const rows = callRows("CrashLoop", 60);
-    const runId = await submit("test-calls", { rows, dataset: "crash-loop" });
-    const run = await waitForEnd(runId);
+    const runId = await startRun("test-calls", { rows, dataset: "crash-loop" });
+    const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("crash_loop");
     expect(run.error.message).toContain("invocations in a row died with chunks in flight");
 
     await clearFaults();
-    const rerun = await waitForEnd(await submit("test-calls", { rows, dataset: "crash-loop" }));
+    const rerun = await waitForRun(await startRun("test-calls", { rows, dataset: "crash-loop" }));
     expect(rerun.status).toBe("completed");
     await expectExactlyOnce(rerun.runId, "crash-loop", rows);
   });

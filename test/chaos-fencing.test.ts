@@ -9,8 +9,8 @@ import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
 import type { AttemptRef } from "../src/contracts/shards";
-import { allEvents, simReset, simStats } from "./helpers";
-import { callRows, clearFaults, expectExactlyOnce, logLines, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
+import { allEvents, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { callRows, clearFaults, expectExactlyOnce, logLines, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -74,15 +74,15 @@ describe("a stale attempt after redispatch", () => {
     await setSim({ latencyMs: 700 });
     const rows = callRows("Stale", 40);
     // The first run's heartbeat never comes before its short leases lapse, while its calls are still at the provider.
-    const stalled = await submit(
+    const stalled = await startRun(
       "test-calls",
       { rows, dataset: "stale" },
       { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS } },
     );
     await until(simStats, (s) => s.calls > 0, "the first run's calls in flight");
-    const other = await submit("test-calls", { rows, dataset: "stale" }, { testPolicy: { blockedRetries: 50 } });
+    const other = await startRun("test-calls", { rows, dataset: "stale" }, { testPolicy: { blockedRetries: 50 } });
 
-    const [first, second] = [await waitForEnd(stalled), await waitForEnd(other)];
+    const [first, second] = [await waitForRun(stalled), await waitForRun(other)];
     expect([first.status, second.status]).toEqual(["completed", "completed"]);
     const lines = await logLines(stalled);
     expect(
@@ -104,15 +104,15 @@ describe("heartbeats", () => {
     const rows = callRows("Beat", 40);
     // Leases of 1 s would lapse twice over during one 2.5 s call; the heartbeat renews them every 100 ms, so only
     // a beat held up for 900 ms (ten missed in a row) could lose them: a margin that a loaded test machine keeps.
-    const owner = await submit(
+    const owner = await startRun(
       "test-calls",
       { rows, dataset: "beat" },
       { testPolicy: { rowLeaseTtlMs: 1000, receiptLeaseTtlMs: 1000, heartbeatIntervalMs: 100 } },
     );
     await until(simStats, (s) => s.calls > 0, "the owner's calls in flight");
-    const waiter = await submit("test-calls", { rows, dataset: "beat" }, { testPolicy: { blockedRetries: 50 } });
+    const waiter = await startRun("test-calls", { rows, dataset: "beat" }, { testPolicy: { blockedRetries: 50 } });
 
-    const [first, second] = [await waitForEnd(owner), await waitForEnd(waiter)];
+    const [first, second] = [await waitForRun(owner), await waitForRun(waiter)];
     expect([first.status, second.status]).toEqual(["completed", "completed"]);
     expect(first.runAttempt).toBe(0);
     expect((await logLines(owner)).filter((l) => l.includes("lost its leases") || l.includes("no longer owns"))).toEqual([]);
@@ -128,13 +128,13 @@ describe("heartbeats", () => {
     await simReset();
     await setSim({ latencyMs: 600 });
     const rows = callRows("Lost", 40);
-    const runId = await submit("test-calls", { rows, dataset: "lost" }, { testPolicy: { heartbeatIntervalMs: 50 } });
+    const runId = await startRun("test-calls", { rows, dataset: "lost" }, { testPolicy: { heartbeatIntervalMs: 50 } });
     await until(simStats, (s) => s.calls > 0, "calls in flight");
     // The row leases vanish under the live attempt (as if another attempt had taken them): its next beat finds out.
     await Promise.all(
       [0, 1, 2, 3].map((shard) => env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", "lost", shard)).releaseRun({ runId })),
     );
-    const run = await waitForEnd(runId);
+    const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
@@ -152,12 +152,12 @@ describe("heartbeats", () => {
     const rows = callRows("Stall", 40);
     // Leases of 200 ms and no beat for a minute: the attempt must not go on calling providers on leases it cannot vouch for.
     // (Batches go out after 20 ms, well within a lease.)
-    const runId = await submit(
+    const runId = await startRun(
       "test-calls",
       { rows, dataset: "stall" },
       { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS, batchGraceMs: 20 } },
     );
-    const run = await waitForEnd(runId);
+    const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);

@@ -7,7 +7,7 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { expect } from "vitest";
-import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, simStats } from "./helpers";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, runView, simStats } from "./helpers";
 
 /** One row of the `test-calls` play: one tool call, its output lands in `out`. */
 export interface CallRow {
@@ -36,15 +36,6 @@ export function expectedOut(row: CallRow): unknown {
 }
 
 /** Starts a run with optional test policy overrides and runtime limit. */
-export async function submit(
-  play: string,
-  input: unknown,
-  options: { testPolicy?: Record<string, number>; timeoutSeconds?: number } = {},
-): Promise<string> {
-  const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...options } });
-  if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);
-  return body.runId as string;
-}
 
 export async function setFaults(rules: unknown[]): Promise<void> {
   const res = await api("/v1/test/faults", { method: "PUT", json: { rules } });
@@ -76,32 +67,6 @@ export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${JSON.stringify(value)}`);
     await new Promise((r) => setTimeout(r, 10));
   }
-}
-
-/**
- * The run as `GET /v1/runs/<id>` shows it. A read that races a crash of the
- * coordinator gets a 5xx (the object was reset under it): like any client,
- * ask again.
- */
-export async function runView(runId: string): Promise<any> {
-  for (let tries = 1; ; tries++) {
-    const { status, body } = await apiJson(`/v1/runs/${runId}`);
-    if (status === 200) return body;
-    if (status < 500 || tries >= 20) throw new Error(`GET run: ${status} ${JSON.stringify(body)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-const TERMINAL = new Set(["completed", "failed", "cancelled"]);
-
-/** Polls the run (reads wake it) until it is terminal. */
-export async function waitForEnd(runId: string, timeoutMs = 45_000): Promise<any> {
-  return until(
-    () => runView(runId),
-    (run) => TERMINAL.has(run.status),
-    `run ${runId} to end`,
-    timeoutMs,
-  );
 }
 
 export async function logLines(runId: string): Promise<string[]> {

@@ -10,20 +10,8 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
-import { allEvents, api, simReset, simStats } from "./helpers";
-import {
-  callRows,
-  clearFaults,
-  expectExactlyOnce,
-  logLines,
-  runView,
-  setFaults,
-  setSim,
-  SIM_DEFAULTS,
-  submit,
-  until,
-  waitForEnd,
-} from "./chaos-helpers";
+import { allEvents, api, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { callRows, clearFaults, expectExactlyOnce, logLines, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -47,10 +35,10 @@ describe("two runs of one play over overlapping rows", () => {
     const first = all.slice(0, 200);
     const second = all.slice(100);
     const [a, b] = await Promise.all([
-      submit("test-calls", { rows: first, dataset: "overlap" }, { testPolicy: { blockedRetries: 50 } }),
-      submit("test-calls", { rows: second, dataset: "overlap" }, { testPolicy: { blockedRetries: 50 } }),
+      startRun("test-calls", { rows: first, dataset: "overlap" }, { testPolicy: { blockedRetries: 50 } }),
+      startRun("test-calls", { rows: second, dataset: "overlap" }, { testPolicy: { blockedRetries: 50 } }),
     ]);
-    const [runA, runB] = [await waitForEnd(a), await waitForEnd(b)];
+    const [runA, runB] = [await waitForRun(a), await waitForRun(b)];
     expect([runA.status, runB.status]).toEqual(["completed", "completed"]);
 
     // Rows 100–199 were executed by exactly one of the two runs; the other reused them.
@@ -68,19 +56,19 @@ describe("teardown releases leases", () => {
     await simReset();
     await setSim({ latencyMs: 100 });
     const rows = callRows("Cancelled", 400);
-    const runId = await submit("test-calls", { rows, dataset: "cancelled" }, { testPolicy: LONG_LEASES });
+    const runId = await startRun("test-calls", { rows, dataset: "cancelled" }, { testPolicy: LONG_LEASES });
     await until(
       () => runView(runId),
       (run) => run.progress.maps.cancelled?.completed >= 50,
       "some rows done",
     );
     expect((await api(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
-    const cancelled = await waitForEnd(runId);
+    const cancelled = await waitForRun(runId);
     expect(cancelled.status).toBe("cancelled");
     expect(cancelled.progress.maps.cancelled.completed).toBeLessThan(400);
 
-    const rerun = await submit("test-calls", { rows, dataset: "cancelled" }, { testPolicy: NEVER_WAIT });
-    const done = await waitForEnd(rerun);
+    const rerun = await startRun("test-calls", { rows, dataset: "cancelled" }, { testPolicy: NEVER_WAIT });
+    const done = await waitForRun(rerun);
     expect(done.status).toBe("completed");
     expect(await blockedSeen(rerun)).toBe(false);
     // Receipts were released too: none had to be taken over from the cancelled run.
@@ -94,14 +82,14 @@ describe("teardown releases leases", () => {
     const rows = callRows("Fatal", 200);
     // The second chunk's persist fails: the run stops, with the other chunks' rows and receipts leased.
     await setFaults([{ point: "sheet.persist", fromCall: 2, times: 1 }]);
-    const runId = await submit("test-calls", { rows, dataset: "fatal" }, { testPolicy: LONG_LEASES });
-    const failed = await waitForEnd(runId);
+    const runId = await startRun("test-calls", { rows, dataset: "fatal" }, { testPolicy: LONG_LEASES });
+    const failed = await waitForRun(runId);
     expect(failed.status).toBe("failed");
     expect(failed.error.code).toBe("sheet_store_failed");
     await clearFaults();
 
-    const rerun = await submit("test-calls", { rows, dataset: "fatal" }, { testPolicy: NEVER_WAIT });
-    expect((await waitForEnd(rerun)).status).toBe("completed");
+    const rerun = await startRun("test-calls", { rows, dataset: "fatal" }, { testPolicy: NEVER_WAIT });
+    expect((await waitForRun(rerun)).status).toBe("completed");
     expect(await blockedSeen(rerun)).toBe(false);
     await expectExactlyOnce(rerun, "fatal", rows, rows.length, [runId, rerun]);
   });
@@ -110,8 +98,8 @@ describe("teardown releases leases", () => {
     await simReset();
     await setSim({ latencyMs: 400 });
     const rows = callRows("Limit", 1000);
-    const runId = await submit("test-calls", { rows, dataset: "limit" }, { timeoutSeconds: 1, testPolicy: LONG_LEASES });
-    const run = await waitForEnd(runId);
+    const runId = await startRun("test-calls", { rows, dataset: "limit" }, { timeoutSeconds: 1, testPolicy: LONG_LEASES });
+    const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("deadline_exceeded");
     expect(run.error.message).toContain("runtime limit of 1 s");
@@ -120,8 +108,8 @@ describe("teardown releases leases", () => {
     expect(last).toMatchObject({ type: "run.failed", error: { code: "deadline_exceeded" } });
 
     await setSim({ latencyMs: 0 });
-    const rerun = await submit("test-calls", { rows, dataset: "limit" }, { testPolicy: NEVER_WAIT });
-    expect((await waitForEnd(rerun)).status).toBe("completed");
+    const rerun = await startRun("test-calls", { rows, dataset: "limit" }, { testPolicy: NEVER_WAIT });
+    expect((await waitForRun(rerun)).status).toBe("completed");
     await expectExactlyOnce(rerun, "limit", rows, rows.length, [runId, rerun]);
   });
 
@@ -138,16 +126,16 @@ describe("rows blocked by another run", () => {
     await simReset();
     await setSim({ latencyMs: 1500 });
     const rows = callRows("Held", 20);
-    const holder = await submit("test-calls", { rows, dataset: "held" });
+    const holder = await startRun("test-calls", { rows, dataset: "held" });
     await until(simStats, (s) => s.calls > 0, "the holder's calls in flight");
-    const blocked = await submit("test-calls", { rows, dataset: "held" }, { testPolicy: NEVER_WAIT });
-    const run = await waitForEnd(blocked);
+    const blocked = await startRun("test-calls", { rows, dataset: "held" }, { testPolicy: NEVER_WAIT });
+    const run = await waitForRun(blocked);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("rows_blocked");
     expect(run.error.message).toContain(`stayed leased by run ${holder}`);
     expect(run.error.message).toMatch(/rows Held\d+, Held\d+/);
     expect(run.error.message).toContain("cancel it");
-    expect((await waitForEnd(holder)).status).toBe("completed");
+    expect((await waitForRun(holder)).status).toBe("completed");
     await expectExactlyOnce(holder, "held", rows, rows.length, [holder, blocked]);
   });
 });
@@ -157,7 +145,7 @@ describe("finalize", () => {
     await simReset();
     await setSim({ latencyMs: 30 });
     const rows = callRows("Lost", 1000);
-    const runId = await submit("test-calls", { rows, dataset: "vanish" }, { testPolicy: { chunkRows: 20 } });
+    const runId = await startRun("test-calls", { rows, dataset: "vanish" }, { testPolicy: { chunkRows: 20 } });
     await until(
       () => allEvents(runId),
       (events) => events.some((e) => e.type === "chunk.completed" && e.chunk === 0),
@@ -175,7 +163,7 @@ describe("finalize", () => {
     }
     expect((await runView(runId)).status).toBe("running");
 
-    const run = await waitForEnd(runId);
+    const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ total: 1000, completed: 1000, failed: 0 });
     expect(

@@ -94,7 +94,7 @@ describe("cancel and rerun over HTTP", () => {
 });
 
 describe("Idempotency-Key on POST /v1/runs", () => {
-  const submit = (key: string | null, input: unknown, token?: string) =>
+  const submitKeyed = (key: string | null, input: unknown, token?: string) =>
     apiJson("/v1/runs", {
       method: "POST",
       json: { play: "test-map", input },
@@ -104,18 +104,18 @@ describe("Idempotency-Key on POST /v1/runs", () => {
 
   it("returns the same run for the same key and org, and a different one for another org", async () => {
     const input = { rows: rowsOf("idem", 2) };
-    const first = await submit("order-42", input);
-    const again = await submit("order-42", input);
+    const first = await submitKeyed("order-42", input);
+    const again = await submitKeyed("order-42", input);
     expect(first.status).toBe(202);
     expect(again.status).toBe(202);
     expect(again.body.runId).toBe(first.body.runId);
-    const otherOrg = await submit("order-42", input, "other-token");
+    const otherOrg = await submitKeyed("order-42", input, "other-token");
     expect(otherOrg.status).toBe(202);
     expect(otherOrg.body.runId).not.toBe(first.body.runId);
-    const withoutKey = await submit(null, input);
+    const withoutKey = await submitKeyed(null, input);
     expect(withoutKey.body.runId).not.toBe(first.body.runId);
     await waitForRun(first.body.runId);
-    const afterwards = await submit("order-42", input);
+    const afterwards = await submitKeyed("order-42", input);
     expect(afterwards.body).toMatchObject({ runId: first.body.runId, status: "completed" });
     const listed = (await apiJson("/v1/runs?limit=200")).body.runs.filter((r: any) => r.runId === first.body.runId);
     expect(listed).toHaveLength(1);
@@ -124,7 +124,7 @@ describe("Idempotency-Key on POST /v1/runs", () => {
   it("starts one run for concurrent submits with one key", async () => {
     const input = { rows: rowsOf("race", 2) };
     const before = (await apiJson("/v1/runs?limit=200")).body.runs.length;
-    const answers = await Promise.all(Array.from({ length: 8 }, () => submit("race-key", input)));
+    const answers = await Promise.all(Array.from({ length: 8 }, () => submitKeyed("race-key", input)));
     expect(answers.map((a) => a.status)).toEqual(Array(8).fill(202));
     expect(new Set(answers.map((a) => a.body.runId)).size).toBe(1);
     await waitForRun(answers[0]!.body.runId);
@@ -132,9 +132,9 @@ describe("Idempotency-Key on POST /v1/runs", () => {
   });
 
   it("refuses a key reused for a different request with 409", async () => {
-    const first = await submit("reused-key", { rows: rowsOf("r1", 1) });
+    const first = await submitKeyed("reused-key", { rows: rowsOf("r1", 1) });
     expect(first.status).toBe(202);
-    const other = await submit("reused-key", { rows: rowsOf("r2", 1) });
+    const other = await submitKeyed("reused-key", { rows: rowsOf("r2", 1) });
     expect(other.status).toBe(409);
     expect(other.body.error.code).toBe("idempotency_key_reused");
     await waitForRun(first.body.runId);
@@ -152,7 +152,7 @@ describe("Idempotency-Key on POST /v1/runs", () => {
       expect(res.status, JSON.stringify(key)).toBe(400);
       expect(body.error.details).toEqual([{ path: "Idempotency-Key", message: expect.any(String) }]);
     }
-    expect((await submit("x".repeat(200), { rows: [] })).status).toBe(202);
+    expect((await submitKeyed("x".repeat(200), { rows: [] })).status).toBe(202);
     expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before + 1);
   });
 });

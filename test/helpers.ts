@@ -1,4 +1,5 @@
 /** Test helpers: talk to the Worker over its real HTTP API. */
+import { isTerminal } from "../src/core/statuses";
 import { exports } from "cloudflare:workers";
 
 export const TOKEN = "dev-token";
@@ -23,7 +24,8 @@ export async function apiJson<T = any>(path: string, init: Parameters<typeof api
 export async function startRun(
   play: string,
   input: unknown,
-  options: { force?: boolean; forceToolRefresh?: boolean; token?: string } = {},
+  // Any field of POST /v1/runs besides play and input (force, maxSpend, testPolicy, timeoutSeconds, ...), and the token.
+  options: { token?: string; [flag: string]: unknown } = {},
 ): Promise<string> {
   const { token, ...flags } = options;
   const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play, input, ...flags }, token });
@@ -31,16 +33,27 @@ export async function startRun(
   return body.runId as string;
 }
 
-const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+/**
+ * The run as `GET /v1/runs/<id>` shows it. A read that races a crash of the
+ * coordinator gets a 5xx (the object was reset under it): like any client,
+ * ask again.
+ */
+export async function runView(runId: string, options: { token?: string } = {}): Promise<any> {
+  for (let tries = 1; ; tries++) {
+    const { status, body } = await apiJson(`/v1/runs/${runId}`, { token: options.token });
+    if (status === 200) return body;
+    if (status < 500 || tries >= 20) throw new Error(`GET run: ${status} ${JSON.stringify(body)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
 
-/** Polls the run until it is terminal (the coordinator's alarm drives it meanwhile). */
+/** Polls the run until it is terminal (the coordinator's alarm drives it meanwhile; reads also wake it). */
 export async function waitForRun(runId: string, options: { token?: string; timeoutMs?: number } = {}): Promise<any> {
   const deadline = Date.now() + (options.timeoutMs ?? 45_000);
   for (;;) {
-    const { status, body } = await apiJson(`/v1/runs/${runId}`, { token: options.token });
-    if (status !== 200) throw new Error(`GET run: ${status} ${JSON.stringify(body)}`);
-    if (TERMINAL.has(body.status)) return body;
-    if (Date.now() > deadline) throw new Error(`run ${runId} still ${body.status}: ${JSON.stringify(body.progress)}`);
+    const run = await runView(runId, options);
+    if (isTerminal(run.status)) return run;
+    if (Date.now() > deadline) throw new Error(`run ${runId} still ${run.status}: ${JSON.stringify(run.progress)}`);
     await new Promise((r) => setTimeout(r, 25));
   }
 }

@@ -6,8 +6,8 @@
  * cursors are checked.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { callRows, setSim, SIM_DEFAULTS, submit, until, waitForEnd } from "./chaos-helpers";
-import { allEvents, apiJson, simReset, startRun } from "./helpers";
+import { callRows, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { allEvents, apiJson, simReset, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
@@ -21,7 +21,7 @@ describe("cancel and rerun of a run still going", () => {
     await simReset();
     await setSim({ latencyMs: 150 });
     const rows = callRows("Active", 120);
-    const runId = await submit("test-calls", { rows, dataset: "active" });
+    const runId = await startRun("test-calls", { rows, dataset: "active" });
     await until(
       () => apiJson(`/v1/runs/${runId}`),
       (r) => r.body.progress.maps.active?.active > 0,
@@ -36,7 +36,7 @@ describe("cancel and rerun of a run still going", () => {
     const cancel = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
     expect(cancel.status).toBe(202);
     expect(cancel.body).toEqual({ runId, status: "cancelling" });
-    const cancelled = await waitForEnd(runId);
+    const cancelled = await waitForRun(runId);
     expect(cancelled.status).toBe("cancelled");
     expect(cancelled.progress.maps.active.active).toBe(0);
     expect((await allEvents(runId)).at(-1).progress.active.active).toBe(0);
@@ -44,7 +44,7 @@ describe("cancel and rerun of a run still going", () => {
     await setSim(SIM_DEFAULTS);
     const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
     expect(rerun.status).toBe(202);
-    const done = await waitForEnd(rerun.body.runId);
+    const done = await waitForRun(rerun.body.runId);
     expect(done.status).toBe("completed");
     expect(done.result).toEqual({ total: 120, completed: 120, failed: 0 });
     const progress = (await allEvents(rerun.body.runId)).filter((e) => e.type === "map.progress");
@@ -57,7 +57,7 @@ describe("a blocked map", () => {
     await simReset();
     await setSim({ latencyMs: 300 });
     const rows = callRows("Held", 40);
-    const holder = await submit(
+    const holder = await startRun(
       "test-calls",
       { rows, dataset: "held" },
       { testPolicy: { rowLeaseTtlMs: 3_000, receiptLeaseTtlMs: 3_000 } },
@@ -67,7 +67,7 @@ describe("a blocked map", () => {
       (r) => r.body.progress.maps.held?.active > 0,
       "the first run to hold its rows",
     );
-    const waiter = await submit("test-calls", { rows, dataset: "held" });
+    const waiter = await startRun("test-calls", { rows, dataset: "held" });
     const blocked = await until(
       () => apiJson(`/v1/runs/${waiter}`),
       (r) => r.body.progress.maps.held?.blocked > 0,
@@ -76,8 +76,8 @@ describe("a blocked map", () => {
     const map = blocked.body.progress.maps.held;
     expect(map.blockedBy.runId).toBe(holder);
     expect(Date.parse(map.blockedBy.until)).toBeGreaterThan(Date.parse(blocked.body.createdAt));
-    expect((await waitForEnd(holder)).status).toBe("completed");
-    const done = await waitForEnd(waiter);
+    expect((await waitForRun(holder)).status).toBe("completed");
+    const done = await waitForRun(waiter);
     expect(done.status).toBe("completed");
     expect(done.progress.maps.held.blockedBy).toBeUndefined();
   });
@@ -99,7 +99,7 @@ describe("signals retried with one Idempotency-Key", () => {
     expect(answers.map((a) => a.status)).toEqual(Array(10).fill(202));
     expect(answers.filter((a) => a.body.duplicate === false)).toHaveLength(1);
     expect(answers.every((a) => a.body.consumed === true)).toBe(true);
-    expect((await waitForEnd(runId)).result).toEqual({ got: ["yes"] });
+    expect((await waitForRun(runId)).result).toEqual({ got: ["yes"] });
     const late = await apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: "yes" }, headers });
     expect(late).toMatchObject({ status: 202, body: { duplicate: true, consumed: true, status: "completed" } });
   });

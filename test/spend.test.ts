@@ -7,7 +7,7 @@
  * idempotency keys.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS, waitForEnd } from "./chaos-helpers";
+import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS } from "./chaos-helpers";
 import { allEvents, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
@@ -49,7 +49,7 @@ describe("maxSpend", () => {
     await setSim({ latencyMs: 20 });
     const rows = callRows("Capped", 400);
     const maxSpend = 60;
-    const capped = await waitForEnd(await submitWith({ rows, dataset: "capped" }, { maxSpend }));
+    const capped = await waitForRun(await submitWith({ rows, dataset: "capped" }, { maxSpend }));
     expect(capped.status).toBe("failed");
     expect(capped.error).toMatchObject({ code: "spend_cap_reached", details: { maxSpend } });
     const spent = capped.error.details.spent;
@@ -61,7 +61,7 @@ describe("maxSpend", () => {
 
     const rerun = await apiJson(`/v1/runs/${capped.runId}/rerun`, { method: "POST", json: { maxSpend: 1000 } });
     expect(rerun.status).toBe(202);
-    const done = await waitForEnd(rerun.body.runId);
+    const done = await waitForRun(rerun.body.runId);
     expect(done.status).toBe("completed");
     expect(done.result).toEqual({ total: 400, completed: 400, failed: 0 });
     const stats = await simStats();
@@ -129,7 +129,7 @@ describe("a request whose outcome is unknown", () => {
     }));
     // The invocation dies right after the provider answered the first request, before its receipt is written.
     await setFaults([{ point: "provider.after", tool: "test_unkeyed_find", fromCall: 1, times: 1, crash: true }]);
-    const first = await waitForEnd(await submitWith({ rows, dataset: "unknown" }, {}));
+    const first = await waitForRun(await submitWith({ rows, dataset: "unknown" }, {}));
     expect(first.status).toBe("completed");
     const unknown = (await datasetRows(first.runId, "unknown")).filter((r) => r._status === "failed");
     expect(unknown.length).toBeGreaterThan(0);
@@ -138,12 +138,12 @@ describe("a request whose outcome is unknown", () => {
     expect((await simStats()).duplicates).toBe(0);
 
     // A plain rerun does not send them again (the run's own count: requests of the crashed invocation may still be arriving at the simulator).
-    const again = await waitForEnd((await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST" })).body.runId);
+    const again = await waitForRun((await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST" })).body.runId);
     expect(again.result.failed).toBe(unknown.length);
     expect(again.usage.providerRequests).toBe(0);
 
     // Asked to, it does: one request each.
-    const retried = await waitForEnd(
+    const retried = await waitForRun(
       (await apiJson(`/v1/runs/${first.runId}/rerun`, { method: "POST", json: { retryUnknown: true } })).body.runId,
     );
     expect(retried.status).toBe("completed");
@@ -191,7 +191,7 @@ describe("POST /v1/runs/estimate", () => {
       exact: true,
       calls: { sim_find_email: { reused: 0, new: 10 }, sim_verify_email: { reused: 0, new: 10 } },
     });
-    const billed = await waitForEnd(await submitWith({ rows, dataset: "estimated" }, {}));
+    const billed = await waitForRun(await submitWith({ rows, dataset: "estimated" }, {}));
     expect(billed.usage.spend.total).toBe(12.5);
 
     // Bad requests are 400s, like POST /v1/runs.

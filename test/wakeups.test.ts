@@ -6,8 +6,8 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { clearFaults, setFaults, submit, until, waitForEnd } from "./chaos-helpers";
-import { allEvents, apiJson } from "./helpers";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { allEvents, apiJson, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -25,14 +25,14 @@ describe("a wake between driving and re-arming", () => {
   it("from two signals is not lost: the run takes both and completes", async () => {
     await setFaults([{ point: "run.alarm", play: "test-waits", hold: true, times: 1 }]);
     const [x, y] = [tag("x"), tag("y")];
-    const runId = await submit("test-waits", { keys: [x, y], parallel: true });
+    const runId = await startRun("test-waits", { keys: [x, y], parallel: true });
     // The first invocation parked the run on both waits and is held before it arms its alarm.
     await faults().held(0);
     expect((await signal(runId, y, { n: 2 })).body.consumed).toBe(true);
     expect((await signal(runId, x, { n: 1 })).body.consumed).toBe(true);
     expect(await faults().release(0)).toBe(1);
     // The run's only other alarm is its 24 h limit: it ends now only if the wake was kept.
-    const run = await waitForEnd(runId, 20_000);
+    const run = await waitForRun(runId, { timeoutMs: 20_000 });
     expect(run.status).toBe("completed");
     expect(run.result).toEqual({ got: [{ n: 1 }, { n: 2 }] });
   });
@@ -41,7 +41,11 @@ describe("a wake between driving and re-arming", () => {
     await setFaults([{ point: "run.alarm", play: "test-parent", hold: true, times: 1 }]);
     const n = 1000 + unique++;
     // The parent asks a silent child only once an hour here: only childFinished can wake it in time.
-    const parentId = await submit("test-parent", { leaf: { n, waitForSignal: true } }, { testPolicy: { childCheckIntervalMs: 3_600_000 } });
+    const parentId = await startRun(
+      "test-parent",
+      { leaf: { n, waitForSignal: true } },
+      { testPolicy: { childCheckIntervalMs: 3_600_000 } },
+    );
     await faults().held(0);
     const started = (await allEvents(parentId)).find((e) => e.type === "child.started");
     expect(started).toBeDefined();
@@ -51,7 +55,7 @@ describe("a wake between driving and re-arming", () => {
       (res) => res.status === 202 && res.body.consumed === true,
       "the child to take its signal",
     );
-    expect((await waitForEnd(childId, 20_000)).status).toBe("completed");
+    expect((await waitForRun(childId, { timeoutMs: 20_000 })).status).toBe("completed");
     // The child has told its parent while the parent's invocation is still held.
     await until(
       () => allEvents(parentId),
@@ -59,7 +63,7 @@ describe("a wake between driving and re-arming", () => {
       "the parent to hear of its child's end",
     );
     expect(await faults().release(0)).toBe(1);
-    const parent = await waitForEnd(parentId, 20_000);
+    const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
     expect(parent.status).toBe("completed");
     expect(parent.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
   });

@@ -14,7 +14,7 @@ import { driveRun, type SpendCap } from "../runtime/invocation/run-driver";
 import { toCredits, toMicros } from "../stores/spend-store";
 import { cancelChildren, ChildFinished, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
-import { RunStore, type LedgerEvent } from "../stores/run-store";
+import { RunStore, type LedgerEvent, type RunRecord } from "../stores/run-store";
 import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
 import { createSql, migrate } from "../stores/sql";
@@ -139,8 +139,8 @@ export class RunCoordinator extends Server<Env> {
    * the next one. With `dedupeKey`, a repeated delivery is dropped.
    */
   async signal(org: string, eventKey: string, data: unknown, dedupeKey: string | null): Promise<SignalResult> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return { outcome: "not_found" };
+    const run = this.#runOf(org);
+    if (!run) return { outcome: "not_found" };
     // A retry of a delivery gets the first answer, even once the signal has ended the run.
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
     if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
@@ -171,8 +171,8 @@ export class RunCoordinator extends Server<Env> {
 
   /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */
   async getRun(org: string): Promise<RunView | null> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return null;
+    const run = this.#runOf(org);
+    if (!run) return null;
     if (!isTerminal(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
       await this.ctx.storage.setAlarm(Date.now());
     }
@@ -181,8 +181,8 @@ export class RunCoordinator extends Server<Env> {
 
   /** Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases). */
   async cancel(org: string): Promise<RunView | null> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return null;
+    const run = this.#runOf(org);
+    if (!run) return null;
     if (!isTerminal(run.status)) {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
@@ -193,8 +193,8 @@ export class RunCoordinator extends Server<Env> {
 
   /** The play and input of the run, for a rerun; null for another org's or a missing run. */
   async source(org: string): Promise<RunSource | null> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return null;
+    const run = this.#runOf(org);
+    if (!run) return null;
     return {
       play: run.play,
       inputJson: this.#store.inputJson(),
@@ -205,16 +205,16 @@ export class RunCoordinator extends Server<Env> {
   }
 
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return null;
+    const run = this.#runOf(org);
+    if (!run) return null;
     const events = this.#store.events(after, limit);
     return { events, nextCursor: events.length ? events[events.length - 1]!.seq : after };
   }
 
   /** Where a dataset of this run lives, for paged reads straight from its shards. */
   async dataset(org: string, name: string): Promise<{ location: DatasetLocation; total: number } | null> {
-    const run = this.#store.run();
-    if (!run || run.org !== org) return null;
+    const run = this.#runOf(org);
+    if (!run) return null;
     const map = this.#store.map(name);
     if (!map) return null;
     return { location: { org: run.org, play: run.play, dataset: name, shardCount: map.shardCount }, total: map.total };
@@ -225,10 +225,8 @@ export class RunCoordinator extends Server<Env> {
    * in {@link VERIFIED_ORG_HEADER}; anything else is refused before the upgrade.
    */
   override async fetch(request: Request): Promise<Response> {
-    const org = request.headers.get(VERIFIED_ORG_HEADER);
-    const run = this.#store.run();
-    if (!org || !run || run.org !== org)
-      return Response.json({ error: { code: "run_not_found", message: "no such run in this org" } }, { status: 404 });
+    const run = this.#runOf(request.headers.get(VERIFIED_ORG_HEADER));
+    if (!run) return Response.json({ error: { code: "run_not_found", message: "no such run in this org" } }, { status: 404 });
     if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
       return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
     }
@@ -415,6 +413,12 @@ export class RunCoordinator extends Server<Env> {
   #view(): RunView | null {
     const play = this.#store.run()?.play;
     return runView(this.#store, (play && playRegistry(this.env).get(play)?.datasets) || []);
+  }
+
+  /** The run, when `org` owns it: every entry point that answers an org asks here first (another org's run is not found). */
+  #runOf(org: string | null): RunRecord | null {
+    const run = this.#store.run();
+    return run && org !== null && run.org === org ? run : null;
   }
 
   /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
