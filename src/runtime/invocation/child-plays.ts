@@ -129,20 +129,20 @@ export interface ChildPlaysOptions {
 }
 
 export class ChildPlays {
-  #o: ChildPlaysOptions;
+  #deps: ChildPlaysOptions;
   #binding = new Map<string, Promise<void>>();
   #submits: Semaphore;
 
   constructor(options: ChildPlaysOptions) {
-    this.#o = options;
+    this.#deps = options;
     this.#submits = new Semaphore(options.policy.childSubmitConcurrency);
   }
 
   /** `ctx.runPlay`: `row` is the row key when called from a field function, else null. */
   async run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
-    const { journal, policy, run, now } = this.#o;
+    const { journal, policy, run, now } = this.#deps;
     checkOptions(name, options);
-    const play = this.#o.plays.get(name);
+    const play = this.#deps.plays.get(name);
     if (!play) throw new TerminalError("unknown_play", `ctx.runPlay: no play named ${JSON.stringify(name)} is deployed`);
     if (run.depth + 1 > policy.maxPlayDepth) {
       throw new TerminalError(
@@ -193,15 +193,15 @@ export class ChildPlays {
    * fallback for a lost `childFinished`), and times out those past `timeoutMs`.
    */
   async checkDue(limit = 100): Promise<void> {
-    const { journal, now, policy } = this.#o;
+    const { journal, now, policy } = this.#deps;
     await forEachLimited(journal.dueChildren(now(), limit), policy.childSubmitConcurrency, async (entry) => {
       if (entry.timeoutAt !== null && now() >= entry.timeoutAt) return this.#timeOut(entry);
-      this.#o.meter.rpc++;
+      this.#deps.meter.rpc++;
       let view: RunView | null;
       try {
-        view = await this.#o.env.RUN_COORDINATOR.getByName(entry.childRunId!).getRun(this.#o.run.org);
+        view = await this.#deps.env.RUN_COORDINATOR.getByName(entry.childRunId!).getRun(this.#deps.run.org);
       } catch (error) {
-        this.#o.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
+        this.#deps.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
         return journal.setDue(entry.key, this.#nextCheck(entry));
       }
       if (!view) {
@@ -214,14 +214,14 @@ export class ChildPlays {
         recordChildEnd(
           journal,
           { childRunId: view.runId, status: view.status as ChildEnd["status"], result: view.result, error },
-          this.#o.emit,
+          this.#deps.emit,
         );
       } else journal.setDue(entry.key, this.#nextCheck(entry));
     });
   }
 
   async #await(entry: WaitEntry, row: string | null): Promise<unknown> {
-    const { journal, now } = this.#o;
+    const { journal, now } = this.#deps;
     if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
       await this.#timeOut(entry);
       entry = journal.get(entry.key)!;
@@ -229,23 +229,26 @@ export class ChildPlays {
     if (entry.state === "done") return entry.result;
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
-    if (row === null) this.#o.waits.park(`waiting for ${what}`);
-    const until = Math.min(now() + this.#o.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);
-    await this.#o.waiters.wait(entry.childRunId!, until - now(), this.#o.signal);
+    if (row === null) this.#deps.waits.park(`waiting for ${what}`);
+    const until = Math.min(now() + this.#deps.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);
+    await this.#deps.waiters.wait(entry.childRunId!, until - now(), this.#deps.signal);
     const after = journal.get(entry.key)!;
     if (after.state !== "waiting" || (after.timeoutAt !== null && now() >= after.timeoutAt)) return this.#await(after, row);
-    throw this.#o.suspend(Math.min(after.dueAt ?? Infinity, now() + this.#o.policy.childCheckIntervalMs), `row ${row} waits for ${what}`);
+    throw this.#deps.suspend(
+      Math.min(after.dueAt ?? Infinity, now() + this.#deps.policy.childCheckIntervalMs),
+      `row ${row} waits for ${what}`,
+    );
   }
 
   /** Finds (or starts) the run this entry stands for and records it. */
   async #bind(entry: WaitEntry, play: PlayDefinition, input: unknown, digest: string, options: RunPlayOptions): Promise<void> {
-    const { env, run, journal, now } = this.#o;
+    const { env, run, journal, now } = this.#deps;
     for (let generation = 0; generation < MAX_CHILD_GENERATIONS; generation++) {
-      this.#o.signal.throwIfAborted();
+      this.#deps.signal.throwIfAborted();
       const childRunId = `run_${(await sha256Hex(`${digest}#${generation}`)).slice(0, 32)}`;
       const view = await this.#submits
         .run<RunView>(async () => {
-          this.#o.meter.rpc++;
+          this.#deps.meter.rpc++;
           return env.RUN_COORDINATOR.getByName(childRunId).start({
             runId: childRunId,
             org: run.org,
@@ -265,10 +268,10 @@ export class ChildPlays {
       const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;
       if (!owned && isTerminal(view.status) && (view.status !== "completed" || stale)) continue;
       journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
-      this.#o.emit("child.started", { childRunId, play: play.name, reused: !owned });
+      this.#deps.emit("child.started", { childRunId, play: play.name, reused: !owned });
       if (isTerminal(view.status)) {
         const error = view.error ? { code: view.error.code, message: view.error.message } : null;
-        recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#o.emit);
+        recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#deps.emit);
       }
       return;
     }
@@ -282,7 +285,7 @@ export class ChildPlays {
   }
 
   async #timeOut(entry: WaitEntry): Promise<void> {
-    const { journal } = this.#o;
+    const { journal } = this.#deps;
     const ms = entry.timeoutAt! - entry.createdAt;
     if (
       !journal.settle(entry.key, {
@@ -294,18 +297,18 @@ export class ChildPlays {
       })
     )
       return;
-    this.#o.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
+    this.#deps.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
     if (!entry.childOwned || !entry.childRunId) return;
-    this.#o.meter.rpc++;
-    await this.#o.env.RUN_COORDINATOR.getByName(entry.childRunId)
-      .cancel(this.#o.run.org)
+    this.#deps.meter.rpc++;
+    await this.#deps.env.RUN_COORDINATOR.getByName(entry.childRunId)
+      .cancel(this.#deps.run.org)
       .catch((error: unknown) => {
-        this.#o.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
+        this.#deps.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
       });
   }
 
   #nextCheck(entry: WaitEntry): number {
-    return Math.min(this.#o.now() + this.#o.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
+    return Math.min(this.#deps.now() + this.#deps.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
   }
 }
 

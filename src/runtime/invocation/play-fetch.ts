@@ -80,21 +80,21 @@ export interface PlayFetchOptions {
 }
 
 export class PlayFetch {
-  #o: PlayFetchOptions;
+  #deps: PlayFetchOptions;
 
   constructor(options: PlayFetchOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   /** See `PlayContext.fetch`. */
   async fetch(url: string | URL, init: RequestInit = {}): Promise<Response> {
-    const { secrets } = this.#o;
+    const { secrets } = this.#deps;
     secrets.addHeaders(init.headers);
-    const signal = init.signal ? AbortSignal.any([init.signal, this.#o.signal]) : this.#o.signal;
+    const signal = init.signal ? AbortSignal.any([init.signal, this.#deps.signal]) : this.#deps.signal;
     try {
-      return await safeFetch(String(url), { ...init, signal }, egressPolicyFor(this.#o.env, this.#o.org));
+      return await safeFetch(String(url), { ...init, signal }, egressPolicyFor(this.#deps.env, this.#deps.org));
     } catch (error) {
-      if (this.#o.signal.aborted) throw this.#o.signal.reason;
+      if (this.#deps.signal.aborted) throw this.#deps.signal.reason;
       if (error instanceof EgressError) throw new EgressError(error.code, secrets.redact(error.message));
       throw new EgressError("egress_failed", secrets.redact(messageOf(error)));
     }

@@ -160,7 +160,7 @@ function spendLedger(store: RunStore, cap: SpendCap | null): SpendLedger {
 function playServices(
   o: DriveOptions,
   run: RunRecord,
-  x: { signal: AbortSignal; suspension: AbortController; meter: SubrequestMeter; log(line: string): void },
+  invocation: { signal: AbortSignal; suspension: AbortController; meter: SubrequestMeter; log(line: string): void },
 ): PlayServices {
   const waits = new Waits({ journal: o.journal, now: o.now, emit: o.emit, deadlineAt: run.deadlineAt });
   const secrets = new SecretValues();
@@ -172,17 +172,17 @@ function playServices(
     policy: waitPolicyFor(o.env, run.testPolicy),
     waiters: o.waiters,
     waits,
-    meter: x.meter,
-    signal: x.signal,
+    meter: invocation.meter,
+    signal: invocation.signal,
     emit: o.emit,
-    log: x.log,
+    log: invocation.log,
     now: o.now,
     suspend: (resumeAt, reason) => {
-      if (!x.suspension.signal.aborted) {
-        x.log(`${reason}: this invocation yields; the map goes on when the child ends`);
-        x.suspension.abort(new WaitSignal(resumeAt, reason));
+      if (!invocation.suspension.signal.aborted) {
+        invocation.log(`${reason}: this invocation yields; the map goes on when the child ends`);
+        invocation.suspension.abort(new WaitSignal(resumeAt, reason));
       }
-      return x.suspension.signal.reason as Error;
+      return invocation.suspension.signal.reason as Error;
     },
   });
   return {
@@ -190,8 +190,8 @@ function playServices(
     waits,
     secrets,
     journal: o.journal,
-    suspended: x.suspension.signal,
-    egress: new PlayFetch({ env: o.env, org: run.org, signal: x.signal, secrets }),
+    suspended: invocation.suspension.signal,
+    egress: new PlayFetch({ env: o.env, org: run.org, signal: invocation.signal, secrets }),
   };
 }
 

@@ -70,7 +70,7 @@ export interface WaitsOptions {
 }
 
 export class Waits {
-  #o: WaitsOptions;
+  #deps: WaitsOptions;
   #ordinals = new Map<string, number>();
   /**
    * Set once any call parked in this invocation. The play cannot have ended
@@ -80,7 +80,7 @@ export class Waits {
   parked: WaitSignal | null = null;
 
   constructor(options: WaitsOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   async sleep(ms: number): Promise<void> {
@@ -88,9 +88,9 @@ export class Waits {
     const key = `sleep:${this.#next("sleep")}`;
     const entry = this.#entry(key, "sleep", { dueInMs: ms, timeoutMs: null });
     if (entry.state !== "waiting") return;
-    if (this.#o.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
-    if (this.#o.journal.settle(key, { state: "done", result: null }))
-      this.#o.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
+    if (this.#deps.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
+    if (this.#deps.journal.settle(key, { state: "done", result: null }))
+      this.#deps.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
   }
 
   async waitForEvent<T>(eventKey: string, options: { timeoutMs?: number } = {}): Promise<T> {
@@ -101,7 +101,7 @@ export class Waits {
       );
     }
     if (options.timeoutMs !== undefined) checkDuration("ctx.waitForEvent timeoutMs", options.timeoutMs);
-    const { journal, now } = this.#o;
+    const { journal, now } = this.#deps;
     const key = `event:${eventKey}:${this.#next(`event:${eventKey}`)}`;
     const timeoutMs = options.timeoutMs ?? null;
     let entry = this.#entry(key, "event", { dueInMs: timeoutMs, timeoutMs, eventKey });
@@ -109,7 +109,7 @@ export class Waits {
       // A signal sent before the wait began is kept for it.
       const early = journal.openSignal(eventKey);
       if (early && journal.consumeSignal(early.seq, key, early.data)) {
-        this.#o.emit("wait.finished", { kind: "event", key, eventKey, outcome: "signal" });
+        this.#deps.emit("wait.finished", { kind: "event", key, eventKey, outcome: "signal" });
         entry = journal.get(key)!;
       }
     }
@@ -119,7 +119,7 @@ export class Waits {
         message: `ctx.waitForEvent("${eventKey}") got no signal within ${entry.timeoutAt - entry.createdAt} ms`,
       };
       if (journal.settle(key, { state: "failed", error }))
-        this.#o.emit("wait.finished", { kind: "event", key, eventKey, outcome: "timeout" });
+        this.#deps.emit("wait.finished", { kind: "event", key, eventKey, outcome: "timeout" });
       entry = journal.get(key)!;
     }
     if (entry.state === "done") return entry.result as T;
@@ -129,8 +129,8 @@ export class Waits {
 
   /** Ends the invocation: the run waits until the journal's earliest deadline or a message. */
   park(reason: string): never {
-    const due = this.#o.journal.nextDue();
-    const signal = new WaitSignal(Math.min(due ?? this.#o.deadlineAt, this.#o.deadlineAt), reason);
+    const due = this.#deps.journal.nextDue();
+    const signal = new WaitSignal(Math.min(due ?? this.#deps.deadlineAt, this.#deps.deadlineAt), reason);
     this.parked ??= signal;
     throw signal;
   }
@@ -143,7 +143,7 @@ export class Waits {
 
   /** The journal entry of this call: found on a replay, else opened now. */
   #entry(key: string, kind: WaitKind, fields: { dueInMs: number | null; timeoutMs: number | null; eventKey?: string }): WaitEntry {
-    const found = this.#o.journal.get(key);
+    const found = this.#deps.journal.get(key);
     if (found) {
       if (found.kind !== kind)
         throw new TerminalError(
@@ -152,8 +152,8 @@ export class Waits {
         );
       return found;
     }
-    const entry = this.#o.journal.open({ key, kind, ...fields });
-    this.#o.emit("wait.started", {
+    const entry = this.#deps.journal.open({ key, kind, ...fields });
+    this.#deps.emit("wait.started", {
       kind,
       key,
       ...(fields.eventKey ? { eventKey: fields.eventKey } : {}),

@@ -61,7 +61,7 @@ const MAX_RENEW_KEYS = 5000;
 
 /** One chunk attempt's leases; `start()` the heartbeat, `stop()` it when the attempt ends. */
 export class AttemptLeases implements ReceiptLeaseObserver {
-  #o: AttemptLeasesOptions;
+  #deps: AttemptLeasesOptions;
   #rows = new Set<string>();
   #receipts = new Map<number, Set<string>>();
   #controller = new AbortController();
@@ -76,7 +76,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   readonly signal: AbortSignal;
 
   constructor(options: AttemptLeasesOptions) {
-    this.#o = options;
+    this.#deps = options;
     this.#confirmedAt = options.now();
     this.signal = AbortSignal.any([options.signal, this.#controller.signal]);
   }
@@ -106,7 +106,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 
   /** Starts renewing every `heartbeatIntervalMs`, until `stop()`. Call right after the claims (their leases start then). */
   start(): void {
-    this.#confirm(this.#o.now());
+    this.#confirm(this.#deps.now());
     this.#schedule();
   }
 
@@ -121,7 +121,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 
   /** One renewal of everything held; aborts the attempt when a lease is gone. */
   async beat(): Promise<void> {
-    const { attempt, sheets, receipts, policy, now } = this.#o;
+    const { attempt, sheets, receipts, policy, now } = this.#deps;
     const startedAt = now();
     const rows = [...this.#rows];
     const held = [...this.#receipts].flatMap(([shard, keys]) => slices([...keys], MAX_RENEW_KEYS).map((batch) => ({ shard, keys: batch })));
@@ -146,7 +146,9 @@ export class AttemptLeases implements ReceiptLeaseObserver {
       this.#confirm(startedAt);
     } catch (error) {
       // The guard stops the attempt if no beat succeeds before the leases would expire.
-      this.#o.log(`heartbeat of ${attempt.attemptId} failed (${messageOf(error)}); leases unconfirmed for ${now() - this.#confirmedAt} ms`);
+      this.#deps.log(
+        `heartbeat of ${attempt.attemptId} failed (${messageOf(error)}); leases unconfirmed for ${now() - this.#confirmedAt} ms`,
+      );
     }
   }
 
@@ -154,7 +156,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   #confirm(at: number): void {
     if (this.#stopped || this.lost) return;
     this.#confirmedAt = at;
-    const { policy, now, attempt } = this.#o;
+    const { policy, now, attempt } = this.#deps;
     const ttl = Math.min(policy.rowLeaseTtlMs, policy.receiptLeaseTtlMs);
     // Stop a little before the shards' clocks could expire the leases: a request sent then may still reach the provider first.
     const margin = Math.min(ttl / 10, 5_000);
@@ -173,7 +175,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 
   #lose(error: LeaseLostError): void {
     if (this.#controller.signal.aborted || this.#stopped) return;
-    this.#o.log(error.message);
+    this.#deps.log(error.message);
     this.#controller.abort(error);
     if (this.#guard) clearTimeout(this.#guard);
     this.#guard = null;
@@ -186,13 +188,13 @@ export class AttemptLeases implements ReceiptLeaseObserver {
       this.#beating = this.beat()
         .catch((error: unknown) => {
           // beat() handles its own failures; this is the object being torn down under it (its storage gone): say so, nowhere else to.
-          console.error(`heartbeat of ${this.#o.attempt.attemptId} stopped`, error);
+          console.error(`heartbeat of ${this.#deps.attempt.attemptId} stopped`, error);
         })
         .finally(() => {
           this.#beating = null;
           this.#schedule();
         });
-    }, this.#o.policy.heartbeatIntervalMs);
+    }, this.#deps.policy.heartbeatIntervalMs);
   }
 }
 

@@ -71,16 +71,16 @@ export interface InProcessExecutorOptions {
 
 /** Runs chunk attempts inside the calling invocation. */
 export class InProcessChunkExecutor implements ChunkExecutor {
-  #o: InProcessExecutorOptions;
+  #deps: InProcessExecutorOptions;
 
   constructor(options: InProcessExecutorOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   async execute({ attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
-    const { sheets, policy, latch, signal } = this.#o;
+    const { sheets, policy, latch, signal } = this.#deps;
     const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
-    const claims = await sheets.claimRows({ attempt, rows, recompute: this.#o.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
+    const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
     for (const row of rows) {
       const claim = claims.get(row.key);
@@ -93,12 +93,20 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       else pending.push(row);
     }
 
-    const leases = new AttemptLeases({ attempt, sheets, receipts: this.#o.receipts, policy, signal, now: this.#o.now, log: this.#o.log });
+    const leases = new AttemptLeases({
+      attempt,
+      sheets,
+      receipts: this.#deps.receipts,
+      policy,
+      signal,
+      now: this.#deps.now,
+      log: this.#deps.log,
+    });
     leases.holdRows(pending.map((row) => row.key));
     leases.start();
     try {
       const workers = new WorkerBarrier();
-      const results = await this.#computeRows(pending, this.#o.scheduler(attempt, workers, leases), workers, leases.signal);
+      const results = await this.#computeRows(pending, this.#deps.scheduler(attempt, workers, leases), workers, leases.signal);
       if (results.length) await this.#persist(attempt, leases, results, summary);
     } finally {
       await leases.stop();
@@ -119,7 +127,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal: AbortSignal,
   ): Promise<PersistRowsRequest["rows"]> {
     const results: PersistRowsRequest["rows"] = [];
-    await forEachLimited(pending, this.#o.policy.rowConcurrency, async (planned) => {
+    await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned) => {
       workers.enter();
       try {
         const outcome = await this.#computeRow(planned, scheduler, signal);
@@ -133,7 +141,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
 
   /** Writes the computed rows fenced by the attempt and counts what was written. */
   async #persist(attempt: AttemptRef, leases: AttemptLeases, results: PersistRowsRequest["rows"], summary: ChunkSummary): Promise<void> {
-    const { sheets, latch } = this.#o;
+    const { sheets, latch } = this.#deps;
     // Persisting ends these leases: a heartbeat racing the write must not take them for lost.
     leases.releaseRows(results.map((row) => row.key));
     const persisted = await sheets.persistRows(attempt, results).catch((error: unknown) => {
@@ -159,17 +167,17 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     scheduler: ToolScheduler,
     signal: AbortSignal,
   ): Promise<PersistRowsRequest["rows"][number] | null> {
-    const { latch } = this.#o;
+    const { latch } = this.#deps;
     const row: Row = { ...planned.input };
     const ctx = <RowContext>{
       // runPlay and fetch are added by RunContext.map (src/runtime/invocation/play-context.ts)
       rowKey: planned.key,
       signal,
       tool: (toolId, input, options) => scheduler.call(toolId, input, options) as Promise<any>,
-      log: (...args) => this.#o.log(`[row ${planned.key}] ${args.map(String).join(" ")}`),
+      log: (...args) => this.#deps.log(`[row ${planned.key}] ${args.map(String).join(" ")}`),
     };
     try {
-      for (const [name, fn] of Object.entries(this.#o.fields)) {
+      for (const [name, fn] of Object.entries(this.#deps.fields)) {
         const value = await fn(row, ctx);
         row[name] = value === undefined ? null : value;
       }

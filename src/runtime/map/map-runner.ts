@@ -65,31 +65,31 @@ export interface MapRunnerOptions {
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
 export class MapRunner {
-  #o: MapRunnerOptions;
+  #deps: MapRunnerOptions;
   #lastProgressAt = new Map<string, number>();
   #lastProgress = new Map<string, string>();
   #startedAt: number;
   #computedSinceStart = new Map<string, number>();
 
   constructor(options: MapRunnerOptions) {
-    this.#o = options;
+    this.#deps = options;
     this.#startedAt = options.now();
   }
 
   /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
   guards(): MapGuards {
-    return createMapGuards({ policy: this.#o.policy, deadlineAt: this.#o.run.deadlineAt, now: this.#o.now });
+    return createMapGuards({ policy: this.#deps.policy, deadlineAt: this.#deps.run.deadlineAt, now: this.#deps.now });
   }
 
   /** A tool scheduler for one attempt; with `leases`, its tool path stops when they are lost and reports its receipts to them. */
   scheduler(attempt: AttemptRef, guards: MapGuards, workers?: WorkerBarrier, leases?: AttemptLeases): ToolScheduler {
-    const services = leases ? attemptServices(this.#o.dispatch, leases) : this.#o.dispatch;
+    const services = leases ? attemptServices(this.#deps.dispatch, leases) : this.#deps.dispatch;
     return new ToolScheduler({
       services,
       guards,
       attempt,
-      refresh: this.#o.run.forceToolRefresh,
-      retryUnknown: this.#o.run.retryUnknown,
+      refresh: this.#deps.run.forceToolRefresh,
+      retryUnknown: this.#deps.run.retryUnknown,
       workers,
     });
   }
@@ -98,7 +98,7 @@ export class MapRunner {
     if (!MAP_NAME.test(name)) throw new TerminalError("invalid_map_name", `map name ${JSON.stringify(name)} must match [a-z0-9_-]{1,64}`);
     if (!Array.isArray(rows)) throw new TerminalError("invalid_map_rows", `ctx.map("${name}") needs an array of rows`);
     const plan = await planRows(rows, options.key);
-    const record = this.#o.store.map(name) ?? (await this.#createMap(name, plan.rows.length, plan.duplicatesDropped));
+    const record = this.#deps.store.map(name) ?? (await this.#createMap(name, plan.rows.length, plan.duplicatesDropped));
     if (record.total !== plan.rows.length) {
       throw new TerminalError(
         "nondeterministic_play",
@@ -107,23 +107,23 @@ export class MapRunner {
     }
     const sheets = this.#sheets(record);
     // Finalize may send chunks whose rows are not persisted back: each pass drains what is left.
-    for (let current = record; !current.done; current = this.#o.store.map(name)!)
+    for (let current = record; !current.done; current = this.#deps.store.map(name)!)
       await this.#drain(current, plan.rows, sheets, fields, options);
     return this.#handle(record, sheets);
   }
 
   #sheets(record: MapRecord): SheetClient {
-    const { env, run, meter } = this.#o;
+    const { env, run, meter } = this.#deps;
     return new SheetClient({
       env,
       meter,
-      faults: this.#o.dispatch.faults,
+      faults: this.#deps.dispatch.faults,
       location: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
     });
   }
 
   async #createMap(name: string, total: number, duplicatesDropped: number): Promise<MapRecord> {
-    const { env, run, policy, meter } = this.#o;
+    const { env, run, policy, meter } = this.#deps;
     const shardCount = await SheetClient.ensureDataset({
       env,
       org: run.org,
@@ -134,23 +134,23 @@ export class MapRunner {
     }).catch((error: unknown) => {
       throw new InfraError(`could not open dataset ${name}: ${messageOf(error)}`, error);
     });
-    return this.#o.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: policy.chunkRows });
+    return this.#deps.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: policy.chunkRows });
   }
 
   async #drain(record: MapRecord, planned: PlannedRow[], sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
-    const { store, policy, signal, run } = this.#o;
+    const { store, policy, signal, run } = this.#deps;
     const guards = this.guards();
     const latch = guards.latch;
     const executor = new InProcessChunkExecutor({
       sheets,
-      receipts: this.#o.dispatch.receipts,
+      receipts: this.#deps.dispatch.receipts,
       fields,
       policy,
       latch,
       signal,
       recompute: run.force || run.forceToolRefresh,
-      log: this.#o.log,
-      now: this.#o.now,
+      log: this.#deps.log,
+      now: this.#deps.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
@@ -163,7 +163,7 @@ export class MapRunner {
 
     const dispatch = async (chunk: ChunkRecord) => {
       const idx = chunk.idx;
-      const attemptSeq = this.#o.store.run()!.runAttempt;
+      const attemptSeq = this.#deps.store.run()!.runAttempt;
       const attempt: AttemptRef = { attemptId: `${run.runId}/${record.name}/${idx}/${attemptSeq}`, runId: run.runId, attemptSeq };
       store.startChunk(record.name, idx, attemptSeq);
       this.#progress(record.name, false);
@@ -196,7 +196,7 @@ export class MapRunner {
       const computed = summary.completed + summary.failed - summary.reused;
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
-        this.#o.emit("chunk.completed", {
+        this.#deps.emit("chunk.completed", {
           map: record.name,
           chunk: idx,
           completed: summary.completed,
@@ -211,7 +211,7 @@ export class MapRunner {
 
     const stop = () => {
       if (signal.aborted || latch.tripped !== null || rowFailure !== null || infra !== null || fatal !== null || died > 0) return true;
-      overBudget ||= this.#o.meter.total >= policy.invocationSubrequestBudget;
+      overBudget ||= this.#deps.meter.total >= policy.invocationSubrequestBudget;
       return overBudget;
     };
     let next = 0;
@@ -240,13 +240,13 @@ export class MapRunner {
     if (infra) throw new InfraError(`map "${record.name}": ${messageOf(infra)}`, infra);
     if (died > 0)
       throw new YieldSignal(
-        this.#o.now(),
+        this.#deps.now(),
         `${died} chunk attempts of "${record.name}" died; the next invocation redispatches them under a new attempt`,
       );
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
     if (left > 0) {
-      if (overBudget) throw new YieldSignal(this.#o.now(), "subrequest budget of this invocation spent");
-      const at = blockedUntil.length ? Math.max(this.#o.now(), Math.min(...blockedUntil)) + 50 : this.#o.now();
+      if (overBudget) throw new YieldSignal(this.#deps.now(), "subrequest budget of this invocation spent");
+      const at = blockedUntil.length ? Math.max(this.#deps.now(), Math.min(...blockedUntil)) + 50 : this.#deps.now();
       throw new YieldSignal(at, `${left} chunks of "${record.name}" wait for rows leased by another run`);
     }
     await this.#finalize(record, sheets);
@@ -260,11 +260,11 @@ export class MapRunner {
   #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
     const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
     const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
-    this.#o.log(
+    this.#deps.log(
       `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`,
     );
-    const count = this.#o.store.noteRedispatch(map, idx);
-    if (count <= this.#o.policy.maxChunkRedispatches) return null;
+    const count = this.#deps.store.noteRedispatch(map, idx);
+    if (count <= this.#deps.policy.maxChunkRedispatches) return null;
     return new TerminalError(
       "chunk_redispatch_exhausted",
       `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
@@ -273,7 +273,7 @@ export class MapRunner {
 
   /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
   async #finalize(record: MapRecord, sheets: SheetClient): Promise<void> {
-    const { store, policy, run } = this.#o;
+    const { store, policy, run } = this.#deps;
     const persisted = await sheets.countRunChunks(run.runId, record.chunkRows).catch((error: unknown) => {
       throw new InfraError(`could not reconcile "${record.name}": ${messageOf(error)}`, error);
     });
@@ -288,14 +288,14 @@ export class MapRunner {
     if (plan.kind === "fail") throw new TerminalError("reconcile_failed", plan.message);
     if (plan.kind === "repair") {
       const repairs = store.reopenChunks(record.name, plan.chunks);
-      this.#o.log(
+      this.#deps.log(
         `finalize of "${record.name}": ${plan.missing} rows are not persisted (chunks ${plan.chunks.slice(0, 5).join(", ")}${plan.chunks.length > 5 ? ", …" : ""}); running those chunks again (repair ${repairs} of ${policy.reconcileRepairs})`,
       );
       return;
     }
     for (const { idx, completed, failed } of plan.adjust) store.setChunkCounts(record.name, idx, { completed, failed });
     if (plan.adjust.length)
-      this.#o.log(
+      this.#deps.log(
         `finalize of "${record.name}": counts of ${plan.adjust.length} chunks taken from the sheets (another run rewrote some of their rows since)`,
       );
     store.markMapDone(record.name);
@@ -303,12 +303,12 @@ export class MapRunner {
   }
 
   #progress(map: string, force: boolean): void {
-    const now = this.#o.now();
-    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#o.policy.progressIntervalMs) return;
+    const now = this.#deps.now();
+    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#deps.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
-    const progress = this.#o.store.progress(map);
+    const progress = this.#deps.store.progress(map);
     // The run's spend so far, in credits: what a watcher sees grow with each billed call.
-    const spend = this.#o.store.spend.billedMicros() / MICROS;
+    const spend = this.#deps.store.spend.billedMicros() / MICROS;
     // A watcher gains nothing from the same counts twice.
     const counts = JSON.stringify({ ...progress, spend });
     if (this.#lastProgress.get(map) === counts) return;
@@ -317,12 +317,12 @@ export class MapRunner {
     const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
     const remaining = progress.total - progress.completed - progress.failed;
     const etaSeconds = rowsPerSecond > 0 ? Math.ceil(remaining / rowsPerSecond) : null;
-    this.#o.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
+    this.#deps.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
   }
 
   #handle(record: MapRecord, sheets: SheetClient): DatasetHandle {
-    const progress = this.#o.store.progress(record.name);
-    const runId = this.#o.run.runId;
+    const progress = this.#deps.store.progress(record.name);
+    const runId = this.#deps.run.runId;
     return {
       name: record.name,
       total: record.total,

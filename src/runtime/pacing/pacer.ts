@@ -73,7 +73,7 @@ const nothingHeard = (): Heard => ({ limited: 0, unpacedStarts: 0, waitUntil: nu
 
 /** Hands out pacing slots in order; see the module comment. */
 export class Pacer {
-  #o: PacerOptions;
+  #deps: PacerOptions;
   #policy: PacingPolicy;
   /** Leased slot start times (local clock), ascending. */
   #stock: number[] = [];
@@ -98,7 +98,7 @@ export class Pacer {
   #tellAgain = false;
 
   constructor(options: PacerOptions) {
-    this.#o = options;
+    this.#deps = options;
     this.#policy = options.policy;
   }
 
@@ -134,7 +134,7 @@ export class Pacer {
    * counted, and told with the next call.
    */
   async backpressure(retryAfterMs: number | null): Promise<void> {
-    const now = this.#o.now();
+    const now = this.#deps.now();
     // A 429 naming no wait is paused for as long as the gate decides (its answer to the report).
     const news = retryAfterMs === null ? this.#pausedUntil <= now : now + retryAfterMs > this.#pausedUntil + REPORT_COALESCE_MS;
     if (retryAfterMs !== null) this.#pause(now + retryAfterMs);
@@ -149,7 +149,7 @@ export class Pacer {
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
     if (this.#units === 0) return;
     this.#units = 0;
-    await this.#o.gate.release({ caller: this.#o.caller });
+    await this.#deps.gate.release({ caller: this.#deps.caller });
   }
 
   #pump(): void {
@@ -159,19 +159,19 @@ export class Pacer {
     }
     while (this.#waiters.length > 0) {
       const unitFree = this.#units === null || this.#inFlight < this.#units;
-      const unpaced = this.#o.now() < this.#unpacedUntil;
+      const unpaced = this.#deps.now() < this.#unpacedUntil;
       if ((this.#stock.length === 0 && !unpaced) || !unitFree) {
         this.#lease();
         return;
       }
       const leased = this.#stock.shift();
-      const at = leased ?? this.#o.now();
+      const at = leased ?? this.#deps.now();
       const probe = leased !== undefined && this.#probeNext;
       if (probe) this.#probeNext = false;
       if (leased === undefined) this.#heard.unpacedStarts++;
       const waiter = this.#waiters.shift()!;
       this.#inFlight++;
-      const delay = at - this.#o.now();
+      const delay = at - this.#deps.now();
       if (delay <= 0) this.#grant(waiter, at, probe);
       else setTimeout(() => this.#grant(waiter, at, probe), delay);
     }
@@ -233,7 +233,7 @@ export class Pacer {
     const { remaining, waitUntil, ...heard } = this.#heard;
     this.#heard = nothingHeard();
     if (heard.quota) this.#quotaTold = heard.quota;
-    const now = this.#o.now();
+    const now = this.#deps.now();
     return {
       ...heard,
       retryAfterMs: waitUntil === null ? null : Math.max(0, waitUntil - now),
@@ -255,11 +255,11 @@ export class Pacer {
     try {
       do {
         this.#tellAgain = false;
-        const { pausedForMs } = await this.#o.gate.report({ signal: this.#takeHeard() });
-        if (pausedForMs > 0) this.#pause(this.#o.now() + pausedForMs);
+        const { pausedForMs } = await this.#deps.gate.report({ signal: this.#takeHeard() });
+        if (pausedForMs > 0) this.#pause(this.#deps.now() + pausedForMs);
       } while (this.#tellAgain);
     } catch (error) {
-      this.#o.log(`could not tell the pacing gate what the provider said: ${messageOf(error)}`);
+      this.#deps.log(`could not tell the pacing gate what the provider said: ${messageOf(error)}`);
     } finally {
       this.#telling = false;
     }
@@ -275,10 +275,10 @@ export class Pacer {
   #acquire(): void {
     const slots = Math.max(0, this.#waiters.length - this.#stock.length);
     const units = this.#inFlight + this.#waiters.length + UNIT_HEADROOM;
-    this.#o.gate.acquire({ caller: this.#o.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
+    this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
-        const now = this.#o.now();
+        const now = this.#deps.now();
         this.#policy = grant.policy;
         this.#units = grant.units;
         this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
@@ -300,7 +300,7 @@ export class Pacer {
       },
       (error: unknown) => {
         this.#leasing = false;
-        this.#o.log(`pacing gate unreachable: ${messageOf(error)}; the calls waiting for it fail retryably`);
+        this.#deps.log(`pacing gate unreachable: ${messageOf(error)}; the calls waiting for it fail retryably`);
         const failure = new ToolCallError({
           code: "pacing_unavailable",
           message: `the pacing gate could not be reached: ${messageOf(error)}`,
@@ -319,7 +319,9 @@ export class Pacer {
     this.#idleTimer = setTimeout(() => {
       this.#idleTimer = null;
       if (this.#inFlight > 0 || this.#waiters.length > 0) return;
-      this.close().catch((error: unknown) => this.#o.log(`could not return pacing units (they lapse by themselves): ${messageOf(error)}`));
+      this.close().catch((error: unknown) =>
+        this.#deps.log(`could not return pacing units (they lapse by themselves): ${messageOf(error)}`),
+      );
     }, IDLE_RELEASE_MS);
   }
 }

@@ -17,27 +17,27 @@ export interface PacerRegistryOptions {
 
 /** One pacer per provider for one invocation. */
 export class PacerRegistry {
-  #o: PacerRegistryOptions;
+  #deps: PacerRegistryOptions;
   #pacers = new Map<string, Pacer>();
 
   constructor(options: PacerRegistryOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   /** The pacer of `provider` (created on first use). */
   for(provider: string): Pacer {
     let pacer = this.#pacers.get(provider);
     if (!pacer) {
-      const { env, org, meter } = this.#o;
+      const { env, org, meter } = this.#deps;
       const stub = () => {
         meter.rpc++;
         return env.PACING_GATE.getByName(pacingGateName(org, provider));
       };
       pacer = new Pacer({
-        caller: this.#o.caller,
+        caller: this.#deps.caller,
         policy: pacingPolicyFor(provider),
-        now: this.#o.now,
-        log: this.#o.log,
+        now: this.#deps.now,
+        log: this.#deps.log,
         gate: {
           acquire: (request) => stub().acquire({ provider, ...request }),
           report: (request) => stub().report({ provider, ...request }),
@@ -56,7 +56,7 @@ export class PacerRegistry {
         pacer
           .close()
           .catch((error: unknown) =>
-            this.#o.log(`could not return pacing units for ${provider} (they lapse by themselves): ${messageOf(error)}`),
+            this.#deps.log(`could not return pacing units for ${provider} (they lapse by themselves): ${messageOf(error)}`),
           ),
       ),
     );

@@ -32,11 +32,11 @@ export class LadderExhausted extends Error {
 
 /** One map's completion ladder; see the module comment. */
 export class CompletionLadder {
-  #o: CompletionLadderOptions;
+  #deps: CompletionLadderOptions;
   #exhausted = false;
 
   constructor(options: CompletionLadderOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   /**
@@ -59,9 +59,14 @@ export class CompletionLadder {
         return await options.attempt();
       } catch (error) {
         options.onFailure(error);
-        const delay = this.#o.delaysMs[attempts - 1];
+        const delay = this.#deps.delaysMs[attempts - 1];
         const climbing = attempts > 1;
-        if (delay === undefined || options.signal.aborted || (this.#exhausted && !climbing) || this.#o.now() + delay > this.#o.deadlineAt) {
+        if (
+          delay === undefined ||
+          options.signal.aborted ||
+          (this.#exhausted && !climbing) ||
+          this.#deps.now() + delay > this.#deps.deadlineAt
+        ) {
           this.#exhausted = true;
           throw new LadderExhausted(attempts, error);
         }

@@ -100,7 +100,7 @@ export async function estimateRun(o: EstimateOptions): Promise<Estimate> {
 }
 
 class Estimator {
-  #o: EstimateOptions;
+  #deps: EstimateOptions;
   #meter = new SubrequestMeter();
   #scopes: AuthScopes;
   #receipts: ReceiptClient;
@@ -116,7 +116,7 @@ class Estimator {
   #flush: ReturnType<typeof setTimeout> | null = null;
 
   constructor(options: EstimateOptions) {
-    this.#o = options;
+    this.#deps = options;
     this.#scopes = new AuthScopes({ env: options.env });
     this.#receipts = new ReceiptClient({
       env: options.env,
@@ -135,7 +135,7 @@ class Estimator {
       Promise.reject(new PlayStopped(`${what} is not estimated: the play's estimate ends where it is called`));
     return {
       runId: "estimate",
-      org: this.#o.org,
+      org: this.#deps.org,
       map: (name, rows, fields, options) => this.#map(name, rows, fields, options),
       tool: <T>(toolId: string, input: unknown, options?: ToolCallOptions) => this.#playTool(toolId, input, options) as Promise<T>,
       log: () => {},
@@ -149,9 +149,9 @@ class Estimator {
   result(): Estimate {
     if (this.#unknownRows > 0) {
       const basis =
-        this.#o.history.runs > 0
-          ? `estimated from ${this.#o.history.runs} past runs of ${this.#o.play.name} (${this.#o.history.rowsComputed} rows computed)`
-          : `no past run of ${this.#o.play.name} to estimate them from`;
+        this.#deps.history.runs > 0
+          ? `estimated from ${this.#deps.history.runs} past runs of ${this.#deps.play.name} (${this.#deps.history.rowsComputed} rows computed)`
+          : `no past run of ${this.#deps.play.name} to estimate them from`;
       this.note(`${this.#unknownRows} rows make calls whose inputs depend on outputs not bought yet; ${basis}`);
     }
     const low = this.#knownMicros;
@@ -167,7 +167,7 @@ class Estimator {
 
   async #map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
     const plan = await planRows(rows, options.key);
-    const { env, org, play, policy } = this.#o;
+    const { env, org, play, policy } = this.#deps;
     // The count a run would record; a dataset that does not exist yet is created with it, as the run would.
     let reusable: Set<string>;
     try {
@@ -180,7 +180,7 @@ class Estimator {
         meter: this.#meter,
       });
       const sheets = new SheetClient({ env, meter: this.#meter, location: { org, play: play.name, dataset: name, shardCount } });
-      reusable = await sheets.peekRows(plan.rows, this.#o.force || this.#o.forceToolRefresh);
+      reusable = await sheets.peekRows(plan.rows, this.#deps.force || this.#deps.forceToolRefresh);
     } catch (error) {
       throw new EstimateUnavailable(error);
     }
@@ -232,7 +232,7 @@ class Estimator {
   /** A row's fields after its first new request: priced from the play's history, tools it already called excluded. */
   #unknownRemainder(called: Set<string>): void {
     this.#unknownRows++;
-    const { history } = this.#o;
+    const { history } = this.#deps;
     if (history.rowsComputed === 0) {
       this.#highExtraMicros = null;
       return;
@@ -257,7 +257,7 @@ class Estimator {
 
   /** One `ctx.tool` call: reused from its receipt (its output returned), or a new billed request (the row stops there). */
   async #call(toolId: string, input: unknown, options: ToolCallOptions = {}, called: Set<string>): Promise<unknown> {
-    const tool = this.#o.tools.get(toolId);
+    const tool = this.#deps.tools.get(toolId);
     if (!tool) throw new Error(`unknown tool ${toolId}`);
     const parsed = tool.input.safeParse(input);
     if (!parsed.success) throw new Error(`invalid input for ${toolId}`);
@@ -269,16 +269,16 @@ class Estimator {
       this.#knownMicros += toMicros(priceOf(tool, parsed.data));
       return new RowUnknown(toolId);
     };
-    if (this.#o.forceToolRefresh || options.force === true) throw fresh();
+    if (this.#deps.forceToolRefresh || options.force === true) throw fresh();
     const scope = await this.#scopes.digest(tool);
     const key = await receiptKey({
-      org: this.#o.org,
+      org: this.#deps.org,
       toolId,
       toolVersion: tool.version,
       input: parsed.data,
       authScope: scope,
       staleAfterSeconds: options.staleAfterSeconds,
-      nowMs: this.#o.now(),
+      nowMs: this.#deps.now(),
     });
     const receipt = await this.#lookup(key);
     if (receipt.state === "new") throw fresh();

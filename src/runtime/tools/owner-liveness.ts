@@ -23,19 +23,19 @@ export interface OwnerLivenessOptions {
 
 /** Judges the owners of running receipts, caching each other run's answer briefly. */
 export class OwnerLiveness {
-  #o: OwnerLivenessOptions;
+  #deps: OwnerLivenessOptions;
   #cache = new Map<string, { at: number; run: Promise<{ status: string; runAttempt: number } | null> }>();
 
   constructor(options: OwnerLivenessOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   async isDead(owner: AttemptRef): Promise<boolean> {
-    if (owner.runId === this.#o.runId) return false;
-    const now = this.#o.now();
+    if (owner.runId === this.#deps.runId) return false;
+    const now = this.#deps.now();
     let entry = this.#cache.get(owner.runId);
     if (!entry || now - entry.at > LIVENESS_TTL_MS) {
-      entry = { at: now, run: this.#o.lookup(owner.runId) };
+      entry = { at: now, run: this.#deps.lookup(owner.runId) };
       this.#cache.set(owner.runId, entry);
     }
     const run = await entry.run;

@@ -54,7 +54,7 @@ export interface ToolQueueOptions {
 
 /** One chunk attempt's queue of owned calls; see the module comment. */
 export class ToolQueue {
-  #s: DispatchServices;
+  #services: DispatchServices;
   #window: DispatchWindow;
   #workers: WorkerBarrier | undefined;
   #pending = new Map<string, Pending[]>();
@@ -62,7 +62,7 @@ export class ToolQueue {
   #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
 
   constructor(options: ToolQueueOptions) {
-    this.#s = options.services;
+    this.#services = options.services;
     this.#window = options.window;
     this.#workers = options.workers;
   }
@@ -77,13 +77,13 @@ export class ToolQueue {
       else if (!this.#timers.has(tool.id))
         this.#timers.set(
           tool.id,
-          setTimeout(() => this.#flush(tool), this.#s.policy.batchGraceMs),
+          setTimeout(() => this.#flush(tool), this.#services.policy.batchGraceMs),
         );
     });
   }
 
   #context(tool: ToolDefinition): ProviderCallContext {
-    const { pacers, budget, faults, policy, signal, meter, log } = this.#s;
+    const { pacers, budget, faults, policy, signal, meter, log } = this.#services;
     return {
       toolId: tool.id,
       pacer: pacers.for(tool.provider),
@@ -104,7 +104,7 @@ export class ToolQueue {
    * request settles, so no timer outlives the work.
    */
   async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
-    const timeoutMs = this.#s.policy.providerTimeoutMs;
+    const timeoutMs = this.#services.policy.providerTimeoutMs;
     const controller = new AbortController();
     const timer = setTimeout(
       () =>
@@ -122,7 +122,7 @@ export class ToolQueue {
   }
 
   async #single(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
-    const { signal, env } = this.#s;
+    const { signal, env } = this.#services;
     await this.#window.enter(1, signal);
     try {
       const result = await callProvider(this.#context(tool), (reportHeaders) =>
@@ -174,7 +174,7 @@ export class ToolQueue {
   /** Runs `work` when fewer than the provider's `batchParallelism` batches of this tool are in flight. */
   async #inLane(tool: ToolDefinition, work: () => Promise<void>): Promise<void> {
     const lane = getOrInsert(this.#lanes, tool.id, () => ({ busy: 0, waiting: [] }));
-    const limit = this.#s.pacers.for(tool.provider).policy.batchParallelism;
+    const limit = this.#services.pacers.for(tool.provider).policy.batchParallelism;
     if (lane.busy >= limit) await new Promise<void>((resolve) => lane.waiting.push(resolve));
     lane.busy++;
     try {
@@ -188,7 +188,7 @@ export class ToolQueue {
   /** One batch request; never throws (each member hears its own outcome or error). */
   async #batch(tool: ToolDefinition, members: Pending[]): Promise<void> {
     const strategy = tool.batch!;
-    const { signal, env } = this.#s;
+    const { signal, env } = this.#services;
     try {
       await this.#window.enter(members.length, signal);
     } catch (error) {

@@ -56,8 +56,8 @@ export class ReceiptStoreError extends TroupeError {
 
 /** One chunk attempt's `ctx.tool` calls; see the module comment. */
 export class ToolScheduler {
-  #o: ToolSchedulerOptions;
-  #s: DispatchServices;
+  #deps: ToolSchedulerOptions;
+  #services: DispatchServices;
   #inflight = new Map<string, Promise<unknown>>();
   #claims: BulkQueue<ClaimItem, ReceiptClaim>;
   #completes: BulkQueue<{ key: string; output: unknown }, boolean>;
@@ -66,8 +66,8 @@ export class ToolScheduler {
   #rescopes: AuthScopeChange;
 
   constructor(options: ToolSchedulerOptions) {
-    this.#o = options;
-    this.#s = options.services;
+    this.#deps = options;
+    this.#services = options.services;
     const { receipts, policy } = options.services;
     const { attempt } = options;
     const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
@@ -96,13 +96,13 @@ export class ToolScheduler {
       ...common,
       send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
-    this.#queue = new ToolQueue({ services: this.#s, window: options.guards.window, workers: options.workers });
-    this.#rescopes = new AuthScopeChange({ scopes: this.#s.scopes, log: this.#s.log });
+    this.#queue = new ToolQueue({ services: this.#services, window: options.guards.window, workers: options.workers });
+    this.#rescopes = new AuthScopeChange({ scopes: this.#services.scopes, log: this.#services.log });
   }
 
   /** Calls a tool durably; identical calls in this attempt share one execution. */
   async call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
-    const tool = this.#s.tools.get(toolId);
+    const tool = this.#services.tools.get(toolId);
     if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
     const parsed = tool.input.safeParse(input);
     if (!parsed.success) {
@@ -112,7 +112,7 @@ export class ToolScheduler {
         retryable: false,
       });
     }
-    const scope = await this.#s.scopes.digest(tool);
+    const scope = await this.#services.scopes.digest(tool);
     return this.#dedupe({
       key: await this.#keyOf(tool, parsed.data, scope, options),
       tool,
@@ -125,13 +125,13 @@ export class ToolScheduler {
 
   #keyOf(tool: ToolDefinition, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
     return receiptKey({
-      org: this.#s.org,
+      org: this.#services.org,
       toolId: tool.id,
       toolVersion: tool.version,
       input,
       authScope: scope,
       staleAfterSeconds: options.staleAfterSeconds,
-      nowMs: this.#s.now(),
+      nowMs: this.#services.now(),
     });
   }
 
@@ -145,25 +145,25 @@ export class ToolScheduler {
 
   /** A follower or a backoff waits without holding up the chunk's bulk calls. */
   #park<T>(promise: Promise<T>): Promise<T> {
-    return this.#o.workers ? this.#o.workers.park(promise) : promise;
+    return this.#deps.workers ? this.#deps.workers.park(promise) : promise;
   }
 
   #fatal(error: Error): Error {
-    this.#o.guards.latch.trip(error);
+    this.#deps.guards.latch.trip(error);
     return error;
   }
 
   /** Claims the receipt and follows its disposition until the call has an outcome. */
   async #own(call: OwnedCall): Promise<unknown> {
-    const { policy, signal, receipts } = this.#s;
+    const { policy, signal, receipts } = this.#services;
     const shard = receipts.shardOf(call.key);
-    const refresh = this.#o.refresh || call.options.force === true;
-    const waitUntil = this.#s.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
+    const refresh = this.#deps.refresh || call.options.force === true;
+    const waitUntil = this.#services.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
     let takeover = false;
     for (let poll = 0; ; poll++) {
       signal.throwIfAborted();
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
-      this.#o.guards.latch.guard();
+      this.#deps.guards.latch.guard();
       const claim = await this.#claims
         .push(`${shard}:${refresh ? 1 : 0}`, { key: call.key, toolId: call.tool.id, takeover })
         .catch((error: unknown) => {
@@ -177,15 +177,15 @@ export class ToolScheduler {
           throw new ToolCallError({ code: claim.error.code, message: claim.error.message, retryable: false });
         case "running": {
           if (await this.#ownerIsDead(claim.owner)) {
-            this.#s.log(
+            this.#services.log(
               `${call.tool.id}: receipt ${call.key.slice(0, 14)}… was left running by ${claim.owner.runId} (attempt ${claim.owner.attemptSeq}), which can no longer finish it; taking it over`,
             );
             takeover = true;
             continue;
           }
-          const left = waitUntil - this.#s.now();
+          const left = waitUntil - this.#services.now();
           if (left <= 0) {
-            this.#s.log(
+            this.#services.log(
               `${call.tool.id}: receipt ${call.key.slice(0, 14)}… is still running in ${claim.owner.runId} after the call's receipt wait; taking it over`,
             );
             takeover = true;
@@ -195,7 +195,7 @@ export class ToolScheduler {
           continue;
         }
         case "claimed":
-          if (claim.unknownOutcome && !this.#o.retryUnknown && call.tool.idempotent === false && !call.tool.recover)
+          if (claim.unknownOutcome && !this.#deps.retryUnknown && call.tool.idempotent === false && !call.tool.recover)
             return this.#unknownOutcome(call, shard);
           return this.#execute(call, shard, claim.generation, claim.takeover === true);
       }
@@ -204,10 +204,10 @@ export class ToolScheduler {
 
   async #ownerIsDead(owner: AttemptRef): Promise<boolean> {
     try {
-      return await this.#s.owners.isDead(owner);
+      return await this.#services.owners.isDead(owner);
     } catch (error) {
       // Unknown is treated as alive: waiting (bounded by receiptWaitMs) is safe, a takeover might double-call.
-      this.#s.log(`could not check whether run ${owner.runId} is alive (${messageOf(error)}); waiting for its receipt`);
+      this.#services.log(`could not check whether run ${owner.runId} is alive (${messageOf(error)}); waiting for its receipt`);
       return false;
     }
   }
@@ -226,7 +226,7 @@ export class ToolScheduler {
     await this.#fails.push(String(shard), { key: call.key, error, retryable: false }).catch((failure: unknown) => {
       throw this.#fatal(new ReceiptStoreError("fail", failure));
     });
-    this.#s.meter.outcomeUnknown++;
+    this.#services.meter.outcomeUnknown++;
     throw new ToolCallError({ ...error, retryable: false });
   }
 
@@ -238,7 +238,7 @@ export class ToolScheduler {
     try {
       if (takeover) {
         // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
-        const { env, signal, meter, policy, now, log } = this.#s;
+        const { env, signal, meter, policy, now, log } = this.#services;
         const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
         const recovered = await this.#park(
           recoverCall({
@@ -261,8 +261,8 @@ export class ToolScheduler {
       }
       return await this.#send(call, shard, key, (accepted) => (billed = accepted));
     } finally {
-      if (billed) this.#s.spend.bill(key);
-      else this.#s.spend.release(key);
+      if (billed) this.#services.spend.bill(key);
+      else this.#services.spend.release(key);
     }
   }
 
@@ -274,7 +274,12 @@ export class ToolScheduler {
   async #reserve(call: OwnedCall, requestKey: string, shard: number): Promise<void> {
     let refusal: SpendCapReached | ToolCallError;
     try {
-      this.#s.spend.reserve({ requestKey, toolId: call.tool.id, provider: call.tool.provider, credits: priceOf(call.tool, call.input) });
+      this.#services.spend.reserve({
+        requestKey,
+        toolId: call.tool.id,
+        provider: call.tool.provider,
+        credits: priceOf(call.tool, call.input),
+      });
       return;
     } catch (error) {
       if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) throw error;
@@ -319,34 +324,36 @@ export class ToolScheduler {
    * store stays broken. True when this attempt's receipt (or salvage) holds it.
    */
   async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
-    const { signal } = this.#s;
+    const { signal } = this.#services;
     let accepted: boolean;
     try {
-      accepted = await this.#o.guards.ladder.run({
+      accepted = await this.#deps.guards.ladder.run({
         attempt: () => this.#completes.push(String(shard), { key: call.key, output }),
         // The first failure trips the latch: nothing new is billed into a store that may be broken.
-        onFailure: (error) => this.#o.guards.latch.trip(new ReceiptStoreError("complete", error)),
+        onFailure: (error) => this.#deps.guards.latch.trip(new ReceiptStoreError("complete", error)),
         sleep: (ms) => this.#park(sleep(ms, signal)),
         signal,
       });
     } catch (error) {
       const attempts = error instanceof LadderExhausted ? error.attempts : 1;
       const cause = error instanceof LadderExhausted ? error.last : error;
-      this.#s.salvage({
+      this.#services.salvage({
         receiptKey: call.key,
         toolId: call.tool.id,
-        attempt: this.#o.attempt,
+        attempt: this.#deps.attempt,
         output,
         completeAttempts: attempts,
         error: messageOf(cause),
-        at: this.#s.now(),
+        at: this.#services.now(),
       });
       // Billed and kept in salvage: it is this run's spend.
-      this.#s.spend.bill(requestKey);
+      this.#services.spend.bill(requestKey);
       throw this.#fatal(new ReceiptStoreError("complete", cause));
     }
     if (!accepted)
-      this.#s.log(`receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`);
+      this.#services.log(
+        `receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`,
+      );
     return accepted;
   }
 }

@@ -53,10 +53,10 @@ const REPLAY_PAGE = 500;
 export const CLOSE_RUN_ENDED = 1000;
 
 export class LiveFeed {
-  #o: LiveFeedOptions;
+  #deps: LiveFeedOptions;
 
   constructor(options: LiveFeedOptions) {
-    this.#o = options;
+    this.#deps = options;
   }
 
   /**
@@ -65,7 +65,7 @@ export class LiveFeed {
    * once it has been sent everything.
    */
   open(connection: LiveConnection, after: number): void {
-    const { run, seq } = this.#o.snapshot();
+    const { run, seq } = this.#deps.snapshot();
     const snapshot: SnapshotMessage = { type: "snapshot", run, seq };
     if (!this.#send(connection, JSON.stringify(snapshot))) return;
     // A cursor past the ledger's end (from another run, or invented) would skip the next events: it means "from now".
@@ -91,7 +91,7 @@ export class LiveFeed {
   #catchUp(connection: LiveConnection): boolean {
     for (;;) {
       const from = connection.state?.lastSeq ?? 0;
-      const page = this.#o.events(from, REPLAY_PAGE);
+      const page = this.#deps.events(from, REPLAY_PAGE);
       const outcome = this.#deliver(connection, page);
       if (outcome !== "more" || page.length < REPLAY_PAGE) return outcome === "ended";
     }
