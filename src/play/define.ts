@@ -50,7 +50,7 @@ export const MAX_ROW_BYTES = 64 * 1024;
  * @example
  * input: rowsInput(z.object({ id: z.coerce.string(), name: z.string() }))
  */
-export function rowsInput<R extends z.ZodType<Row, any>>(row: R) {
+export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
   const rows = z
     .array(row)
     .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run`)

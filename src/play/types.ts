@@ -29,7 +29,7 @@ export interface ToolCaller {
    * @example
    * const { email } = await ctx.tool("sim_find_email", { name: row.name, domain: row.domain });
    */
-  tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T>;
+  tool<T = unknown>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T>;
   /**
    * Appends a line to the run's log (and event ledger). At play level a
    * replay does not append the lines the play already logged.
@@ -86,7 +86,7 @@ export interface PlayCaller {
    * @example
    * const leads = await ctx.runPlay("demo-enrich", { rows }, { key: account.id });
    */
-  runPlay<T = any>(play: string, input: unknown, options?: RunPlayOptions): Promise<T>;
+  runPlay<T = unknown>(play: string, input: unknown, options?: RunPlayOptions): Promise<T>;
   /**
    * `fetch` for plays: http(s) to public hosts only (loopback, private,
    * link-local and metadata addresses are refused, every redirect checked),
@@ -155,7 +155,7 @@ export interface PlayContext extends ToolCaller, PlayCaller {
    * @example
    * const decision = await ctx.waitForEvent<{ ok: boolean }>("approve", { timeoutMs: 86_400_000 });
    */
-  waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T>;
+  waitForEvent<T = unknown>(eventKey: string, options?: { timeoutMs?: number }): Promise<T>;
   /**
    * A durable sleep: the run is `waiting` and the coordinator's alarm wakes
    * it; an eviction or restart meanwhile changes nothing.
@@ -176,7 +176,7 @@ export interface PlayContext extends ToolCaller, PlayCaller {
   map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle>;
 }
 
-export interface PlayDefinition<Input = any, Result = unknown> {
+export interface PlayDefinition<Input = unknown, Result = unknown> {
   /** Unique, `[a-z0-9-]`, used in `POST /v1/runs`. */
   name: string;
   description: string;
@@ -186,7 +186,7 @@ export interface PlayDefinition<Input = any, Result = unknown> {
    */
   version?: string;
   /** Validates (and may transform) the run's input at submit time. */
-  input: z.ZodType<Input, any>;
+  input: z.ZodType<Input, unknown>;
   /**
    * The datasets this play writes with `ctx.map`, so clients can find them
    * before the run starts: `GET /v1/plays` lists them and a run's
@@ -237,6 +237,13 @@ export interface ToolCall<Bindings extends ToolBinding = never> {
    */
   reportHeaders(headers: HeadersInit): void;
 }
+
+/**
+ * A tool of any input and output, as the runtime holds them side by side (a
+ * registry, a queue): each call's input is checked by the tool's own schema.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: the one erased view of every tool; authors never see it.
+export type AnyTool = ToolDefinition<any, any>;
 
 /**
  * What a tool's `recover` answers: the provider holds a result for the key
@@ -293,14 +300,14 @@ export interface ToolBatchStrategy<Input, Output, Payload = unknown, Reply = unk
   split(reply: Reply, members: readonly BatchMember<Input>[]): BatchMemberResult<Output>[];
 }
 
-export interface ToolDefinition<Input = any, Output = unknown, Bindings extends ToolBinding = ToolBinding> {
+export interface ToolDefinition<Input = unknown, Output = unknown, Bindings extends ToolBinding = ToolBinding> {
   /** Unique id, e.g. `sim_find_email`. */
   id: string;
   /** The provider it bills through (pacing and rate limits are per provider). */
   provider: string;
   /** Bump when the output for the same input changes: old receipts stop matching. */
   version: string;
-  input: z.ZodType<Input, any>;
+  input: z.ZodType<Input, unknown>;
   /**
    * What one billed call costs, in credits (for a batchable tool: one billed
    * member): a constant, or a function of the call's validated input. The
@@ -338,7 +345,7 @@ export interface ToolDefinition<Input = any, Output = unknown, Bindings extends 
   bindings?: readonly Bindings[];
   execute(input: Input, call: ToolCall<Bindings>): Promise<Output>;
   /** Makes the tool batchable (see {@link ToolBatchStrategy}). */
-  batch?: ToolBatchStrategy<Input, Output, any, any, Bindings>;
+  batch?: ToolBatchStrategy<Input, Output, unknown, unknown, Bindings>;
   /**
    * Asks the provider, without billing, whether it already answered a request
    * under `idempotencyKey`. Called before re-executing a call whose receipt was

@@ -1,11 +1,11 @@
 import { describe, expect, it } from "vitest";
-import type { ToolDefinition } from "../play/types";
+import type { AnyTool } from "../play/types";
 import { BUNDLED_TOOLS, toolRegistry } from "./index";
 
 const envOf = (vars: { SIM_PROVIDER?: string; TROUPE_TEST_MODE?: string }) => vars as unknown as Env;
 
 describe("toolRegistry", () => {
-  const real = { ...BUNDLED_TOOLS.simulated[0]!, id: "acme_lookup", provider: "acme" } as ToolDefinition;
+  const real = { ...BUNDLED_TOOLS.simulated[0]!, id: "acme_lookup", provider: "acme" } as AnyTool;
   const bundles = { ...BUNDLED_TOOLS, provider: [real] };
 
   it("registers real providers' tools whether or not the simulated provider is on", () => {

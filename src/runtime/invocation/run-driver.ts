@@ -14,7 +14,7 @@ import { SubrequestMeter } from "../../core/meter";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
 import { isTerminal } from "../../core/statuses";
 import { restoreSalvage } from "../tools/salvage";
-import type { PlayDefinition, ToolDefinition } from "../../play/types";
+import type { PlayDefinition, AnyTool } from "../../play/types";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import { SpendCapReached, type SpendLedger } from "../tools/spend";
 import { toCredits, toMicros } from "../../stores/spend-store";
@@ -33,7 +33,7 @@ export interface DriveOptions {
   waiters: ChildWaiters;
   policy: RuntimePolicy;
   plays: ReadonlyMap<string, PlayDefinition>;
-  tools: ReadonlyMap<string, ToolDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
   signal: AbortSignal;
   now(): number;
   /** Appends to the ledger (and tells watchers). */

@@ -11,7 +11,7 @@
  */
 import { MICROS } from "../../stores/spend-store";
 import { SpendCapReached } from "../tools/spend";
-import type { DatasetHandle, FieldSet, MapOptions, Row, ToolDefinition } from "../../play/types";
+import type { DatasetHandle, FieldSet, MapOptions, Row, AnyTool } from "../../play/types";
 import { codeOf, messageOf, TerminalError, TroupeError } from "../../core/errors";
 import type { AttemptRef } from "../../contracts/shards";
 import type { ChunkRecord, MapRecord, RunRecord, RunStore } from "../../stores/run-store";
@@ -51,7 +51,7 @@ export interface MapRunnerOptions {
   run: RunRecord;
   store: RunStore;
   policy: RuntimePolicy;
-  tools: ReadonlyMap<string, ToolDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
   meter: SubrequestMeter;
   signal: AbortSignal;
   log(line: string): void;

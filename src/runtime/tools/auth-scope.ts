@@ -4,7 +4,7 @@
  * provider says the credentials changed.
  */
 import { ToolCallError } from "../../play/tool-error";
-import type { ToolDefinition } from "../../play/types";
+import type { AnyTool } from "../../play/types";
 import { sha256Hex } from "../../core/hash";
 import { toolEnv } from "../../play/define";
 
@@ -21,7 +21,7 @@ export class AuthScopes {
   }
 
   /** The tool's current scope digest (cached). */
-  digest(tool: ToolDefinition): Promise<string> {
+  digest(tool: AnyTool): Promise<string> {
     let digest = this.#cache.get(tool.id);
     if (!digest) {
       digest = this.#resolve(tool);
@@ -36,7 +36,7 @@ export class AuthScopes {
    * Resolves the scope again unless that already happened since `stale` was
    * handed out (many calls hear of one credential change at once).
    */
-  async refresh(tool: ToolDefinition, stale: string): Promise<string> {
+  async refresh(tool: AnyTool, stale: string): Promise<string> {
     // A current resolution that failed counts as stale: resolve afresh below.
     const current = await this.digest(tool).catch(() => stale);
     if (current !== stale) return current;
@@ -44,7 +44,7 @@ export class AuthScopes {
     return this.digest(tool);
   }
 
-  async #resolve(tool: ToolDefinition): Promise<string> {
+  async #resolve(tool: AnyTool): Promise<string> {
     if (!tool.authScope) return DEFAULT_AUTH_SCOPE;
     const scope = await tool.authScope(toolEnv(tool, this.#env));
     return `a:${(await sha256Hex(`${tool.provider}\n${scope}`)).slice(0, 32)}`;
@@ -67,7 +67,7 @@ export class AuthScopeChange {
   }
 
   /** The new scope digest to re-claim under. */
-  async rescope(tool: ToolDefinition, stale: string, error: { code: string; message: string }): Promise<string> {
+  async rescope(tool: AnyTool, stale: string, error: { code: string; message: string }): Promise<string> {
     const next = await this.#scopes.refresh(tool, stale);
     if (next === stale) {
       throw new ToolCallError({

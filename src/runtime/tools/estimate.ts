@@ -26,7 +26,7 @@ import type {
   Row,
   RowContext,
   ToolCallOptions,
-  ToolDefinition,
+  AnyTool,
 } from "../../play/types";
 import type { PlayStats } from "../../stores/org-spend-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
@@ -58,7 +58,7 @@ export interface EstimateOptions {
   input: unknown;
   force: boolean;
   forceToolRefresh: boolean;
-  tools: ReadonlyMap<string, ToolDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
   policy: RuntimePolicy;
   /** The play's past completed runs (from the org's directory). */
   history: PlayStats;

@@ -27,7 +27,7 @@ export interface ProviderCallContext {
   signal: AbortSignal;
   meter: SubrequestMeter;
   log(line: string): void;
-  /** The tool's own reading of a failure as a rate limit (`ToolDefinition.isRateLimit`). */
+  /** The tool's own reading of a failure as a rate limit (`AnyTool.isRateLimit`). */
   isRateLimit?(error: unknown): boolean;
 }
 

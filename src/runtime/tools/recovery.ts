@@ -2,12 +2,12 @@
  * Recovery of a taken-over call. When an attempt claims a receipt that another
  * attempt had claimed and never completed (`takeover` on the claim), that
  * attempt may have died after its request reached the provider: billed, with
- * the answer lost. Asking the provider first (`ToolDefinition.recover`, which
+ * the answer lost. Asking the provider first (`AnyTool.recover`, which
  * neither bills nor counts) stores that answer instead of sending the call a
  * second time. A request with the key still being answered is waited for,
  * within the call's receipt wait.
  */
-import type { ToolDefinition } from "../../play/types";
+import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import { sleep } from "../../core/time";
 import type { SubrequestMeter } from "../../core/meter";
@@ -15,7 +15,7 @@ import { toolEnv } from "../../play/define";
 
 /** What one recovery needs: the call, its keys, and the invocation's services. */
 export interface RecoverCallOptions {
-  tool: ToolDefinition;
+  tool: AnyTool;
   input: unknown;
   idempotencyKey: string;
   authScopeDigest: string;

@@ -9,7 +9,7 @@ import type { RuntimePolicy } from "../../core/policy";
 import type { SubrequestMeter } from "../../core/meter";
 import { ReceiptClient } from "../../clients/shards";
 import { PacerRegistry } from "../pacing/pacers";
-import type { ToolDefinition } from "../../play/types";
+import type { AnyTool } from "../../play/types";
 import type { FaultProbe } from "../../clients/faults";
 import { AuthScopes } from "./auth-scope";
 import { RetryBudget } from "../../core/backoff";
@@ -24,7 +24,7 @@ export interface DispatchServices {
   env: Env;
   org: string;
   runId: string;
-  tools: ReadonlyMap<string, ToolDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
   receipts: ReceiptClient;
   policy: RuntimePolicy;
   signal: AbortSignal;
@@ -53,7 +53,7 @@ export interface MapGuards {
 export interface CreateDispatchOptions {
   env: Env;
   run: { runId: string; org: string; usage: { providerRetries: number } };
-  tools: ReadonlyMap<string, ToolDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
   policy: RuntimePolicy;
   signal: AbortSignal;
   meter: SubrequestMeter;

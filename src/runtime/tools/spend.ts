@@ -6,7 +6,7 @@
  * circuit breaker: the request is never sent.
  */
 import { ToolCallError } from "../../play/tool-error";
-import type { ToolDefinition } from "../../play/types";
+import type { AnyTool } from "../../play/types";
 import { TerminalError } from "../../core/errors";
 
 /** One billable request: the idempotency key sent with it, and what it costs. */
@@ -42,7 +42,7 @@ export class SpendCapReached extends TerminalError {
 }
 
 /** What one billed request of `tool` with `input` costs, in credits (0 without a price). */
-export function priceOf(tool: ToolDefinition, input: unknown): number {
+export function priceOf(tool: AnyTool, input: unknown): number {
   const price = typeof tool.price === "function" ? tool.price(input) : (tool.price ?? 0);
   if (typeof price !== "number" || !Number.isFinite(price) || price < 0) {
     throw new ToolCallError({

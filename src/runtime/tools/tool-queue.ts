@@ -10,7 +10,7 @@
  * `done()` gives the place back once the receipt is written.
  */
 import { ToolCallError } from "../../play/tool-error";
-import type { BatchMember, ToolDefinition } from "../../play/types";
+import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import type { ReceiptError } from "../../contracts/shards";
@@ -68,7 +68,7 @@ export class ToolQueue {
   }
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
-  submit(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
+  submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     if (!tool.batch) return this.#single(tool, call);
     return new Promise<HeldOutcome>((resolve, reject) => {
       const pending = getOrInsert(this.#pending, tool.id, () => []);
@@ -82,7 +82,7 @@ export class ToolQueue {
     });
   }
 
-  #context(tool: ToolDefinition): ProviderCallContext {
+  #context(tool: AnyTool): ProviderCallContext {
     const { pacers, budget, faults, policy, signal, meter, log } = this.#services;
     return {
       toolId: tool.id,
@@ -121,7 +121,7 @@ export class ToolQueue {
     }
   }
 
-  async #single(tool: ToolDefinition, call: QueuedCall): Promise<HeldOutcome> {
+  async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
     await this.#window.enter(1, signal);
     try {
@@ -155,7 +155,7 @@ export class ToolQueue {
     };
   }
 
-  #flush(tool: ToolDefinition): void {
+  #flush(tool: AnyTool): void {
     const timer = this.#timers.get(tool.id);
     if (timer) clearTimeout(timer);
     this.#timers.delete(tool.id);
@@ -172,7 +172,7 @@ export class ToolQueue {
   }
 
   /** Runs `work` when fewer than the provider's `batchParallelism` batches of this tool are in flight. */
-  async #inLane(tool: ToolDefinition, work: () => Promise<void>): Promise<void> {
+  async #inLane(tool: AnyTool, work: () => Promise<void>): Promise<void> {
     const lane = getOrInsert(this.#lanes, tool.id, () => ({ busy: 0, waiting: [] }));
     const limit = this.#services.pacers.for(tool.provider).policy.batchParallelism;
     if (lane.busy >= limit) await new Promise<void>((resolve) => lane.waiting.push(resolve));
@@ -186,7 +186,7 @@ export class ToolQueue {
   }
 
   /** One batch request; never throws (each member hears its own outcome or error). */
-  async #batch(tool: ToolDefinition, members: Pending[]): Promise<void> {
+  async #batch(tool: AnyTool, members: Pending[]): Promise<void> {
     const strategy = tool.batch!;
     const { signal, env } = this.#services;
     try {

@@ -13,7 +13,7 @@ import { ToolQueue, type HeldOutcome } from "./tool-queue";
 import { priceOf, SpendCapReached } from "./spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
 import { OUTCOME_UNKNOWN } from "../../stores/receipt-store";
-import type { ToolCallOptions, ToolDefinition } from "../../play/types";
+import type { ToolCallOptions, AnyTool } from "../../play/types";
 import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
 import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../../contracts/shards";
@@ -39,7 +39,7 @@ type ClaimItem = { key: string; toolId: string; takeover: boolean };
 /** One call this attempt owns: what it needs to claim, execute and persist it. */
 interface OwnedCall {
   key: string;
-  tool: ToolDefinition;
+  tool: AnyTool;
   input: unknown;
   scope: string;
   options: ToolCallOptions;
@@ -123,7 +123,7 @@ export class ToolScheduler {
     });
   }
 
-  #keyOf(tool: ToolDefinition, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
+  #keyOf(tool: AnyTool, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
     return receiptKey({
       org: this.#services.org,
       toolId: tool.id,
