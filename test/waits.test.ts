@@ -37,15 +37,16 @@ async function alarmOf(runId: string): Promise<number | null> {
 }
 
 /**
- * The alarm a parked run sleeps on. The invocation that wrote `waiting` arms it
- * as its last step, after its last await, so a read in between sees none yet.
+ * The alarm a parked run settles on, once it is later than `after`. The
+ * invocation that wrote `waiting` arms it as its last step, after its last
+ * await, so a read in between sees none yet; and a read of the run that lands
+ * while an alarm handler starts (its alarm consumed, no invocation yet) arms
+ * one at once, so one more invocation may replay the play and park again
+ * first. A run that polled would never settle: the wait times out.
  */
-async function parkedAlarmOf(runId: string): Promise<number> {
-  return (await until(
-    () => alarmOf(runId),
-    (alarm) => alarm !== null,
-    `run ${runId} parked with an alarm`,
-  ))!;
+async function parkedAlarmOf(runId: string, after: number): Promise<number> {
+  const settled = (alarm: number | null) => alarm !== null && alarm > after;
+  return (await until(() => alarmOf(runId), settled, `run ${runId} parked with its alarm after ${after}`))!;
 }
 
 describe("ctx.waitForEvent", () => {
@@ -55,7 +56,7 @@ describe("ctx.waitForEvent", () => {
     const waiting = await waitForStatus(runId, "waiting");
     expect(waiting.result).toBeNull();
     // No timer and no polling: the only alarm is the run's runtime limit, a day away.
-    expect(await parkedAlarmOf(runId)).toBeGreaterThan(Date.now() + 23 * 3600 * 1000);
+    expect(await parkedAlarmOf(runId, Date.now() + 23 * 3600 * 1000)).toBeLessThanOrEqual(Date.now() + 24 * 3600 * 1000);
     const listed = (await apiJson("/v1/runs?limit=200")).body.runs.find((r: any) => r.runId === runId);
     expect(listed.status).toBe("waiting");
 
@@ -149,7 +150,7 @@ describe("ctx.sleep", () => {
     // Two seconds: long enough that the eviction below lands during the sleep, even on a loaded machine.
     const runId = await startRun("test-sleep", { ms: 2000, tag: name });
     await waitForStatus(runId, "waiting");
-    expect(await parkedAlarmOf(runId)).toBeLessThan(Date.now() + 60_000);
+    expect(await parkedAlarmOf(runId, Date.now())).toBeLessThan(Date.now() + 60_000);
     await evictDurableObject(env.RUN_COORDINATOR.getByName(runId));
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
