@@ -5,13 +5,13 @@ import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays"
 import { policyFor, TestPolicyOverrides } from "../core/policy";
 import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
-import { type DatasetLocation } from "../clients/shards";
+import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
 import { LiveFeed, type LiveState } from "../runtime/views/live-feed";
 import { Redactor, secretsFromEnv } from "../runtime/views/redact";
-import { driveRun, type SpendCap } from "../runtime/invocation/run-driver";
-import { toCredits, toMicros } from "../stores/spend-store";
+import { driveRun } from "../runtime/invocation/run-driver";
+import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
 import { cancelChildren, ChildFinished, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
 import { RunStore, type LedgerEvent, type RunRecord } from "../stores/run-store";
@@ -300,7 +300,7 @@ export class RunCoordinator extends Server<Env> {
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
     let next: number | null;
-    const spendCap = await this.#spendCap();
+    const spendCap = await spendCapOf(this.env, this.#store);
     try {
       next = await driveRun({
         spendCap,
@@ -332,69 +332,14 @@ export class RunCoordinator extends Server<Env> {
     };
     if (!wasTerminal) {
       await cancelChildren(links);
-      await this.#recordHistory();
+      await recordPlayHistory(this.env, this.#store);
     }
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
     else await this.#syncDirectory();
     await tellParents(links);
     // A report that could not be made is made by a later alarm, even once the run has ended.
-    if (!(await this.#reportSpend())) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
+    if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
     return next;
-  }
-
-  /** This invocation's spend cap: the run's `maxSpend`, or what the org's daily limit leaves, whichever is lower. */
-  async #spendCap(): Promise<SpendCap | null> {
-    const run = this.#store.run();
-    if (!run || isTerminal(run.status)) return null;
-    const own: SpendCap | null = run.maxSpend === null ? null : { credits: run.maxSpend, reason: "maxSpend" };
-    let budget: { dailyCredits: number | null; spentToday: number };
-    try {
-      await this.#reportSpend();
-      budget = await this.env.ORG_DIRECTORY.getByName(run.org).spendBudget(Date.now());
-    } catch (error) {
-      // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
-      console.warn(`run ${run.runId}: could not read the org's spend budget`, error);
-      return own;
-    }
-    if (budget.dailyCredits === null) return own;
-    const daily: SpendCap = {
-      credits: toCredits(this.#store.spend.committedMicros() + Math.max(0, toMicros(budget.dailyCredits - budget.spentToday))),
-      reason: "daily",
-      limit: budget.dailyCredits,
-    };
-    return own === null || daily.credits < own.credits ? daily : own;
-  }
-
-  /** A run that just completed adds what it computed and billed to its play's history (what estimates learn from). */
-  async #recordHistory(): Promise<void> {
-    const run = this.#store.run()!;
-    if (run.status !== "completed") return;
-    try {
-      await this.env.ORG_DIRECTORY.getByName(run.org).recordPlayStats({
-        runId: run.runId,
-        play: run.play,
-        rowsComputed: this.#store.computedRows(),
-        tools: this.#store.spend.billedByTool(),
-      });
-    } catch (error) {
-      // History only makes estimates better: a run that could not add to it still completed.
-      console.warn(`run ${run.runId}: could not add to its play's history`, error);
-    }
-  }
-
-  /** Adds the run's newly billed spend to the org's daily totals; false if that could not be done now. */
-  async #reportSpend(): Promise<boolean> {
-    const report = this.#store.spend.unreported();
-    if (!report) return true;
-    const run = this.#store.run()!;
-    try {
-      await this.env.ORG_DIRECTORY.getByName(run.org).recordSpend({ runId: run.runId, ...report });
-    } catch (error) {
-      console.warn(`run ${run.runId}: could not report its spend to the org`, error);
-      return false;
-    }
-    this.#store.spend.markReported(report.upTo);
-    return true;
   }
 
   /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */

@@ -1,7 +1,7 @@
 /** Maps errors to API.md's error shape, in one place. */
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
-import { z } from "zod";
+import type { z } from "zod";
 import { asTroupeError, issuesOf, ValidationError } from "../core/errors";
 
 export interface ErrorBody {

@@ -16,7 +16,7 @@ import { isTerminal } from "../../core/statuses";
 import { restoreSalvage } from "../tools/salvage";
 import type { PlayDefinition, AnyTool } from "../../play/types";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
-import { SpendCapReached, type SpendLedger } from "../tools/spend";
+import { type SpendCap, SpendCapReached, type SpendLedger } from "../tools/spend";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { faultProbeFor, type FaultProbe } from "../../clients/faults";
 import type { JournalStore } from "../../stores/journal-store";
@@ -49,9 +49,6 @@ export interface DriveOptions {
   /** The most the run may have reserved and billed by the end of this invocation, or null for no cap. */
   spendCap?: SpendCap | null;
 }
-
-/** A cap on what a run reserves and bills: its own `maxSpend`, or what the org's daily limit leaves it. */
-export type SpendCap = { credits: number; reason: "maxSpend" } | { credits: number; reason: "daily"; limit: number };
 
 const MAX_INFRA_RETRIES = 6;
 const MAX_LOG_LINE = 4000;

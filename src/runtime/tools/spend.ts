@@ -53,3 +53,6 @@ export function priceOf(tool: AnyTool, input: unknown): number {
   }
   return price;
 }
+
+/** A cap on what a run reserves and bills: its own `maxSpend`, or what the org's daily limit leaves it. */
+export type SpendCap = { credits: number; reason: "maxSpend" } | { credits: number; reason: "daily"; limit: number };
