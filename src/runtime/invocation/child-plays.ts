@@ -25,7 +25,7 @@ import type { RunRecord } from "../../stores/run-store";
 import type { RunView } from "../views/run-view";
 import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
-import { InfraError } from "../map/map-runner";
+import { InfraError } from "./yield";
 import type { SubrequestMeter } from "../../core/meter";
 import type { WaitPolicy, Waits } from "./waits";
 import { getOrInsert } from "../../core/collections";
@@ -140,7 +140,7 @@ export class ChildPlays {
 
   /** `ctx.runPlay`: `row` is the row key when called from a field function, else null. */
   async run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
-    const { journal, policy, run, now } = this.#deps;
+    const { journal, policy, run } = this.#deps;
     checkOptions(name, options);
     const play = this.#deps.plays.get(name);
     if (!play) throw new TerminalError("unknown_play", `ctx.runPlay: no play named ${JSON.stringify(name)} is deployed`);

@@ -5,7 +5,8 @@
  */
 import { createDispatchServices } from "../tools/services";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
-import { InfraError, MapRunner, YieldSignal } from "../map/map-runner";
+import { MapRunner } from "../map/map-runner";
+import { InfraError, YieldSignal } from "./yield";
 import { RunContext, type PlayServices } from "./play-context";
 import { PlayFetch, SecretValues } from "./play-fetch";
 import { WaitSignal, Waits, waitPolicyFor } from "./waits";

@@ -12,7 +12,7 @@
 import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-store";
 import { TerminalError } from "../../core/errors";
 import { TestPolicyOverrides } from "../../core/policy";
-import { YieldSignal } from "../map/map-runner";
+import { YieldSignal } from "./yield";
 import type { Emit } from "../../contracts/events";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */

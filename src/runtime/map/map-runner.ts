@@ -10,9 +10,10 @@
  * and redispatches the chunk (a bounded number of times).
  */
 import { MICROS } from "../../stores/spend-store";
-import { SpendCapReached } from "../tools/spend";
 import type { DatasetHandle, FieldSet, MapOptions, Row, AnyTool } from "../../play/types";
-import { codeOf, messageOf, TerminalError, TroupeError } from "../../core/errors";
+import { messageOf, TerminalError } from "../../core/errors";
+import { InfraError } from "../invocation/yield";
+import { DrainOutcome } from "./drain-outcome";
 import type { AttemptRef } from "../../contracts/shards";
 import type { ChunkRecord, MapRecord, RunRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
@@ -28,23 +29,6 @@ import type { SubrequestMeter } from "../../core/meter";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { Emit } from "../../contracts/events";
-
-/** Thrown through the play to end this invocation; the alarm resumes the run at `resumeAt`. */
-export class YieldSignal extends Error {
-  constructor(
-    readonly resumeAt: number,
-    reason: string,
-  ) {
-    super(`yield: ${reason}`);
-  }
-}
-
-/** A storage actor could not be reached: retry the invocation, do not fail the run. */
-export class InfraError extends TroupeError {
-  constructor(message: string, cause: unknown) {
-    super("infrastructure_unavailable", message, { cause });
-  }
-}
 
 export interface MapRunnerOptions {
   env: Env;
@@ -155,11 +139,7 @@ export class MapRunner {
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
-    let rowFailure: { key: string; error: string } | null = null;
-    let infra: unknown = null;
-    let fatal: TerminalError | null = null;
-    let died = 0;
-    let overBudget = false;
+    const outcome = new DrainOutcome(record.name, latch, signal);
 
     const dispatch = async (chunk: ChunkRecord) => {
       const idx = chunk.idx;
@@ -173,12 +153,11 @@ export class MapRunner {
         summary = await executor.execute({ map: record.name, chunk: idx, attempt, rows });
       } catch (error) {
         // The chunk stays `running`: the next invocation redispatches it under a new epoch.
-        if (!signal.aborted && !latch.tripped) infra ??= error;
+        outcome.infraFailed(error);
         return;
       }
       if (summary.lost || summary.rejected.length) {
-        died++;
-        fatal ??= this.#attemptDied(record.name, idx, attemptSeq, summary);
+        outcome.attemptDied(this.#attemptDied(record.name, idx, attemptSeq, summary));
         return;
       }
       const done = summary.blocked.length === 0;
@@ -192,7 +171,7 @@ export class MapRunner {
         failureSamples: summary.failureSamples,
       });
       if (!done && chunk.retries + 1 > policy.blockedRetries)
-        fatal ??= blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked);
+        outcome.failed(blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked));
       const computed = summary.completed + summary.failed - summary.reused;
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
@@ -205,15 +184,11 @@ export class MapRunner {
           attemptSeq,
         });
       if (summary.failed > 0 && options.onRowError === "fail")
-        rowFailure ??= summary.failureSamples[0] ?? { key: "?", error: "row failed" };
+        outcome.rowFailed(summary.failureSamples[0] ?? { key: "?", error: "row failed" });
       this.#progress(record.name, false);
     };
 
-    const stop = () => {
-      if (signal.aborted || latch.tripped !== null || rowFailure !== null || infra !== null || fatal !== null || died > 0) return true;
-      overBudget ||= this.#deps.meter.total >= policy.invocationSubrequestBudget;
-      return overBudget;
-    };
+    const stop = () => outcome.stopped(this.#deps.meter.total, policy.invocationSubrequestBudget);
     let next = 0;
     const workers = Array.from({ length: Math.min(policy.chunkConcurrency, queue.length) }, async () => {
       while (next < queue.length && !stop()) await dispatch(queue[next++]!);
@@ -221,34 +196,8 @@ export class MapRunner {
     await Promise.all(workers);
     this.#progress(record.name, true);
 
-    signal.throwIfAborted();
-    // The cap stopped the map: the run fails saying so (no store failed; nothing was sent past the cap).
-    if (latch.tripped instanceof SpendCapReached) throw latch.tripped;
-    if (latch.tripped) {
-      const code = codeOf(latch.tripped) ?? "receipt_store_failed";
-      throw new TerminalError(
-        code,
-        `${latch.tripped.message}; the circuit breaker prevented ${latch.prevented} provider calls after the failure (none reached the provider; a rerun makes each once)`,
-        { cause: latch.tripped },
-      );
-    }
-    if (rowFailure) {
-      const { key, error } = rowFailure;
-      throw new TerminalError("row_failed", `map "${record.name}": row ${key} failed (onRowError: 'fail'): ${error}`);
-    }
-    if (fatal) throw fatal;
-    if (infra) throw new InfraError(`map "${record.name}": ${messageOf(infra)}`, infra);
-    if (died > 0)
-      throw new YieldSignal(
-        this.#deps.now(),
-        `${died} chunk attempts of "${record.name}" died; the next invocation redispatches them under a new attempt`,
-      );
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
-    if (left > 0) {
-      if (overBudget) throw new YieldSignal(this.#deps.now(), "subrequest budget of this invocation spent");
-      const at = blockedUntil.length ? Math.max(this.#deps.now(), Math.min(...blockedUntil)) + 50 : this.#deps.now();
-      throw new YieldSignal(at, `${left} chunks of "${record.name}" wait for rows leased by another run`);
-    }
+    outcome.throwIfUnfinished(left, this.#deps.now(), blockedUntil);
     await this.#finalize(record, sheets);
   }
 

@@ -9,7 +9,6 @@
  * store is known broken, and later failures give up at once instead of each
  * waiting out the ladder again. A ladder already climbing keeps its budget.
  */
-import type { AttemptRef, SalvageEntry } from "../../contracts/shards";
 
 /** The ladder's rungs and the deadline that bounds it. */
 export interface CompletionLadderOptions {
