@@ -6,7 +6,8 @@
 import { createDispatchServices } from "../tools/services";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
 import { MapRunner } from "../map/map-runner";
-import { InfraError, YieldSignal } from "./yield";
+import type { YieldSignal } from "./yield";
+import { endAfterThrow, type Stops } from "./invocation-end";
 import { RunContext, type PlayServices } from "./play-context";
 import { PlayFetch, SecretValues } from "./play-fetch";
 import { WaitSignal, Waits, waitPolicyFor } from "./waits";
@@ -244,28 +245,39 @@ async function drivePlay(
   } catch (error) {
     // Child submits still in flight are answered (and recorded) before the invocation ends.
     await services.children.idle();
-    if (limited.aborted && !store.run()!.cancelRequested) return finished("failed", { error: deadlineExceeded(store.run()!) });
-    const waited = services.waits.parked;
-    if (waited && !(error instanceof YieldSignal) && !o.signal.aborted && !store.run()!.cancelRequested) {
-      return parked(waited.resumeAt, true, suspended.aborted);
-    }
-    if (error instanceof YieldSignal) return parked(error.resumeAt, error instanceof WaitSignal || suspended.aborted, suspended.aborted);
-    if (suspended.aborted && !o.signal.aborted && !store.run()!.cancelRequested) {
-      return parked((suspended.reason as YieldSignal).resumeAt, true, true);
-    }
-    if (o.signal.aborted || store.run()!.cancelRequested) return finished("cancelled");
-    if (error instanceof InfraError) {
-      const failures = store.noteInfraFailure(false);
-      if (failures <= MAX_INFRA_RETRIES) {
-        log(`retrying after an infrastructure error (${failures}/${MAX_INFRA_RETRIES}): ${error.message}`);
-        return { kind: "retry", at: now() + Math.min(30_000, 250 * 2 ** failures) };
+    const stops: Stops = {
+      // cancel() records the request before it aborts the invocation: either says the run was cancelled.
+      cancelled: o.signal.aborted || store.run()!.cancelRequested,
+      deadline: limited.aborted,
+      suspendedUntil: suspended.aborted ? (suspended.reason as YieldSignal).resumeAt : null,
+      parkedUntil: services.waits.parked?.resumeAt ?? null,
+    };
+    const end = endAfterThrow(error, stops);
+    switch (end.kind) {
+      case "deadline":
+        return finished("failed", { error: deadlineExceeded(store.run()!) });
+      case "parked":
+        return parked(end.resumeAt, end.waiting, end.suspended);
+      case "cancelled":
+        return finished("cancelled");
+      case "infra": {
+        const failures = store.noteInfraFailure(false);
+        if (failures <= MAX_INFRA_RETRIES) {
+          log(`retrying after an infrastructure error (${failures}/${MAX_INFRA_RETRIES}): ${end.error.message}`);
+          return { kind: "retry", at: now() + Math.min(30_000, 250 * 2 ** failures) };
+        }
+        return finished("failed", { error: runErrorOf(end.error) });
       }
+      case "failed":
+        return finished("failed", { error: runErrorOf(end.error) });
     }
-    const details = detailsOf(error);
-    return finished("failed", {
-      error: { code: codeOf(error) ?? "play_failed", message: messageOf(error), ...(details ? { details } : {}) },
-    });
   }
+}
+
+/** A failure as the run's error: its code (play_failed when it has none), message and details. */
+function runErrorOf(error: unknown): RunError {
+  const details = detailsOf(error);
+  return { code: codeOf(error) ?? "play_failed", message: messageOf(error), ...(details ? { details } : {}) };
 }
 
 /** The run's error at its runtime limit: a failure that says so, not a cancel. */
