@@ -69,13 +69,13 @@ export class RunContext implements PlayContext {
     return this.#maps.map(name, rows, withServices, options);
   }
 
-  runPlay<T = any>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
+  runPlay<T = unknown>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
     const row = rowScope.getStore();
     if (row) return row.runPlay<T>(play, input, options);
     return this.#services.children.run(play, input, options, null) as Promise<T>;
   }
 
-  waitForEvent<T = any>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
+  waitForEvent<T = unknown>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
     if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.waitForEvent"));
     return this.#services.waits.waitForEvent<T>(eventKey, options);
   }
@@ -89,7 +89,7 @@ export class RunContext implements PlayContext {
     return this.#services.egress.fetch(url, init);
   }
 
-  tool<T = any>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
+  tool<T = unknown>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
     if (!this.#scheduler) {
       const attemptSeq = this.#attemptSeq();
       const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
