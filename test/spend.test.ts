@@ -6,9 +6,10 @@
  * outcome is unknown is never sent again silently to a provider that ignores
  * idempotency keys.
  */
+import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS } from "./chaos-helpers";
-import { allEvents, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -19,6 +20,26 @@ const leads = (prefix: string, count: number) =>
   Array.from({ length: count }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Person ${i}`, domain: "spend.test" }));
 
 describe("prices and live spend", () => {
+  it("are in the org's day before the run shows as ended", async () => {
+    const today = new Date().toISOString().slice(0, 10);
+    const dayTotal = async () => (await apiJson(`/v1/spend?from=${today}&to=${today}`)).body.total as number;
+    const before = await dayTotal();
+    // Hold the run's invocation after it drove the run to its end, before the coordinator's own bookkeeping:
+    // whoever sees the run ended from then on must see its spend in the org's day.
+    await setFaults([{ point: "run.alarm", play: "demo-enrich", hold: true, times: 1 }]);
+    const faults = env.FAULTS!.getByName("faults");
+    try {
+      const runId = await startRun("demo-enrich", { rows: leads("Counted", 4) });
+      await faults.held(0);
+      const run = await runView(runId);
+      expect(run.status).toBe("completed");
+      expect(run.usage.spend.total).toBe(5);
+      expect(await dayTotal()).toBe(before + 5);
+    } finally {
+      await faults.release(0);
+    }
+  });
+
   it("count every billed call once at its price, by tool and provider, in progress events and the org's day", async () => {
     await simReset();
     const run = await waitForRun(await startRun("demo-enrich", { rows: leads("Priced", 120) }));

@@ -316,6 +316,7 @@ export class RunCoordinator extends Server<Env> {
         now: Date.now,
         emit: (type, data) => this.#emit(type, data),
         onStatus: () => this.#syncDirectory(),
+        reportSpend: () => reportSpend(this.env, this.#store),
         redact: (value) => this.#redactor.redactDeep(value),
         meter,
       });

@@ -42,6 +42,12 @@ export interface DriveOptions {
   emit: Emit;
   /** The run's status changed: tell the org's directory. */
   onStatus(): Promise<void>;
+  /**
+   * Adds what the run billed to its org's day, before the run shows as ended:
+   * whoever sees it ended sees its spend in the org's totals and daily limit.
+   * False when the org could not be told now (a later alarm tells it).
+   */
+  reportSpend?(): Promise<boolean>;
   /** Subrequests spent by this invocation (for the bench and the budget). */
   meter?: SubrequestMeter;
   /** Removes secrets a failure message may quote, before the run's error is stored. */
@@ -318,6 +324,7 @@ async function finish(
   // requests reserved but never answered are not this run's spend (a run that completes them pays).
   store.resetRunningChunks();
   store.spend.releaseAll();
+  await o.reportSpend?.();
   store.setStatus(status, { result: outcome.result, error });
   const progress = store.allProgress();
   if (status === "completed") o.emit("run.completed", { result: outcome.result ?? null, progress });
