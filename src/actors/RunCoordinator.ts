@@ -1,5 +1,6 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
 import { z } from "zod";
+import { StartRun as RunRequest } from "../api/contract";
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor, TestPolicyOverrides } from "../core/policy";
@@ -23,28 +24,16 @@ import { toolRegistry } from "../tools";
 import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 
 export const StartRun = z.object({
+  // What a caller may ask for (play, input, flags, limits), as the HTTP contract checks it...
+  ...RunRequest.shape,
+  // ...and what the Worker or a parent run adds.
   runId: z.string().min(1).max(100),
   org: z.string().min(1).max(100),
-  play: z.string().min(1).max(64),
-  input: z.unknown(),
-  force: z.boolean(),
-  forceToolRefresh: z.boolean(),
   parentRunId: z.string().max(100).nullable(),
   /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
   depth: z.number().int().min(0).max(64).optional(),
-  /** The run's runtime limit (default and most: {@link MAX_RUN_TIMEOUT_SECONDS}); hitting it fails the run with `deadline_exceeded`. */
-  timeoutSeconds: z
-    .number()
-    .int()
-    .min(1)
-    .max(24 * 3600)
-    .optional(),
   /** Test runner only (ignored elsewhere): policy overrides for this run. */
   testPolicy: TestPolicyOverrides.optional(),
-  /** The most credits the run may bill (`maxSpend`). */
-  maxSpend: z.number().finite().min(0).optional(),
-  /** Requests whose outcome is unknown may be sent again (`retryUnknown`). */
-  retryUnknown: z.boolean().optional(),
 });
 export type StartRun = z.infer<typeof StartRun>;
 

@@ -3,6 +3,7 @@
  * chunk plan with each chunk's state and attempt, progress, and the event
  * ledger. Plain logic over the Sql helper; the actor only adapts it.
  */
+import type { MapProgress } from "../api/responses";
 import type { RunStatus } from "../core/statuses";
 import type { Sql } from "./sql";
 import { SalvageStore, type SalvageRecord } from "./salvage-store";
@@ -83,17 +84,6 @@ export interface ChunkRecord {
   failed: number;
   /** Times an attempt of this chunk died (lost leases, threw) and the chunk was redispatched. */
   redispatches: number;
-}
-
-export interface MapProgress {
-  total: number;
-  completed: number;
-  failed: number;
-  active: number;
-  waiting: number;
-  blocked: number;
-  /** While rows are blocked: the run holding (some of) them, and when its leases expire at the latest. */
-  blockedBy?: { runId: string; until: string };
 }
 
 export interface LedgerEvent {
