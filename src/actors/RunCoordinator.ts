@@ -1,9 +1,8 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
-import { z } from "zod";
-import { StartRun as RunRequest } from "../api/contract";
+import { ChildFinished, StartRunMessage } from "../contracts/runs";
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
-import { policyFor, TestPolicyOverrides } from "../core/policy";
+import { policyFor } from "../core/policy";
 import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
 import type { DatasetLocation } from "../clients/shards";
@@ -11,9 +10,9 @@ import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
 import { LiveFeed, type LiveState } from "../runtime/views/live-feed";
 import { Redactor, secretsFromEnv } from "../runtime/views/redact";
-import { driveRun } from "../runtime/invocation/run-driver";
+import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
-import { cancelChildren, ChildFinished, tellParents } from "../runtime/invocation/run-links";
+import { cancelChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
 import { RunStore, type LedgerEvent, type RunRecord } from "../stores/run-store";
 import { runMigrations } from "../stores/run-schema";
@@ -22,20 +21,6 @@ import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
 import { toolRegistry } from "../tools";
 import type { LedgerEventFields, LedgerEventType } from "../api/responses";
-
-export const StartRun = z.object({
-  // What a caller may ask for (play, input, flags, limits), as the HTTP contract checks it...
-  ...RunRequest.shape,
-  // ...and what the Worker or a parent run adds.
-  runId: z.string().min(1).max(100),
-  org: z.string().min(1).max(100),
-  parentRunId: z.string().max(100).nullable(),
-  /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
-  depth: z.number().int().min(0).max(64).optional(),
-  /** Test runner only (ignored elsewhere): policy overrides for this run. */
-  testPolicy: TestPolicyOverrides.optional(),
-});
-export type StartRun = z.infer<typeof StartRun>;
 
 /** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
 export type SignalResult =
@@ -90,6 +75,8 @@ export class RunCoordinator extends Server<Env> {
   #redactor: Redactor;
   #journal: JournalStore;
   #waiters = new ChildWaiters();
+  /** What each alarm invocation is given of this object. */
+  #host: RunHost;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -100,12 +87,25 @@ export class RunCoordinator extends Server<Env> {
       events: (after, limit) => this.#store.events(after, limit),
       snapshot: () => ({ run: this.#view()!, seq: this.#store.lastSeq() }),
     });
+    this.#host = {
+      env,
+      store: this.#store,
+      journal: this.#journal,
+      waiters: this.#waiters,
+      plays: playRegistry(env),
+      tools: toolRegistry(env),
+      emit: (type, data) => this.#emit(type, data),
+      now: Date.now,
+      redact: (value) => this.#redactor.redactDeep(value),
+      onStatus: () => this.#syncDirectory(),
+      reportSpend: () => reportSpend(this.env, this.#store),
+    };
     ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, runMigrations));
   }
 
   /** Records the run and arms the alarm; idempotent for the same run id. */
-  async start(request: StartRun): Promise<RunView> {
-    const init = StartRun.parse(request);
+  async start(request: StartRunMessage): Promise<RunView> {
+    const init = StartRunMessage.parse(request);
     const now = Date.now();
     const deadlineAt = now + (init.timeoutSeconds ?? MAX_RUN_TIMEOUT_SECONDS) * 1000;
     const testPolicy = this.env.TROUPE_TEST_MODE === "on" ? init.testPolicy : undefined;
@@ -289,26 +289,16 @@ export class RunCoordinator extends Server<Env> {
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
     let next: number | null;
-    const spendCap = await spendCapOf(this.env, this.#store);
+    const run = this.#store.run();
+    const start = {
+      cancel: signal,
+      policy: policyFor(this.env, run?.testPolicy),
+      meter,
+      faults,
+      spendCap: await spendCapOf(this.env, this.#store),
+    };
     try {
-      next = await driveRun({
-        spendCap,
-        env: this.env,
-        store: this.#store,
-        journal: this.#journal,
-        waiters: this.#waiters,
-        policy: policyFor(this.env, this.#store.run()?.testPolicy),
-        faults,
-        plays: playRegistry(this.env),
-        tools: toolRegistry(this.env),
-        signal,
-        now: Date.now,
-        emit: (type, data) => this.#emit(type, data),
-        onStatus: () => this.#syncDirectory(),
-        reportSpend: () => reportSpend(this.env, this.#store),
-        redact: (value) => this.#redactor.redactDeep(value),
-        meter,
-      });
+      next = await driveRun(this.#host, start);
     } finally {
       this.#store.addUsage(meter);
     }

@@ -8,15 +8,16 @@ import type { z } from "zod";
 
 export class TroupeError extends Error {
   readonly code: string;
-  readonly status: number;
+  /** The HTTP status the API answers when this error reaches a caller. */
+  readonly httpStatus: number;
   readonly details: unknown;
   /** Marks a coded error after an RPC hop, where `instanceof` no longer holds. */
   readonly troupe = true;
-  constructor(code: string, message: string, options: { status?: number; details?: unknown; cause?: unknown } = {}) {
+  constructor(code: string, message: string, options: { httpStatus?: number; details?: unknown; cause?: unknown } = {}) {
     super(message, { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
-    this.status = options.status ?? 500;
+    this.httpStatus = options.httpStatus ?? 500;
     this.details = options.details;
   }
 }
@@ -24,14 +25,14 @@ export class TroupeError extends Error {
 /** The caller asked for something malformed: HTTP 400 `invalid_request`. */
 export class ValidationError extends TroupeError {
   constructor(message: string, details?: unknown) {
-    super("invalid_request", message, { status: 400, details });
+    super("invalid_request", message, { httpStatus: 400, details });
   }
 }
 
 /** Something the caller named does not exist (or belongs to another org). */
 export class NotFoundError extends TroupeError {
   constructor(code: string, message: string) {
-    super(code, message, { status: 404 });
+    super(code, message, { httpStatus: 404 });
   }
 }
 
@@ -76,10 +77,10 @@ export function parseRpcInput<S extends z.ZodType>(schema: S, input: unknown): z
 export function asTroupeError(error: unknown): TroupeError | undefined {
   if (error instanceof TroupeError) return error;
   if (typeof error !== "object" || error === null) return undefined;
-  const { troupe, code, status, details, message } = error as Record<string, unknown>;
+  const { troupe, code, httpStatus, details, message } = error as Record<string, unknown>;
   if (troupe !== true || typeof code !== "string") return undefined;
   return new TroupeError(code, typeof message === "string" ? message : code, {
-    status: typeof status === "number" ? status : 500,
+    httpStatus: typeof httpStatus === "number" ? httpStatus : 500,
     details,
     cause: error,
   });

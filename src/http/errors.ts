@@ -23,8 +23,8 @@ export function validate<S extends z.ZodType>(schema: S, value: unknown, what: s
 
 export function onError(error: unknown, c: Context): Response {
   const coded = asTroupeError(error);
-  if (coded && coded.status < 500) {
-    return errorResponse(c, coded.status as ContentfulStatusCode, coded.code, coded.message, coded.details);
+  if (coded && coded.httpStatus < 500) {
+    return errorResponse(c, coded.httpStatus as ContentfulStatusCode, coded.code, coded.message, coded.details);
   }
   console.error("unhandled error", error);
   const code = coded?.code ?? "internal_error";

@@ -24,7 +24,7 @@ liveRoutes.get("/runs/:runId/live", async (c) => {
   const coordinator = coordinatorOf(c.env, runId);
   if (!(await coordinator.getRun(c.get("org")))) throw runNotFound(runId);
   if (c.req.header("Upgrade")?.toLowerCase() !== "websocket") {
-    throw new TroupeError("upgrade_required", "this is a WebSocket endpoint: connect with Upgrade: websocket", { status: 426 });
+    throw new TroupeError("upgrade_required", "this is a WebSocket endpoint: connect with Upgrade: websocket", { httpStatus: 426 });
   }
   // The token stays here: the coordinator keeps the URL with each connection, and needs only the verified org.
   const url = new URL(c.req.url);

@@ -95,7 +95,7 @@ async function submitRun(
       throw new TroupeError(
         "idempotency_key_reused",
         `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`,
-        { status: 409 },
+        { httpStatus: 409 },
       );
     }
     runId = claimed.runId;
@@ -123,7 +123,7 @@ async function refuseOverDailyLimit(env: Env, org: string): Promise<void> {
   throw new TroupeError(
     "daily_spend_limit_reached",
     `this org has billed ${spentToday} credits today (UTC), its daily limit is ${dailyCredits}; runs start again tomorrow, or raise the limit with PUT /v1/spend/limits`,
-    { status: 409, details: { spentToday, dailyCredits } },
+    { httpStatus: 409, details: { spentToday, dailyCredits } },
   );
 }
 
@@ -176,7 +176,7 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   if (!isTerminal(source.status)) {
     // Its rows are leased to it: a rerun now would only wait for them. Refuse, and say what to do.
     throw new TroupeError("run_active", `run ${sourceId} is ${source.status}; wait until it ends, or cancel it, then rerun`, {
-      status: 409,
+      httpStatus: 409,
       details: { runId: sourceId, status: source.status },
     });
   }

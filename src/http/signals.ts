@@ -41,7 +41,7 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
   if (result.outcome === "not_found") throw runNotFound(runId);
   if (result.outcome === "finished") {
     throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, {
-      status: 409,
+      httpStatus: 409,
     });
   }
   return c.json({ runId, eventKey, status: result.status, consumed: result.consumed, duplicate: result.duplicate }, 202);

@@ -26,7 +26,7 @@ simRoutes.put("/config", async (c) => {
   if (reply.status !== 200) {
     // The object re-validates; it only disagrees if the schemas diverge.
     throw new TroupeError(reply.body?.error?.code ?? "sim_error", reply.body?.error?.message ?? "The simulator rejected the config.", {
-      status: reply.status,
+      httpStatus: reply.status,
     });
   }
   return c.json(reply.body, reply.status as ContentfulStatusCode);

@@ -2,6 +2,7 @@
  * The error a tool throws to say how its call failed, and the codes the
  * engine gives meaning to.
  */
+import { TroupeError } from "../core/errors";
 
 /**
  * The code a tool (or provider) answers when the credentials a call ran with
@@ -40,8 +41,7 @@ export interface ToolCallErrorOptions {
  * @example
  * if (!res.ok) throw new ToolCallError({ code: `http_${res.status}`, message: await res.text(), retryable: res.status === 429 || res.status >= 500, status: res.status, headers: res.headers });
  */
-export class ToolCallError extends Error {
-  readonly code: string;
+export class ToolCallError extends TroupeError {
   readonly retryable: boolean;
   /** The wait the provider asked for, when the tool read one. */
   readonly retryAfterMs: number | null;
@@ -50,9 +50,8 @@ export class ToolCallError extends Error {
   /** The provider's answer headers, when the tool gave them. */
   readonly headers: Headers | null;
   constructor(options: ToolCallErrorOptions) {
-    super(options.message);
-    this.name = "ToolCallError";
-    this.code = options.code;
+    // A provider's failure that reaches the API is the upstream's, not the caller's: 502.
+    super(options.code, options.message, { httpStatus: 502 });
     this.retryable = options.retryable;
     this.retryAfterMs = options.retryAfterMs ?? null;
     this.status = options.status ?? null;

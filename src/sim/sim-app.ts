@@ -151,11 +151,11 @@ export function createSimApp(options: SimAppOptions): Hono {
 
   app.notFound((c) => c.json<SimErrorBody>({ error: { code: "not_found", message: `No route ${c.req.method} ${c.req.path}.` } }, 404));
   app.onError((error, c) => {
-    if (error instanceof TroupeError && error.status < 500) {
+    if (error instanceof TroupeError && error.httpStatus < 500) {
       const body: SimErrorBody = {
         error: { code: error.code, message: error.message, ...(error.details === undefined ? {} : { details: error.details }) },
       };
-      return c.json(body, error.status as ContentfulStatusCode);
+      return c.json(body, error.httpStatus as ContentfulStatusCode);
     }
     console.error("sim provider failed", error);
     return c.json<SimErrorBody>({ error: { code: "internal_error", message: "The simulated provider failed unexpectedly." } }, 500);
@@ -169,6 +169,6 @@ function knownTool(raw: unknown): SimToolName | null {
 }
 
 function requireTool(tool: string): SimToolName {
-  if (!isSimTool(tool)) throw new TroupeError("unknown_tool", `The simulator has no tool "${tool}".`, { status: 400 });
+  if (!isSimTool(tool)) throw new TroupeError("unknown_tool", `The simulator has no tool "${tool}".`, { httpStatus: 400 });
   return tool;
 }

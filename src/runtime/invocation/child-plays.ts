@@ -21,12 +21,12 @@
  */
 import type { PlayDefinition, RunPlayOptions } from "../../play/types";
 import type { JournalStore, WaitEntry, WaitOutcome } from "../../stores/journal-store";
-import type { RunRecord } from "../../stores/run-store";
-import type { RunView } from "../views/run-view";
+import type { RunView } from "../../api/responses";
+import { RunClient } from "../../clients/runs";
+import type { InvocationScope } from "./scope";
 import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { InfraError } from "./yield";
-import type { SubrequestMeter } from "../../core/meter";
 import type { WaitPolicy, Waits } from "./waits";
 import { getOrInsert } from "../../core/collections";
 import { isTerminal } from "../../core/statuses";
@@ -110,37 +110,36 @@ export function recordChildEnd(journal: JournalStore, end: ChildEnd, emit: Emit)
 }
 
 export interface ChildPlaysOptions {
-  env: Env;
-  run: Pick<RunRecord, "runId" | "org" | "depth" | "force" | "forceToolRefresh">;
+  /** The invocation the children are started from. */
+  scope: InvocationScope;
   journal: JournalStore;
   plays: ReadonlyMap<string, PlayDefinition>;
   policy: WaitPolicy;
   waiters: ChildWaiters;
   /** Parks the run when a play-level call must wait. */
   waits: Waits;
-  meter: SubrequestMeter;
-  /** This invocation's signal: aborted on cancel, or when a row's wait makes the invocation yield. */
-  signal: AbortSignal;
-  emit: Emit;
-  log(line: string): void;
-  now(): number;
   /** A row's child still runs after the in-process wait: stop this invocation and resume at `resumeAt`. */
   suspend(resumeAt: number, reason: string): Error;
 }
 
 export class ChildPlays {
   #deps: ChildPlaysOptions;
+  #scope: InvocationScope;
+  #runs: RunClient;
   #binding = new Map<string, Promise<void>>();
   #submits: Semaphore;
 
   constructor(options: ChildPlaysOptions) {
     this.#deps = options;
+    this.#scope = options.scope;
+    this.#runs = new RunClient({ env: options.scope.env, org: options.scope.run.org, meter: options.scope.meter });
     this.#submits = new Semaphore(options.policy.childSubmitConcurrency);
   }
 
   /** `ctx.runPlay`: `row` is the row key when called from a field function, else null. */
   async run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
-    const { journal, policy, run } = this.#deps;
+    const { journal, policy } = this.#deps;
+    const { run } = this.#scope;
     checkOptions(name, options);
     const play = this.#deps.plays.get(name);
     if (!play) throw new TerminalError("unknown_play", `ctx.runPlay: no play named ${JSON.stringify(name)} is deployed`);
@@ -193,15 +192,15 @@ export class ChildPlays {
    * fallback for a lost `childFinished`), and times out those past `timeoutMs`.
    */
   async checkDue(limit = 100): Promise<void> {
-    const { journal, now, policy } = this.#deps;
+    const { journal, policy } = this.#deps;
+    const { now } = this.#scope;
     await forEachLimited(journal.dueChildren(now(), limit), policy.childSubmitConcurrency, async (entry) => {
       if (entry.timeoutAt !== null && now() >= entry.timeoutAt) return this.#timeOut(entry);
-      this.#deps.meter.rpc++;
       let view: RunView | null;
       try {
-        view = await this.#deps.env.RUN_COORDINATOR.getByName(entry.childRunId!).getRun(this.#deps.run.org);
+        view = await this.#runs.getRun(entry.childRunId!);
       } catch (error) {
-        this.#deps.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
+        this.#scope.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
         return journal.setDue(entry.key, this.#nextCheck(entry));
       }
       if (!view) {
@@ -214,14 +213,15 @@ export class ChildPlays {
         recordChildEnd(
           journal,
           { childRunId: view.runId, status: view.status as ChildEnd["status"], result: view.result, error },
-          this.#deps.emit,
+          this.#scope.emit,
         );
       } else journal.setDue(entry.key, this.#nextCheck(entry));
     });
   }
 
   async #await(entry: WaitEntry, row: string | null): Promise<unknown> {
-    const { journal, now } = this.#deps;
+    const { journal } = this.#deps;
+    const { now } = this.#scope;
     if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
       await this.#timeOut(entry);
       entry = journal.get(entry.key)!;
@@ -231,7 +231,7 @@ export class ChildPlays {
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
     if (row === null) this.#deps.waits.park(`waiting for ${what}`);
     const until = Math.min(now() + this.#deps.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);
-    await this.#deps.waiters.wait(entry.childRunId!, until - now(), this.#deps.signal);
+    await this.#deps.waiters.wait(entry.childRunId!, until - now(), this.#scope.signal);
     const after = journal.get(entry.key)!;
     if (after.state !== "waiting" || (after.timeoutAt !== null && now() >= after.timeoutAt)) return this.#await(after, row);
     throw this.#deps.suspend(
@@ -242,14 +242,14 @@ export class ChildPlays {
 
   /** Finds (or starts) the run this entry stands for and records it. */
   async #bind(entry: WaitEntry, play: PlayDefinition, input: unknown, digest: string, options: RunPlayOptions): Promise<void> {
-    const { env, run, journal, now } = this.#deps;
+    const { journal } = this.#deps;
+    const { run, now } = this.#scope;
     for (let generation = 0; generation < MAX_CHILD_GENERATIONS; generation++) {
-      this.#deps.signal.throwIfAborted();
+      this.#scope.signal.throwIfAborted();
       const childRunId = `run_${(await sha256Hex(`${digest}#${generation}`)).slice(0, 32)}`;
       const view = await this.#submits
-        .run<RunView>(async () => {
-          this.#deps.meter.rpc++;
-          return env.RUN_COORDINATOR.getByName(childRunId).start({
+        .run<RunView>(() =>
+          this.#runs.start(childRunId, {
             runId: childRunId,
             org: run.org,
             play: play.name,
@@ -258,8 +258,8 @@ export class ChildPlays {
             forceToolRefresh: run.forceToolRefresh,
             parentRunId: run.runId,
             depth: run.depth + 1,
-          });
-        })
+          }),
+        )
         .catch((error: unknown) => {
           throw new InfraError(`could not start child play ${play.name} (${childRunId}): ${messageOf(error)}`, error);
         });
@@ -268,10 +268,10 @@ export class ChildPlays {
       const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;
       if (!owned && isTerminal(view.status) && (view.status !== "completed" || stale)) continue;
       journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
-      this.#deps.emit("child.started", { childRunId, play: play.name, reused: !owned });
+      this.#scope.emit("child.started", { childRunId, play: play.name, reused: !owned });
       if (isTerminal(view.status)) {
         const error = view.error ? { code: view.error.code, message: view.error.message } : null;
-        recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#deps.emit);
+        recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#scope.emit);
       }
       return;
     }
@@ -297,18 +297,15 @@ export class ChildPlays {
       })
     )
       return;
-    this.#deps.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
+    this.#scope.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
     if (!entry.childOwned || !entry.childRunId) return;
-    this.#deps.meter.rpc++;
-    await this.#deps.env.RUN_COORDINATOR.getByName(entry.childRunId)
-      .cancel(this.#deps.run.org)
-      .catch((error: unknown) => {
-        this.#deps.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
-      });
+    await this.#runs.cancel(entry.childRunId).catch((error: unknown) => {
+      this.#scope.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
+    });
   }
 
   #nextCheck(entry: WaitEntry): number {
-    return Math.min(this.#deps.now() + this.#deps.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
+    return Math.min(this.#scope.now() + this.#deps.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
   }
 }
 

@@ -16,7 +16,7 @@ import { TroupeError } from "../../core/errors";
 
 export class EgressError extends TroupeError {
   constructor(code: string, message: string) {
-    super(code, message, { status: 400 });
+    super(code, message, { httpStatus: 400 });
   }
 }
 

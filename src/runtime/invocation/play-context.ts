@@ -8,6 +8,7 @@ import type { MapRunner } from "../map/map-runner";
 import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
+import type { InvocationScope } from "./scope";
 
 /** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
 export interface PlayServices {
@@ -39,19 +40,12 @@ export class RunContext implements PlayContext {
   #services: PlayServices;
   #logOrdinal = 0;
 
-  constructor(options: {
-    runId: string;
-    org: string;
-    maps: MapRunner;
-    attemptSeq: () => number;
-    log(line: string): void;
-    services: PlayServices;
-  }) {
-    this.runId = options.runId;
-    this.org = options.org;
+  constructor(options: { scope: InvocationScope; maps: MapRunner; attemptSeq: () => number; services: PlayServices }) {
+    this.runId = options.scope.run.runId;
+    this.org = options.scope.run.org;
     this.#maps = options.maps;
     this.#attemptSeq = options.attemptSeq;
-    this.#log = options.log;
+    this.#log = options.scope.log;
     this.#services = options.services;
   }
 

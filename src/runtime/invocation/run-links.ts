@@ -4,26 +4,10 @@
  * started and still waits on. Messages may be lost; a parent's alarm asks a
  * child it has not heard from (src/runtime/invocation/child-plays.ts), so one try each.
  */
-import { z } from "zod";
 import type { ChildEnd } from "./child-plays";
 import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
-import { TERMINAL_STATUSES } from "../../core/statuses";
-
-const RUN_ID = /^run_[0-9a-f]{32}$/;
-
-/** The `childFinished` message, validated where it arrives (another object's RPC). */
-export const ChildFinished = z.object({
-  childRunId: z.string().regex(RUN_ID),
-  status: z.enum(TERMINAL_STATUSES),
-  result: z.unknown(),
-  error: z
-    .object({ code: z.string().max(200), message: z.string().max(100_000) })
-    .loose()
-    .nullable(),
-});
-export type ChildFinished = z.infer<typeof ChildFinished>;
 
 export interface RunLinksOptions {
   env: Env;

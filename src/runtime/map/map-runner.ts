@@ -15,33 +15,25 @@ import { messageOf, TerminalError } from "../../core/errors";
 import { InfraError } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
 import type { AttemptRef } from "../../contracts/shards";
-import type { ChunkRecord, MapRecord, RunRecord, RunStore } from "../../stores/run-store";
+import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
 import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
-import type { RuntimePolicy } from "../../core/policy";
 import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
-import type { SubrequestMeter } from "../../core/meter";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
-import type { Emit } from "../../contracts/events";
+import type { InvocationScope } from "../invocation/scope";
 
 export interface MapRunnerOptions {
-  env: Env;
-  run: RunRecord;
+  /** The invocation the maps run in. */
+  scope: InvocationScope;
+  /** The run's chunk plan and progress. */
   store: RunStore;
-  policy: RuntimePolicy;
   tools: ReadonlyMap<string, AnyTool>;
-  meter: SubrequestMeter;
-  signal: AbortSignal;
-  log(line: string): void;
-  /** Appends a ledger event. */
-  emit: Emit;
-  now(): number;
   /** Tool dispatch for this invocation (pacing, retries, faults, salvage). */
   dispatch: DispatchServices;
 }
@@ -50,6 +42,7 @@ const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
 export class MapRunner {
   #deps: MapRunnerOptions;
+  #scope: InvocationScope;
   #lastProgressAt = new Map<string, number>();
   #lastProgress = new Map<string, string>();
   #startedAt: number;
@@ -57,12 +50,13 @@ export class MapRunner {
 
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
-    this.#startedAt = options.now();
+    this.#scope = options.scope;
+    this.#startedAt = options.scope.now();
   }
 
   /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
   guards(): MapGuards {
-    return createMapGuards({ policy: this.#deps.policy, deadlineAt: this.#deps.run.deadlineAt, now: this.#deps.now });
+    return createMapGuards({ policy: this.#scope.policy, deadlineAt: this.#scope.run.deadlineAt, now: this.#scope.now });
   }
 
   /** A tool scheduler for one attempt; with `leases`, its tool path stops when they are lost and reports its receipts to them. */
@@ -72,8 +66,8 @@ export class MapRunner {
       services,
       guards,
       attempt,
-      refresh: this.#deps.run.forceToolRefresh,
-      retryUnknown: this.#deps.run.retryUnknown,
+      refresh: this.#scope.run.forceToolRefresh,
+      retryUnknown: this.#scope.run.retryUnknown,
       workers,
     });
   }
@@ -97,7 +91,7 @@ export class MapRunner {
   }
 
   #sheets(record: MapRecord): SheetClient {
-    const { env, run, meter } = this.#deps;
+    const { env, run, meter } = this.#scope;
     return new SheetClient({
       env,
       meter,
@@ -107,7 +101,7 @@ export class MapRunner {
   }
 
   async #createMap(name: string, total: number, duplicatesDropped: number): Promise<MapRecord> {
-    const { env, run, policy, meter } = this.#deps;
+    const { env, run, policy, meter } = this.#scope;
     const shardCount = await SheetClient.ensureDataset({
       env,
       org: run.org,
@@ -122,7 +116,8 @@ export class MapRunner {
   }
 
   async #drain(record: MapRecord, planned: PlannedRow[], sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
-    const { store, policy, signal, run } = this.#deps;
+    const { store } = this.#deps;
+    const { policy, signal, run } = this.#scope;
     const guards = this.guards();
     const latch = guards.latch;
     const executor = new InProcessChunkExecutor({
@@ -133,8 +128,8 @@ export class MapRunner {
       latch,
       signal,
       recompute: run.force || run.forceToolRefresh,
-      log: this.#deps.log,
-      now: this.#deps.now,
+      log: this.#scope.log,
+      now: this.#scope.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
@@ -175,7 +170,7 @@ export class MapRunner {
       const computed = summary.completed + summary.failed - summary.reused;
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
-        this.#deps.emit("chunk.completed", {
+        this.#scope.emit("chunk.completed", {
           map: record.name,
           chunk: idx,
           completed: summary.completed,
@@ -188,7 +183,7 @@ export class MapRunner {
       this.#progress(record.name, false);
     };
 
-    const stop = () => outcome.stopped(this.#deps.meter.total, policy.invocationSubrequestBudget);
+    const stop = () => outcome.stopped(this.#scope.meter.total, policy.invocationSubrequestBudget);
     let next = 0;
     const workers = Array.from({ length: Math.min(policy.chunkConcurrency, queue.length) }, async () => {
       while (next < queue.length && !stop()) await dispatch(queue[next++]!);
@@ -197,7 +192,7 @@ export class MapRunner {
     this.#progress(record.name, true);
 
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
-    outcome.throwIfUnfinished(left, this.#deps.now(), blockedUntil);
+    outcome.throwIfUnfinished(left, this.#scope.now(), blockedUntil);
     await this.#finalize(record, sheets);
   }
 
@@ -209,11 +204,11 @@ export class MapRunner {
   #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
     const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
     const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
-    this.#deps.log(
+    this.#scope.log(
       `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`,
     );
     const count = this.#deps.store.noteRedispatch(map, idx);
-    if (count <= this.#deps.policy.maxChunkRedispatches) return null;
+    if (count <= this.#scope.policy.maxChunkRedispatches) return null;
     return new TerminalError(
       "chunk_redispatch_exhausted",
       `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
@@ -222,7 +217,8 @@ export class MapRunner {
 
   /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
   async #finalize(record: MapRecord, sheets: SheetClient): Promise<void> {
-    const { store, policy, run } = this.#deps;
+    const { store } = this.#deps;
+    const { policy, run } = this.#scope;
     const persisted = await sheets.countRunChunks(run.runId, record.chunkRows).catch((error: unknown) => {
       throw new InfraError(`could not reconcile "${record.name}": ${messageOf(error)}`, error);
     });
@@ -237,14 +233,14 @@ export class MapRunner {
     if (plan.kind === "fail") throw new TerminalError("reconcile_failed", plan.message);
     if (plan.kind === "repair") {
       const repairs = store.reopenChunks(record.name, plan.chunks);
-      this.#deps.log(
+      this.#scope.log(
         `finalize of "${record.name}": ${plan.missing} rows are not persisted (chunks ${plan.chunks.slice(0, 5).join(", ")}${plan.chunks.length > 5 ? ", …" : ""}); running those chunks again (repair ${repairs} of ${policy.reconcileRepairs})`,
       );
       return;
     }
     for (const { idx, completed, failed } of plan.adjust) store.setChunkCounts(record.name, idx, { completed, failed });
     if (plan.adjust.length)
-      this.#deps.log(
+      this.#scope.log(
         `finalize of "${record.name}": counts of ${plan.adjust.length} chunks taken from the sheets (another run rewrote some of their rows since)`,
       );
     store.markMapDone(record.name);
@@ -252,8 +248,8 @@ export class MapRunner {
   }
 
   #progress(map: string, force: boolean): void {
-    const now = this.#deps.now();
-    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#deps.policy.progressIntervalMs) return;
+    const now = this.#scope.now();
+    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#scope.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
     const progress = this.#deps.store.progress(map);
     // The run's spend so far, in credits: what a watcher sees grow with each billed call.
@@ -266,12 +262,12 @@ export class MapRunner {
     const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
     const remaining = progress.total - progress.completed - progress.failed;
     const etaSeconds = rowsPerSecond > 0 ? Math.ceil(remaining / rowsPerSecond) : null;
-    this.#deps.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
+    this.#scope.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
   }
 
   #handle(record: MapRecord, sheets: SheetClient): DatasetHandle {
     const progress = this.#deps.store.progress(record.name);
-    const runId = this.#deps.run.runId;
+    const runId = this.#scope.run.runId;
     return {
       name: record.name,
       total: record.total,

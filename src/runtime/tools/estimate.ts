@@ -77,7 +77,7 @@ class PlayStopped extends Error {}
 export class EstimateUnavailable extends TroupeError {
   constructor(cause: unknown) {
     super("estimate_unavailable", `could not read the datasets or receipts to estimate from (${messageOf(cause)}); try again`, {
-      status: 503,
+      httpStatus: 503,
       cause,
     });
   }

@@ -7,7 +7,9 @@
 import { FatalLatch } from "../../core/latch";
 import type { RuntimePolicy } from "../../core/policy";
 import type { SubrequestMeter } from "../../core/meter";
+import { RunClient } from "../../clients/runs";
 import { ReceiptClient } from "../../clients/shards";
+import type { InvocationScope } from "../invocation/scope";
 import { PacerRegistry } from "../pacing/pacers";
 import type { AnyTool } from "../../play/types";
 import type { FaultProbe } from "../../clients/faults";
@@ -49,35 +51,28 @@ export interface MapGuards {
   ladder: CompletionLadder;
 }
 
-/** What `createDispatchServices` builds the services from. */
-export interface CreateDispatchOptions {
-  env: Env;
-  run: { runId: string; org: string; usage: { providerRetries: number } };
+/** What the invocation's dispatch adds to its scope. */
+export interface DispatchParts {
   tools: ReadonlyMap<string, AnyTool>;
-  policy: RuntimePolicy;
-  signal: AbortSignal;
-  meter: SubrequestMeter;
-  faults: FaultProbe;
   salvage(entry: SalvageEntry): void;
   spend: SpendLedger;
-  log(line: string): void;
-  now(): number;
 }
 
 /** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends. */
-export function createDispatchServices(o: CreateDispatchOptions): DispatchServices {
-  const { env, run, policy, meter, faults, now, log } = o;
+export function createDispatchServices(scope: InvocationScope, parts: DispatchParts): DispatchServices {
+  const { env, run, policy, meter, faults, now, log } = scope;
+  const runs = new RunClient({ env, org: run.org, meter });
   return {
     env,
     org: run.org,
     runId: run.runId,
-    tools: o.tools,
+    tools: parts.tools,
     policy,
-    signal: o.signal,
+    signal: scope.signal,
     meter,
     faults,
-    salvage: o.salvage,
-    spend: o.spend,
+    salvage: parts.salvage,
+    spend: parts.spend,
     log,
     now,
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
@@ -88,8 +83,7 @@ export function createDispatchServices(o: CreateDispatchOptions): DispatchServic
       runId: run.runId,
       now,
       lookup: async (runId) => {
-        meter.rpc++;
-        const view = await env.RUN_COORDINATOR.getByName(runId).getRun(run.org);
+        const view = await runs.getRun(runId);
         return view ? { status: view.status, runAttempt: view.runAttempt } : null;
       },
     }),

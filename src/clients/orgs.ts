@@ -1,0 +1,35 @@
+/**
+ * Callers' side of an org's directory: the runs it lists and the spend it
+ * totals. Runs report their status and spend here; HTTP reads from here.
+ */
+type DirectoryStub = ReturnType<Env["ORG_DIRECTORY"]["getByName"]>;
+/** A run's entry in its org's list. */
+export type RunEntryMessage = Parameters<DirectoryStub["record"]>[0];
+export type SpendReportMessage = Parameters<DirectoryStub["recordSpend"]>[0];
+export type PlayStatsMessage = Parameters<DirectoryStub["recordPlayStats"]>[0];
+
+export class OrgClient {
+  #stub: DirectoryStub;
+
+  constructor(options: { env: Pick<Env, "ORG_DIRECTORY">; org: string }) {
+    this.#stub = options.env.ORG_DIRECTORY.getByName(options.org);
+  }
+
+  /** Records (or updates) a run's entry: its status as the org's list shows it. */
+  record(entry: RunEntryMessage): Promise<void> {
+    return this.#stub.record(entry);
+  }
+
+  /** The org's daily limit and what it has billed today (UTC). */
+  spendBudget(now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    return this.#stub.spendBudget(now);
+  }
+
+  recordSpend(report: SpendReportMessage): Promise<void> {
+    return this.#stub.recordSpend(report);
+  }
+
+  recordPlayStats(stats: PlayStatsMessage): Promise<void> {
+    return this.#stub.recordPlayStats(stats);
+  }
+}

@@ -1,0 +1,58 @@
+/**
+ * Callers' side of other runs' coordinators: a parent starting, asking,
+ * cancelling and being told about its children, and a run asking whether the
+ * owner of a receipt lease still runs. Every call is counted by the meter.
+ */
+import type { RunView } from "../api/responses";
+import type { ChildFinished, StartRunMessage } from "../contracts/runs";
+import type { SubrequestMeter } from "../core/meter";
+
+/**
+ * The coordinator's RPC surface as other objects use it. The stub's own type
+ * (RPC-wrapped views) is too deep for the checker to unfold; these are the
+ * contract's shapes it carries.
+ */
+interface RunCoordinatorRpc {
+  start(request: StartRunMessage): Promise<RunView>;
+  getRun(org: string): Promise<RunView | null>;
+  cancel(org: string): Promise<RunView | null>;
+  childFinished(message: ChildFinished): Promise<void>;
+}
+
+export class RunClient {
+  #ns: Env["RUN_COORDINATOR"];
+  #org: string;
+  #meter: SubrequestMeter | null;
+
+  /** Calls on behalf of `org`: another org's run answers as a missing one. */
+  constructor(options: { env: Pick<Env, "RUN_COORDINATOR">; org: string; meter?: SubrequestMeter }) {
+    this.#ns = options.env.RUN_COORDINATOR;
+    this.#org = options.org;
+    this.#meter = options.meter ?? null;
+  }
+
+  /** Starts a run (idempotent for its run id); answers its view. */
+  start(runId: string, request: StartRunMessage): Promise<RunView> {
+    return this.#stub(runId).start(request);
+  }
+
+  /** The run as its API shows it, or null for another org's or a missing run. */
+  getRun(runId: string): Promise<RunView | null> {
+    return this.#stub(runId).getRun(this.#org);
+  }
+
+  /** Cancels the run (a no-op for one that ended); null for another org's or a missing run. */
+  cancel(runId: string): Promise<RunView | null> {
+    return this.#stub(runId).cancel(this.#org);
+  }
+
+  /** Tells a parent run that its child ended. */
+  childFinished(parentRunId: string, message: ChildFinished): Promise<void> {
+    return this.#stub(parentRunId).childFinished(message);
+  }
+
+  #stub(runId: string): RunCoordinatorRpc {
+    if (this.#meter) this.#meter.rpc++;
+    return this.#ns.getByName(runId) as unknown as RunCoordinatorRpc;
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * The RunCoordinator's RPC shapes that other objects send: a run's start (from
+ * the Worker or a parent run) and a child's end (from the child's coordinator).
+ * Checked where they arrive, in the coordinator.
+ */
+import { z } from "zod";
+import { TestPolicyOverrides } from "../core/policy";
+import { TERMINAL_STATUSES } from "../core/statuses";
+import { StartRun as RunRequest } from "../api/contract";
+
+export const StartRunMessage = z.object({
+  // What a caller may ask for (play, input, flags, limits), as the HTTP contract checks it...
+  ...RunRequest.shape,
+  // ...and what the Worker or a parent run adds.
+  runId: z.string().min(1).max(100),
+  org: z.string().min(1).max(100),
+  parentRunId: z.string().max(100).nullable(),
+  /** How deeply the run nests under parent plays (0, or absent, for a run submitted over HTTP). */
+  depth: z.number().int().min(0).max(64).optional(),
+  /** Test runner only (ignored elsewhere): policy overrides for this run. */
+  testPolicy: TestPolicyOverrides.optional(),
+});
+export type StartRunMessage = z.infer<typeof StartRunMessage>;
+
+const RUN_ID = /^run_[0-9a-f]{32}$/;
+
+/** The `childFinished` message: a child run tells its parent how it ended. */
+export const ChildFinished = z.object({
+  childRunId: z.string().regex(RUN_ID),
+  status: z.enum(TERMINAL_STATUSES),
+  result: z.unknown(),
+  error: z
+    .object({ code: z.string().max(200), message: z.string().max(100_000) })
+    .loose()
+    .nullable(),
+});
+export type ChildFinished = z.infer<typeof ChildFinished>;

@@ -1,0 +1,208 @@
+/**
+ * One alarm invocation of a run. Built once per alarm, it carries what every
+ * part of the runtime needs for this invocation ({@link InvocationScope}) and
+ * runs the play once, from the top (completed work comes back from storage
+ * without cost), to one {@link InvocationEnd}.
+ */
+import type { FaultProbe } from "../../clients/faults";
+import { messageOf, TroupeError } from "../../core/errors";
+import type { SubrequestMeter } from "../../core/meter";
+import type { RuntimePolicy } from "../../core/policy";
+import type { Emit } from "../../contracts/events";
+import type { AnyTool, PlayDefinition } from "../../play/types";
+import type { JournalStore } from "../../stores/journal-store";
+import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
+import { toCredits, toMicros } from "../../stores/spend-store";
+import { MapRunner } from "../map/map-runner";
+import { createDispatchServices } from "../tools/services";
+import { type SpendCap, SpendCapReached, type SpendLedger } from "../tools/spend";
+import { ChildPlays, type ChildWaiters } from "./child-plays";
+import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
+import { type PlayServices, RunContext } from "./play-context";
+import { PlayFetch, SecretValues } from "./play-fetch";
+import type { InvocationScope } from "./scope";
+import { WaitSignal, Waits, waitPolicyFor } from "./waits";
+import type { YieldSignal } from "./yield";
+
+/** What a coordinator gives each of its invocations: built once, with the coordinator. */
+export interface RunHost {
+  env: Env;
+  store: RunStore;
+  /** The run's waits: child plays, events, sleeps, signals. */
+  journal: JournalStore;
+  /** In-process waits of rows for their children's messages. */
+  waiters: ChildWaiters;
+  plays: ReadonlyMap<string, PlayDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
+  /** Appends to the ledger (and tells watchers). */
+  emit: Emit;
+  now(): number;
+  /** Removes secrets a failure message may quote, before the run's error is stored. */
+  redact<T>(value: T): T;
+  /** The run's status changed: tell the org's directory. */
+  onStatus(): Promise<void>;
+  /**
+   * Adds what the run billed to its org's day, before the run shows as ended:
+   * whoever sees it ended sees its spend in the org's totals and daily limit.
+   * False when the org could not be told now (a later alarm tells it).
+   */
+  reportSpend(): Promise<boolean>;
+}
+
+/** What one alarm brings: its cancel, its meter and faults, and the caps it runs under. */
+export interface InvocationStart {
+  /** Aborted by the coordinator when the run is cancelled. */
+  cancel: AbortSignal;
+  policy: RuntimePolicy;
+  meter: SubrequestMeter;
+  /** The test-only fault seam (the coordinator's can crash it). */
+  faults: FaultProbe;
+  /** The most the run may have reserved and billed by the end of this invocation, or null for no cap. */
+  spendCap: SpendCap | null;
+}
+
+const MAX_INFRA_RETRIES = 6;
+const MAX_LOG_LINE = 4000;
+
+export class Invocation implements InvocationScope {
+  readonly host: RunHost;
+  readonly env: Env;
+  readonly store: RunStore;
+  readonly journal: JournalStore;
+  readonly run: RunRecord;
+  readonly policy: RuntimePolicy;
+  readonly meter: SubrequestMeter;
+  readonly faults: FaultProbe;
+  readonly emit: Emit;
+  readonly now: () => number;
+  readonly signal: AbortSignal;
+  readonly #start: InvocationStart;
+  /** A row whose child runs long stops this invocation the way a cancel would, except that the run goes on (waiting). */
+  readonly #suspension = new AbortController();
+  /** The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails. */
+  readonly #limit = new AbortController();
+
+  constructor(host: RunHost, start: InvocationStart, run: RunRecord) {
+    this.host = host;
+    this.env = host.env;
+    this.store = host.store;
+    this.journal = host.journal;
+    this.emit = host.emit;
+    this.now = host.now;
+    this.run = run;
+    this.policy = start.policy;
+    this.meter = start.meter;
+    this.faults = start.faults;
+    this.#start = start;
+    this.signal = AbortSignal.any([start.cancel, this.#suspension.signal, this.#limit.signal]);
+  }
+
+  log = (line: string): void => {
+    this.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE) });
+  };
+
+  /** Whether a cancel was asked for: the coordinator aborted this invocation, or the run records the request. */
+  get cancelled(): boolean {
+    return this.#start.cancel.aborted || this.store.run()!.cancelRequested;
+  }
+
+  /** Runs the play from the top, once; the invocation's pacers are released before it answers. */
+  async play(play: PlayDefinition): Promise<InvocationEnd> {
+    const timer = setTimeout(
+      () => this.#limit.abort(new TroupeError("deadline_exceeded", deadlineExceeded(this.run).message)),
+      Math.max(0, this.run.deadlineAt - this.now()),
+    );
+    const dispatch = createDispatchServices(this, {
+      tools: this.host.tools,
+      // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
+      salvage: (entry) => this.store.salvage.add(entry),
+      spend: spendLedger(this.store, this.#start.spendCap),
+    });
+    const maps = new MapRunner({ scope: this, store: this.store, tools: this.host.tools, dispatch });
+    const services = this.#playServices();
+    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, services });
+    try {
+      await services.children.checkDue();
+      return await this.#run(play, ctx, services);
+    } finally {
+      clearTimeout(timer);
+      await dispatch.pacers.closeAll();
+    }
+  }
+
+  async #run(play: PlayDefinition, ctx: RunContext, services: PlayServices): Promise<InvocationEnd> {
+    try {
+      const result = await play.run(ctx, this.store.input());
+      await services.children.idle();
+      return endAfterReturn(result, services.waits.parked?.resumeAt ?? null);
+    } catch (error) {
+      // Child submits still in flight are answered (and recorded) before the invocation ends.
+      await services.children.idle();
+      const suspended = this.#suspension.signal;
+      return endAfterThrow(error, {
+        cancelled: this.cancelled,
+        deadline: this.#limit.signal.aborted ? deadlineExceeded(this.store.run()!) : null,
+        suspendedUntil: suspended.aborted ? (suspended.reason as YieldSignal).resumeAt : null,
+        parkedUntil: services.waits.parked?.resumeAt ?? null,
+        retryAt: () => {
+          const failures = this.store.noteInfraFailure(false);
+          if (failures > MAX_INFRA_RETRIES) return null;
+          this.log(`retrying after an infrastructure error (${failures}/${MAX_INFRA_RETRIES}): ${messageOf(error)}`);
+          return this.now() + Math.min(30_000, 250 * 2 ** failures);
+        },
+      });
+    }
+  }
+
+  /** Child plays, waits and fetch for this invocation. */
+  #playServices(): PlayServices {
+    const waits = new Waits({ journal: this.journal, now: this.now, emit: this.emit, deadlineAt: this.run.deadlineAt });
+    const secrets = new SecretValues();
+    const children = new ChildPlays({
+      scope: this,
+      journal: this.journal,
+      plays: this.host.plays,
+      policy: waitPolicyFor(this.env, this.run.testPolicy),
+      waiters: this.host.waiters,
+      waits,
+      suspend: (resumeAt, reason) => {
+        if (!this.#suspension.signal.aborted) {
+          this.log(`${reason}: this invocation yields; the map goes on when the child ends`);
+          this.#suspension.abort(new WaitSignal(resumeAt, reason));
+        }
+        return this.#suspension.signal.reason as Error;
+      },
+    });
+    return {
+      children,
+      waits,
+      secrets,
+      journal: this.journal,
+      suspended: this.#suspension.signal,
+      egress: new PlayFetch({ env: this.env, org: this.run.org, signal: this.signal, secrets }),
+    };
+  }
+}
+
+/** The run's error at its runtime limit: a failure that says so, not a cancel. */
+export function deadlineExceeded(run: RunRecord): RunError {
+  const limitS = Math.round((run.deadlineAt - run.createdAt) / 1000);
+  return {
+    code: "deadline_exceeded",
+    message: `the run hit its runtime limit of ${limitS} s (timeoutSeconds) at ${new Date(run.deadlineAt).toISOString()} and was stopped; rows completed so far are kept, and a rerun resumes the rest`,
+  };
+}
+
+/** The run's ledger of billable requests, over its coordinator's storage, under `cap`. */
+function spendLedger(store: RunStore, cap: SpendCap | null): SpendLedger {
+  const capMicros = cap === null ? null : toMicros(cap.credits);
+  return {
+    reserve: (request) => {
+      if (store.spend.reserve(request, capMicros)) return;
+      const spent = toCredits(store.spend.billedMicros());
+      throw cap!.reason === "maxSpend" ? new SpendCapReached(spent, cap!.credits) : new SpendCapReached(spent, cap!.limit, "daily");
+    },
+    bill: (requestKey) => store.spend.bill(requestKey),
+    release: (requestKey) => store.spend.release(requestKey),
+  };
+}
