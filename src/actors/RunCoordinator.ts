@@ -19,6 +19,7 @@ import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
 import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
+import { OrgClient } from "../clients/orgs";
 import { toolRegistry } from "../tools";
 import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 
@@ -368,7 +369,7 @@ export class RunCoordinator extends Server<Env> {
 
   async #syncDirectory(): Promise<void> {
     const run = this.#store.run()!;
-    await this.env.ORG_DIRECTORY.getByName(run.org).record({
+    await new OrgClient({ env: this.env, org: run.org }).record({
       runId: run.runId,
       play: run.play,
       status: run.status,

@@ -18,15 +18,14 @@ import { Hono } from "hono";
 import { z } from "zod";
 import { validate } from "./errors";
 import { readJson } from "../sim/protocol";
-import { PacingOverride, pacingGateName } from "../runtime/pacing/policy";
+import { PacingOverride } from "../runtime/pacing/policy";
+import { pacingGate } from "../clients/pacing-gates";
 
 export const pacingRoutes = new Hono<{ Bindings: Env; Variables: { org: string } }>();
 
 const ProviderName = z.string().regex(/^[a-z0-9_-]{1,64}$/, "a provider name: [a-z0-9_-]{1,64}");
 
-function gate(env: Env, org: string, provider: string) {
-  return env.PACING_GATE.getByName(pacingGateName(org, provider));
-}
+const gate = (env: Env, org: string, provider: string) => pacingGate(env, org, provider);
 
 pacingRoutes.get("/:provider", async (c) => {
   const provider = validate(ProviderName, c.req.param("provider"), "the provider", ["provider"]);

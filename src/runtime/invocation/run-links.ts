@@ -5,6 +5,7 @@
  * child it has not heard from (src/runtime/invocation/child-plays.ts), so one try each.
  */
 import type { ChildEnd } from "./child-plays";
+import { RunClient } from "../../clients/runs";
 import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
@@ -29,7 +30,7 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
   await Promise.all(
     o.journal.unnotifiedWatchers().map(async (parentRunId) => {
       try {
-        await o.env.RUN_COORDINATOR.getByName(parentRunId).childFinished(end);
+        await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
         o.journal.markNotified(parentRunId);
       } catch (error) {
         o.log(`could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`);
@@ -45,7 +46,7 @@ export async function cancelChildren(o: RunLinksOptions): Promise<void> {
   await Promise.all(
     o.journal.ownedWaitingChildren().map(async (childRunId) => {
       try {
-        await o.env.RUN_COORDINATOR.getByName(childRunId).cancel(run.org);
+        await new RunClient({ env: o.env, org: run.org }).cancel(childRunId);
       } catch (error) {
         o.log(`could not cancel child run ${childRunId} (${messageOf(error)})`);
       }

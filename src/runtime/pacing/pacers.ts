@@ -2,7 +2,8 @@
 import type { SubrequestMeter } from "../../core/meter";
 import { messageOf } from "../../core/errors";
 import { Pacer } from "./pacer";
-import { pacingGateName, pacingPolicyFor } from "./policy";
+import { pacingGate } from "../../clients/pacing-gates";
+import { pacingPolicyFor } from "./policy";
 
 /** Where the gates are, whose they are, and this invocation's caller id. */
 export interface PacerRegistryOptions {
@@ -29,10 +30,7 @@ export class PacerRegistry {
     let pacer = this.#pacers.get(provider);
     if (!pacer) {
       const { env, org, meter } = this.#deps;
-      const stub = () => {
-        meter.rpc++;
-        return env.PACING_GATE.getByName(pacingGateName(org, provider));
-      };
+      const stub = () => pacingGate(env, org, provider, meter);
       pacer = new Pacer({
         caller: this.#deps.caller,
         policy: pacingPolicyFor(provider),

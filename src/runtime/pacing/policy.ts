@@ -46,8 +46,3 @@ const KNOWN: Record<string, PacingPolicy> = {
 export function pacingPolicyFor(provider: string, override: PacingOverride | null = null): PacingPolicy {
   return { ...(KNOWN[provider] ?? DEFAULT_PACING), ...(override ?? {}) };
 }
-
-/** The name of the PacingGate of one (org, provider). */
-export function pacingGateName(org: string, provider: string): string {
-  return `${org}/${provider}`;
-}

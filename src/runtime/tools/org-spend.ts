@@ -9,6 +9,8 @@ import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import type { SpendCap } from "./spend";
 
+import { OrgClient } from "../../clients/orgs";
+
 type DirectoryEnv = Pick<Env, "ORG_DIRECTORY">;
 
 /** This invocation's spend cap: the run's `maxSpend`, or what the org's daily limit leaves, whichever is lower. */
@@ -19,7 +21,7 @@ export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<Sp
   let budget: { dailyCredits: number | null; spentToday: number };
   try {
     await reportSpend(env, store);
-    budget = await env.ORG_DIRECTORY.getByName(run.org).spendBudget(Date.now());
+    budget = await new OrgClient({ env, org: run.org }).spendBudget(Date.now());
   } catch (error) {
     // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
     console.warn(`run ${run.runId}: could not read the org's spend budget`, error);
@@ -39,7 +41,7 @@ export async function recordPlayHistory(env: DirectoryEnv, store: RunStore): Pro
   const run = store.run()!;
   if (run.status !== "completed") return;
   try {
-    await env.ORG_DIRECTORY.getByName(run.org).recordPlayStats({
+    await new OrgClient({ env, org: run.org }).recordPlayStats({
       runId: run.runId,
       play: run.play,
       rowsComputed: store.computedRows(),
@@ -57,7 +59,7 @@ export async function reportSpend(env: DirectoryEnv, store: RunStore): Promise<b
   if (!report) return true;
   const run = store.run()!;
   try {
-    await env.ORG_DIRECTORY.getByName(run.org).recordSpend({ runId: run.runId, ...report });
+    await new OrgClient({ env, org: run.org }).recordSpend({ runId: run.runId, ...report });
   } catch (error) {
     console.warn(`run ${run.runId}: could not report its spend to the org`, error);
     return false;
