@@ -8,6 +8,7 @@ const LAYERS = [
   ["play", "^src/play/"],
   ["contracts", "^src/(contracts|api)/"],
   ["stores", "^src/stores/"],
+  ["uploads", "^src/uploads/"],
   ["clients", "^src/clients/"],
   ["sim", "^src/sim/"],
   ["runtime", "^src/runtime/"],

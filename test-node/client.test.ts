@@ -114,7 +114,7 @@ describe("TroupeClient", () => {
     expect(unreachable).toMatchObject({ status: 0, code: "unreachable", message: expect.stringContaining("ECONNREFUSED") });
   });
 
-  it("upload sends the file as it is, typed by its format (the server does not serve uploads yet)", async () => {
+  it("upload sends the file as it is, typed by its format", async () => {
     const sent: { url: string; method: string; headers: Headers; body: string; duplex?: string }[] = [];
     const recording = new TroupeClient({
       baseUrl: "http://troupe.test/",
@@ -137,7 +137,32 @@ describe("TroupeClient", () => {
       ["http://troupe.test/v1/uploads", "POST", "text/csv", "Bearer t0ken", "a,b\n1,2\n", undefined],
       ["http://troupe.test/v1/uploads", "POST", "application/x-ndjson", "Bearer t0ken", '{"a":1}\n', "half"],
     ]);
-    expect(await client.upload("a,b\n1,2\n", { format: "csv" }).catch((e: unknown) => e)).toMatchObject({ status: 404 });
+  });
+
+  it("uploads a file whole (with a length or streamed) or in parts, and reads back what the server made of it", async () => {
+    const csv = 'id,name\n1,"Ada\nLovelace"\n2,Grace Hopper\n';
+    const whole = await client.upload(new Blob([csv]), { format: "csv" });
+    expect(whole).toEqual({
+      uploadId: expect.stringMatching(/^up_[0-9a-f]{32}$/),
+      rows: 2,
+      bytes: csv.length,
+      columns: ["id", "name"],
+      format: "csv",
+      status: "ready",
+      createdAt: expect.any(String),
+    });
+    expect(await client.getUpload(whole.uploadId)).toEqual(whole);
+    // Node's fetch sends a stream without a Content-Length.
+    const streamed = await client.upload(new Blob(['{"a":1}\n', '{"b":2}\n']).stream(), { format: "ndjson" });
+    expect(streamed).toMatchObject({ rows: 2, columns: ["a", "b"], format: "ndjson" });
+
+    const { uploadId } = await client.startMultipartUpload({ format: "csv" });
+    expect(await client.getUpload(uploadId)).toMatchObject({ uploadId, status: "receiving", format: "csv" });
+    expect(await client.uploadPart(uploadId, 1, csv)).toEqual({ part: 1, bytes: csv.length });
+    expect(await client.completeUpload(uploadId)).toMatchObject({ uploadId, rows: 2, status: "ready" });
+
+    const malformed = await client.upload("a,b\n1\n", { format: "csv" }).catch((e: unknown) => e);
+    expect(malformed).toMatchObject({ status: 400, code: "malformed_upload", message: expect.stringContaining("line 2") });
   });
 
   it("events: the snapshot, then every event once and in order, to the run's end", async () => {

@@ -202,10 +202,40 @@ export interface Estimate {
 /** `201` of `POST /v1/uploads` (and of a multipart upload's `complete`). */
 export interface Upload {
   uploadId: string;
+  /** Data rows (a CSV's header line is not one). */
   rows: number;
   bytes: number;
+  /** A CSV's header; for NDJSON, every field name in the file in the order first seen. */
   columns: string[];
   format: "csv" | "ndjson";
+}
+
+/** An upload checked, indexed and ready for a run: the `201` of `POST /v1/uploads` and of `complete`, and `GET /v1/uploads/<uploadId>`. */
+export interface ReadyUpload extends Upload {
+  status: "ready";
+  createdAt: string;
+}
+
+/** A multipart upload still receiving its parts (`GET /v1/uploads/<uploadId>` before `complete`). */
+export interface ReceivingUpload {
+  uploadId: string;
+  status: "receiving";
+  format: Upload["format"];
+  createdAt: string;
+}
+
+/** `GET /v1/uploads/<uploadId>`. */
+export type UploadView = ReadyUpload | ReceivingUpload;
+
+/** `201` of `POST /v1/uploads?multipart=1`: send the parts to this upload, then complete it. */
+export interface MultipartUploadStarted {
+  uploadId: string;
+}
+
+/** `200` of `PUT /v1/uploads/<uploadId>/parts/<n>`. */
+export interface UploadPartReceived {
+  part: number;
+  bytes: number;
 }
 
 /** Every error response's body. */

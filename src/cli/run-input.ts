@@ -2,11 +2,11 @@
  * A run's `input` from the command line: `--csv FILE`, `--ndjson FILE` or
  * `--input JSON`. The one place that decides how a file reaches the server.
  *
- * Uploads (`POST /v1/uploads`, docs/api.md "Large inputs") are not served
- * yet, so a file travels inside the run's JSON body: CSV as `{ csv }`, NDJSON
- * as `{ rows }`, within the server's 16 MiB request limit. Once uploads are
- * served, {@link runInput} sends the file with `client.upload` and returns
- * `{ upload: uploadId }` instead; nothing else changes.
+ * Runs do not take uploads (`POST /v1/uploads`, docs/api.md "Large inputs")
+ * as their input yet, so a file travels inside the run's JSON body: CSV as
+ * `{ csv }`, NDJSON as `{ rows }`, within the server's 16 MiB request limit.
+ * Once they do, {@link runInput} sends the file with `client.upload` and
+ * returns `{ upload: uploadId }` instead; nothing else changes.
  */
 import { readFile, stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
@@ -40,7 +40,7 @@ export function inputSource(options: InputOptions): { kind: "csv" | "ndjson"; fi
   return { kind: "json", text: options.input! };
 }
 
-/** The run's `input` for the request body. `client` is what will send the file once uploads are served. */
+/** The run's `input` for the request body. `client` is what will upload the file once runs take uploads. */
 export async function runInput(options: InputOptions, _client: TroupeClient): Promise<unknown> {
   const source = inputSource(options);
   if (source.kind === "json") return parseJson(source.text, "--input");
@@ -55,7 +55,7 @@ export async function runInput(options: InputOptions, _client: TroupeClient): Pr
 function tooLarge(file: string, bytes: number): UsageError {
   const mib = (bytes / 1024 / 1024).toFixed(1);
   return new UsageError(
-    `${file} makes a ${mib} MiB request; until uploads are served, a run's file travels in its request, limited to 16 MiB: split the file into several runs`,
+    `${file} makes a ${mib} MiB request; until runs take uploads, a run's file travels in its request, limited to 16 MiB: split the file into several runs`,
   );
 }
 

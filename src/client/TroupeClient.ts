@@ -17,8 +17,11 @@ import type {
   RunList,
   RunStarted,
   RunView,
+  MultipartUploadStarted,
+  ReadyUpload,
   SignalDelivered,
-  Upload,
+  UploadPartReceived,
+  UploadView,
 } from "../api/responses.ts";
 import { TroupeApiError, errorOf } from "./errors.ts";
 import { liveEvents } from "./live-events.ts";
@@ -117,12 +120,40 @@ export class TroupeClient {
   }
 
   /**
-   * `POST /v1/uploads`: a CSV (header line first) or NDJSON file, streamed; a
-   * run then takes `input: { upload: uploadId }`.
+   * `POST /v1/uploads`: a CSV (header line first) or NDJSON file of up to
+   * 95 MB, streamed; the server checks and indexes it as it arrives. A `Blob`
+   * (Node: `fs.openAsBlob(path)`) is sent with its length; a stream is sent
+   * without one. Larger files go in parts: {@link startMultipartUpload}.
+   *
+   * @example
+   * const { uploadId, rows } = await troupe.upload(await fs.openAsBlob("leads.csv"), { format: "csv" });
    */
-  upload(body: string | Blob | ReadableStream<Uint8Array>, options: { format: "csv" | "ndjson" }): Promise<Upload> {
-    const contentType = options.format === "csv" ? "text/csv" : "application/x-ndjson";
-    return this.#json("POST", "/v1/uploads", { body, headers: { "Content-Type": contentType } });
+  upload(body: string | Blob | ReadableStream<Uint8Array>, options: { format: UploadFormat }): Promise<ReadyUpload> {
+    return this.#json("POST", "/v1/uploads", { body, headers: { "Content-Type": CONTENT_TYPES[options.format] } });
+  }
+
+  /**
+   * `POST /v1/uploads?multipart=1`: starts an upload sent in parts. Send parts
+   * 1 to n with {@link uploadPart} (in any order, each but the last the same
+   * size of at least 5 MiB, the last no larger), then {@link completeUpload}.
+   */
+  startMultipartUpload(options: { format: UploadFormat }): Promise<MultipartUploadStarted> {
+    return this.#json("POST", "/v1/uploads?multipart=1", { headers: { "Content-Type": CONTENT_TYPES[options.format] } });
+  }
+
+  /** `PUT /v1/uploads/<uploadId>/parts/<part>`: one part, with its length (sending a part again replaces it). */
+  uploadPart(uploadId: string, part: number, body: string | Blob | ArrayBuffer | Uint8Array<ArrayBuffer>): Promise<UploadPartReceived> {
+    return this.#json("PUT", `${uploadPath(uploadId)}/parts/${part}`, { body, headers: { "Content-Type": "application/octet-stream" } });
+  }
+
+  /** `POST /v1/uploads/<uploadId>/complete`: joins the parts, then checks and indexes the file (a malformed one is deleted). */
+  completeUpload(uploadId: string): Promise<ReadyUpload> {
+    return this.#json("POST", `${uploadPath(uploadId)}/complete`);
+  }
+
+  /** `GET /v1/uploads/<uploadId>`: a ready upload, or a multipart upload still receiving parts. */
+  getUpload(uploadId: string): Promise<UploadView> {
+    return this.#json("GET", uploadPath(uploadId));
   }
 
   /** `GET /v1/runs/<runId>/events`: one page of the run's ledger after `after`. */
@@ -238,6 +269,15 @@ export class TroupeClient {
     if (!response.ok) throw await errorOf(response, `${method} ${path}`);
     return response;
   }
+}
+
+/** An upload's format. */
+type UploadFormat = ReadyUpload["format"];
+
+const CONTENT_TYPES: Record<UploadFormat, string> = { csv: "text/csv", ndjson: "application/x-ndjson" };
+
+function uploadPath(uploadId: string): string {
+  return `/v1/uploads/${encodeURIComponent(uploadId)}`;
 }
 
 function runPath(runId: string): string {

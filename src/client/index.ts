@@ -21,7 +21,10 @@ export type {
   LedgerEvent,
   LiveMessage,
   MapProgress,
+  MultipartUploadStarted,
   PlayList,
+  ReadyUpload,
+  ReceivingUpload,
   RerunStarted,
   RunCancelled,
   RunError,
@@ -35,4 +38,6 @@ export type {
   SnapshotMessage,
   Spend,
   Upload,
+  UploadPartReceived,
+  UploadView,
 } from "../api/responses.ts";

@@ -13,6 +13,7 @@ import { playRoutes } from "./plays";
 import { runRoutes } from "./runs";
 import { signalRoutes } from "./signals";
 import { spendRoutes } from "./spend";
+import { STREAMED_BODY_ROUTE, uploadRoutes } from "./uploads";
 
 /** The largest request body accepted (a run's input travels in it). */
 export const MAX_REQUEST_BYTES = 16 * 1024 * 1024;
@@ -38,19 +39,18 @@ app.use("/v1/*", async (c, next) => {
   await next();
 });
 
-app.use(
-  "/v1/*",
-  bodyLimit({
-    maxSize: MAX_REQUEST_BYTES,
-    onError: (c) =>
-      errorResponse(
-        c,
-        413,
-        "request_too_large",
-        `request bodies are limited to ${MAX_REQUEST_BYTES} bytes; split the input into several runs`,
-      ),
-  }),
-);
+const limitedBody = bodyLimit({
+  maxSize: MAX_REQUEST_BYTES,
+  onError: (c) =>
+    errorResponse(
+      c,
+      413,
+      "request_too_large",
+      `request bodies are limited to ${MAX_REQUEST_BYTES} bytes; split the input into several runs`,
+    ),
+});
+// Hono's body limit reads a body of unknown length into memory to measure it: uploads stream theirs and limit it themselves.
+app.use("/v1/*", (c, next) => (STREAMED_BODY_ROUTE.test(new URL(c.req.url).pathname) ? next() : limitedBody(c, next)));
 
 app.route("/v1", playRoutes);
 app.route("/v1", runRoutes);
@@ -58,6 +58,7 @@ app.route("/v1", datasetRoutes);
 app.route("/v1", liveRoutes);
 app.route("/v1", signalRoutes);
 app.route("/v1", spendRoutes);
+app.route("/v1", uploadRoutes);
 
 // Tool dispatch: the org's provider pacing, and the test-only fault plan (404 outside test mode).
 app.route("/v1/pacing", pacingRoutes);

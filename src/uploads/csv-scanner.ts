@@ -1,0 +1,108 @@
+/**
+ * CSV rows from a byte stream, through csv-parse's streaming parser (RFC 4180:
+ * quoted fields with delimiters, doubled quotes and line breaks). Each record
+ * reaches `onRow` synchronously inside the parser (its `on_record` hook), so
+ * nothing queues behind it: memory holds one chunk and one partial record.
+ * Rows are arrays of fields; the header is a row like any other (the caller
+ * knows which row is the header).
+ *
+ * Lines: CRLF, LF and a lone CR end a record outside quotes, and the line
+ * count counts the same three inside quotes too. Blank lines are skipped. A
+ * record's end offset is the parser's own byte count (`info.bytes`), so row
+ * boundaries are exactly where the parser's records end, quoted line breaks
+ * and multi-byte characters included.
+ */
+import { CsvError, parse } from "csv-parse/stream";
+import { MalformedUploadError } from "./errors";
+import { LineBreaks } from "./line-breaks";
+import { MAX_ROW_LINE_BYTES } from "./limits";
+import { FILE_START, type RowScanner, type ScanOptions } from "./scanning";
+
+export class CsvScanner implements RowScanner {
+  #breaks: LineBreaks;
+  #writer: WritableStreamDefaultWriter<Uint8Array>;
+  /**
+   * Settles when the parser is done: rejected with the error that stopped it.
+   * The parser's readable side is where a TransformStream keeps its error (its
+   * writable side may accept writes and even a close after a failed flush).
+   */
+  #done: Promise<void>;
+  /** Just past the last row handed out: where the next row's bytes start (blank lines included). */
+  #boundary: number;
+  /** Blank lines the parser had skipped when it handed out the last row. */
+  #blankLines = 0;
+
+  constructor(options: ScanOptions<string[]>) {
+    const start = options.start ?? FILE_START;
+    this.#breaks = new LineBreaks(start);
+    this.#boundary = start.offset;
+    const parser = parse({
+      bom: start.offset === 0,
+      skip_empty_lines: true,
+      // Rows of another length are the caller's to refuse, with their line.
+      relax_column_count: true,
+      record_delimiter: ["\r\n", "\n", "\r"],
+      max_record_size: MAX_ROW_LINE_BYTES,
+      on_record: (fields: string[], info) => {
+        const end = start.offset + info.bytes;
+        const resumeAt = { offset: this.#boundary, line: this.#breaks.lineAt(this.#boundary) };
+        options.onRow(fields, { line: resumeAt.line + (info.empty_lines - this.#blankLines), resumeAt, end });
+        this.#boundary = end;
+        this.#blankLines = info.empty_lines;
+        // Handed out here: nothing goes to the parser's readable side, which no one reads.
+        return null;
+      },
+    }) as TransformStream<Uint8Array, never>;
+    this.#writer = parser.writable.getWriter();
+    this.#done = parser.readable.getReader().closed;
+    // Awaited by `write` and `close`; this only keeps an early failure from counting as unhandled meanwhile.
+    this.#done.catch(() => undefined);
+  }
+
+  async write(bytes: Uint8Array): Promise<void> {
+    if (bytes.length === 0) return;
+    // The line count sees the bytes first: the parser asks it about the rows they complete.
+    this.#breaks.see(bytes);
+    try {
+      await this.#writer.write(bytes);
+      // A writer whose stream failed has no desired size: the failure is in `#done`.
+      if (this.#writer.desiredSize === null) await this.#done;
+    } catch (error) {
+      throw this.#located(error);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#breaks.end();
+    try {
+      await this.#writer.close();
+      await this.#done;
+    } catch (error) {
+      throw this.#located(error);
+    }
+  }
+
+  /** A parser error as a `MalformedUploadError` naming the line its record starts on; other errors as they are. */
+  #located(error: unknown): unknown {
+    if (!(error instanceof CsvError)) return error;
+    const blankLines = typeof error.empty_lines === "number" ? error.empty_lines : this.#blankLines;
+    const line = this.#breaks.lineAt(this.#boundary) + (blankLines - this.#blankLines);
+    return new MalformedUploadError(line, reasonOf(error));
+  }
+}
+
+function reasonOf(error: CsvError): string {
+  switch (error.code) {
+    case "CSV_QUOTE_NOT_CLOSED":
+      return "a quoted field starting in this row is never closed: the file ends inside its quotes";
+    case "CSV_INVALID_CLOSING_QUOTE":
+      return 'a quoted field in this row has characters after its closing quote; a quote inside a quoted field is written twice ("")';
+    case "INVALID_OPENING_QUOTE":
+      return 'a field in this row has a quote in the middle of unquoted text; quote the whole field and write the quote twice ("")';
+    case "CSV_MAX_RECORD_SIZE":
+      return `this row is longer than ${MAX_ROW_LINE_BYTES} bytes, the most one row may hold`;
+    default:
+      // csv-parse counts lines its own way (a quoted CRLF twice): the line named is ours, not its.
+      return error.message.replace(/\s*\b(at|on) line \d+/g, "");
+  }
+}

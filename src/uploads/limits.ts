@@ -1,0 +1,48 @@
+/**
+ * What an upload may hold (docs/api.md "Large inputs: uploads"). Each limit
+ * is checked while the file streams past, so an upload over one is refused
+ * without the file ever being held in memory.
+ */
+import type { Upload } from "../api/contract";
+import { MAX_ROW_BYTES } from "../play/define";
+
+/** The formats an upload may be in. */
+export type UploadFormat = Upload["format"];
+
+/**
+ * The most bytes one request may carry: a single-request upload, or one part
+ * of a multipart upload. Cloudflare refuses request bodies past 100 MB on
+ * most plans; this stays under that with room for the headers.
+ */
+export const MAX_REQUEST_UPLOAD_BYTES = 95_000_000;
+
+/**
+ * A multipart upload's parts (R2's rule): every part but the last at least
+ * this large, all of them the same size, the last no larger.
+ */
+export const MIN_PART_BYTES = 5 * 1024 * 1024;
+
+/** R2 numbers a multipart upload's parts 1 to 10,000. */
+export const MAX_PARTS = 10_000;
+
+/** The most rows (data lines) one upload may hold: what one run may hold. */
+export const MAX_UPLOAD_ROWS = 10_000_000;
+
+/** The most columns of a CSV header, and distinct fields across an NDJSON file. */
+export const MAX_COLUMNS = 1_000;
+
+/**
+ * The longest row: a CSV record (its quoted line breaks included) or an
+ * NDJSON line. A longer row could not be a run's row anyway ({@link MAX_ROW_BYTES}).
+ */
+export const MAX_ROW_LINE_BYTES = MAX_ROW_BYTES;
+
+/** How deeply an NDJSON row may nest objects and arrays, as a run's JSON input may (src/http/json-body.ts). */
+export const MAX_ROW_DEPTH = 32;
+
+/**
+ * The index keeps the byte offset and line of every this-many-th row, so that
+ * a reader of rows `[from, to)` reads at most this many rows it does not
+ * return; 10,000,000 rows make a 10,000-entry index.
+ */
+export const INDEX_EVERY_ROWS = 1_000;

@@ -1,0 +1,128 @@
+import { describe, expect, it } from "vitest";
+import { MalformedUploadError } from "./errors";
+import type { UploadFormat } from "./limits";
+import { UploadScan } from "./upload-scan";
+
+const encode = (text: string) => new TextEncoder().encode(text);
+
+/** Scans `text` in chunks of `size` bytes: the index, or the error. */
+async function scan(format: UploadFormat, text: string | Uint8Array, size = 7, every = 2): Promise<unknown> {
+  const all = typeof text === "string" ? encode(text) : text;
+  const scanner = new UploadScan({ format, every });
+  try {
+    for (let i = 0; i < all.length; i += size) await scanner.write(all.subarray(i, i + size));
+    return await scanner.finish();
+  } catch (error) {
+    return error;
+  }
+}
+
+async function malformedLine(format: UploadFormat, text: string, size = 7) {
+  const error = await scan(format, text, size);
+  expect(error).toBeInstanceOf(MalformedUploadError);
+  return { line: (error as MalformedUploadError).line, message: (error as Error).message };
+}
+
+describe("UploadScan: CSV", () => {
+  it("counts rows and bytes, takes the header's columns, and indexes every `every`-th row where it starts", async () => {
+    const text = 'id,note\n1,"two\nlines"\n\n2,é\r\n3,x\n';
+    for (const size of [1, 3, 1000]) {
+      expect(await scan("csv", text, size, 1)).toEqual({
+        format: "csv",
+        columns: ["id", "note"],
+        rows: 3,
+        bytes: encode(text).length,
+        every: 1,
+        // Each row may be read from just past the one before it: row 1 from the blank line (line 4) before it.
+        positions: [
+          { offset: 8, line: 2 },
+          { offset: 22, line: 4 },
+          { offset: 29, line: 6 },
+        ],
+      });
+    }
+    expect(await scan("csv", text, 5, 2)).toMatchObject({ every: 2, positions: [{ offset: 8 }, { offset: 29 }] });
+  });
+
+  it("accepts a header without rows, and skips a UTF-8 byte-order mark", async () => {
+    expect(await scan("csv", "\ufeffa,b\n")).toMatchObject({ columns: ["a", "b"], rows: 0, positions: [] });
+  });
+
+  it("refuses a ragged row, naming the line it starts on", async () => {
+    expect(await malformedLine("csv", 'a,b\n1,2\n"x\ny",2,3\n')).toEqual({
+      line: 3,
+      message: "line 3: this row has 3 fields, the header (line 1) has 2 columns",
+    });
+    expect((await malformedLine("csv", "a,b\r\n\r\n1\r\n")).line).toBe(3);
+  });
+
+  it("refuses an empty file, a header naming a column twice, too many columns", async () => {
+    expect(await malformedLine("csv", "")).toMatchObject({ line: 1, message: expect.stringContaining("empty") });
+    expect(await malformedLine("csv", "\n\n")).toMatchObject({ line: 1, message: expect.stringContaining("empty") });
+    expect(await malformedLine("csv", "a,b,a\n1,2,3\n")).toMatchObject({ line: 1, message: expect.stringContaining('"a" twice') });
+    expect(await malformedLine("csv", `${Array.from({ length: 1001 }, (_, i) => `c${i}`).join(",")}\n`)).toMatchObject({ line: 1 });
+  });
+
+  it("refuses broken quoting, naming the line where the row starts, however the file is chunked", async () => {
+    for (const size of [1, 4, 1000]) {
+      expect((await malformedLine("csv", 'a,b\r\n1,"x\r\n\r\ny\r\n2,3\r\n', size)).line, `chunks of ${size}`).toBe(2);
+      expect((await malformedLine("csv", 'a,b\n1,2\n\n3,"x"y\n', size)).line).toBe(4);
+      expect((await malformedLine("csv", 'a,b\n1,x"y"\n', size)).line).toBe(2);
+    }
+  });
+
+  it("refuses a row longer than a row may be, and a UTF-16 file", async () => {
+    expect(await malformedLine("csv", `a\n1\n${"x".repeat(70_000)}\n`)).toMatchObject({
+      line: 3,
+      message: expect.stringContaining("longer"),
+    });
+    const utf16 = new Uint8Array([0xff, 0xfe, 0x61, 0x00]);
+    expect(await scan("csv", utf16, 1)).toMatchObject({ code: "malformed_upload", message: expect.stringContaining("UTF-16") });
+  });
+});
+
+describe("UploadScan: NDJSON", () => {
+  it("counts rows and bytes, gathers every field name in the order first seen, indexes rows", async () => {
+    const text = '\ufeff{"a":1}\n\n{"b":"é","a":2}\r\n  \n{"c":null}';
+    for (const size of [1, 5, 1000]) {
+      expect(await scan("ndjson", text, size)).toEqual({
+        format: "ndjson",
+        columns: ["a", "b", "c"],
+        rows: 3,
+        bytes: encode(text).length,
+        every: 2,
+        positions: [
+          { offset: 0, line: 1 },
+          { offset: 30, line: 4 },
+        ],
+      });
+    }
+  });
+
+  it("refuses a line that is not JSON, not an object, not UTF-8, too deep or too long, naming it", async () => {
+    expect(await malformedLine("ndjson", '{"a":1}\n\n{"a":\n')).toMatchObject({
+      line: 3,
+      message: expect.stringContaining("not valid JSON"),
+    });
+    expect(await malformedLine("ndjson", '{"a":1}\n[1,2]\n')).toEqual({
+      line: 2,
+      message: "line 2: each line must be a JSON object; this one is an array",
+    });
+    expect(await malformedLine("ndjson", "42")).toMatchObject({ line: 1, message: expect.stringContaining("a number") });
+    expect(await malformedLine("ndjson", '{"a":1}\nnull\n')).toMatchObject({ line: 2 });
+    const invalidUtf8 = new Uint8Array([...encode('{"a":1}\n{"a":"'), 0xc3, 0x28, ...encode('"}\n')]);
+    expect(await scan("ndjson", invalidUtf8)).toMatchObject({ line: 2, message: expect.stringContaining("UTF-8") });
+    expect(await malformedLine("ndjson", `{"a":${"[".repeat(40)}${"]".repeat(40)}}`)).toMatchObject({ line: 1 });
+    for (const size of [1000, 100_000]) {
+      expect(await malformedLine("ndjson", `{}\n{"a":"${"x".repeat(70_000)}"}\n`, size)).toMatchObject({
+        line: 2,
+        message: expect.stringContaining("longer"),
+      });
+    }
+  });
+
+  it("refuses a file without rows", async () => {
+    for (const text of ["", "\n \n"])
+      expect(await malformedLine("ndjson", text)).toMatchObject({ line: 1, message: expect.stringContaining("no rows") });
+  });
+});

@@ -1,0 +1,127 @@
+/**
+ * One pass over an uploaded file as it streams in: checks that it is what
+ * its format says, counts its rows and bytes, and builds its index. Holds the
+ * columns and the index, never the rows.
+ */
+import { MalformedUploadError, UploadTooLargeError } from "./errors";
+import { CsvScanner } from "./csv-scanner";
+import { INDEX_EVERY_ROWS, MAX_COLUMNS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
+import { NdjsonScanner } from "./ndjson-scanner";
+import type { FilePosition, RowPlace, RowScanner } from "./scanning";
+import type { UploadIndex } from "./upload-index";
+
+export class UploadScan {
+  #format: UploadFormat;
+  #every: number;
+  #scanner: RowScanner;
+  #columns: string[] | null = null;
+  #headerLine = 0;
+  /** NDJSON: every field name seen so far. */
+  #seenColumns = new Set<string>();
+  #rows = 0;
+  #bytes = 0;
+  #positions: FilePosition[] = [];
+  /** The first bytes, until there are enough to tell a UTF-16 file. */
+  #head: number[] = [];
+
+  /** `every`: rows between two indexed positions (tests use small ones). */
+  constructor(options: { format: UploadFormat; every?: number }) {
+    const { format, every = INDEX_EVERY_ROWS } = options;
+    this.#format = format;
+    this.#every = every;
+    this.#scanner =
+      format === "csv"
+        ? new CsvScanner({ onRow: (fields, place) => this.#csvRow(fields, place) })
+        : new NdjsonScanner({ onRow: (row, place) => this.#ndjsonRow(row, place) });
+  }
+
+  /** The file's next bytes; rejects with a `MalformedUploadError` or `UploadTooLargeError` as soon as one is found. */
+  async write(bytes: Uint8Array): Promise<void> {
+    if (this.#head.length < 2) this.#refuseUtf16(bytes);
+    this.#bytes += bytes.length;
+    await this.#scanner.write(bytes);
+  }
+
+  /** The file ended: its index, or the error that makes it unusable. */
+  async finish(): Promise<UploadIndex> {
+    await this.#scanner.close();
+    if (this.#format === "csv" && this.#columns === null) {
+      throw new MalformedUploadError(1, "the file is empty: a CSV upload starts with a header line naming its columns");
+    }
+    if (this.#format === "ndjson" && this.#rows === 0) {
+      throw new MalformedUploadError(1, "the file has no rows: an NDJSON upload holds one JSON object per line");
+    }
+    return {
+      format: this.#format,
+      columns: this.#columns ?? [...this.#seenColumns],
+      rows: this.#rows,
+      bytes: this.#bytes,
+      every: this.#every,
+      positions: this.#positions,
+    };
+  }
+
+  #refuseUtf16(bytes: Uint8Array): void {
+    for (const byte of bytes.subarray(0, 2 - this.#head.length)) this.#head.push(byte);
+    const [first, second] = this.#head;
+    if ((first === 0xff && second === 0xfe) || (first === 0xfe && second === 0xff)) {
+      throw new MalformedUploadError(1, "the file is UTF-16 (it starts with a UTF-16 byte-order mark); save it as UTF-8");
+    }
+  }
+
+  #csvRow(fields: string[], place: RowPlace): void {
+    if (this.#columns === null) {
+      this.#header(fields, place.line);
+      return;
+    }
+    if (fields.length !== this.#columns.length) {
+      throw new MalformedUploadError(
+        place.line,
+        `this row has ${fields.length} field${fields.length === 1 ? "" : "s"}, the header (line ${this.#headerLine}) has ${this.#columns.length} columns`,
+      );
+    }
+    this.#row(place);
+  }
+
+  #header(fields: string[], line: number): void {
+    if (fields.length > MAX_COLUMNS)
+      throw new MalformedUploadError(line, `the header has ${fields.length} columns, at most ${MAX_COLUMNS} are allowed`);
+    const seen = new Set<string>();
+    fields.forEach((column, i) => {
+      // A column named twice would make each row keep only its last cell.
+      if (seen.has(column)) {
+        throw new MalformedUploadError(
+          line,
+          `the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`,
+        );
+      }
+      seen.add(column);
+    });
+    this.#columns = fields;
+    this.#headerLine = line;
+  }
+
+  #ndjsonRow(row: Record<string, unknown>, place: RowPlace): void {
+    for (const key of Object.keys(row)) {
+      if (this.#seenColumns.has(key)) continue;
+      if (this.#seenColumns.size >= MAX_COLUMNS) {
+        throw new MalformedUploadError(
+          place.line,
+          `this row brings the file past ${MAX_COLUMNS} distinct field names, the most an upload may have`,
+        );
+      }
+      this.#seenColumns.add(key);
+    }
+    this.#row(place);
+  }
+
+  #row(place: RowPlace): void {
+    if (this.#rows >= MAX_UPLOAD_ROWS) {
+      throw new UploadTooLargeError(`the file has more than ${MAX_UPLOAD_ROWS} rows (line ${place.line}), the most one upload may hold`, {
+        maxRows: MAX_UPLOAD_ROWS,
+      });
+    }
+    if (this.#rows % this.#every === 0) this.#positions.push(place.resumeAt);
+    this.#rows++;
+  }
+}

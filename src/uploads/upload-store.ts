@@ -1,0 +1,144 @@
+/**
+ * One org's uploads in the R2 bucket. Every object of an upload lives under
+ * `<org>/<uploadId>/`, so another org's id finds nothing:
+ *
+ * - `data`: the file, byte for byte as it was sent;
+ * - `index`: its index (src/uploads/upload-index.ts), for range reads;
+ * - `upload`: its record (format, rows, bytes, columns, when). Written last:
+ *   an upload without it is not ready, whatever else exists;
+ * - `multipart` and `parts/<n>`: a multipart upload while it receives parts
+ *   (R2's multipart id; each part's etag and size, which R2's binding cannot
+ *   list). Deleted once the upload is complete.
+ */
+import { z } from "zod";
+import type { ReceivedPart } from "./parts";
+import { indexFromJson, indexToJson, type UploadIndex } from "./upload-index";
+
+/** `upload`: a ready upload. */
+const UploadRecord = z.object({
+  uploadId: z.string(),
+  format: z.enum(["csv", "ndjson"]),
+  rows: z.number().int().min(0),
+  bytes: z.number().int().min(0),
+  columns: z.array(z.string()),
+  createdAt: z.number().int(),
+});
+export type UploadRecord = z.infer<typeof UploadRecord>;
+
+/** `multipart`: a multipart upload receiving parts. */
+const MultipartRecord = z.object({
+  uploadId: z.string(),
+  format: z.enum(["csv", "ndjson"]),
+  r2UploadId: z.string(),
+  createdAt: z.number().int(),
+});
+export type MultipartRecord = z.infer<typeof MultipartRecord>;
+
+const PartMarker = z.object({ etag: z.string().min(1), bytes: z.coerce.number().int().min(0) });
+
+/** The most keys one R2 `delete` takes. */
+const DELETE_BATCH = 1000;
+
+export class UploadStore {
+  readonly bucket: R2Bucket;
+  #prefix: string;
+
+  constructor(options: { bucket: R2Bucket; org: string }) {
+    this.bucket = options.bucket;
+    this.#prefix = `${encodeURIComponent(options.org)}/`;
+  }
+
+  /** The key of the file's bytes. */
+  dataKey(uploadId: string): string {
+    return this.#key(uploadId, "data");
+  }
+
+  async readRecord(uploadId: string): Promise<UploadRecord | null> {
+    const text = await this.#text(this.#key(uploadId, "upload"));
+    return text === null ? null : UploadRecord.parse(JSON.parse(text));
+  }
+
+  async readMultipart(uploadId: string): Promise<MultipartRecord | null> {
+    const text = await this.#text(this.#key(uploadId, "multipart"));
+    return text === null ? null : MultipartRecord.parse(JSON.parse(text));
+  }
+
+  async readIndex(uploadId: string): Promise<UploadIndex | null> {
+    const text = await this.#text(this.#key(uploadId, "index"));
+    return text === null ? null : indexFromJson(text);
+  }
+
+  async writeMultipart(record: MultipartRecord): Promise<void> {
+    await this.#putJson(this.#key(record.uploadId, "multipart"), JSON.stringify(record));
+  }
+
+  /** Makes the upload ready: its index first, then the record that says it is ready. */
+  async commit(record: UploadRecord, index: UploadIndex): Promise<void> {
+    await this.#putJson(this.#key(record.uploadId, "index"), indexToJson(index));
+    await this.#putJson(this.#key(record.uploadId, "upload"), JSON.stringify(record));
+  }
+
+  async markPart(uploadId: string, part: ReceivedPart): Promise<void> {
+    await this.bucket.put(this.#key(uploadId, `parts/${part.part}`), "", {
+      customMetadata: { etag: part.etag, bytes: String(part.bytes) },
+    });
+  }
+
+  /** The parts received so far, by part number. */
+  async listParts(uploadId: string): Promise<ReceivedPart[]> {
+    const prefix = this.#key(uploadId, "parts/");
+    const parts: ReceivedPart[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await this.bucket.list({ prefix, cursor, include: ["customMetadata"] });
+      for (const object of page.objects) {
+        const marker = PartMarker.parse(object.customMetadata ?? {});
+        parts.push({ part: Number(object.key.slice(prefix.length)), ...marker });
+      }
+      cursor = page.truncated ? page.cursor : undefined;
+    } while (cursor !== undefined);
+    return parts.sort((a, b) => a.part - b.part);
+  }
+
+  /** Deletes the multipart record and the part markers of a completed upload (its data stays). */
+  async forgetParts(uploadId: string): Promise<void> {
+    await this.#deleteUnder(this.#key(uploadId, "parts/"));
+    await this.bucket.delete(this.#key(uploadId, "multipart"));
+  }
+
+  /** Deletes every object of the upload: nothing of it remains, ready or not. */
+  async discard(uploadId: string): Promise<void> {
+    await this.#deleteUnder(this.#key(uploadId, ""));
+  }
+
+  /** The file's bytes `[offset, offset + length)`, streamed. */
+  async readData(uploadId: string, range: { offset: number; length: number }): Promise<ReadableStream<Uint8Array>> {
+    if (range.length === 0) return new Response(new Uint8Array(0)).body!;
+    const object = await this.bucket.get(this.dataKey(uploadId), { range });
+    if (!object) throw new Error(`upload ${uploadId} has no data object`);
+    return object.body;
+  }
+
+  #key(uploadId: string, name: string): string {
+    return `${this.#prefix}${uploadId}/${name}`;
+  }
+
+  async #text(key: string): Promise<string | null> {
+    const object = await this.bucket.get(key);
+    return object === null ? null : object.text();
+  }
+
+  async #putJson(key: string, json: string): Promise<void> {
+    await this.bucket.put(key, json, { httpMetadata: { contentType: "application/json" } });
+  }
+
+  async #deleteUnder(prefix: string): Promise<void> {
+    // Listed again from the start after each delete: what was deleted is gone, so no cursor is needed.
+    for (;;) {
+      const page = await this.bucket.list({ prefix, limit: DELETE_BATCH });
+      if (page.objects.length === 0) return;
+      await this.bucket.delete(page.objects.map((o) => o.key));
+      if (!page.truncated) return;
+    }
+  }
+}

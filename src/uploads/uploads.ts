@@ -1,0 +1,175 @@
+/**
+ * One org's uploads (docs/api.md "Large inputs: uploads"): receive a file in
+ * one request or in parts, check and index it, describe it, open it for
+ * range reads. An upload is ready only once its record is written, after
+ * its bytes and its index; a file that fails its check is deleted, so no
+ * half-stored upload is ever visible.
+ */
+import type { MultipartUploadStarted, ReadyUpload, UploadPartReceived, UploadView } from "../api/contract";
+import { NotFoundError, TroupeError } from "../core/errors";
+import { ingest } from "./ingest";
+import { MAX_PARTS, MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "./limits";
+import { checkParts } from "./parts";
+import type { ByteSource } from "./range-reader";
+import type { UploadIndex } from "./upload-index";
+import { UploadScan } from "./upload-scan";
+import { type MultipartRecord, type UploadRecord, UploadStore } from "./upload-store";
+
+const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
+
+/** A ready upload's index and bytes: what `readRows` reads from. */
+export interface OpenUpload {
+  index: UploadIndex;
+  source: ByteSource;
+}
+
+export class Uploads {
+  #store: UploadStore;
+  #now: () => number;
+
+  constructor(options: { bucket: R2Bucket; org: string; now?: () => number }) {
+    this.#store = new UploadStore(options);
+    this.#now = options.now ?? Date.now;
+  }
+
+  /**
+   * A whole file in one request body, streamed into R2 as it is checked.
+   * `declaredBytes` is the request's `Content-Length`, or null when it was
+   * sent without one (then it is stored in parts as it arrives).
+   */
+  async receive(body: ReadableStream<Uint8Array>, options: { format: UploadFormat; declaredBytes: number | null }): Promise<ReadyUpload> {
+    const uploadId = newUploadId();
+    const createdAt = this.#now();
+    return this.#landing(uploadId, async () => {
+      const index = await ingest({
+        bucket: this.#store.bucket,
+        key: this.#store.dataKey(uploadId),
+        body,
+        declaredBytes: options.declaredBytes,
+        maxBytes: MAX_REQUEST_UPLOAD_BYTES,
+        scan: new UploadScan({ format: options.format }),
+      });
+      return { createdAt, index };
+    });
+  }
+
+  /** Starts a multipart upload of a file in `format`: its parts come next, then `complete`. */
+  async startMultipart(format: UploadFormat): Promise<MultipartUploadStarted> {
+    const uploadId = newUploadId();
+    const upload = await this.#store.bucket.createMultipartUpload(this.#store.dataKey(uploadId));
+    await this.#store.writeMultipart({ uploadId, format, r2UploadId: upload.uploadId, createdAt: this.#now() });
+    return { uploadId };
+  }
+
+  /**
+   * Part `part` of a multipart upload, `bytes` long (a part is sent with its
+   * length). Sending a part again replaces it. Sizes are checked at `complete`,
+   * when it is known which part is the last.
+   */
+  async receivePart(uploadId: string, part: number, body: ReadableStream<Uint8Array>, bytes: number): Promise<UploadPartReceived> {
+    if (!Number.isInteger(part) || part < 1 || part > MAX_PARTS) {
+      throw new TroupeError("invalid_part_number", `part numbers run from 1 to ${MAX_PARTS}; got ${part}`, { status: 400 });
+    }
+    if (bytes === 0)
+      throw new TroupeError("upload_part_empty", `part ${part} is empty; every part holds at least one byte`, { status: 400 });
+    const multipart = await this.#receiving(uploadId);
+    const upload = this.#store.bucket.resumeMultipartUpload(this.#store.dataKey(uploadId), multipart.r2UploadId);
+    const { etag } = await upload.uploadPart(part, body);
+    await this.#store.markPart(uploadId, { part, etag, bytes });
+    return { part, bytes };
+  }
+
+  /**
+   * Joins the parts (1 to n, every one but the last the same size and at
+   * least 5 MiB, the last no larger: `checkParts`), then checks and indexes the file. A
+   * malformed file is deleted with its parts; the upload is then gone. Once
+   * complete, completing again answers the same.
+   */
+  async complete(uploadId: string): Promise<ReadyUpload> {
+    const ready = await this.#readyRecord(uploadId);
+    if (ready) return viewOf(ready);
+    const multipart = await this.#receiving(uploadId);
+    const parts = await this.#store.listParts(uploadId);
+    checkParts(parts);
+    const dataKey = this.#store.dataKey(uploadId);
+    const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
+    await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag })));
+    const view = await this.#landing(uploadId, async () => {
+      const object = await this.#store.bucket.get(dataKey);
+      if (!object) throw new Error(`the completed upload ${uploadId} has no data object`);
+      const scan = new UploadScan({ format: multipart.format });
+      for await (const chunk of object.body) await scan.write(chunk);
+      return { createdAt: multipart.createdAt, index: await scan.finish() };
+    });
+    await this.#store.forgetParts(uploadId);
+    return view;
+  }
+
+  /** `GET /v1/uploads/<id>`: a ready upload, one receiving parts, or null (no such upload in this org). */
+  async describe(uploadId: string): Promise<UploadView | null> {
+    const ready = await this.#readyRecord(uploadId);
+    if (ready) return viewOf(ready);
+    const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
+    if (!multipart) return null;
+    return { uploadId, status: "receiving", format: multipart.format, createdAt: new Date(multipart.createdAt).toISOString() };
+  }
+
+  /** A ready upload's index and bytes, for `readRows`; null when there is no such ready upload in this org. */
+  async open(uploadId: string): Promise<OpenUpload | null> {
+    if (!(await this.#readyRecord(uploadId))) return null;
+    const index = await this.#store.readIndex(uploadId);
+    if (!index) throw new Error(`upload ${uploadId} is ready but has no index`);
+    return { index, source: { read: (range) => this.#store.readData(uploadId, range) } };
+  }
+
+  /** Stores a checked file's index and record; on any failure on the way, deletes all of the upload. */
+  async #landing(uploadId: string, land: () => Promise<{ createdAt: number; index: UploadIndex }>): Promise<ReadyUpload> {
+    try {
+      const { createdAt, index } = await land();
+      const record: UploadRecord = {
+        uploadId,
+        format: index.format,
+        rows: index.rows,
+        bytes: index.bytes,
+        columns: index.columns,
+        createdAt,
+      };
+      await this.#store.commit(record, index);
+      return viewOf(record);
+    } catch (error) {
+      await this.#store.discard(uploadId);
+      throw error;
+    }
+  }
+
+  async #readyRecord(uploadId: string): Promise<UploadRecord | null> {
+    return UPLOAD_ID.test(uploadId) ? this.#store.readRecord(uploadId) : null;
+  }
+
+  /** The multipart record of an upload still receiving parts, or the reason it is not one. */
+  async #receiving(uploadId: string): Promise<MultipartRecord> {
+    const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
+    if (multipart) return multipart;
+    if (await this.#readyRecord(uploadId)) {
+      throw new TroupeError("upload_complete", `upload ${uploadId} is complete and takes no more parts; start a new upload`, {
+        status: 409,
+      });
+    }
+    throw uploadNotFound(uploadId);
+  }
+}
+
+export function uploadNotFound(uploadId: string): NotFoundError {
+  return new NotFoundError("upload_not_found", `no upload ${JSON.stringify(uploadId)} in this org`);
+}
+
+/** An id no one can guess: 128 random bits. */
+function newUploadId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return `up_${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
+
+function viewOf(record: UploadRecord): ReadyUpload {
+  const { uploadId, rows, bytes, columns, format, createdAt } = record;
+  return { uploadId, rows, bytes, columns, format, status: "ready", createdAt: new Date(createdAt).toISOString() };
+}
