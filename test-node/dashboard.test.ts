@@ -73,11 +73,12 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     // The dashboard as the source is now, also when this file is run on its own.
     await buildDashboard();
     server = await startServer({ port: PORT, stateDir: state });
-    // Slow provider calls, so a run of a few hundred rows is watched while it runs.
+    // Slow provider calls, so a run of a few hundred rows is watched while it runs: with the platform's six
+    // requests in flight per coordinator (PLATFORM_LIMITS=emulate), 500 rows take seconds even at 50 ms.
     const res = await fetch(`${BASE}/v1/sim/config`, {
       method: "PUT",
       headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" },
-      body: JSON.stringify({ latencyMs: 200 }),
+      body: JSON.stringify({ latencyMs: 50 }),
     });
     expect(res.status).toBe(200);
     context = await chromium.launchPersistentContext(profile, {

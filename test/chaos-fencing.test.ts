@@ -101,7 +101,8 @@ describe("heartbeats", () => {
   it("keep a slow attempt's leases alive: another run over the same rows waits for them and executes none", async () => {
     await simReset();
     await setSim({ latencyMs: 2500 });
-    const rows = callRows("Beat", 40);
+    // 8 finds and one batch of 8 verifies: two turns of the coordinator's six requests in flight, 5 s of slow calls.
+    const rows = callRows("Beat", 16);
     // Leases of 1 s would lapse twice over during one 2.5 s call; the heartbeat renews them every 100 ms, so only
     // a beat held up for 900 ms (ten missed in a row) could lose them: a margin that a loaded test machine keeps.
     const owner = await startRun(

@@ -3,7 +3,18 @@ import { evictDurableObject } from "cloudflare:test";
 import { Hono } from "hono";
 import { beforeEach, describe, expect, it } from "vitest";
 import { TroupeError } from "../src/core/errors";
-import { callSim, callSimBatch, simConfig, simResult, simStats, simStub, updateSimConfig, resetSim } from "../src/sim/client";
+import { withOutbound } from "../src/core/outbound";
+import {
+  callSim,
+  callSimBatch,
+  SIM_CALLER_HEADER,
+  simConfig,
+  simResult,
+  simStats,
+  simStub,
+  updateSimConfig,
+  resetSim,
+} from "../src/sim/client";
 import { simRoutes } from "../src/http/sim";
 
 // One global simulator per test file: every test resets it and restores the default config.
@@ -273,6 +284,8 @@ describe("durability", () => {
     await find("!flaky Cy", "example.com", "rs-flaky");
     await find("!flaky Cy", "example.com", "rs-flaky");
     await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "rs-b", input: { email: "a@b.c" } }] });
+    await withOutbound({ caller: "Test:reset", gate: null }, () => find("Ada Lovelace", "example.com", "rs-2"));
+    expect(await simStats(env)).toMatchObject({ maxInFlight: 1, maxInFlightByCaller: { "Test:reset": 1 } });
 
     const zeroed = await resetSim(env);
     expect(zeroed).toEqual({
@@ -282,6 +295,8 @@ describe("durability", () => {
       batchCalls: 0,
       rateLimited: 0,
       maxObservedPerSecond: 0,
+      maxInFlight: 0,
+      maxInFlightByCaller: {},
       byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } },
     });
     expect(await simStats(env)).toEqual(zeroed);
@@ -290,6 +305,35 @@ describe("durability", () => {
     expect((await find("Ada Lovelace", "example.com", "rs-1")).status).toBe(200);
     expect((await find("!flaky Cy", "example.com", "rs-flaky")).status).toBe(503);
     expect(await simStats(env)).toMatchObject({ calls: 2, billed: 1, duplicates: 0 });
+  });
+});
+
+describe("requests in flight", () => {
+  it("records the peak being answered at once, overall and per X-Sim-Caller, keeping it across eviction", async () => {
+    await updateSimConfig(env, { latencyMs: 300 });
+    const send = async (caller: string | null, i: number) => {
+      const response = await simStub(env).fetch("https://sim/call", {
+        method: "POST",
+        headers: { "Idempotency-Key": `if-${caller}-${i}`, ...(caller === null ? {} : { [SIM_CALLER_HEADER]: caller }) },
+        body: JSON.stringify({ tool: "sim_find_email", input: { name: `Ada ${i}`, domain: "example.com" } }),
+      });
+      await response.json();
+      return response;
+    };
+    const answers = await Promise.all([
+      ...[0, 1, 2].map((i) => send("RunCoordinator:peaks-a", i)),
+      send("RunCoordinator:peaks-b", 0),
+      ...[0, 1].map((i) => send(null, i)),
+    ]);
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200, 200]);
+    const peaks = { maxInFlight: 6, maxInFlightByCaller: { "RunCoordinator:peaks-a": 3, "RunCoordinator:peaks-b": 1 } };
+    expect((await simStats(env)).maxInFlightByCaller).toEqual(peaks.maxInFlightByCaller);
+    expect(await simStats(env)).toMatchObject(peaks);
+    // Requests one after the other never raise a peak.
+    await send("RunCoordinator:peaks-b", 1);
+    await send("RunCoordinator:peaks-b", 2);
+    await evictDurableObject(simStub(env));
+    expect(await simStats(env)).toMatchObject({ calls: 8, ...peaks });
   });
 });
 

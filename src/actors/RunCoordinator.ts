@@ -5,6 +5,8 @@ import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays"
 import { policyFor } from "../core/policy";
 import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
+import { withOutbound, type Outbound, type OutboundGate } from "../core/outbound";
+import { outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
@@ -78,9 +80,12 @@ export class RunCoordinator extends Server<Env> {
   #waiters = new ChildWaiters();
   /** What each alarm invocation is given of this object. */
   #host: RunHost;
+  /** This object's outbound requests (provider calls, fetches): six in flight at most under `PLATFORM_LIMITS=emulate`. */
+  #outboundGate: OutboundGate | null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
+    this.#outboundGate = outboundGateFor(env);
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
@@ -273,7 +278,7 @@ export class RunCoordinator extends Server<Env> {
     this.#invocation = invocation;
     let next: number | null = null;
     try {
-      next = await this.#invoke(invocation.controller.signal);
+      next = await withOutbound(this.#outbound(), () => this.#invoke(invocation.controller.signal));
     } finally {
       // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
       this.#invocation = null;
@@ -286,7 +291,7 @@ export class RunCoordinator extends Server<Env> {
   /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
   async #invoke(signal: AbortSignal): Promise<number | null> {
     const wasTerminal = isTerminal(this.#store.run()?.status ?? "queued");
-    const meter = new SubrequestMeter();
+    const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
     let next: number | null;
@@ -321,6 +326,11 @@ export class RunCoordinator extends Server<Env> {
     // A report that could not be made is made by a later alarm, even once the run has ended.
     if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
     return next;
+  }
+
+  /** Who this object's outbound requests come from (`RunCoordinator:<runId>`), and the gate they pass. */
+  #outbound(): Outbound {
+    return { caller: `RunCoordinator:${this.#store.run()?.runId ?? this.ctx.id.toString()}`, gate: this.#outboundGate };
   }
 
   /** Aborts this object (test faults only): every invocation in flight dies, and the object restarts from storage. */

@@ -39,7 +39,7 @@ uploadRoutes.put("/uploads/:uploadId/parts/:part", async (c) => {
   const partParam = c.req.param("part");
   if (!PART_NUMBER.test(partParam)) {
     throw new TroupeError("invalid_part_number", `part numbers are whole numbers from 1 to 10000; got ${JSON.stringify(partParam)}`, {
-      status: 400,
+      httpStatus: 400,
     });
   }
   const bytes = declaredBytesOf(c.req.raw);
@@ -48,7 +48,7 @@ uploadRoutes.put("/uploads/:uploadId/parts/:part", async (c) => {
       "length_required",
       "send each part with its Content-Length (a part's size is checked when the upload completes)",
       {
-        status: 411,
+        httpStatus: 411,
       },
     );
   }
@@ -86,7 +86,7 @@ function formatOf(contentType: string | undefined): UploadFormat {
     format
       ? `uploads are UTF-8; got charset ${charset}: save the file as UTF-8`
       : `send a CSV file as Content-Type: text/csv (a header line, then rows) or NDJSON as Content-Type: application/x-ndjson (one JSON object per line); got ${contentType ? JSON.stringify(contentType) : "no Content-Type"}`,
-    { status: 400 },
+    { httpStatus: 400 },
   );
 }
 

@@ -5,12 +5,19 @@
  * except 429, 429/503 transient. Every reply keeps its headers: a 429's
  * `Retry-After`, and under a rate limit its state (see `rateLimitHeaders` in
  * the config), which the tools hand to pacing.
+ *
+ * The simulator stands for a provider's remote HTTP API: a call, a batch or a
+ * result lookup is an outbound request of the calling object (`sendOutbound`),
+ * which takes a slot of its gate under `PLATFORM_LIMITS=emulate` and names it
+ * in {@link SIM_CALLER_HEADER}.
  */
 import { TroupeError } from "../core/errors";
-import type { BatchMember, SimConfig, SimConfigPatch } from "./protocol";
+import { sendOutbound } from "../core/outbound";
+import { SIM_CALLER_HEADER, type BatchMember, type SimConfig, type SimConfigPatch } from "./protocol";
 import { SimConfig as SimConfigSchema, SimStats as SimStatsSchema, type SimStats } from "./protocol";
 
 export type { SimStats, SimConfig, SimConfigPatch, BatchMember, BatchMemberResult } from "./protocol";
+export { SIM_CALLER_HEADER } from "./protocol";
 
 /** The name of the one simulator instance. */
 export const SIM_OBJECT_NAME = "sim";
@@ -42,7 +49,7 @@ export async function callSim(
   env: SimEnv,
   req: { tool: string; input: unknown; idempotencyKey: string; signal?: AbortSignal },
 ): Promise<SimReply> {
-  const response = await simStub(env).fetch("https://sim/call", {
+  const response = await providerRequest(env, "https://sim/call", {
     method: "POST",
     headers: { "content-type": "application/json", "Idempotency-Key": req.idempotencyKey },
     body: JSON.stringify({ tool: req.tool, input: req.input }),
@@ -57,7 +64,7 @@ export async function callSim(
  * `{ status, error }` per member, in member order.
  */
 export async function callSimBatch(env: SimEnv, req: { tool: string; members: BatchMember[]; signal?: AbortSignal }): Promise<SimReply> {
-  const response = await simStub(env).fetch("https://sim/batch", {
+  const response = await providerRequest(env, "https://sim/batch", {
     method: "POST",
     headers: { "content-type": "application/json" },
     body: JSON.stringify({ tool: req.tool, members: req.members }),
@@ -76,7 +83,7 @@ export async function simResult(
   idempotencyKey: string,
   signal?: AbortSignal,
 ): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
-  const response = await simStub(env).fetch(`https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal });
+  const response = await providerRequest(env, `https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal });
   return (await expectOk(response)) as { found: true; output: unknown } | { found: false; inFlight: boolean };
 }
 
@@ -106,6 +113,18 @@ export async function updateSimConfig(env: SimEnv, patch: SimConfigPatch): Promi
 /** Zeroes the counters and forgets billed keys; returns the zeroed stats. */
 export async function resetSim(env: SimEnv): Promise<SimStats> {
   return SimStatsSchema.parse(await expectOk(await simStub(env).fetch("https://sim/reset", { method: "POST" })));
+}
+
+/**
+ * One request to the provider API, as an outbound request of the calling
+ * object: it resolves when the answer's headers arrive, which frees the slot
+ * (the body is read after).
+ */
+function providerRequest(env: SimEnv, url: string, init: RequestInit & { headers?: Record<string, string> }): Promise<Response> {
+  return sendOutbound(
+    (caller) => simStub(env).fetch(url, caller === null ? init : { ...init, headers: { ...init.headers, [SIM_CALLER_HEADER]: caller } }),
+    init.signal ?? undefined,
+  );
 }
 
 async function toReply(response: Response): Promise<SimReply> {

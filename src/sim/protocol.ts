@@ -6,6 +6,13 @@
 import { z } from "zod";
 import { describeIssues, issuesOf, ValidationError } from "../core/errors";
 
+/**
+ * Names the object that sent a provider request, as `<Class>:<name>`
+ * (`RunCoordinator:<runId>`): the simulator records peaks of requests in
+ * flight per caller under it. Absent on requests made outside an object.
+ */
+export const SIM_CALLER_HEADER = "X-Sim-Caller";
+
 /** Body of `POST https://sim/call` (the key travels in the `Idempotency-Key` header). */
 export const CallBody = z.object({ tool: z.string().min(1), input: z.unknown() });
 export type CallBody = z.infer<typeof CallBody>;
@@ -61,7 +68,9 @@ export type ToolStats = z.infer<typeof ToolStats>;
  * - `duplicates`: successes whose key had already been billed (exactly-once keeps this at 0);
  * - `byTool`: `calls` and `billed` per known tool;
  * - `batchCalls`: batch requests; `rateLimited`: `429` answers;
- * - `maxObservedPerSecond`: the most requests (admitted or not) received in any one-second window.
+ * - `maxObservedPerSecond`: the most requests (admitted or not) received in any one-second window;
+ * - `maxInFlight`: the most provider requests (calls, batches and result lookups) being answered at once;
+ * - `maxInFlightByCaller`: the same peak per caller ({@link SIM_CALLER_HEADER}), `{ "<caller>": peak }`.
  */
 export const SimStats = z.object({
   calls: z.number(),
@@ -71,6 +80,8 @@ export const SimStats = z.object({
   batchCalls: z.number(),
   rateLimited: z.number(),
   maxObservedPerSecond: z.number(),
+  maxInFlight: z.number(),
+  maxInFlightByCaller: z.record(z.string(), z.number()),
 });
 export type SimStats = z.infer<typeof SimStats>;
 

@@ -13,12 +13,23 @@
  * Every request to `/call` and `/batch` is counted, then rate-limited (its
  * answer stating the limit in the configured header style), then validated,
  * then delayed by `latencyMs`, then settled by the store in one synchronous
- * step.
+ * step. While a request to `/call`, `/batch` or `/result` is being answered it
+ * is in flight: the store keeps the peak, overall and per caller (the
+ * `X-Sim-Caller` header), which is how tests see an object's outbound gate.
  */
-import { Hono, type Context } from "hono";
+import { Hono, type Context, type MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { TroupeError, ValidationError } from "../core/errors";
-import { BatchBody, CallBody, parse, readJson, SimConfigPatch, type BatchMemberResult, type SimErrorBody } from "./protocol";
+import {
+  BatchBody,
+  CallBody,
+  parse,
+  readJson,
+  SIM_CALLER_HEADER,
+  SimConfigPatch,
+  type BatchMemberResult,
+  type SimErrorBody,
+} from "./protocol";
 import { limitHeaders } from "./limit-headers";
 import { ArrivalWindow, SlidingWindowLimiter } from "./rate-limiter";
 import type { SimStore } from "./sim-store";
@@ -42,7 +53,29 @@ export function createSimApp(options: SimAppOptions): Hono {
   const arrivals = new ArrivalWindow();
   /** Keys of requests admitted and not yet settled, until when they may still settle (memory only: they die with the object). */
   const inFlight = new Map<string, number>();
+  /** Provider requests being answered now, overall and per caller (memory only: they die with the object). */
+  const answering = { total: 0, byCaller: new Map<string, number>() };
   const app = new Hono();
+
+  /** Marks a provider request in flight until it is answered, raising the stored peaks. */
+  const tracked: MiddlewareHandler = async (c, next) => {
+    const caller = c.req.header(SIM_CALLER_HEADER) ?? null;
+    const callerInFlight = caller === null ? 0 : (answering.byCaller.get(caller) ?? 0) + 1;
+    answering.total++;
+    if (caller !== null) answering.byCaller.set(caller, callerInFlight);
+    store.recordInFlight({ inFlight: answering.total, caller, callerInFlight });
+    try {
+      await next();
+    } finally {
+      answering.total--;
+      if (caller !== null) {
+        const left = answering.byCaller.get(caller)! - 1;
+        if (left > 0) answering.byCaller.set(caller, left);
+        else answering.byCaller.delete(caller);
+      }
+    }
+  };
+  for (const path of ["/call", "/batch", "/result"]) app.use(path, tracked);
 
   /** Runs `settle` with `keys` marked in flight until it returns. */
   const settling = async <T>(keys: string[], settle: () => Promise<T>): Promise<T> => {

@@ -40,6 +40,8 @@ export const SIM_MIGRATIONS: readonly string[] = [
    CREATE TABLE sim_flaky_seen (idempotency_key TEXT PRIMARY KEY);`,
   `ALTER TABLE sim_counters ADD COLUMN max_observed_per_second INTEGER NOT NULL DEFAULT 0;`,
   `ALTER TABLE sim_config ADD COLUMN rate_limit_headers TEXT NOT NULL DEFAULT 'retry-after';`,
+  `ALTER TABLE sim_counters ADD COLUMN max_in_flight INTEGER NOT NULL DEFAULT 0;
+   CREATE TABLE sim_caller_peaks (caller TEXT PRIMARY KEY, max_in_flight INTEGER NOT NULL);`,
 ];
 
 /** The outcome of one call or batch member after billing. */
@@ -55,8 +57,10 @@ type CountersRow = {
   batch_calls: number;
   rate_limited: number;
   max_observed_per_second: number;
+  max_in_flight: number;
 };
 type ToolCountersRow = { tool: string; calls: number; billed: number };
+type CallerPeakRow = { caller: string; max_in_flight: number };
 
 function rowToConfig(row: ConfigRow | undefined): SimConfig {
   if (!row) return { ...DEFAULT_SIM_CONFIG };
@@ -114,6 +118,17 @@ export class SimStore {
     this.#sql.write`UPDATE sim_counters SET max_observed_per_second = max(max_observed_per_second, ${observed}) WHERE id = 1`;
   }
 
+  /**
+   * Raises the peaks of requests in flight to what is in flight now: `inFlight`
+   * overall, and `callerInFlight` for `caller` (a request that named one).
+   */
+  recordInFlight(now: { inFlight: number; caller: string | null; callerInFlight: number }): void {
+    this.#sql.write`UPDATE sim_counters SET max_in_flight = max(max_in_flight, ${now.inFlight}) WHERE id = 1`;
+    if (now.caller === null) return;
+    this.#sql.write`INSERT INTO sim_caller_peaks (caller, max_in_flight) VALUES (${now.caller}, ${now.callerInFlight})
+      ON CONFLICT (caller) DO UPDATE SET max_in_flight = max(max_in_flight, excluded.max_in_flight)`;
+  }
+
   /** Counts one `429` answer. */
   recordRateLimited(): void {
     this.#sql.write`UPDATE sim_counters SET rate_limited = rate_limited + 1 WHERE id = 1`;
@@ -159,11 +174,16 @@ export class SimStore {
   /** Every counter, with every known tool listed in `byTool` (zeros included). */
   stats(): SimStats {
     const counters = this
-      .#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second FROM sim_counters WHERE id = 1`[0];
+      .#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second, max_in_flight
+        FROM sim_counters WHERE id = 1`[0];
     const byTool: SimStats["byTool"] = {};
     for (const tool of SIM_TOOLS) byTool[tool] = { calls: 0, billed: 0 };
     for (const row of this.#sql<ToolCountersRow>`SELECT tool, calls, billed FROM sim_tool_counters ORDER BY tool`) {
       byTool[row.tool] = { calls: row.calls, billed: row.billed };
+    }
+    const maxInFlightByCaller: SimStats["maxInFlightByCaller"] = {};
+    for (const row of this.#sql<CallerPeakRow>`SELECT caller, max_in_flight FROM sim_caller_peaks ORDER BY caller`) {
+      maxInFlightByCaller[row.caller] = row.max_in_flight;
     }
     return {
       calls: counters?.calls ?? 0,
@@ -173,6 +193,8 @@ export class SimStore {
       batchCalls: counters?.batch_calls ?? 0,
       rateLimited: counters?.rate_limited ?? 0,
       maxObservedPerSecond: counters?.max_observed_per_second ?? 0,
+      maxInFlight: counters?.max_in_flight ?? 0,
+      maxInFlightByCaller,
     };
   }
 
@@ -184,8 +206,10 @@ export class SimStore {
   reset(): void {
     this.#sql.write`UPDATE sim_config SET rate_limit_headers = ${DEFAULT_SIM_CONFIG.rateLimitHeaders} WHERE id = 1`;
     this.#sql
-      .write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0 WHERE id = 1`;
+      .write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0,
+        max_in_flight = 0 WHERE id = 1`;
     this.#sql.write`DELETE FROM sim_tool_counters`;
+    this.#sql.write`DELETE FROM sim_caller_peaks`;
     this.#sql.write`DELETE FROM sim_billed`;
     this.#sql.write`DELETE FROM sim_flaky_seen`;
   }

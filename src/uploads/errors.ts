@@ -9,7 +9,7 @@ import { TroupeError } from "../core/errors";
 export class MalformedUploadError extends TroupeError {
   readonly line: number;
   constructor(line: number, reason: string) {
-    super("malformed_upload", `line ${line}: ${reason}`, { status: 400, details: { line, reason } });
+    super("malformed_upload", `line ${line}: ${reason}`, { httpStatus: 400, details: { line, reason } });
     this.line = line;
   }
 }
@@ -17,6 +17,6 @@ export class MalformedUploadError extends TroupeError {
 /** The upload is over a size limit: HTTP 413 `upload_too_large`. */
 export class UploadTooLargeError extends TroupeError {
   constructor(message: string, details: Record<string, number>) {
-    super("upload_too_large", message, { status: 413, details });
+    super("upload_too_large", message, { httpStatus: 413, details });
   }
 }

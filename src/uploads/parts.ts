@@ -63,7 +63,7 @@ export function checkParts(parts: readonly ReceivedPart[]): void {
 }
 
 function refusal(code: string, message: string, details: Record<string, number>): TroupeError {
-  return new TroupeError(code, message, { status: 400, details });
+  return new TroupeError(code, message, { httpStatus: 400, details });
 }
 
 /** `1-3, 5`: part numbers as runs. */

@@ -68,10 +68,10 @@ export class Uploads {
    */
   async receivePart(uploadId: string, part: number, body: ReadableStream<Uint8Array>, bytes: number): Promise<UploadPartReceived> {
     if (!Number.isInteger(part) || part < 1 || part > MAX_PARTS) {
-      throw new TroupeError("invalid_part_number", `part numbers run from 1 to ${MAX_PARTS}; got ${part}`, { status: 400 });
+      throw new TroupeError("invalid_part_number", `part numbers run from 1 to ${MAX_PARTS}; got ${part}`, { httpStatus: 400 });
     }
     if (bytes === 0)
-      throw new TroupeError("upload_part_empty", `part ${part} is empty; every part holds at least one byte`, { status: 400 });
+      throw new TroupeError("upload_part_empty", `part ${part} is empty; every part holds at least one byte`, { httpStatus: 400 });
     const multipart = await this.#receiving(uploadId);
     const upload = this.#store.bucket.resumeMultipartUpload(this.#store.dataKey(uploadId), multipart.r2UploadId);
     const { etag } = await upload.uploadPart(part, body);
@@ -152,7 +152,7 @@ export class Uploads {
     if (multipart) return multipart;
     if (await this.#readyRecord(uploadId)) {
       throw new TroupeError("upload_complete", `upload ${uploadId} is complete and takes no more parts; start a new upload`, {
-        status: 409,
+        httpStatus: 409,
       });
     }
     throw uploadNotFound(uploadId);

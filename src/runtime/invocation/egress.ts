@@ -13,6 +13,7 @@
  * certainty lists its hosts in `EGRESS_ALLOWLIST`.
  */
 import { TroupeError } from "../../core/errors";
+import { sendOutbound } from "../../core/outbound";
 
 export class EgressError extends TroupeError {
   constructor(code: string, message: string) {
@@ -257,14 +258,11 @@ export async function safeFetch(raw: string, init: RequestInit = {}, policy: Egr
   const signal = AbortSignal.any([AbortSignal.timeout(policy.timeoutMs), ...(init.signal ? [init.signal] : [])]);
   try {
     for (let redirects = 0; ; redirects++) {
-      const response = await fetch(hop.url, {
-        ...init,
-        method: hop.method,
-        headers: hop.headers,
-        body: hop.body,
-        redirect: "manual",
+      // An outbound request of the object (each hop): under emulated platform limits it may wait for a slot.
+      const response = await sendOutbound(
+        () => fetch(hop.url, { ...init, method: hop.method, headers: hop.headers, body: hop.body, redirect: "manual", signal }),
         signal,
-      });
+      );
       const location = response.headers.get("Location");
       if (REDIRECT_STATUSES.has(response.status) && location !== null) {
         if (redirects >= policy.maxRedirects)

@@ -36,6 +36,7 @@ import type { RuntimePolicy } from "../../core/policy";
 import { receiptKey } from "./receipt-keys";
 import { planRows } from "../map/row-keys";
 import { SubrequestMeter } from "../../core/meter";
+import { subrequestCapFor } from "../../core/platform-limits";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
 
 /** What `POST /v1/runs/estimate` answers (API.md "Spend"). */
@@ -101,7 +102,8 @@ export async function estimateRun(o: EstimateOptions): Promise<Estimate> {
 
 class Estimator {
   #deps: EstimateOptions;
-  #meter = new SubrequestMeter();
+  /** The estimate runs in its request's invocation: under emulated platform limits, its subrequests are capped like any other. */
+  #meter: SubrequestMeter;
   #scopes: AuthScopes;
   #receipts: ReceiptClient;
   #rows = { total: 0, reusable: 0, toCompute: 0 };
@@ -117,6 +119,7 @@ class Estimator {
 
   constructor(options: EstimateOptions) {
     this.#deps = options;
+    this.#meter = new SubrequestMeter({ cap: subrequestCapFor(options.env) });
     this.#scopes = new AuthScopes({ env: options.env });
     this.#receipts = new ReceiptClient({
       env: options.env,

@@ -1,0 +1,33 @@
+import { describe, expect, it } from "vitest";
+import { SubrequestMeter } from "./meter";
+import { MAX_SUBREQUESTS_PER_INVOCATION, subrequestCapFor } from "./platform-limits";
+
+describe("SubrequestMeter", () => {
+  it("under emulation, throws on the subrequest past the platform's cap, as the platform does", () => {
+    const meter = new SubrequestMeter({ cap: subrequestCapFor({ PLATFORM_LIMITS: "emulate" }) });
+    for (let i = 0; i < MAX_SUBREQUESTS_PER_INVOCATION - 2; i++) meter.rpc++;
+    meter.provider++;
+    meter.lookups++;
+    expect(meter.total).toBe(10_000);
+    expect(() => meter.rpc++).toThrow("Too many subrequests.");
+    expect(() => meter.provider++).toThrow(expect.objectContaining({ code: "too_many_subrequests" }));
+    expect(() => meter.lookups++).toThrow("Too many subrequests.");
+    expect({ rpc: meter.rpc, provider: meter.provider, lookups: meter.lookups, total: meter.total }).toEqual({
+      rpc: 9_998,
+      provider: 1,
+      lookups: 1,
+      total: 10_000,
+    });
+    // What is not a subrequest is still counted.
+    meter.retries++;
+    meter.rateLimited++;
+    expect(meter.retries + meter.rateLimited).toBe(2);
+  });
+
+  it("without PLATFORM_LIMITS (production, where the platform enforces it) counts past the cap", () => {
+    const meter = new SubrequestMeter({ cap: subrequestCapFor({}) });
+    for (let i = 0; i <= MAX_SUBREQUESTS_PER_INVOCATION; i++) meter.rpc++;
+    expect(meter.total).toBe(10_001);
+    expect(new SubrequestMeter().cap).toBeNull();
+  });
+});

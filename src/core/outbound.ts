@@ -1,0 +1,128 @@
+/**
+ * One object's outbound HTTP requests. Production allows an object at most
+ * six requests waiting for their response headers at once; a seventh waits
+ * its turn. {@link OutboundGate} is that rule as a counting semaphore, and
+ * {@link withOutbound} makes an object's gate (and its name, which the
+ * simulated provider is told) the one every outbound request made under it
+ * takes a slot of: calls to the simulated provider (`src/sim/client.ts`) and
+ * plays' `ctx.fetch` (`src/runtime/invocation/egress.ts`). Stub calls to our
+ * own objects are not outbound requests and never wait here.
+ *
+ * The gate is ambient rather than passed down because the limit is: it belongs
+ * to the object, whatever code of the object's invocations sends the request
+ * (a tool's `execute`, a batch timer, a play's fetch).
+ */
+import { AsyncLocalStorage } from "node:async_hooks";
+
+interface Waiter {
+  grant(release: () => void): void;
+}
+
+/**
+ * A counting semaphore with a FIFO queue: at most `limit` holders at once;
+ * the rest wait in arrival order. A waiter whose signal aborts leaves the
+ * queue (its place goes to the next); a released slot passes straight to the
+ * oldest waiter.
+ *
+ * @example
+ * const gate = new OutboundGate({ limit: 6 });
+ * const response = await gate.hold(() => fetch(url, { signal }), signal);
+ */
+export class OutboundGate {
+  readonly limit: number;
+  #held = 0;
+  #queue: Waiter[] = [];
+
+  constructor(options: { limit: number }) {
+    if (!(Number.isInteger(options.limit) && options.limit >= 1)) throw new RangeError("an outbound gate's limit is a positive integer");
+    this.limit = options.limit;
+  }
+
+  /** Slots held now. */
+  get inFlight(): number {
+    return this.#held;
+  }
+
+  /** Requests waiting for a slot now. */
+  get waiting(): number {
+    return this.#queue.length;
+  }
+
+  /**
+   * Takes a slot, waiting behind earlier callers if all are held. Resolves
+   * with the slot's release (idempotent); rejects with the signal's reason,
+   * holding nothing, if `signal` aborts first.
+   */
+  acquire(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.#held < this.limit && this.#queue.length === 0) {
+      this.#held++;
+      return Promise.resolve(this.#release());
+    }
+    return new Promise((resolve, reject) => {
+      const onAbort = () => {
+        const at = this.#queue.indexOf(waiter);
+        if (at >= 0) this.#queue.splice(at, 1);
+        reject(signal!.reason);
+      };
+      const waiter: Waiter = {
+        grant: (release) => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve(release);
+        },
+      };
+      this.#queue.push(waiter);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** Runs `send` holding a slot, and frees it when `send` settles, however it settles. */
+  async hold<T>(send: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    const release = await this.acquire(signal);
+    try {
+      // Granted in the same turn the signal aborted: the slot goes back unused.
+      signal?.throwIfAborted();
+      return await send();
+    } finally {
+      release();
+    }
+  }
+
+  #release(): () => void {
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.#queue.shift();
+      // The slot passes to the oldest waiter as it is; only when nobody waits does the count drop.
+      if (next) next.grant(this.#release());
+      else this.#held--;
+    };
+  }
+}
+
+/** Who sends an object's outbound requests, and through which gate (none: nothing is limited, as in production). */
+export interface Outbound {
+  /** The object, as `<Class>:<name>` (`RunCoordinator:<runId>`): what the simulated provider records peaks under. */
+  readonly caller: string;
+  readonly gate: OutboundGate | null;
+}
+
+const current = new AsyncLocalStorage<Outbound>();
+
+/** Runs `fn` (and everything it starts) as the object `outbound` describes. */
+export function withOutbound<T>(outbound: Outbound, fn: () => T): T {
+  return current.run(outbound, fn);
+}
+
+/**
+ * Sends one outbound request as the current object: through its gate, the
+ * slot held until `send` settles (`fetch` settles when the response headers
+ * arrive: read the body after). `send` is told the caller's name, or null
+ * outside any object's {@link withOutbound}.
+ */
+export function sendOutbound<T>(send: (caller: string | null) => Promise<T>, signal?: AbortSignal): Promise<T> {
+  const outbound = current.getStore();
+  if (!outbound?.gate) return send(outbound?.caller ?? null);
+  return outbound.gate.hold(() => send(outbound.caller), signal);
+}

@@ -1,0 +1,106 @@
+/**
+ * Production's platform limits, obeyed locally (`PLATFORM_LIMITS=emulate`,
+ * API.md "Platform limits, emulated locally"): six outbound requests in flight
+ * per object, a seventh waiting its turn; 10,000 subrequests per invocation.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { SubrequestMeter } from "../src/core/meter";
+import { withOutbound } from "../src/core/outbound";
+import { MAX_OUTBOUND_IN_FLIGHT, outboundGateFor, subrequestCapFor } from "../src/core/platform-limits";
+import { safeFetch } from "../src/runtime/invocation/egress";
+import { callSim, resetSim, simStats, updateSimConfig } from "../src/sim/client";
+import { datasetRows, startRun, waitForRun } from "./helpers";
+
+let unique = 0;
+const id = () => `pl${Date.now().toString(36)}${unique++}`;
+
+beforeEach(async () => {
+  await resetSim(env);
+  await updateSimConfig(env, { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50 });
+});
+
+afterEach(async () => {
+  vi.restoreAllMocks();
+  await updateSimConfig(env, { latencyMs: 0 });
+});
+
+/** `count` calls of `sim_find_email` at once, as the object `caller` with `gate`. */
+function findAtOnce(caller: string, gate: ReturnType<typeof outboundGateFor>, count: number) {
+  return withOutbound({ caller, gate }, () =>
+    Promise.all(
+      Array.from({ length: count }, (_, i) =>
+        callSim(env, { tool: "sim_find_email", input: { name: `Ada ${i}`, domain: "example.com" }, idempotencyKey: `${caller}-${i}` }),
+      ),
+    ),
+  );
+}
+
+describe("PLATFORM_LIMITS=emulate", () => {
+  it("is on under the test runner, as in local development and the bench", () => {
+    expect(env.PLATFORM_LIMITS).toBe("emulate");
+    expect(outboundGateFor(env)?.limit).toBe(MAX_OUTBOUND_IN_FLIGHT);
+    expect(subrequestCapFor(env)).toBe(10_000);
+  });
+
+  it("keeps one object's provider requests to six in flight: the others wait their turn, and every one is answered", async () => {
+    await updateSimConfig(env, { latencyMs: 300 });
+    const caller = `Test:${id()}`;
+    const replies = await findAtOnce(caller, outboundGateFor(env), 10);
+    expect(replies.map((r) => r.status)).toEqual(Array(10).fill(200));
+    const stats = await simStats(env);
+    expect(stats.maxInFlightByCaller[caller]).toBe(6);
+    expect(stats).toMatchObject({ calls: 10, billed: 10 });
+  });
+
+  it("limits nothing without PLATFORM_LIMITS, as production leaves it to the platform", async () => {
+    expect(outboundGateFor({})).toBeNull();
+    await updateSimConfig(env, { latencyMs: 300 });
+    const caller = `Test:${id()}`;
+    const replies = await findAtOnce(caller, outboundGateFor({}), 10);
+    expect(replies.map((r) => r.status)).toEqual(Array(10).fill(200));
+    expect((await simStats(env)).maxInFlightByCaller[caller]).toBeGreaterThan(6);
+  });
+
+  it("keeps a run's provider requests, calls and batches, to six in flight per coordinator, and the run completes every row", async () => {
+    await updateSimConfig(env, { latencyMs: 200 });
+    const rows = Array.from({ length: 40 }, (_, i) => ({ id: `${id()}-${i}`, name: `Grace Person ${i}`, domain: "example.com" }));
+    const runId = await startRun("demo-enrich", { rows });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ rows: 40, failed: 0 });
+    expect((await datasetRows(runId, "leads")).every((row) => row._status === "completed" && row.verdict)).toBe(true);
+
+    const stats = await simStats(env);
+    expect(stats.maxInFlightByCaller).toEqual({ [`RunCoordinator:${runId}`]: 6 });
+    expect(stats.maxInFlight).toBe(6);
+    expect(stats.batchCalls).toBeGreaterThan(0);
+    expect(stats).toMatchObject({ billed: 80, duplicates: 0 });
+  });
+
+  it("makes a seventh ctx.fetch wait until one of six has its response headers", async () => {
+    const answer: (() => void)[] = [];
+    vi.spyOn(globalThis, "fetch").mockImplementation(
+      () => new Promise<Response>((resolve) => answer.push(() => resolve(new Response("ok")))),
+    );
+    const gate = outboundGateFor(env)!;
+    const fetches = withOutbound({ caller: `Test:${id()}`, gate }, () =>
+      Array.from({ length: 7 }, (_, i) => safeFetch(`https://api.example.com/page/${i}`)),
+    );
+    await vi.waitFor(() => expect(answer).toHaveLength(6));
+    expect([gate.inFlight, gate.waiting]).toEqual([6, 1]);
+
+    answer[0]!();
+    await vi.waitFor(() => expect(answer).toHaveLength(7));
+    for (const respond of answer.slice(1)) respond();
+    expect(await Promise.all(fetches.map(async (f) => (await f).text()))).toEqual(Array(7).fill("ok"));
+    expect([gate.inFlight, gate.waiting]).toEqual([0, 0]);
+  });
+
+  it("throws on an invocation's 10,001st subrequest, as the platform does", () => {
+    const meter = new SubrequestMeter({ cap: subrequestCapFor(env) });
+    for (let i = 0; i < 10_000; i++) meter.rpc++;
+    expect(() => meter.provider++).toThrow("Too many subrequests.");
+    expect(meter.total).toBe(10_000);
+  });
+});
