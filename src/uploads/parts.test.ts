@@ -24,7 +24,7 @@ describe("checkParts", () => {
 
   it("names a part under 5 MiB that is not the last", () => {
     expect(() => checkParts(parts([1, MiB5], [2, MiB5 - 1], [3, 1]))).toThrow(
-      expect.objectContaining({ code: "upload_part_too_small", status: 400, details: { part: 2, bytes: MiB5 - 1, minBytes: MiB5 } }),
+      expect.objectContaining({ code: "upload_part_too_small", httpStatus: 400, details: { part: 2, bytes: MiB5 - 1, minBytes: MiB5 } }),
     );
   });
 
