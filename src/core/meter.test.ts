@@ -5,17 +5,20 @@ import { MAX_SUBREQUESTS_PER_INVOCATION, subrequestCapFor } from "./platform-lim
 describe("SubrequestMeter", () => {
   it("under emulation, throws on the subrequest past the platform's cap, as the platform does", () => {
     const meter = new SubrequestMeter({ cap: subrequestCapFor({ PLATFORM_LIMITS: "emulate" }) });
-    for (let i = 0; i < MAX_SUBREQUESTS_PER_INVOCATION - 2; i++) meter.rpc++;
+    for (let i = 0; i < MAX_SUBREQUESTS_PER_INVOCATION - 3; i++) meter.rpc++;
     meter.provider++;
     meter.lookups++;
+    meter.fetches++;
     expect(meter.total).toBe(10_000);
     expect(() => meter.rpc++).toThrow("Too many subrequests.");
     expect(() => meter.provider++).toThrow(expect.objectContaining({ code: "too_many_subrequests" }));
     expect(() => meter.lookups++).toThrow("Too many subrequests.");
-    expect({ rpc: meter.rpc, provider: meter.provider, lookups: meter.lookups, total: meter.total }).toEqual({
-      rpc: 9_998,
+    expect(() => meter.fetches++).toThrow("Too many subrequests.");
+    expect({ rpc: meter.rpc, provider: meter.provider, lookups: meter.lookups, fetches: meter.fetches, total: meter.total }).toEqual({
+      rpc: 9_997,
       provider: 1,
       lookups: 1,
+      fetches: 1,
       total: 10_000,
     });
     // What is not a subrequest is still counted.

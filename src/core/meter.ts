@@ -2,7 +2,7 @@ import { TroupeError } from "./errors";
 import { TOO_MANY_SUBREQUESTS } from "./platform-limits";
 
 /**
- * Counts subrequests (stub calls and provider calls) made by one invocation, and provider retries and 429s.
+ * Counts subrequests (stub calls, provider calls, fetches) made by one invocation, and provider retries and 429s.
  *
  * With a `cap` (the platform's, under `PLATFORM_LIMITS=emulate`: see `subrequestCapFor`), counting the
  * subrequest past it throws `too_many_subrequests` ("Too many subrequests.") instead, before the request
@@ -17,6 +17,7 @@ export class SubrequestMeter {
   #rpc = 0;
   #provider = 0;
   #lookups = 0;
+  #fetches = 0;
   /** In-process retries of provider requests (each is also counted in `provider`). */
   retries = 0;
   /** Provider requests answered 429. */
@@ -55,8 +56,17 @@ export class SubrequestMeter {
     this.#lookups = count;
   }
 
+  /** A play's `ctx.fetch` requests, each redirect hop included. */
+  get fetches(): number {
+    return this.#fetches;
+  }
+  set fetches(count: number) {
+    this.#admit(count - this.#fetches);
+    this.#fetches = count;
+  }
+
   get total(): number {
-    return this.#rpc + this.#provider + this.#lookups;
+    return this.#rpc + this.#provider + this.#lookups + this.#fetches;
   }
 
   #admit(added: number): void {

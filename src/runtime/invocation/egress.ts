@@ -12,6 +12,7 @@
  * except the well-known wildcard-DNS services listed below. An org that needs
  * certainty lists its hosts in `EGRESS_ALLOWLIST`.
  */
+import type { SubrequestMeter } from "../../core/meter";
 import { TroupeError } from "../../core/errors";
 import { sendOutbound } from "../../core/outbound";
 
@@ -233,7 +234,12 @@ function nextHop(hop: Hop, status: number, url: URL): Hop {
  * browser would (`nextHop`), request and response bodies bounded, a timeout,
  * and errors that name no secret header.
  */
-export async function safeFetch(raw: string, init: RequestInit = {}, policy: EgressPolicy = DEFAULT_EGRESS): Promise<Response> {
+export async function safeFetch(
+  raw: string,
+  init: RequestInit = {},
+  policy: EgressPolicy = DEFAULT_EGRESS,
+  meter?: SubrequestMeter,
+): Promise<Response> {
   const secrets = [...new Headers(init.headers).entries()].filter(([name]) => isSecretHeader(name)).map(([, v]) => v);
   const body = init.body;
   if (body !== undefined && body !== null) {
@@ -259,6 +265,8 @@ export async function safeFetch(raw: string, init: RequestInit = {}, policy: Egr
   try {
     for (let redirects = 0; ; redirects++) {
       // An outbound request of the object (each hop): under emulated platform limits it may wait for a slot.
+      // Each hop is a subrequest of the invocation (counted, and refused past the platform's cap).
+      if (meter) meter.fetches++;
       const response = await sendOutbound(
         () => fetch(hop.url, { ...init, method: hop.method, headers: hop.headers, body: hop.body, redirect: "manual", signal }),
         signal,

@@ -179,7 +179,7 @@ export class Invocation implements InvocationScope {
       secrets,
       journal: this.journal,
       suspended: this.#suspension.signal,
-      egress: new PlayFetch({ env: this.env, org: this.run.org, signal: this.signal, secrets }),
+      egress: new PlayFetch({ env: this.env, org: this.run.org, signal: this.signal, secrets, meter: this.meter }),
     };
   }
 }

@@ -7,6 +7,7 @@
  * for idempotent reads (a lookup, a page); a call that bills or changes
  * something belongs in a tool (`ctx.tool`), whose receipt makes it once.
  */
+import type { SubrequestMeter } from "../../core/meter";
 import { z } from "zod";
 import { messageOf } from "../../core/errors";
 import { DEFAULT_EGRESS, EgressError, isSecretHeader, safeFetch, type EgressPolicy } from "./egress";
@@ -77,6 +78,8 @@ export interface PlayFetchOptions {
   /** The invocation's signal: a cancel (or a yield) stops a fetch in flight. */
   signal: AbortSignal;
   secrets: SecretValues;
+  /** Counts each request (and redirect hop) as one of the invocation's subrequests. */
+  meter?: SubrequestMeter;
 }
 
 export class PlayFetch {
@@ -92,7 +95,7 @@ export class PlayFetch {
     secrets.addHeaders(init.headers);
     const signal = init.signal ? AbortSignal.any([init.signal, this.#deps.signal]) : this.#deps.signal;
     try {
-      return await safeFetch(String(url), { ...init, signal }, egressPolicyFor(this.#deps.env, this.#deps.org));
+      return await safeFetch(String(url), { ...init, signal }, egressPolicyFor(this.#deps.env, this.#deps.org), this.#deps.meter);
     } catch (error) {
       if (this.#deps.signal.aborted) throw this.#deps.signal.reason;
       if (error instanceof EgressError) throw new EgressError(error.code, secrets.redact(error.message));
