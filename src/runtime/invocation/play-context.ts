@@ -2,7 +2,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, RowContext, RunPlayOptions, ToolCallOptions } from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
-import { TerminalError } from "../../core/errors";
+import { type EffectCall, type EffectKind, Effects } from "./effects";
 import type { ChildPlays } from "./child-plays";
 import type { MapRunner } from "../map/map-runner";
 import type { PlayFetch, SecretValues } from "./play-fetch";
@@ -38,7 +38,7 @@ export class RunContext implements PlayContext {
   #attemptSeq: () => number;
   #log: (line: string) => void;
   #services: PlayServices;
-  #logOrdinal = 0;
+  #effects = new Effects();
 
   constructor(options: { scope: InvocationScope; maps: MapRunner; attemptSeq: () => number; services: PlayServices }) {
     this.runId = options.scope.run.runId;
@@ -50,60 +50,81 @@ export class RunContext implements PlayContext {
   }
 
   map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
-    const withServices: FieldSet = {};
-    for (const [field, fn] of Object.entries(fields)) {
-      withServices[field] = async (row, rc) => {
-        const context = this.#rowContext(rc);
-        const value = await rowScope.run(context, () => fn(row, context));
-        // A value computed while the invocation yields may rest on a caught yield: the row runs again instead.
-        this.#services.suspended.throwIfAborted();
-        return value;
-      };
-    }
-    return this.#maps.map(name, rows, withServices, options);
+    return this.#effect("map", name, {
+      play: () => {
+        const withServices: FieldSet = {};
+        for (const [field, fn] of Object.entries(fields)) {
+          withServices[field] = async (row, rc) => {
+            const context = this.#rowContext(rc);
+            const value = await rowScope.run(context, () => fn(row, context));
+            // A value computed while the invocation yields may rest on a caught yield: the row runs again instead.
+            this.#services.suspended.throwIfAborted();
+            return value;
+          };
+        }
+        return this.#maps.map(name, rows, withServices, options);
+      },
+    });
   }
 
   runPlay<T = unknown>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
-    const row = rowScope.getStore();
-    if (row) return row.runPlay<T>(play, input, options);
-    return this.#services.children.run(play, input, options, null) as Promise<T>;
+    return this.#effect("child", String(play), {
+      play: () => this.#services.children.run(play, input, options, null) as Promise<T>,
+      row: (row) => row.runPlay<T>(play, input, options),
+    });
   }
 
   waitForEvent<T = unknown>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
-    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.waitForEvent"));
-    return this.#services.waits.waitForEvent<T>(eventKey, options);
+    return this.#effect("wait", String(eventKey), { play: (call) => this.#services.waits.waitForEvent<T>(eventKey, call, options) });
   }
 
   sleep(ms: number): Promise<void> {
-    if (rowScope.getStore()) return Promise.reject(waitInRow("ctx.sleep"));
-    return this.#services.waits.sleep(ms);
+    return this.#effect("sleep", "", { play: (call) => this.#services.waits.sleep(ms, call) });
   }
 
   fetch(url: string | URL, init?: RequestInit): Promise<Response> {
-    return this.#services.egress.fetch(url, init);
+    return this.#effect("fetch", "", { play: () => this.#services.egress.fetch(url, init) });
   }
 
   tool<T = unknown>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
-    if (!this.#scheduler) {
-      const attemptSeq = this.#attemptSeq();
-      const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
-      this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
-    }
-    return this.#scheduler.call(toolId, input, options) as Promise<T>;
+    return this.#effect("tool", String(toolId), {
+      play: () => {
+        if (!this.#scheduler) {
+          const attemptSeq = this.#attemptSeq();
+          const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
+          this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
+        }
+        return this.#scheduler.call(toolId, input, options) as Promise<T>;
+      },
+    });
   }
 
   /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
   log(...args: unknown[]): void {
+    this.#effect("log", "", {
+      play: (call) => {
+        const { journal, secrets } = this.#services;
+        if (call.ordinal < journal.counter("play_log")) return;
+        journal.bump("play_log");
+        this.#log(secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" ")));
+      },
+      row: (row) => row.log(...args),
+    });
+  }
+
+  /**
+   * Every effect goes through here ({@link Effects}): in a field function the
+   * row's own, at play level with its place in the play. An effect refused
+   * where it was made rejects (or, for a log line, throws).
+   */
+  #effect<T>(kind: EffectKind, name: string, at: { play(call: EffectCall): T; row?(row: RowContext): T }): T {
     const row = rowScope.getStore();
-    if (row) {
-      row.log(...args);
-      return;
+    try {
+      return this.#effects.make(kind, name, row !== undefined, { play: at.play, row: row && at.row ? () => at.row!(row) : undefined });
+    } catch (error) {
+      if (kind === "log") throw error;
+      return Promise.reject(error) as T;
     }
-    const ordinal = this.#logOrdinal++;
-    const { journal, secrets } = this.#services;
-    if (ordinal < journal.counter("play_log")) return;
-    journal.bump("play_log");
-    this.#log(secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" ")));
   }
 
   /** The executor's row context plus child plays and fetch (the executor itself knows only tools). */
@@ -118,13 +139,6 @@ export class RunContext implements PlayContext {
       fetch: (url, init) => egress.fetch(url, init),
     };
   }
-}
-
-function waitInRow(what: string): TerminalError {
-  return new TerminalError(
-    "wait_in_row",
-    `${what} parks the whole run, so it cannot be called from a field function; wait before or after ctx.map`,
-  );
 }
 
 function safeStringify(value: unknown): string {

@@ -6,14 +6,15 @@
  * a signal (or a child's end) re-arms the alarm. The replayed play finds the
  * entry ended and goes on.
  *
- * Entries are keyed by a per-invocation ordinal (`sleep:0`, `event:approve:1`):
- * the nth call of a deterministic play is the same call on every replay.
+ * Entries are keyed by the call's place in the play, which the effects funnel
+ * gives it (effects.ts): `sleep:0`, `event:approve:1`.
  */
 import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-store";
 import { TerminalError } from "../../core/errors";
 import { TestPolicyOverrides } from "../../core/policy";
 import { YieldSignal } from "./yield";
 import type { Emit } from "../../contracts/events";
+import type { EffectCall } from "./effects";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
 export class WaitSignal extends YieldSignal {}
@@ -71,7 +72,6 @@ export interface WaitsOptions {
 
 export class Waits {
   #deps: WaitsOptions;
-  #ordinals = new Map<string, number>();
   /**
    * Set once any call parked in this invocation. The play cannot have ended
    * in an invocation where a wait was not ready, even if it caught the
@@ -83,9 +83,9 @@ export class Waits {
     this.#deps = options;
   }
 
-  async sleep(ms: number): Promise<void> {
+  async sleep(ms: number, call: EffectCall): Promise<void> {
     checkDuration("ctx.sleep", ms);
-    const key = `sleep:${this.#next("sleep")}`;
+    const key = `sleep:${call.ordinal}`;
     const entry = this.#entry(key, "sleep", { dueInMs: ms, timeoutMs: null });
     if (entry.state !== "waiting") return;
     if (this.#deps.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
@@ -93,7 +93,7 @@ export class Waits {
       this.#deps.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
   }
 
-  async waitForEvent<T>(eventKey: string, options: { timeoutMs?: number } = {}): Promise<T> {
+  async waitForEvent<T>(eventKey: string, call: EffectCall, options: { timeoutMs?: number } = {}): Promise<T> {
     if (typeof eventKey !== "string" || !EVENT_KEY.test(eventKey)) {
       throw new TerminalError(
         "invalid_event_key",
@@ -102,7 +102,7 @@ export class Waits {
     }
     if (options.timeoutMs !== undefined) checkDuration("ctx.waitForEvent timeoutMs", options.timeoutMs);
     const { journal, now } = this.#deps;
-    const key = `event:${eventKey}:${this.#next(`event:${eventKey}`)}`;
+    const key = `event:${eventKey}:${call.ordinal}`;
     const timeoutMs = options.timeoutMs ?? null;
     let entry = this.#entry(key, "event", { dueInMs: timeoutMs, timeoutMs, eventKey });
     if (entry.state === "waiting") {
@@ -133,12 +133,6 @@ export class Waits {
     const signal = new WaitSignal(Math.min(due ?? this.#deps.deadlineAt, this.#deps.deadlineAt), reason);
     this.parked ??= signal;
     throw signal;
-  }
-
-  #next(name: string): number {
-    const n = this.#ordinals.get(name) ?? 0;
-    this.#ordinals.set(name, n + 1);
-    return n;
   }
 
   /** The journal entry of this call: found on a replay, else opened now. */

@@ -1,0 +1,28 @@
+import { describe, expect, it } from "vitest";
+import { Effects } from "./effects";
+
+describe("Effects", () => {
+  it("gives each play-level effect its ordinal among the effects of its kind and name", () => {
+    const effects = new Effects();
+    const place = (kind: "sleep" | "wait" | "log", name: string) => effects.make(kind, name, false, { play: (call) => call });
+    expect(place("sleep", "")).toEqual({ kind: "sleep", name: "", ordinal: 0 });
+    expect(place("wait", "approve")).toMatchObject({ ordinal: 0 });
+    expect(place("wait", "approve")).toMatchObject({ ordinal: 1 });
+    expect(place("wait", "reject")).toMatchObject({ ordinal: 0 });
+    expect(place("sleep", "")).toMatchObject({ ordinal: 1 });
+    // A fresh invocation replays from the top: the same calls get the same places.
+    expect(new Effects().make("sleep", "", false, { play: (call) => call.ordinal })).toBe(0);
+  });
+
+  it("refuses waits and sleeps in a row, sends a row's children and log lines to the row, and counts none of them", () => {
+    const effects = new Effects();
+    expect(() => effects.make("sleep", "", true, { play: () => "play" })).toThrow(expect.objectContaining({ code: "wait_in_row" }));
+    expect(() => effects.make("wait", "k", true, { play: () => "play" })).toThrow(expect.objectContaining({ code: "wait_in_row" }));
+    expect(effects.make("child", "p", true, { play: () => "play", row: () => "row" })).toBe("row");
+    expect(effects.make("log", "", true, { play: () => "play", row: () => "row" })).toBe("row");
+    // Maps and tools made from a row through the play's ctx act at play level.
+    expect(effects.make("tool", "t", true, { play: (call) => call.ordinal, row: () => -1 })).toBe(0);
+    expect(effects.make("child", "p", false, { play: (call) => call.ordinal })).toBe(0);
+    expect(effects.make("log", "", false, { play: (call) => call.ordinal })).toBe(0);
+  });
+});
