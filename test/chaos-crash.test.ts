@@ -7,7 +7,7 @@
  * recovered, not sent again).
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { allEvents, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
   clearFaults,
@@ -52,10 +52,10 @@ describe("the coordinator dies mid-chunk", () => {
       expect(run.result).toEqual({ total: ROWS, completed: ROWS, failed: 0 });
       expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(fromCall);
       expect(run.runAttempt).toBeGreaterThanOrEqual(1);
-      const logs = await logLines(runId);
-      expect(logs.some((l) => l.includes("resuming after an interrupted invocation"))).toBe(true);
+      const codes = await notices(runId);
+      expect(codes).toContain("invocation_resumed");
       if (point === "provider.after") {
-        expect(logs.some((l) => l.includes("recovered the provider's result of a call taken over"))).toBe(true);
+        expect(codes).toContain("call_recovered");
         // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart.
         expect(run.usage.providerLookups).toBeGreaterThan(0);
         expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls);
@@ -77,7 +77,7 @@ describe("the coordinator dies mid-chunk", () => {
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     // The calls the dead invocation had sent were answered anyway: their results are recovered, not bought again.
-    expect((await logLines(runId)).some((l) => l.includes("recovered the provider's result"))).toBe(true);
+    expect(await notices(runId)).toContain("call_recovered");
     await expectExactlyOnce(runId, "evicted", rows);
   });
 });

@@ -10,7 +10,19 @@ import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { receiptShardName } from "../src/clients/shards";
 import { shardOf } from "../src/core/hash";
 import { simFindEmail } from "../src/tools/sim-tools";
-import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  api,
+  apiJson,
+  datasetRows,
+  expectedEmail,
+  expectedVerdict,
+  notices,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 
 const RECEIPT_SHARDS = 4;
 
@@ -159,8 +171,7 @@ describe("receipt dispositions", () => {
     await leaveRunning(input, { runId: "run_00000000000000000000000000dead01", attemptSeq: 0 });
     const run = await waitForRun(await startRun("test-calls", { rows: [{ id: "o1", tool: "sim_find_email", input }], dataset: "orphan" }));
     expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
-    expect(logs.some((l) => l.includes("can no longer finish it; taking it over"))).toBe(true);
+    expect(await notices(run.runId)).toContain("receipt_taken_over");
     expect((await simStats()).billed).toBe(1);
   });
 
@@ -181,8 +192,7 @@ describe("receipt dispositions", () => {
       await leaveRunning(input, { runId: owner, attemptSeq: 0 });
       const run = await waitForRun(await startRun("test-calls", { rows: [{ id: "w1", tool: "sim_find_email", input }], dataset: "busy" }));
       expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-      const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
-      expect(logs.some((l) => l.includes("after the call's receipt wait; taking it over"))).toBe(true);
+      expect(await notices(run.runId)).toContain("receipt_taken_over");
       expect((await apiJson(`/v1/runs/${owner}`)).body.status).toBe("running");
     } finally {
       await api(`/v1/runs/${owner}/cancel`, { method: "POST" });

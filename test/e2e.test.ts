@@ -59,8 +59,8 @@ describe("a run of demo-enrich, end to end", () => {
 
     const events = await allEvents(runId);
     expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
-    expect(events[0].type).toBe("run.started");
-    expect(events.at(-1).type).toBe("run.completed");
+    expect(events[0]!.type).toBe("run.started");
+    expect(events.at(-1)!.type).toBe("run.completed");
   });
 
   it("reruns reuse rows and receipts; force recomputes rows without billing; forceToolRefresh re-bills", async () => {

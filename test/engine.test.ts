@@ -120,7 +120,7 @@ describe("durability of the coordinator", () => {
       expect(cancel.status).toBe(202);
       const run = await waitForRun(runId);
       expect(run.status).toBe("cancelled");
-      expect((await allEvents(runId)).at(-1).type).toBe("run.cancelled");
+      expect((await allEvents(runId)).at(-1)!.type).toBe("run.cancelled");
       const rerun = await waitForRun(await startRun("test-map", { rows }));
       expect(rerun.status).toBe("completed");
       expect(rerun.result).toMatchObject({ total: 300, completed: 300 });

@@ -1,4 +1,5 @@
 /** Test helpers: talk to the Worker over its real HTTP API. */
+import type { EventPage, LedgerEvent, LedgerEventType, NoticeCode } from "../src/api/responses";
 import { isTerminal } from "../src/core/statuses";
 import { exports } from "cloudflare:workers";
 
@@ -69,15 +70,29 @@ export async function datasetRows(runId: string, name: string): Promise<any[]> {
   }
 }
 
-export async function allEvents(runId: string): Promise<any[]> {
-  const events: any[] = [];
+/** The run's whole ledger, typed as the API documents it: narrow an event by its `type`. */
+export async function allEvents(runId: string): Promise<LedgerEvent[]> {
+  const events: LedgerEvent[] = [];
   let after = 0;
   for (;;) {
-    const { body } = await apiJson(`/v1/runs/${runId}/events?after=${after}&limit=1000`);
+    const { body } = await apiJson<EventPage>(`/v1/runs/${runId}/events?after=${after}&limit=1000`);
     events.push(...body.events);
     if (body.events.length < 1000) return events;
     after = body.nextCursor;
   }
+}
+
+/** The codes of the runtime's notices in the run's log (what it did, whatever the lines' wording), in order. */
+export async function notices(runId: string): Promise<NoticeCode[]> {
+  return eventsOfType(await allEvents(runId), "log.appended").flatMap((e) => (e.code ? [e.code] : []));
+}
+
+/** The events of one type, narrowed to its fields. */
+export function eventsOfType<Type extends LedgerEventType>(
+  events: readonly LedgerEvent[],
+  type: Type,
+): Extract<LedgerEvent, { type: Type }>[] {
+  return events.filter((e): e is Extract<LedgerEvent, { type: Type }> => e.type === type);
 }
 
 export async function simStats(): Promise<any> {

@@ -134,10 +134,10 @@ describe("GET /v1/runs/<id>/live", () => {
     await live.closed;
     const [snapshot, ...events] = live.messages;
     const ledger = await allEvents(runId);
-    expect(snapshot).toEqual({ type: "snapshot", run, seq: ledger.at(-1).seq });
+    expect(snapshot).toEqual({ type: "snapshot", run, seq: ledger.at(-1)!.seq });
     expect(events).toEqual(ledger);
 
-    const tail = await openLive(runId, { after: ledger.at(-2).seq });
+    const tail = await openLive(runId, { after: ledger.at(-2)!.seq });
     await tail.closed;
     expect(tail.messages.slice(1)).toEqual([ledger.at(-1)]);
   });
@@ -161,7 +161,7 @@ describe("GET /v1/runs/<id>/live", () => {
       const ledger = await allEvents(runId);
       expect(all).toEqual(ledger);
       expect(seqs(all)).toEqual(ledger.map((_, i) => i + 1));
-      expect(ledger.at(-1).type).toBe("run.completed");
+      expect(ledger.at(-1)!.type).toBe("run.completed");
     });
   });
 

@@ -7,7 +7,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { callRows, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
-import { allEvents, apiJson, simReset, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, eventsOfType, simReset, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
@@ -39,7 +39,9 @@ describe("cancel and rerun of a run still going", () => {
     const cancelled = await waitForRun(runId);
     expect(cancelled.status).toBe("cancelled");
     expect(cancelled.progress.maps.active.active).toBe(0);
-    expect((await allEvents(runId)).at(-1).progress.active.active).toBe(0);
+    const events = await allEvents(runId);
+    expect(events.at(-1)!.type).toBe("run.cancelled");
+    expect(eventsOfType(events, "run.cancelled")[0]!.progress.active!.active).toBe(0);
 
     await setSim(SIM_DEFAULTS);
     const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });

@@ -9,7 +9,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS } from "./chaos-helpers";
-import { allEvents, apiJson, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, eventsOfType, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -48,8 +48,8 @@ describe("prices and live spend", () => {
     expect(stats.billed).toBe(240);
     expect(run.usage.spend).toEqual({ total: 150, byProvider: { sim: 150 }, byTool: { sim_find_email: 120, sim_verify_email: 30 } });
     expect(run.usage.spend.total).toBe(billedCredits(stats));
-    const progress = (await allEvents(run.runId)).filter((e) => e.type === "map.progress");
-    expect(progress.at(-1).spend).toBe(150);
+    const progress = eventsOfType(await allEvents(run.runId), "map.progress");
+    expect(progress.at(-1)!.spend).toBe(150);
     expect(progress.map((p) => p.spend)).toEqual([...progress.map((p) => p.spend)].sort((a, b) => a - b));
 
     const today = new Date().toISOString().slice(0, 10);

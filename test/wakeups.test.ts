@@ -7,7 +7,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
-import { allEvents, apiJson, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -47,9 +47,9 @@ describe("a wake between driving and re-arming", () => {
       { testPolicy: { childCheckIntervalMs: 3_600_000 } },
     );
     await faults().held(0);
-    const started = (await allEvents(parentId)).find((e) => e.type === "child.started");
+    const started = eventsOfType(await allEvents(parentId), "child.started")[0];
     expect(started).toBeDefined();
-    const childId = String(started.childRunId);
+    const childId = started!.childRunId;
     await until(
       () => signal(childId, "go", null),
       (res) => res.status === 202 && res.body.consumed === true,

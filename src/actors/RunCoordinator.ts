@@ -16,7 +16,8 @@ import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
 import { cancelChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
-import { RunStore, type LedgerEvent, type RunRecord } from "../stores/run-store";
+import { RunStore, type RunRecord } from "../stores/run-store";
+import type { LedgerEvent } from "../stores/ledger-store";
 import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
 import { createSql, migrate } from "../stores/sql";
@@ -90,8 +91,8 @@ export class RunCoordinator extends Server<Env> {
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
     this.#feed = new LiveFeed({
-      events: (after, limit) => this.#store.events(after, limit),
-      snapshot: () => ({ run: this.#view()!, seq: this.#store.lastSeq() }),
+      events: (after, limit) => this.#store.ledger.events(after, limit),
+      snapshot: () => ({ run: this.#view()!, seq: this.#store.ledger.lastSeq() }),
     });
     this.#host = {
       env,
@@ -202,7 +203,7 @@ export class RunCoordinator extends Server<Env> {
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {
     const run = this.#runOf(org);
     if (!run) return null;
-    const events = this.#store.events(after, limit);
+    const events = this.#store.ledger.events(after, limit);
     return { events, nextCursor: events.length ? events[events.length - 1]!.seq : after };
   }
 
@@ -359,7 +360,7 @@ export class RunCoordinator extends Server<Env> {
 
   /** Every ledger append goes through here: redacted, stored, then sent to live watchers. */
   #emit<Type extends LedgerEventType>(type: Type, data: LedgerEventFields[Type]): void {
-    const event = this.#store.append(type, this.#redact(type, data));
+    const event = this.#store.ledger.append(type, this.#redact(type, data));
     try {
       this.#feed.publish(event, this.getConnections<LiveState>());
     } catch (error) {

@@ -149,7 +149,8 @@ export interface LedgerEventFields {
   /** At most one per `progressIntervalMs` per map, and only when a count changed; `spend` is the run's total in credits. */
   "map.progress": MapProgress & { map: string; rowsPerSecond: number; etaSeconds: number | null; spend: number };
   "chunk.completed": { map: string; chunk: number; completed: number; failed: number; reused: number; attemptSeq: number };
-  "log.appended": { line: string };
+  /** `code` names what the runtime did, for the lines that report it (see {@link NoticeCode}); a play's own lines have none. */
+  "log.appended": { line: string; code?: NoticeCode };
   "child.started": { childRunId: string; play: string; reused: boolean };
   /**
    * `status` is the child's terminal status, or `timeout` when the parent stopped waiting for it
@@ -161,6 +162,27 @@ export interface LedgerEventFields {
   "signal.received": { eventKey: string; consumedBy: string | null };
   "salvage.restored": { total: number; restored: number; superseded: number; lastFailure?: string };
 }
+
+/**
+ * What a runtime log line reports, as a stable code (the line's wording may change):
+ * - `invocation_resumed`: an invocation died with chunks in flight; they are redispatched under a new attempt.
+ * - `invocation_suspended`: a row's child runs long; the invocation yields and the map goes on when the child ends.
+ * - `leases_lost`: a chunk attempt lost its row or receipt leases (taken, expired, or not confirmed in time) and stopped.
+ * - `attempt_redispatched`: a chunk attempt no longer owns some of its rows or receipts; the chunk runs again.
+ * - `late_write_rejected`: the same, found when the shards refused the attempt's late write (it overwrote nothing).
+ * - `receipt_taken_over`: a call's receipt was left running by an attempt that cannot finish it; this one takes it over.
+ * - `call_recovered`: a taken-over call's result was read back from the provider instead of calling again.
+ * - `map_repaired`: finalize found rows not persisted and runs their chunks again.
+ */
+export type NoticeCode =
+  | "invocation_resumed"
+  | "invocation_suspended"
+  | "leases_lost"
+  | "attempt_redispatched"
+  | "late_write_rejected"
+  | "receipt_taken_over"
+  | "call_recovered"
+  | "map_repaired";
 
 /** The type of a ledger event. */
 export type LedgerEventType = keyof LedgerEventFields;

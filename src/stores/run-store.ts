@@ -3,6 +3,7 @@
  * chunk plan with each chunk's state and attempt, progress, and the event
  * ledger. Plain logic over the Sql helper; the actor only adapts it.
  */
+import { LedgerStore } from "./ledger-store";
 import type { MapProgress } from "../api/responses";
 import type { RunStatus } from "../core/statuses";
 import type { Sql } from "./sql";
@@ -86,14 +87,6 @@ export interface ChunkRecord {
   redispatches: number;
 }
 
-export interface LedgerEvent {
-  seq: number;
-  type: string;
-  at: string;
-  // Event fields are JSON; `any` because RPC types cannot carry a recursive JSON type.
-  [field: string]: any;
-}
-
 const INPUT_PART_CHARS = 512 * 1024;
 
 type RunRow = {
@@ -163,12 +156,15 @@ export class RunStore {
   readonly salvage: SalvageStore;
   /** The run's billable requests: reserved, then billed. */
   readonly spend: SpendStore;
+  /** The run's events, as its API and live watchers read them. */
+  readonly ledger: LedgerStore;
 
   constructor(options: { sql: Sql; now: () => number }) {
     this.#sql = options.sql;
     this.#now = options.now;
     this.salvage = new SalvageStore({ sql: options.sql });
     this.spend = new SpendStore({ sql: options.sql, now: options.now });
+    this.ledger = new LedgerStore({ sql: options.sql, now: options.now });
   }
 
   run(): RunRecord | null {
@@ -413,29 +409,5 @@ export class RunStore {
 
   failureSamples(): { map: string; key: string; error: string }[] {
     return this.#sql<{ map: string; key: string; error: string }>`SELECT map, key, error FROM failure_samples ORDER BY rowid LIMIT 20`;
-  }
-
-  // ---- the ledger
-
-  /** Appends an event; returns its sequence number. */
-  append(type: string, data: object = {}): LedgerEvent {
-    const at = this.#now();
-    this.#sql.write`INSERT INTO events (type, at, data) VALUES (${type}, ${at}, ${JSON.stringify(data)})`;
-    const seq = this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq;
-    return { ...data, seq, type, at: new Date(at).toISOString() };
-  }
-
-  events(after: number, limit: number): LedgerEvent[] {
-    return this.#sql<{ seq: number; type: string; at: number; data: string }>`
-      SELECT seq, type, at, data FROM events WHERE seq > ${after} ORDER BY seq LIMIT ${limit}`.map((e) => ({
-      ...(JSON.parse(e.data) as Record<string, unknown>),
-      seq: e.seq,
-      type: e.type,
-      at: new Date(e.at).toISOString(),
-    }));
-  }
-
-  lastSeq(): number {
-    return this.#sql<{ seq: number | null }>`SELECT max(seq) AS seq FROM events`[0]?.seq ?? 0;
   }
 }

@@ -8,7 +8,7 @@ import type { FaultProbe } from "../../clients/faults";
 import { messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import type { RuntimePolicy } from "../../core/policy";
-import type { Emit } from "../../contracts/events";
+import type { Emit, Log } from "../../contracts/events";
 import type { AnyTool, PlayDefinition } from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
@@ -97,8 +97,8 @@ export class Invocation implements InvocationScope {
     this.signal = AbortSignal.any([start.cancel, this.#suspension.signal, this.#limit.signal]);
   }
 
-  log = (line: string): void => {
-    this.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE) });
+  log: Log = (line, code) => {
+    this.emit("log.appended", { line: line.slice(0, MAX_LOG_LINE), ...(code ? { code } : {}) });
   };
 
   /** Whether a cancel was asked for: the coordinator aborted this invocation, or the run records the request. */
@@ -167,7 +167,7 @@ export class Invocation implements InvocationScope {
       waits,
       suspend: (resumeAt, reason) => {
         if (!this.#suspension.signal.aborted) {
-          this.log(`${reason}: this invocation yields; the map goes on when the child ends`);
+          this.log(`${reason}: this invocation yields; the map goes on when the child ends`, "invocation_suspended");
           this.#suspension.abort(new WaitSignal(resumeAt, reason));
         }
         return this.#suspension.signal.reason as Error;

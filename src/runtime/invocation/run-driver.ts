@@ -48,7 +48,7 @@ async function beforePlay(inv: Invocation): Promise<InvocationEnd | null> {
         },
       };
     }
-    inv.log(`resuming after an interrupted invocation; chunks in flight are redispatched under attempt ${epoch}`);
+    inv.log(`resuming after an interrupted invocation; chunks in flight are redispatched under attempt ${epoch}`, "invocation_resumed");
   }
   if (!inv.host.plays.has(run.play))
     return { kind: "failed", error: { code: "unknown_play", message: `play "${run.play}" is no longer deployed` } };

@@ -2,7 +2,7 @@
 import type { FaultProbe } from "../../clients/faults";
 import type { SubrequestMeter } from "../../core/meter";
 import type { RuntimePolicy } from "../../core/policy";
-import type { Emit } from "../../contracts/events";
+import type { Emit, Log } from "../../contracts/events";
 import type { RunRecord } from "../../stores/run-store";
 
 export interface InvocationScope {
@@ -19,6 +19,6 @@ export interface InvocationScope {
   /** Appends a ledger event (and tells live watchers). */
   readonly emit: Emit;
   /** Appends a line to the run's log. */
-  log(line: string): void;
+  readonly log: Log;
   now(): number;
 }

@@ -18,6 +18,7 @@ import type { AttemptRef, LeaseResult } from "../../contracts/shards";
 import type { RuntimePolicy } from "../../core/policy";
 import { ReceiptClient, type ReceiptLeaseObserver, type SheetClient } from "../../clients/shards";
 import { getOrInsert } from "../../core/collections";
+import type { Log } from "../../contracts/events";
 
 /** The attempt no longer owns some of its rows or receipts: it must stop, and its chunk be redispatched. */
 export class LeaseLostError extends TroupeError {
@@ -53,7 +54,7 @@ export interface AttemptLeasesOptions {
   /** The run's signal: the attempt stops with it too. */
   signal: AbortSignal;
   now(): number;
-  log(line: string): void;
+  log: Log;
 }
 
 /** Most keys one renewal carries (the shards' contract). */
@@ -175,7 +176,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 
   #lose(error: LeaseLostError): void {
     if (this.#controller.signal.aborted || this.#stopped) return;
-    this.#deps.log(error.message);
+    this.#deps.log(error.message, "leases_lost");
     this.#controller.abort(error);
     if (this.#guard) clearTimeout(this.#guard);
     this.#guard = null;

@@ -206,6 +206,7 @@ export class MapRunner {
     const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
     this.#scope.log(
       `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`,
+      summary.rejected.length ? "late_write_rejected" : "attempt_redispatched",
     );
     const count = this.#deps.store.noteRedispatch(map, idx);
     if (count <= this.#scope.policy.maxChunkRedispatches) return null;
@@ -235,6 +236,7 @@ export class MapRunner {
       const repairs = store.reopenChunks(record.name, plan.chunks);
       this.#scope.log(
         `finalize of "${record.name}": ${plan.missing} rows are not persisted (chunks ${plan.chunks.slice(0, 5).join(", ")}${plan.chunks.length > 5 ? ", …" : ""}); running those chunks again (repair ${repairs} of ${policy.reconcileRepairs})`,
+        "map_repaired",
       );
       return;
     }

@@ -9,6 +9,7 @@
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
+import type { Log } from "../../contracts/events";
 import { sleep } from "../../core/time";
 import type { SubrequestMeter } from "../../core/meter";
 import { toolEnv } from "../../play/define";
@@ -25,7 +26,7 @@ export interface RecoverCallOptions {
   /** How long to wait for a request with the key that is still in flight. */
   waitMs: number;
   now(): number;
-  log(line: string): void;
+  log: Log;
 }
 
 const POLL_MS = [25, 50, 100, 200, 400];
@@ -66,6 +67,7 @@ export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unkn
       if (Number.isInteger(Math.log10(count))) {
         o.log(
           `${o.tool.id}: recovered the provider's result of a call taken over from a dead attempt instead of calling it again (${count} in this invocation so far)`,
+          "call_recovered",
         );
       }
       return { output: answer.output };

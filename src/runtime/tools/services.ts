@@ -20,6 +20,7 @@ import { CompletionLadder } from "./completion-ladder";
 import { DispatchWindow } from "./dispatch-window";
 import { OwnerLiveness } from "./owner-liveness";
 import type { SpendLedger } from "./spend";
+import type { Log } from "../../contracts/events";
 
 /** Per invocation of a run: shared by every scheduler the invocation makes. */
 export interface DispatchServices {
@@ -40,7 +41,7 @@ export interface DispatchServices {
   salvage(entry: SalvageEntry): void;
   /** The run's billable requests: reserved before they are sent, then billed or released. */
   spend: SpendLedger;
-  log(line: string): void;
+  log: Log;
   now(): number;
 }
 

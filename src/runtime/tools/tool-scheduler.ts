@@ -179,6 +179,7 @@ export class ToolScheduler {
           if (await this.#ownerIsDead(claim.owner)) {
             this.#services.log(
               `${call.tool.id}: receipt ${call.key.slice(0, 14)}… was left running by ${claim.owner.runId} (attempt ${claim.owner.attemptSeq}), which can no longer finish it; taking it over`,
+              "receipt_taken_over",
             );
             takeover = true;
             continue;
@@ -187,6 +188,7 @@ export class ToolScheduler {
           if (left <= 0) {
             this.#services.log(
               `${call.tool.id}: receipt ${call.key.slice(0, 14)}… is still running in ${claim.owner.runId} after the call's receipt wait; taking it over`,
+              "receipt_taken_over",
             );
             takeover = true;
             continue;

@@ -1,13 +1,14 @@
 import { describe, expect, it } from "vitest";
 import { LiveFeed, type LiveConnection, type LiveState } from "./live-feed";
-import type { LedgerEvent } from "../../stores/run-store";
+import type { LedgerEvent, LedgerEventType } from "../../stores/ledger-store";
 import type { RunView } from "./run-view";
 
 class FakeLedger {
   events: LedgerEvent[] = [];
   status: RunView["status"] = "running";
-  append(type: string): LedgerEvent {
-    const event = { seq: this.events.length + 1, type, at: new Date(0).toISOString() };
+  /** An event of `type` (its fields do not matter to the feed, which sends events as they are). */
+  append(type: LedgerEventType): LedgerEvent {
+    const event = { seq: this.events.length + 1, type, at: new Date(0).toISOString() } as LedgerEvent;
     this.events.push(event);
     if (type === "run.completed") this.status = "completed";
     return event;
@@ -47,7 +48,7 @@ class FakeConnection implements LiveConnection {
 describe("LiveFeed", () => {
   it("sends the snapshot, replays the ledger after `after`, then each new event once", () => {
     const ledger = new FakeLedger();
-    for (const t of ["run.started", "map.progress", "chunk.completed"]) ledger.append(t);
+    for (const t of ["run.started", "map.progress", "chunk.completed"] as const) ledger.append(t);
     const feed = ledger.feed();
     const all = new FakeConnection("all");
     const tail = new FakeConnection("tail");

@@ -11,7 +11,7 @@
  * sent twice. A connection that fell behind (whatever the reason) is caught
  * up from the ledger instead of being sent the newest event out of order.
  */
-import type { LedgerEvent } from "../../stores/run-store";
+import type { LedgerEvent } from "../../stores/ledger-store";
 import type { RunView } from "./run-view";
 
 /** What a live connection remembers across hibernation. */
