@@ -8,7 +8,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { SheetShard } from "../src/actors/SheetShard";
 import { migrate } from "../src/stores/sql";
-import { SHEET_MIGRATIONS } from "../src/stores/sheet-store";
+import { SHEET_MIGRATIONS } from "../src/stores/sheet-schema";
 import { api, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const ann = (domain: string) => ({ id: "cust-17", name: "Ann Smith", domain });

@@ -8,6 +8,9 @@ import { DurableObject } from "cloudflare:workers";
 import { parseRpcInput } from "../core/errors";
 import {
   ClaimRowsRequest,
+  CountRunChunksRequest,
+  CountRunRowsRequest,
+  EnsureDatasetRequest,
   LeaseRequest,
   PeekRowsRequest,
   PersistRowsRequest,
@@ -16,17 +19,12 @@ import {
   type ClaimedRow,
   type LeaseResult,
   type PersistRowsResult,
-  type SheetRow,
-} from "../contracts/shards";
-import {
-  CountRunChunksRequest,
-  CountRunRowsRequest,
-  EnsureDatasetRequest,
-  SHEET_MIGRATIONS,
-  SheetStore,
   type RunChunkCounts,
   type RunRowCounts,
-} from "../stores/sheet-store";
+  type SheetRow,
+} from "../contracts/shards";
+import { SHEET_MIGRATIONS } from "../stores/sheet-schema";
+import { SheetStore } from "../stores/sheet-store";
 import { createSql, migrate } from "../stores/sql";
 
 /**

@@ -191,3 +191,31 @@ export interface SalvageEntry {
   error: string;
   at: number;
 }
+
+// ---- sheet shards: datasets and a run's counts
+
+export const EnsureDatasetRequest = z.object({ shardCount: z.number().int().min(1).max(256) });
+export type EnsureDatasetRequest = z.infer<typeof EnsureDatasetRequest>;
+
+export const CountRunRowsRequest = z.object({ runId: z.string().min(1).max(100) });
+export type CountRunRowsRequest = z.infer<typeof CountRunRowsRequest>;
+
+/** `countRunChunks`: a run's rows counted per chunk of `chunkRows` input positions. */
+export const CountRunChunksRequest = z.object({ runId: z.string().min(1).max(100), chunkRows: z.number().int().min(1).max(100_000) });
+export type CountRunChunksRequest = z.infer<typeof CountRunChunksRequest>;
+
+/** A run's rows in this shard whose input index falls in one chunk (`floor(index / chunkRows)`), by status. */
+export type RunChunkCounts = {
+  chunk: number;
+  total: number;
+  completed: number;
+  failed: number;
+};
+
+/** A run's membership in this shard, by row status. */
+export interface RunRowCounts {
+  total: number;
+  completed: number;
+  failed: number;
+  pending: number;
+}
