@@ -15,7 +15,6 @@ import {
   crash,
   expectExactlyOnce,
   faultState,
-  logLines,
   setFaults,
   setSim,
   SIM_DEFAULTS,

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
 import type { AttemptRef } from "../src/contracts/shards";
 import { allEvents, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { callRows, clearFaults, expectExactlyOnce, logLines, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { callRows, clearFaults, expectExactlyOnce, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();

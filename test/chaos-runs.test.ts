@@ -11,7 +11,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
 import { allEvents, api, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { callRows, clearFaults, expectExactlyOnce, logLines, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { callRows, clearFaults, expectExactlyOnce, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();

@@ -10,19 +10,7 @@ import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { receiptShardName } from "../src/clients/shards";
 import { shardOf } from "../src/core/hash";
 import { simFindEmail } from "../src/tools/sim-tools";
-import {
-  allEvents,
-  api,
-  apiJson,
-  datasetRows,
-  expectedEmail,
-  expectedVerdict,
-  notices,
-  simReset,
-  simStats,
-  startRun,
-  waitForRun,
-} from "./helpers";
+import { api, apiJson, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const RECEIPT_SHARDS = 4;
 

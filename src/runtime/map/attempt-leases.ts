@@ -207,7 +207,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 export function attemptServices(base: DispatchServices, leases: AttemptLeases): DispatchServices {
   const receipts = new ReceiptClient({
     env: base.env,
-    org: base.org,
+    org: base.run.org,
     shardCount: base.receipts.shardCount,
     meter: base.meter,
     faults: base.faults,

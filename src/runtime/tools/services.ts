@@ -6,13 +6,11 @@
  */
 import { FatalLatch } from "../../core/latch";
 import type { RuntimePolicy } from "../../core/policy";
-import type { SubrequestMeter } from "../../core/meter";
 import { RunClient } from "../../clients/runs";
 import { ReceiptClient } from "../../clients/shards";
 import type { InvocationScope } from "../invocation/scope";
 import { PacerRegistry } from "../pacing/pacers";
 import type { AnyTool } from "../../play/types";
-import type { FaultProbe } from "../../clients/faults";
 import { AuthScopes } from "./auth-scope";
 import { RetryBudget } from "../../core/backoff";
 import type { SalvageEntry } from "../../contracts/shards";
@@ -20,29 +18,24 @@ import { CompletionLadder } from "./completion-ladder";
 import { DispatchWindow } from "./dispatch-window";
 import { OwnerLiveness } from "./owner-liveness";
 import type { SpendLedger } from "./spend";
-import type { Log } from "../../contracts/events";
 
-/** Per invocation of a run: shared by every scheduler the invocation makes. */
-export interface DispatchServices {
-  env: Env;
-  org: string;
-  runId: string;
+/**
+ * Per invocation of a run: what the invocation shares (its scope), and what
+ * tool dispatch adds to it, built once and shared by every scheduler the
+ * invocation makes. An attempt's view replaces `signal` and `receipts` with
+ * its leases' (attempt-leases.ts).
+ */
+export interface DispatchServices extends InvocationScope {
   tools: ReadonlyMap<string, AnyTool>;
   receipts: ReceiptClient;
-  policy: RuntimePolicy;
-  signal: AbortSignal;
-  meter: SubrequestMeter;
   pacers: PacerRegistry;
   budget: RetryBudget;
-  faults: FaultProbe;
   scopes: AuthScopes;
   owners: OwnerLiveness;
   /** Keeps a billed output whose receipt could not be completed (durably, before it returns). */
   salvage(entry: SalvageEntry): void;
   /** The run's billable requests: reserved before they are sent, then billed or released. */
   spend: SpendLedger;
-  log: Log;
-  now(): number;
 }
 
 /** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */
@@ -65,17 +58,17 @@ export function createDispatchServices(scope: InvocationScope, parts: DispatchPa
   const runs = new RunClient({ env, org: run.org, meter });
   return {
     env,
-    org: run.org,
-    runId: run.runId,
-    tools: parts.tools,
+    run,
     policy,
     signal: scope.signal,
     meter,
     faults,
-    salvage: parts.salvage,
-    spend: parts.spend,
+    emit: scope.emit,
     log,
     now,
+    tools: parts.tools,
+    salvage: parts.salvage,
+    spend: parts.spend,
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
     pacers: new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
     budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),

@@ -125,7 +125,7 @@ export class ToolScheduler {
 
   #keyOf(tool: AnyTool, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
     return receiptKey({
-      org: this.#services.org,
+      org: this.#services.run.org,
       toolId: tool.id,
       toolVersion: tool.version,
       input,
