@@ -20,6 +20,7 @@ import { RunStore, type RunRecord } from "../stores/run-store";
 import type { LedgerEvent } from "../stores/ledger-store";
 import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
+import { LiveRows } from "../runtime/map/live-rows";
 import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
 import { OrgClient } from "../clients/orgs";
@@ -79,6 +80,7 @@ export class RunCoordinator extends Server<Env> {
   #redactor: Redactor;
   #journal: JournalStore;
   #waiters = new ChildWaiters();
+  #live = new LiveRows();
   /** What each alarm invocation is given of this object. */
   #host: RunHost;
   /** This object's outbound requests (provider calls, fetches): six in flight at most under `PLATFORM_LIMITS=emulate`. */
@@ -99,6 +101,7 @@ export class RunCoordinator extends Server<Env> {
       store: this.#store,
       journal: this.#journal,
       waiters: this.#waiters,
+      live: this.#live,
       plays: playRegistry(env),
       tools: toolRegistry(env),
       emit: (type, data) => this.#emit(type, data),
@@ -349,7 +352,7 @@ export class RunCoordinator extends Server<Env> {
   /** The run as its org sees it (API.md `GET /v1/runs/<id>`), links to the datasets its play declares included. */
   #view(): RunView | null {
     const play = this.#store.run()?.play;
-    return runView(this.#store, (play && playRegistry(this.env).get(play)?.datasets) || []);
+    return runView(this.#store, (play && playRegistry(this.env).get(play)?.datasets) || [], this.#live);
   }
 
   /** The run, when `org` owns it: every entry point that answers an org asks here first (another org's run is not found). */

@@ -13,6 +13,7 @@ import type { AnyTool, PlayDefinition } from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
+import type { LiveRows } from "../map/live-rows";
 import { MapRunner } from "../map/map-runner";
 import { createDispatchServices } from "../tools/services";
 import { type SpendCap, SpendCapReached, type SpendLedger } from "../tools/spend";
@@ -34,6 +35,8 @@ export interface RunHost {
   waiters: ChildWaiters;
   plays: ReadonlyMap<string, PlayDefinition>;
   tools: ReadonlyMap<string, AnyTool>;
+  /** Rows of the chunks running in this object, as they settle (the progress counts them at once). */
+  live: LiveRows;
   /** Appends to the ledger (and tells watchers). */
   emit: Emit;
   now(): number;
@@ -118,7 +121,7 @@ export class Invocation implements InvocationScope {
       salvage: (entry) => this.store.salvage.add(entry),
       spend: spendLedger(this.store, this.#start.spendCap),
     });
-    const maps = new MapRunner({ scope: this, store: this.store, tools: this.host.tools, dispatch });
+    const maps = new MapRunner({ scope: this, store: this.store, tools: this.host.tools, dispatch, live: this.host.live });
     const services = this.#playServices();
     const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, services });
     try {

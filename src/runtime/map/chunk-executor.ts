@@ -65,6 +65,8 @@ export interface InProcessExecutorOptions {
   signal: AbortSignal;
   /** A tool scheduler for the attempt, whose tool path stops with `leases.signal` and reports receipts to `leases`. */
   scheduler(attempt: AttemptRef, workers: WorkerBarrier, leases: AttemptLeases): ToolScheduler;
+  /** A row of `chunk` started computing, or settled: its fields all returned (completed or failed), or it was stopped. */
+  onRow?(chunk: number, event: "started" | "completed" | "failed" | "stopped"): void;
   log(line: string): void;
   now(): number;
 }
@@ -77,7 +79,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     this.#deps = options;
   }
 
-  async execute({ attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
+  async execute({ attempt, rows, chunk }: ChunkAttempt): Promise<ChunkSummary> {
     const { sheets, policy, latch, signal } = this.#deps;
     const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
@@ -106,7 +108,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     leases.start();
     try {
       const workers = new WorkerBarrier();
-      const results = await this.#computeRows(pending, this.#deps.scheduler(attempt, workers, leases), workers, leases.signal);
+      const scheduler = this.#deps.scheduler(attempt, workers, leases);
+      const results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal);
       if (results.length) await this.#persist(attempt, leases, results, summary);
     } finally {
       await leases.stop();
@@ -121,6 +124,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
 
   /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out. */
   async #computeRows(
+    chunk: number,
     pending: PlannedRow[],
     scheduler: ToolScheduler,
     workers: WorkerBarrier,
@@ -129,11 +133,14 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     const results: PersistRowsRequest["rows"] = [];
     await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned) => {
       workers.enter();
+      this.#deps.onRow?.(chunk, "started");
+      let outcome: PersistRowsRequest["rows"][number] | null = null;
       try {
-        const outcome = await this.#computeRow(planned, scheduler, signal);
+        outcome = await this.#computeRow(planned, scheduler, signal);
         if (outcome) results.push(outcome);
       } finally {
         workers.leave();
+        this.#deps.onRow?.(chunk, outcome?.status ?? "stopped");
       }
     });
     return results;

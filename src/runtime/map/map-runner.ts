@@ -24,6 +24,7 @@ import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
+import type { LiveRows } from "./live-rows";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
@@ -36,6 +37,8 @@ export interface MapRunnerOptions {
   tools: ReadonlyMap<string, AnyTool>;
   /** Tool dispatch for this invocation (pacing, retries, faults, salvage). */
   dispatch: DispatchServices;
+  /** Rows of running chunks as they settle: the progress counts them before their chunk ends. */
+  live: LiveRows;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -131,6 +134,13 @@ export class MapRunner {
       log: this.#scope.log,
       now: this.#scope.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
+      onRow: (chunk, event) => {
+        if (event === "started") this.#deps.live.started(record.name, chunk);
+        else {
+          this.#deps.live.settled(record.name, chunk, event);
+          this.#progress(record.name, false);
+        }
+      },
     });
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
@@ -150,6 +160,9 @@ export class MapRunner {
         // The chunk stays `running`: the next invocation redispatches it under a new epoch.
         outcome.infraFailed(error);
         return;
+      } finally {
+        // From here the chunk's rows count from storage (finishChunk follows with no await between).
+        this.#deps.live.ended(record.name, idx);
       }
       if (summary.lost || summary.rejected.length) {
         outcome.attemptDied(this.#attemptDied(record.name, idx, attemptSeq, summary));
@@ -253,7 +266,7 @@ export class MapRunner {
     const now = this.#scope.now();
     if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#scope.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
-    const progress = this.#deps.store.progress(map);
+    const progress = this.#deps.live.apply(map, this.#deps.store.progress(map));
     // The run's spend so far, in credits: what a watcher sees grow with each billed call.
     const spend = this.#deps.store.spend.billedMicros() / MICROS;
     // A watcher gains nothing from the same counts twice.

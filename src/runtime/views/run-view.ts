@@ -3,6 +3,7 @@ import { isTerminal } from "../../core/statuses";
 import type { RunRecord, RunStore } from "../../stores/run-store";
 import type { SpendTotals } from "../../stores/spend-store";
 import { runLinks, type RunLinks } from "./links";
+import type { LiveRows } from "../map/live-rows";
 
 export interface RunView {
   runId: string;
@@ -26,10 +27,12 @@ export interface RunView {
   updatedAt: string;
 }
 
-export function runView(store: RunStore, declaredDatasets: readonly string[] = []): RunView | null {
+/** The run; `live` adds the rows of its running chunks that have settled since their chunk started. */
+export function runView(store: RunStore, declaredDatasets: readonly string[] = [], live?: LiveRows): RunView | null {
   const run = store.run();
   if (!run) return null;
-  const maps = store.allProgress();
+  const stored = store.allProgress();
+  const maps = live ? live.applyAll(stored) : stored;
   return {
     runId: run.runId,
     play: run.play,

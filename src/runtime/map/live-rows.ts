@@ -1,0 +1,75 @@
+/**
+ * Rows of running chunk attempts, as they go: started, then settled
+ * (completed or failed) when their last field returns, before their chunk
+ * persists them. Kept in the coordinator's memory, per map and chunk, so a
+ * run's progress counts a row within moments of its last tool call instead of
+ * when its whole chunk ends. A chunk's rows leave the overlay when the chunk
+ * attempt ends (its counts are then the stored ones); an invocation that dies
+ * takes the overlay with it, and the redispatched chunk counts again.
+ */
+import type { MapProgress } from "../../api/responses";
+
+interface ChunkRows {
+  inFlight: number;
+  completed: number;
+  failed: number;
+}
+
+export class LiveRows {
+  #maps = new Map<string, Map<number, ChunkRows>>();
+
+  started(map: string, chunk: number): void {
+    this.#chunk(map, chunk).inFlight++;
+  }
+
+  settled(map: string, chunk: number, status: "completed" | "failed" | "stopped"): void {
+    const rows = this.#chunk(map, chunk);
+    rows.inFlight = Math.max(0, rows.inFlight - 1);
+    if (status !== "stopped") rows[status]++;
+  }
+
+  /** The chunk attempt ended (persisted, lost or stopped): its rows count from storage from now on. */
+  ended(map: string, chunk: number): void {
+    const chunks = this.#maps.get(map);
+    chunks?.delete(chunk);
+    if (chunks?.size === 0) this.#maps.delete(map);
+  }
+
+  /**
+   * `progress` (the stored counts) with the rows settled in running chunks
+   * counted as done, `inFlight` (rows being computed now) and `executors`
+   * (objects computing this map's chunks now: this coordinator, or none).
+   */
+  apply(map: string, progress: MapProgress): MapProgress {
+    const chunks = this.#maps.get(map);
+    let inFlight = 0;
+    let completed = 0;
+    let failed = 0;
+    for (const rows of chunks?.values() ?? []) {
+      inFlight += rows.inFlight;
+      completed += rows.completed;
+      failed += rows.failed;
+    }
+    const settled = Math.min(completed + failed, progress.active);
+    return {
+      ...progress,
+      completed: progress.completed + completed,
+      failed: progress.failed + failed,
+      active: progress.active - settled,
+      inFlight,
+      executors: progress.active > 0 ? 1 : 0,
+    };
+  }
+
+  applyAll(maps: Record<string, MapProgress>): Record<string, MapProgress> {
+    return Object.fromEntries(Object.entries(maps).map(([name, progress]) => [name, this.apply(name, progress)]));
+  }
+
+  #chunk(map: string, chunk: number): ChunkRows {
+    let chunks = this.#maps.get(map);
+    if (!chunks) this.#maps.set(map, (chunks = new Map()));
+    let rows = chunks.get(chunk);
+    if (!rows) chunks.set(chunk, (rows = { inFlight: 0, completed: 0, failed: 0 }));
+    return rows;
+  }
+}

@@ -1,0 +1,49 @@
+/**
+ * Progress a user can watch: a row counts as done as soon as its last field
+ * returns, while its chunk still runs, not when the whole chunk ends.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { SIM_DEFAULTS, setSim } from "./chaos-helpers";
+import { allEvents, datasetRows, eventsOfType, simReset, startRun, waitForRun } from "./helpers";
+
+afterEach(async () => {
+  await setSim(SIM_DEFAULTS);
+});
+
+describe("row progress", () => {
+  it("counts rows of a running chunk as they settle, with the rows in flight and the objects computing them", async () => {
+    await simReset();
+    // One chunk of 60 one-call rows; six calls in flight at a time (the platform's limit), 100 ms each:
+    // the chunk's rows settle over ten waves, each wave after the progress interval.
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
+    const rows = Array.from({ length: 60 }, (_, i) => ({
+      id: `p${i}`,
+      tool: "sim_find_email",
+      input: { name: i % 10 === 9 ? `!fail ${i}` : `Row ${i}`, domain: "progress.test" },
+    }));
+    const runId = await startRun("test-calls", { rows, dataset: "rowprog" }, { testPolicy: { chunkRows: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 60, completed: 54, failed: 6 });
+
+    const events = await allEvents(runId);
+    const chunkEnd = events.find((e) => e.type === "chunk.completed")!;
+    expect(chunkEnd).toMatchObject({ map: "rowprog", chunk: 0, completed: 54, failed: 6 });
+    const before = eventsOfType(events, "map.progress").filter((e) => e.seq < chunkEnd.seq);
+    // While the chunk ran, the ledger showed rows done and rows in flight in the one object computing them.
+    const midway = before.filter((e) => e.completed + e.failed > 0);
+    expect(midway.length).toBeGreaterThan(0);
+    for (const e of midway) {
+      expect(e.completed + e.failed).toBeLessThan(60);
+      expect(e.executors).toBe(1);
+      expect(e.completed + e.failed + e.active).toBe(60);
+    }
+    expect(before.some((e) => (e.inFlight ?? 0) > 0)).toBe(true);
+    // Counts never go backwards.
+    const done = eventsOfType(events, "map.progress").map((e) => e.completed + e.failed);
+    expect(done).toEqual([...done].sort((a, b) => a - b));
+
+    // In the end, the stored counts alone: nothing in flight, nothing computing.
+    expect(run.progress.maps.rowprog).toMatchObject({ completed: 54, failed: 6, active: 0, inFlight: 0, executors: 0 });
+    expect(await datasetRows(runId, "rowprog")).toHaveLength(60);
+  });
+});
