@@ -194,7 +194,7 @@ describe("troupe", () => {
     const page = await troupe("runs", "--limit", "1");
     expect(page.code).toBe(0);
     const [line, more] = page.stdout.trim().split("\n");
-    expect(line).toMatch(/^run_[0-9a-f]{32}  /);
+    expect(line).toMatch(/^run_[0-9a-f]{32} {2}/);
     expect(more).toMatch(/^more: troupe runs --cursor \S+$/);
   });
 

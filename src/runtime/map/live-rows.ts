@@ -8,6 +8,7 @@
  * takes the overlay with it, and the redispatched chunk counts again.
  */
 import type { MapProgress } from "../../api/responses";
+import { getOrInsert } from "../../core/collections";
 
 interface ChunkRows {
   inFlight: number;
@@ -66,10 +67,7 @@ export class LiveRows {
   }
 
   #chunk(map: string, chunk: number): ChunkRows {
-    let chunks = this.#maps.get(map);
-    if (!chunks) this.#maps.set(map, (chunks = new Map()));
-    let rows = chunks.get(chunk);
-    if (!rows) chunks.set(chunk, (rows = { inFlight: 0, completed: 0, failed: 0 }));
-    return rows;
+    const chunks = getOrInsert(this.#maps, map, () => new Map<number, ChunkRows>());
+    return getOrInsert(chunks, chunk, () => ({ inFlight: 0, completed: 0, failed: 0 }));
   }
 }
