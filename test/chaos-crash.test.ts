@@ -34,6 +34,7 @@ describe("the coordinator dies mid-chunk", () => {
     { phase: "after claiming its rows", point: "sheet.claimed", fromCall: 2 },
     { phase: "after claiming receipts", point: "receipt.claimed", fromCall: 3 },
     { phase: "after a provider call, before its receipt completes", point: "provider.after", fromCall: 4 },
+    { phase: "after its receipts complete, before it records their bills", point: "receipt.completed", fromCall: 1 },
     { phase: "after persisting rows, before reporting the chunk", point: "sheet.persisted", fromCall: 1 },
   ] as const;
 

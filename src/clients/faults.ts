@@ -41,6 +41,7 @@ export const FAULT_POINTS = [
   "provider.after",
   "sheet.claimed",
   "receipt.claimed",
+  "receipt.completed",
   "sheet.persisted",
   "run.alarm",
 ] as const;

@@ -252,7 +252,9 @@ export class ReceiptClient {
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.complete");
     this.#finishing(shard, request.items);
-    return this.#stub(shard).complete(request);
+    const written = await this.#stub(shard).complete(request);
+    await this.#faults.check("receipt.completed");
+    return written;
   }
 
   async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {

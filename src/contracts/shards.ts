@@ -138,7 +138,11 @@ export type ReceiptClaim =
    * how it ended), as opposed to a failure the provider answered.
    */
   | { key: string; disposition: "claimed"; generation: number; takeover?: true; unknownOutcome?: true }
-  | { key: string; disposition: "reused"; output: unknown }
+  /**
+   * Completed: its output, the generation that billed it and the run whose
+   * attempt completed it (that run's spend holds the bill).
+   */
+  | { key: string; disposition: "reused"; output: unknown; generation: number; finishedByRun: string | null }
   | { key: string; disposition: "running"; owner: AttemptRef; leaseExpiresAt: number }
   | { key: string; disposition: "failed"; error: ReceiptError };
 

@@ -62,7 +62,7 @@ export type JsonValue = string | number | boolean | null | object;
 /** A `ReceiptClaim` whose reused output is typed as the JSON it was stored as. */
 export type StoredReceiptClaim =
   | Exclude<ReceiptClaim, { disposition: "reused" }>
-  | { key: string; disposition: "reused"; output: JsonValue };
+  | { key: string; disposition: "reused"; output: JsonValue; generation: number; finishedByRun: string | null };
 
 /** One receipt as plain data (what `get` returns). */
 export interface Receipt {
@@ -371,7 +371,15 @@ function decideClaim(
   switch (existing.status) {
     case "completed":
       if (rebill) return own(existing.generation + 1);
-      return { result: { key: item.key, disposition: "reused", output: existing.output } };
+      return {
+        result: {
+          key: item.key,
+          disposition: "reused",
+          output: existing.output,
+          generation: existing.generation,
+          finishedByRun: existing.finishedByRun,
+        },
+      };
     case "failed":
       if (existing.retryable) return own(existing.generation);
       // Sent again only when the run asks (`retryUnknown`): the provider may have executed it once already.

@@ -74,6 +74,13 @@ export class SpendStore {
     this.#sql.write`UPDATE spend SET state = 'billed', at = ${this.#now()} WHERE request_key = ${requestKey} AND state = 'reserved'`;
   }
 
+  /** The request was billed though its bill was not recorded (see `SpendLedger.recordBilled`): spend, reserved or not. */
+  recordBilled(request: SpendRequest): void {
+    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
+      VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${toMicros(request.credits)}, 'billed', ${this.#now()})
+      ON CONFLICT (request_key) DO UPDATE SET state = 'billed', at = excluded.at WHERE state = 'reserved'`;
+  }
+
   /** The request was not billed (not sent, or refused by the provider): its reservation is freed. */
   release(requestKey: string): void {
     this.#sql.write`DELETE FROM spend WHERE request_key = ${requestKey} AND state = 'reserved'`;

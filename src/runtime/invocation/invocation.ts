@@ -207,5 +207,6 @@ function spendLedger(store: RunStore, cap: SpendCap | null): SpendLedger {
     },
     bill: (requestKey) => store.spend.bill(requestKey),
     release: (requestKey) => store.spend.release(requestKey),
+    recordBilled: (request) => store.spend.recordBilled(request),
   };
 }

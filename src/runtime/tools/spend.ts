@@ -25,6 +25,12 @@ export interface SpendLedger {
   bill(requestKey: string): void;
   /** Not billed: the reservation is freed. */
   release(requestKey: string): void;
+  /**
+   * The provider billed this request and this run's receipt holds it, though
+   * the invocation that sent it died before recording the bill: it is spend,
+   * reserved or not (idempotent; never refused by the cap, as it is billed).
+   */
+  recordBilled(request: BillableRequest): void;
 }
 
 /** The run would pass its `maxSpend` (or the org's daily cap) with the next request: nothing more is sent. */

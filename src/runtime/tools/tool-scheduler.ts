@@ -172,6 +172,16 @@ export class ToolScheduler {
       takeover = false;
       switch (claim.disposition) {
         case "reused":
+          // Completed by this run, maybe by an invocation that died before it recorded the bill: the receipt holds it,
+          // so it is this run's spend (billing is idempotent, and a bill already recorded stays one).
+          if (claim.finishedByRun === this.#services.run.runId) {
+            this.#services.spend.recordBilled({
+              requestKey: await idempotencyKey(call.key, claim.generation),
+              toolId: call.tool.id,
+              provider: call.tool.provider,
+              credits: priceOf(call.tool, call.input),
+            });
+          }
           return claim.output;
         case "failed":
           throw new ToolCallError({ code: claim.error.code, message: claim.error.message, retryable: false });
