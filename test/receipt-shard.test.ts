@@ -77,7 +77,9 @@ describe("claim dispositions", () => {
     await claim(stub, attempt("run-a"), ["k1"]);
     const output = { email: "ada@example.com", score: 0.93, tags: ["a", "b"] };
     await stub.complete({ attempt: attempt("run-a"), items: [{ key: "k1", output }] });
-    expect(await claim(stub, attempt("run-b"), ["k1"])).toEqual([{ key: "k1", disposition: "reused", output }]);
+    expect(await claim(stub, attempt("run-b"), ["k1"])).toEqual([
+      { key: "k1", disposition: "reused", output, generation: 0, finishedByRun: "run-a" },
+    ]);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output, finishedByRun: "run-a", leaseExpiresAt: null });
   });
 
@@ -255,7 +257,9 @@ describe("dead owners", () => {
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
     expect(await stub.complete({ attempt: slow, items: [{ key: "k1", output: "billed" }] })).toEqual({ accepted: ["k1"], rejected: [] });
-    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([{ key: "k1", disposition: "reused", output: "billed" }]);
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([
+      { key: "k1", disposition: "reused", output: "billed", generation: 0, finishedByRun: "run-b" },
+    ]);
   });
 
   it("re-arms the alarm for the next lease and leaves live leases alone", async () => {
@@ -287,7 +291,7 @@ describe("refresh (forceToolRefresh)", () => {
 
     const sameRun = attempt("run-a", 1);
     expect(await claim(stub, sameRun, ["done", "broken"], { refresh: true })).toEqual([
-      { key: "done", disposition: "reused", output: "v0" },
+      { key: "done", disposition: "reused", output: "v0", generation: 0, finishedByRun: "run-a" },
       { key: "broken", disposition: "failed", error: { code: "bad_input", message: "no" } },
     ]);
 
@@ -299,7 +303,7 @@ describe("refresh (forceToolRefresh)", () => {
     await stub.complete({ attempt: b, items: [{ key: "done", output: "v1" }] });
     // Run b finished generation 1; refreshing again within run b reuses it.
     expect(await claim(stub, attempt("run-b", 1), ["done"], { refresh: true })).toEqual([
-      { key: "done", disposition: "reused", output: "v1" },
+      { key: "done", disposition: "reused", output: "v1", generation: 1, finishedByRun: "run-b" },
     ]);
     expect(await stub.get({ key: "done" })).toMatchObject({ generation: 1, finishedByRun: "run-b" });
   });
@@ -321,7 +325,7 @@ describe("teardown", () => {
     expect(await claim(stub, b, ["k1", "k2", "k3"])).toEqual([
       { key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
       { key: "k2", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
-      { key: "k3", disposition: "reused", output: "kept" },
+      { key: "k3", disposition: "reused", output: "kept", generation: 0, finishedByRun: "run-a" },
     ]);
     expect(await stub.releaseRun({ runId: "run-a" })).toEqual({ released: 0 });
   });
@@ -341,7 +345,7 @@ describe("scale and durability", () => {
     expect(written.rejected).toEqual([]);
 
     const reused = await claim(stub, attempt("run-b"), keys);
-    expect(reused).toEqual(keys.map((key, i) => ({ key, disposition: "reused", output: { i } })));
+    expect(reused).toEqual(keys.map((key, i) => ({ key, disposition: "reused", output: { i }, generation: 0, finishedByRun: "run-a" })));
   });
 
   it("keeps receipts and their alarm across eviction", async () => {
@@ -359,7 +363,7 @@ describe("scale and durability", () => {
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await stub.get({ key: "dying" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
     expect(await claim(stub, attempt("run-b"), ["done", "dying"])).toEqual([
-      { key: "done", disposition: "reused", output: { ok: true } },
+      { key: "done", disposition: "reused", output: { ok: true }, generation: 0, finishedByRun: "run-a" },
       { key: "dying", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
     ]);
   });

@@ -146,12 +146,33 @@ describe("uploads belong to their org", () => {
       ["POST", `/v1/uploads/${started.uploadId}/complete`],
       ["GET", "/v1/uploads/up_00000000000000000000000000000000"],
       ["GET", "/v1/uploads/nonsense"],
+      ["DELETE", `/v1/uploads/${ready.uploadId}`],
+      ["DELETE", `/v1/uploads/${started.uploadId}`],
     ] as const) {
       const res = await apiJson(path, { method, body, token: "other-token" });
       expect(res.status, `${method} ${path}`).toBe(404);
       expect(res.body.error.code).toBe("upload_not_found");
     }
     expect((await apiJson(`/v1/uploads/${ready.uploadId}`)).status).toBe(200);
+  });
+});
+
+describe("DELETE /v1/uploads/<id>", () => {
+  it("removes a ready upload and one still receiving parts, leaving nothing of either in the bucket", async () => {
+    const { body: ready } = await upload(csvFile, CSV);
+    const { body: started } = await apiJson("/v1/uploads?multipart=1", { method: "POST", headers: { "Content-Type": CSV } });
+    expect((await apiJson(`/v1/uploads/${started.uploadId}/parts/1`, { method: "PUT", body: "a,b\n1,2\n" })).status).toBe(200);
+    for (const uploadId of [ready.uploadId, started.uploadId]) {
+      expect((await bucketKeys()).some((key) => key.includes(uploadId))).toBe(true);
+      const removed = await apiJson(`/v1/uploads/${uploadId}`, { method: "DELETE" });
+      expect(removed).toEqual({ status: 200, body: { uploadId, deleted: true } });
+      expect((await bucketKeys()).filter((key) => key.includes(uploadId))).toEqual([]);
+      expect((await apiJson(`/v1/uploads/${uploadId}`)).status).toBe(404);
+      expect((await apiJson(`/v1/uploads/${uploadId}`, { method: "DELETE" })).body.error.code).toBe("upload_not_found");
+    }
+    // Parts sent after the delete find no upload to join.
+    const late = await apiJson(`/v1/uploads/${started.uploadId}/parts/2`, { method: "PUT", body: "3,4\n" });
+    expect(late.status).toBe(404);
   });
 });
 

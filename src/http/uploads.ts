@@ -72,6 +72,12 @@ uploadRoutes.get("/uploads/:uploadId", async (c) => {
   return c.json(upload);
 });
 
+uploadRoutes.delete("/uploads/:uploadId", async (c) => {
+  const uploadId = c.req.param("uploadId");
+  if (!(await uploadsOf(c.env, c.get("org")).remove(uploadId))) throw uploadNotFound(uploadId);
+  return c.json({ uploadId, deleted: true });
+});
+
 /** The upload's format from its `Content-Type`, or a 400 naming the two accepted. */
 function formatOf(contentType: string | undefined): UploadFormat {
   const [type = "", ...params] = (contentType ?? "").split(";").map((p) => p.trim().toLowerCase());

@@ -114,6 +114,29 @@ export class Uploads {
     return { uploadId, status: "receiving", format: multipart.format, createdAt: new Date(multipart.createdAt).toISOString() };
   }
 
+  /**
+   * `DELETE /v1/uploads/<id>`: removes the upload, ready or receiving parts
+   * (an unfinished multipart upload is aborted in R2 first). False when this
+   * org has no such upload.
+   */
+  async remove(uploadId: string): Promise<boolean> {
+    if (!UPLOAD_ID.test(uploadId)) return false;
+    const ready = await this.#readyRecord(uploadId);
+    const multipart = ready ? null : await this.#store.readMultipart(uploadId);
+    if (!ready && !multipart) return false;
+    if (multipart) {
+      await this.#store.bucket
+        .resumeMultipartUpload(this.#store.dataKey(uploadId), multipart.r2UploadId)
+        .abort()
+        .catch((error: unknown) => {
+          // Already completed or aborted by R2 (it aborts unfinished uploads after a week): nothing is left to abort.
+          console.warn(`upload ${uploadId}: could not abort its multipart upload`, error);
+        });
+    }
+    await this.#store.discard(uploadId);
+    return true;
+  }
+
   /** A ready upload's index and bytes, for `readRows`; null when there is no such ready upload in this org. */
   async open(uploadId: string): Promise<OpenUpload | null> {
     if (!(await this.#readyRecord(uploadId))) return null;
