@@ -160,6 +160,8 @@ describe("TroupeClient", () => {
     expect(await client.getUpload(uploadId)).toMatchObject({ uploadId, status: "receiving", format: "csv" });
     expect(await client.uploadPart(uploadId, 1, csv)).toEqual({ part: 1, bytes: csv.length });
     expect(await client.completeUpload(uploadId)).toMatchObject({ uploadId, rows: 2, status: "ready" });
+    expect(await client.deleteUpload(uploadId)).toEqual({ uploadId, deleted: true });
+    expect(await client.getUpload(uploadId).catch((e: unknown) => e)).toMatchObject({ status: 404, code: "upload_not_found" });
 
     const malformed = await client.upload("a,b\n1\n", { format: "csv" }).catch((e: unknown) => e);
     expect(malformed).toMatchObject({ status: 400, code: "malformed_upload", message: expect.stringContaining("line 2") });

@@ -156,6 +156,11 @@ export class TroupeClient {
     return this.#json("GET", uploadPath(uploadId));
   }
 
+  /** `DELETE /v1/uploads/<uploadId>`: removes the upload, ready or receiving parts, and all it stored. */
+  deleteUpload(uploadId: string): Promise<{ uploadId: string; deleted: true }> {
+    return this.#json("DELETE", uploadPath(uploadId));
+  }
+
   /** `GET /v1/runs/<runId>/events`: one page of the run's ledger after `after`. */
   eventPage(runId: string, options: { after?: number; limit?: number } = {}): Promise<EventPage> {
     return this.#json("GET", `${runPath(runId)}/events${query({ after: options.after, limit: options.limit })}`);
