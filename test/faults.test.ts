@@ -7,7 +7,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/clients/faults";
-import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, datasetRows, expectedEmail, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */
@@ -183,8 +183,7 @@ describe("auth scope", () => {
     const rows = [{ id: "s1", tool: "test_scoped_find", input: { name: "Scoped Person", domain: "scope.test" } }];
     const run = await waitForRun(await startRun("test-calls", { rows, dataset: "scoped" }));
     expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-    const logs = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => e.line);
-    expect(logs.filter((l) => l.includes("auth_scope_changed_reclaim"))).toHaveLength(1);
+    expect((await notices(run.runId)).filter((code) => code === "auth_rescoped")).toHaveLength(1);
     expect(await simStats()).toMatchObject({ billed: 1, duplicates: 0 });
 
     // The same credentials reuse the receipt; new credentials are a new receipt (and a new bill).

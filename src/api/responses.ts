@@ -173,6 +173,7 @@ export interface LedgerEventFields {
  * - `receipt_taken_over`: a call's receipt was left running by an attempt that cannot finish it; this one takes it over.
  * - `call_recovered`: a taken-over call's result was read back from the provider instead of calling again.
  * - `map_repaired`: finalize found rows not persisted and runs their chunks again.
+ * - `auth_rescoped`: a provider said a call's credentials changed; the call is claimed again under the new auth scope.
  */
 export type NoticeCode =
   | "invocation_resumed"
@@ -182,7 +183,8 @@ export type NoticeCode =
   | "late_write_rejected"
   | "receipt_taken_over"
   | "call_recovered"
-  | "map_repaired";
+  | "map_repaired"
+  | "auth_rescoped";
 
 /** The type of a ledger event. */
 export type LedgerEventType = keyof LedgerEventFields;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { OutboundGate, sendOutbound, withOutbound } from "./outbound";
+import { OutboundGate, sendOutbound, withOutbound, withSendStop } from "./outbound";
 
 /** Lets every queued microtask and timer of this turn run. */
 const settle = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
@@ -132,6 +132,44 @@ describe("sendOutbound", () => {
     expect(gate.waiting).toBe(1);
     holder();
     expect(await later).toBe("Test:timer");
+    expect(gate.inFlight).toBe(0);
+  });
+
+  it("never sends a request whose stop aborted while it waited for a slot, nor one asked for after", async () => {
+    const gate = new OutboundGate({ limit: 1 });
+    const holder = await gate.acquire();
+    const stop = new AbortController();
+    const sent: string[] = [];
+    const queued = withOutbound({ caller: "Test:stop", gate }, () =>
+      withSendStop(stop.signal, () => sendOutbound(async () => sent.push("queued"))),
+    );
+    await settle();
+    expect(gate.waiting).toBe(1);
+    stop.abort(new Error("leases lost"));
+    await expect(queued).rejects.toThrow("leases lost");
+    expect(gate.waiting).toBe(0);
+    holder();
+    // Without a gate (production) too: nothing starts once the stop aborted.
+    const ungated = withOutbound({ caller: "Test:stop", gate: null }, () =>
+      withSendStop(stop.signal, () => sendOutbound(async () => sent.push("ungated"))),
+    );
+    await expect(ungated).rejects.toThrow("leases lost");
+    expect(sent).toEqual([]);
+    expect(gate.inFlight).toBe(0);
+  });
+
+  it("leaves a request already sent to its own signal when its stop aborts", async () => {
+    const gate = new OutboundGate({ limit: 1 });
+    const stop = new AbortController();
+    let answer!: (value: string) => void;
+    const inFlight = withOutbound({ caller: "Test:sent", gate }, () =>
+      withSendStop(stop.signal, () => sendOutbound(() => new Promise<string>((resolve) => (answer = resolve)))),
+    );
+    await settle();
+    expect(gate.inFlight).toBe(1);
+    stop.abort(new Error("cancelled"));
+    answer("billed");
+    expect(await inFlight).toBe("billed");
     expect(gate.inFlight).toBe(0);
   });
 });

@@ -115,14 +115,43 @@ export function withOutbound<T>(outbound: Outbound, fn: () => T): T {
   return current.run(outbound, fn);
 }
 
+const stops = new AsyncLocalStorage<AbortSignal>();
+
+/**
+ * Runs `fn` so that the requests it sends are never sent once `stop` aborts:
+ * one still waiting for a slot leaves the queue (rejecting with the stop's
+ * reason), and none starts after it. A request already sent is not touched
+ * (its own signal governs it). A chunk attempt that lost its leases, or a
+ * cancelled invocation, thus sends nothing it had queued: another attempt
+ * may own those calls by then.
+ */
+export function withSendStop<T>(stop: AbortSignal, fn: () => T): T {
+  return stops.run(stop, fn);
+}
+
 /**
  * Sends one outbound request as the current object: through its gate, the
  * slot held until `send` settles (`fetch` settles when the response headers
  * arrive: read the body after). `send` is told the caller's name, or null
- * outside any object's {@link withOutbound}.
+ * outside any object's {@link withOutbound}. `signal` is the request's own
+ * (it may abort a request in flight); a {@link withSendStop} around the call
+ * stops it only before it is sent.
  */
-export function sendOutbound<T>(send: (caller: string | null) => Promise<T>, signal?: AbortSignal): Promise<T> {
+export async function sendOutbound<T>(send: (caller: string | null) => Promise<T>, signal?: AbortSignal): Promise<T> {
   const outbound = current.getStore();
-  if (!outbound?.gate) return send(outbound?.caller ?? null);
-  return outbound.gate.hold(() => send(outbound.caller), signal);
+  const stop = stops.getStore();
+  const caller = outbound?.caller ?? null;
+  if (!outbound?.gate) {
+    stop?.throwIfAborted();
+    return send(caller);
+  }
+  const waitSignal = stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal);
+  const release = await outbound.gate.acquire(waitSignal);
+  try {
+    // Granted in the same turn a signal aborted: the slot goes back unused, and nothing is sent.
+    waitSignal?.throwIfAborted();
+    return await send(caller);
+  } finally {
+    release();
+  }
 }

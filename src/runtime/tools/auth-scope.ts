@@ -3,6 +3,7 @@
  * receipt key. Resolved once per tool per invocation, and re-resolved when a
  * provider says the credentials changed.
  */
+import type { Log } from "../../contracts/events";
 import { ToolCallError } from "../../play/tool-error";
 import type { AnyTool } from "../../play/types";
 import { sha256Hex } from "../../core/hash";
@@ -59,9 +60,9 @@ export class AuthScopes {
  */
 export class AuthScopeChange {
   #scopes: AuthScopes;
-  #log: (line: string) => void;
+  #log: Log;
 
-  constructor(options: { scopes: AuthScopes; log(line: string): void }) {
+  constructor(options: { scopes: AuthScopes; log: Log }) {
     this.#scopes = options.scopes;
     this.#log = options.log;
   }
@@ -77,7 +78,8 @@ export class AuthScopeChange {
       });
     }
     this.#log(
-      `${tool.id}: auth_scope_changed_reclaim — the provider says the credentials changed mid-run; re-resolved the auth scope and re-claimed the call under the new scope`,
+      `${tool.id}: the provider says the credentials changed mid-run; re-resolved the auth scope and re-claimed the call under the new scope`,
+      "auth_rescoped",
     );
     return next;
   }

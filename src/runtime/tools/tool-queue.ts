@@ -9,6 +9,7 @@
  * Each caller gets its outcome together with its place in the window:
  * `done()` gives the place back once the receipt is written.
  */
+import { withSendStop } from "../../core/outbound";
 import { ToolCallError } from "../../play/tool-error";
 import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -114,7 +115,8 @@ export class ToolQueue {
       timeoutMs,
     );
     try {
-      const request = send(controller.signal);
+      // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
+      const request = withSendStop(this.#services.signal, () => send(controller.signal));
       return await (this.#workers ? this.#workers.external(request) : request);
     } finally {
       clearTimeout(timer);
