@@ -145,13 +145,6 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
     stop?.throwIfAborted();
     return send(caller);
   }
-  const waitSignal = stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal);
-  const release = await outbound.gate.acquire(waitSignal);
-  try {
-    // Granted in the same turn a signal aborted: the slot goes back unused, and nothing is sent.
-    waitSignal?.throwIfAborted();
-    return await send(caller);
-  } finally {
-    release();
-  }
+  // While it waits, the stop or its own signal takes it out of the queue; once granted, only its own signal governs it.
+  return outbound.gate.hold(() => send(caller), stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
 }
