@@ -7,6 +7,7 @@ export { ReceiptShard } from "./actors/ReceiptShard";
 export { OrgDirectory } from "./actors/OrgDirectory";
 export { SimProvider } from "./actors/SimProvider";
 export { PacingGate } from "./actors/PacingGate";
+export { MapExecutor } from "./actors/MapExecutor";
 export { FaultInjector } from "./actors/FaultInjector";
 
 export default {

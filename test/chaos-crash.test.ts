@@ -1,12 +1,14 @@
 /**
- * Chaos, part 1: the coordinator (which executes its chunks in process) dies
- * mid-chunk at every phase of a chunk attempt, is evicted with chunks in
- * flight, and has its alarm handler throw. Each time the run must end
- * completed with every row persisted once and every provider call billed once
- * (the simulator's `duplicates` stays 0: a call billed by the dead attempt is
- * recovered, not sent again).
+ * Chaos, part 1: an executor dies mid-chunk at every phase of a chunk
+ * attempt, or is evicted with calls in flight; the coordinator is evicted
+ * while its executors run; the coordinator, running chunks in process
+ * (`maxExecutors: 0`), has its alarm handler throw or dies in a loop. Each
+ * time the run must end completed with every row persisted once and every
+ * provider call billed once (the simulator's `duplicates` stays 0: a call
+ * billed by a dead attempt is recovered, not sent again).
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { env } from "cloudflare:workers";
 import { allEvents, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
@@ -26,10 +28,10 @@ afterEach(async () => {
   await setSim(SIM_DEFAULTS);
 });
 
-/** Test policy: chunks of 50 rows, 4 in flight (src/core/policy.ts). 160 rows are 4 chunks, all in flight at once. */
+/** Test policy: chunks of 50 rows, 4 executors to start with (src/core/policy.ts). 160 rows are 4 chunks, all in flight at once. */
 const ROWS = 160;
 
-describe("the coordinator dies mid-chunk", () => {
+describe("an executor dies mid-chunk", () => {
   const phases = [
     { phase: "after claiming its rows", point: "sheet.claimed", fromCall: 2 },
     { phase: "after claiming receipts", point: "receipt.claimed", fromCall: 3 },
@@ -64,7 +66,27 @@ describe("the coordinator dies mid-chunk", () => {
     },
   );
 
-  it("is evicted with chunks in flight (calls still at the provider) and resumes by its alarm", async () => {
+  it("is evicted with calls in flight at the provider: its chunk is redispatched and their results recovered", async () => {
+    await simReset();
+    await setSim({ latencyMs: 200 });
+    const rows = callRows("ExecutorEvicted", 200);
+    const runId = await startRun("test-calls", { rows, dataset: "executor-evicted" });
+    await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
+    await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+    const codes = await notices(runId);
+    expect(codes).toContain("invocation_resumed");
+    // The calls the dead executor had sent were answered anyway: their results are recovered, not bought again.
+    expect(codes).toContain("call_recovered");
+    await expectExactlyOnce(runId, "executor-evicted", rows);
+  });
+});
+
+describe("the coordinator dies while its executors run", () => {
+  it("is evicted mid-map: the executors finish and report, and the next invocation reuses their rows", async () => {
     await simReset();
     await setSim({ latencyMs: 60 });
     const rows = callRows("Evicted", 300);
@@ -76,8 +98,7 @@ describe("the coordinator dies mid-chunk", () => {
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
-    // The calls the dead invocation had sent were answered anyway: their results are recovered, not bought again.
-    expect(await notices(runId)).toContain("call_recovered");
+    expect(await notices(runId)).toContain("invocation_resumed");
     await expectExactlyOnce(runId, "evicted", rows);
   });
 });
@@ -88,7 +109,8 @@ describe("alarm retries", () => {
     // 1,500 rows take at least four invocations under the test budget; the first two alarms throw after driving, before re-arming.
     await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
     const rows = callRows("Alarm", 1500);
-    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" });
+    // In the coordinator (no executors): its own invocations then spend the subrequests that make it yield.
+    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { maxExecutors: 0 } });
     const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
@@ -105,7 +127,8 @@ describe("a crash loop", () => {
     await simReset();
     await setFaults([{ point: "sheet.claimed", fromCall: 1, crash: true }]);
     const rows = callRows("CrashLoop", 60);
-    const runId = await startRun("test-calls", { rows, dataset: "crash-loop" });
+    // The coordinator runs the chunks (no executors), so the crash kills its invocations; an executor's would cost its chunk a redispatch.
+    const runId = await startRun("test-calls", { rows, dataset: "crash-loop" }, { testPolicy: { maxExecutors: 0 } });
     const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("crash_loop");

@@ -21,6 +21,9 @@ import type { LedgerEvent } from "../stores/ledger-store";
 import { runMigrations } from "../stores/run-schema";
 import { runView, type RunView } from "../runtime/views/run-view";
 import { LiveRows } from "../runtime/map/live-rows";
+import { ExecutorAttempts } from "../runtime/executor/executor-attempts";
+import type { CaptureSource } from "../clients/executors";
+import type { AttemptReport, SpendGrant } from "../contracts/executors";
 import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
 import { OrgClient } from "../clients/orgs";
@@ -81,6 +84,7 @@ export class RunCoordinator extends Server<Env> {
   #journal: JournalStore;
   #waiters = new ChildWaiters();
   #live = new LiveRows();
+  #executors: ExecutorAttempts;
   /** What each alarm invocation is given of this object. */
   #host: RunHost;
   /** This object's outbound requests (provider calls, fetches): six in flight at most under `PLATFORM_LIMITS=emulate`. */
@@ -96,8 +100,17 @@ export class RunCoordinator extends Server<Env> {
       events: (after, limit) => this.#store.ledger.events(after, limit),
       snapshot: () => ({ run: this.#view()!, seq: this.#store.ledger.lastSeq() }),
     });
+    this.#executors = new ExecutorAttempts({
+      store: this.#store,
+      live: this.#live,
+      emit: (type, data) => this.#emit(type, data),
+      now: Date.now,
+      // A bill that reaches an ended run: its next alarm reports it to the org's day.
+      onLateBill: () => void this.ctx.storage.setAlarm(Date.now()),
+    });
     this.#host = {
       env,
+      executors: this.#executors,
       store: this.#store,
       journal: this.#journal,
       waiters: this.#waiters,
@@ -166,6 +179,21 @@ export class RunCoordinator extends Server<Env> {
     );
     this.#waiters.notify(end.childRunId);
     if (ended > 0) await this.#wake();
+  }
+
+  /** An executor of this run asks what the invocation of epoch `attemptSeq` had done (null once it has ended). */
+  async captureSource(attemptSeq: number): Promise<CaptureSource | null> {
+    return this.#executors.source(attemptSeq);
+  }
+
+  /** An executor reports on an attempt (executor-attempts.ts applies it). */
+  async attemptReport(report: AttemptReport): Promise<void> {
+    this.#executors.apply(report);
+  }
+
+  /** An executor's attempt asks for spend under the run's cap. */
+  async grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
+    return this.#executors.grant(attemptId, wantedMicros);
   }
 
   /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */

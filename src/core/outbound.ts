@@ -106,6 +106,8 @@ export interface Outbound {
   /** The object, as `<Class>:<name>` (`RunCoordinator:<runId>`): what the simulated provider records peaks under. */
   readonly caller: string;
   readonly gate: OutboundGate | null;
+  /** Hears how long each request took from its start (its slot, under the gate) to its answer: executors are sized from it. */
+  readonly observe?: (ms: number) => void;
 }
 
 const current = new AsyncLocalStorage<Outbound>();
@@ -141,10 +143,18 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
   const outbound = current.getStore();
   const stop = stops.getStore();
   const caller = outbound?.caller ?? null;
+  const timed = async () => {
+    const startedAt = Date.now();
+    try {
+      return await send(caller);
+    } finally {
+      outbound?.observe?.(Date.now() - startedAt);
+    }
+  };
   if (!outbound?.gate) {
     stop?.throwIfAborted();
-    return send(caller);
+    return timed();
   }
   // While it waits, the stop or its own signal takes it out of the queue; once granted, only its own signal governs it.
-  return outbound.gate.hold(() => send(caller), stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
+  return outbound.gate.hold(timed, stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
 }

@@ -69,6 +69,17 @@ export interface RuntimePolicy {
   reconcileRepairs: number;
   /** Coalescing window of `map.progress` events. */
   progressIntervalMs: number;
+  /**
+   * Executors a map starts with, before its providers' pace and latency are
+   * known (runtime/executor/sizing.ts); and the most one run's map uses at
+   * once. `maxExecutors: 0` runs every chunk attempt in the coordinator.
+   */
+  minExecutors: number;
+  maxExecutors: number;
+  /** Wall clock one coordinator invocation may spend dispatching before it yields (an alarm runs 15 minutes at most). */
+  invocationWallMs: number;
+  /** After a cancel, how long an executor's last report (its bills) is awaited before the run settles. */
+  executorStopWaitMs: number;
 }
 
 const production: RuntimePolicy = {
@@ -100,6 +111,10 @@ const production: RuntimePolicy = {
   maxInterruptedInvocations: 10,
   reconcileRepairs: 2,
   progressIntervalMs: 500,
+  minExecutors: 4,
+  maxExecutors: 64,
+  invocationWallMs: 10 * 60_000,
+  executorStopWaitMs: 10_000,
 };
 
 const test: Partial<RuntimePolicy> = {
@@ -118,6 +133,9 @@ const test: Partial<RuntimePolicy> = {
   progressIntervalMs: 100,
   // Small enough that a few-hundred-row run yields and replays across several invocations.
   invocationSubrequestBudget: 400,
+  maxExecutors: 8,
+  invocationWallMs: 60_000,
+  executorStopWaitMs: 3_000,
 };
 
 /**
@@ -135,6 +153,9 @@ export const TestPolicyOverrides = z
     blockedRetries: z.number().int().min(0).max(100),
     maxChunkRedispatches: z.number().int().min(0).max(100),
     chunkRows: z.number().int().min(1).max(1000),
+    /** 0: the run's chunk attempts run in its coordinator, not in executors. */
+    maxExecutors: z.number().int().min(0).max(64),
+    minExecutors: z.number().int().min(1).max(64),
     /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */
     childCheckIntervalMs: z
       .number()

@@ -276,6 +276,11 @@ export class RunStore {
     };
   }
 
+  /** The maps that have ended, in the order they were created. */
+  doneMaps(): MapRecord[] {
+    return this.#sql<{ name: string }>`SELECT name FROM maps WHERE done = 1 ORDER BY ordinal`.map((r) => this.map(r.name)!);
+  }
+
   /** Records a map's chunk plan once; a replay finds it and continues. */
   createMap(map: Omit<MapRecord, "done" | "chunkCount" | "repairs">): MapRecord {
     const chunkCount = Math.ceil(map.total / map.chunkRows);

@@ -74,16 +74,42 @@ export class SpendStore {
     this.#sql.write`UPDATE spend SET state = 'billed', at = ${this.#now()} WHERE request_key = ${requestKey} AND state = 'reserved'`;
   }
 
-  /** The request was billed though its bill was not recorded (see `SpendLedger.recordBilled`): spend, reserved or not. */
-  recordBilled(request: SpendRequest): void {
-    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
+  /** The request was billed though its bill was not recorded (see `SpendLedger.recordBilled`): spend, reserved or not. True when this recorded it. */
+  recordBilled(request: SpendRequest): boolean {
+    const written = this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
       VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${toMicros(request.credits)}, 'billed', ${this.#now()})
       ON CONFLICT (request_key) DO UPDATE SET state = 'billed', at = excluded.at WHERE state = 'reserved'`;
+    return written > 0;
   }
 
   /** The request was not billed (not sent, or refused by the provider): its reservation is freed. */
   release(requestKey: string): void {
     this.#sql.write`DELETE FROM spend WHERE request_key = ${requestKey} AND state = 'reserved'`;
+  }
+
+  /**
+   * Sets aside up to `wantedMicros` for an executor's attempt under the cap
+   * (one reservation per attempt, grown by each grant): its bills are
+   * reported later and replace it ({@link settleGrant}). Answers what was
+   * granted (0 when the cap leaves nothing).
+   */
+  grant(attemptId: string, wantedMicros: number, capMicros: number | null): number {
+    const granted = capMicros === null ? wantedMicros : Math.max(0, Math.min(wantedMicros, capMicros - this.committedMicros()));
+    if (granted <= 0) return 0;
+    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
+      VALUES (${grantKey(attemptId)}, '(grant)', '(grant)', ${granted}, 'reserved', ${this.#now()})
+      ON CONFLICT (request_key) DO UPDATE SET micros = micros + excluded.micros`;
+    return granted;
+  }
+
+  /** The attempt's bills, `micros` in all, were recorded: its grant shrinks by as much. */
+  settleGrant(attemptId: string, micros: number): void {
+    this.#sql.write`UPDATE spend SET micros = max(0, micros - ${micros}) WHERE request_key = ${grantKey(attemptId)} AND state = 'reserved'`;
+  }
+
+  /** The attempt ended: what it was granted and did not bill is freed. */
+  releaseGrant(attemptId: string): void {
+    this.release(grantKey(attemptId));
   }
 
   /** The run ended: reservations of requests that never came back are freed (a later run that completes them pays). */
@@ -132,4 +158,8 @@ export class SpendStore {
   markReported(upTo: number): void {
     this.#sql.write`UPDATE spend SET reported = 1 WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo}`;
   }
+}
+
+function grantKey(attemptId: string): string {
+  return `grant:${attemptId}`;
 }

@@ -14,6 +14,10 @@ import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import type { LiveRows } from "../map/live-rows";
+import type { CaptureSource } from "../../clients/executors";
+import type { SpendGrant } from "../../contracts/executors";
+import type { ExecutorAttempts } from "../executor/executor-attempts";
+import { EffectTrace } from "./effect-trace";
 import { MapRunner } from "../map/map-runner";
 import { createDispatchServices } from "../tools/services";
 import { type SpendCap, SpendCapReached, type SpendLedger } from "../tools/spend";
@@ -37,6 +41,8 @@ export interface RunHost {
   tools: ReadonlyMap<string, AnyTool>;
   /** Rows of the chunks running in this object, as they settle (the progress counts them at once). */
   live: LiveRows;
+  /** The run's executors' reports, and what they ask of the running invocation. */
+  executors: ExecutorAttempts;
   /** Appends to the ledger (and tells watchers). */
   emit: Emit;
   now(): number;
@@ -121,13 +127,26 @@ export class Invocation implements InvocationScope {
       salvage: (entry) => this.store.salvage.add(entry),
       spend: spendLedger(this.store, this.#start.spendCap),
     });
-    const maps = new MapRunner({ scope: this, store: this.store, tools: this.host.tools, dispatch, live: this.host.live });
+    const maps = new MapRunner({
+      scope: this,
+      store: this.store,
+      tools: this.host.tools,
+      dispatch,
+      live: this.host.live,
+      executors: this.host.executors,
+    });
     const services = this.#playServices();
-    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, services });
+    const trace = new EffectTrace();
+    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, services, trace });
+    const close = this.host.executors.open({
+      source: (attemptSeq) => this.#captureSource(attemptSeq, trace),
+      grant: (attemptId, wantedMicros) => this.#grant(attemptId, wantedMicros),
+    });
     try {
       await services.children.checkDue();
       return await this.#run(play, ctx, services);
     } finally {
+      close();
       clearTimeout(timer);
       await dispatch.pacers.closeAll();
     }
@@ -155,6 +174,40 @@ export class Invocation implements InvocationScope {
         },
       });
     }
+  }
+
+  /** What an executor of this invocation needs to run the play up to a map (runtime/executor/capture.ts). */
+  #captureSource(attemptSeq: number, trace: EffectTrace): CaptureSource | null {
+    const run = this.store.run()!;
+    if (run.runAttempt !== attemptSeq) return null;
+    const maps = this.store.doneMaps().map((map) => ({ ...map, ...this.store.progress(map.name) }));
+    return {
+      runAttempt: attemptSeq,
+      run,
+      inputJson: this.store.inputJson(),
+      policy: this.policy,
+      effects: trace.snapshot(),
+      maps: maps.map(({ name, total, completed, failed, duplicatesDropped, shardCount }) => ({
+        name,
+        total,
+        completed,
+        failed,
+        duplicatesDropped,
+        shardCount,
+      })),
+      spendCapped: this.#start.spendCap !== null,
+    };
+  }
+
+  /** Spend for an executor's attempt under this invocation's cap; 0 granted says the cap is reached. */
+  #grant(attemptId: string, wantedMicros: number): SpendGrant {
+    const cap = this.#start.spendCap;
+    const grantedMicros = this.store.spend.grant(attemptId, wantedMicros, cap === null ? null : toMicros(cap.credits));
+    return {
+      grantedMicros,
+      spentCredits: toCredits(this.store.spend.billedMicros()),
+      cap: cap === null ? null : cap.reason === "daily" ? { credits: cap.credits, reason: "daily", limit: cap.limit } : { credits: cap.credits, reason: "maxSpend" },
+    };
   }
 
   /** Child plays, waits and fetch for this invocation. */

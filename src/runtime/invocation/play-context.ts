@@ -9,6 +9,7 @@ import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
 import type { InvocationScope } from "./scope";
+import type { EffectTrace } from "./effect-trace";
 
 /** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
 export interface PlayServices {
@@ -40,7 +41,10 @@ export class RunContext implements PlayContext {
   #services: PlayServices;
   #effects = new Effects();
 
-  constructor(options: { scope: InvocationScope; maps: MapRunner; attemptSeq: () => number; services: PlayServices }) {
+  #trace: EffectTrace;
+
+  constructor(options: { scope: InvocationScope; maps: MapRunner; attemptSeq: () => number; services: PlayServices; trace: EffectTrace }) {
+    this.#trace = options.trace;
     this.runId = options.scope.run.runId;
     this.org = options.scope.run.org;
     this.#maps = options.maps;
@@ -120,7 +124,13 @@ export class RunContext implements PlayContext {
   #effect<T>(kind: EffectKind, name: string, at: { play(call: EffectCall): T; row?(row: RowContext): T }): T {
     const row = rowScope.getStore();
     try {
-      return this.#effects.make(kind, name, row !== undefined, { play: at.play, row: row && at.row ? () => at.row!(row) : undefined });
+      const play = (call: EffectCall) => {
+        const result = at.play(call);
+        // What an executor replays to reach a map (runtime/executor/capture.ts).
+        this.#trace.record(call, result);
+        return result;
+      };
+      return this.#effects.make(kind, name, row !== undefined, { play, row: row && at.row ? () => at.row!(row) : undefined });
     } catch (error) {
       if (kind === "log") throw error;
       return Promise.reject(error) as T;

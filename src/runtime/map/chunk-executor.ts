@@ -10,6 +10,9 @@ import type { FieldSet, Row, RowContext } from "../../play/types";
 import { messageOf, TroupeError } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
+import type { ChunkSummary } from "../../contracts/executors";
+
+export type { ChunkSummary };
 import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "../../core/bulk-queue";
 import type { FatalLatch } from "../../core/latch";
@@ -26,26 +29,6 @@ export interface ChunkAttempt {
   chunk: number;
   attempt: AttemptRef;
   rows: readonly PlannedRow[];
-}
-
-export interface ChunkSummary {
-  /** Rows now completed: computed by this attempt, or reused from an earlier one. */
-  completed: number;
-  failed: number;
-  /** Of `completed`, rows reused without work. */
-  reused: number;
-  /** Rows leased by another live attempt: not executed here. */
-  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string }[];
-  /** Rows this attempt computed but no longer owned when it wrote them (nothing was written for them). */
-  rejected: string[];
-  /**
-   * The heartbeat found rows or receipts of this attempt held by another
-   * attempt (or expired): the attempt stopped early. A chunk with `lost` or
-   * `rejected` keys must be redispatched under a new epoch.
-   */
-  lost: { rows: string[]; receipts: string[]; reason: string } | null;
-  /** A few failed rows, for the run's failure samples. */
-  failureSamples: { key: string; error: string }[];
 }
 
 export interface ChunkExecutor {

@@ -43,11 +43,15 @@ export class DrainOutcome {
     if (!this.signal.aborted && !this.latch.tripped) this.#infra ??= error;
   }
 
-  /** Whether to stop dispatching chunks; also notes when this invocation's subrequest budget is spent. */
-  stopped(subrequests: number, budget: number): boolean {
+  /**
+   * Whether to stop dispatching chunks; also notes when this invocation's
+   * budget is spent: its subrequests, or its wall clock (an alarm runs 15
+   * minutes at most, and a coordinator waiting on its executors uses little else).
+   */
+  stopped(budget: { subrequests: number; maxSubrequests: number; elapsedMs: number; maxElapsedMs: number }): boolean {
     if (this.signal.aborted || this.latch.tripped !== null) return true;
     if (this.#rowFailure || this.#fatal || this.#infra !== null || this.#died > 0) return true;
-    this.#overBudget ||= subrequests >= budget;
+    this.#overBudget ||= budget.subrequests >= budget.maxSubrequests || budget.elapsedMs >= budget.maxElapsedMs;
     return this.#overBudget;
   }
 
@@ -83,7 +87,7 @@ export class DrainOutcome {
       );
     }
     if (left === 0) return;
-    if (this.#overBudget) throw new YieldSignal(now, "subrequest budget of this invocation spent");
+    if (this.#overBudget) throw new YieldSignal(now, "this invocation's budget (subrequests or time) is spent");
     const at = blockedUntil.length ? Math.max(now, Math.min(...blockedUntil)) + 50 : now;
     throw new YieldSignal(at, `${left} chunks of "${this.map}" wait for rows leased by another run`);
   }

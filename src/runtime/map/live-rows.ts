@@ -18,6 +18,15 @@ interface ChunkRows {
 
 export class LiveRows {
   #maps = new Map<string, Map<number, ChunkRows>>();
+  /** Chunk attempts of each map running in executors now. */
+  #remote = new Map<string, number>();
+
+  /** A chunk attempt of `map` went to an executor (+1) or came back from one (-1). */
+  remote(map: string, delta: 1 | -1): void {
+    const count = (this.#remote.get(map) ?? 0) + delta;
+    if (count > 0) this.#remote.set(map, count);
+    else this.#remote.delete(map);
+  }
 
   started(map: string, chunk: number): void {
     this.#chunk(map, chunk).inFlight++;
@@ -39,7 +48,7 @@ export class LiveRows {
   /**
    * `progress` (the stored counts) with the rows settled in running chunks
    * counted as done, `inFlight` (rows being computed now) and `executors`
-   * (objects computing this map's chunks now: this coordinator, or none).
+   * (objects computing this map's chunks now: its executors, or this coordinator, or none).
    */
   apply(map: string, progress: MapProgress): MapProgress {
     const chunks = this.#maps.get(map);
@@ -58,7 +67,7 @@ export class LiveRows {
       failed: progress.failed + failed,
       active: progress.active - settled,
       inFlight,
-      executors: progress.active > 0 ? 1 : 0,
+      executors: this.#remote.get(map) ?? (progress.active > 0 ? 1 : 0),
     };
   }
 

@@ -19,7 +19,13 @@ import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
 import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
-import { InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
+import { type ChunkAttempt, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
+import type { FatalLatch } from "../../core/latch";
+import { ExecutorClient } from "../../clients/executors";
+import { pacingGate } from "../../clients/pacing-gates";
+import type { ExecutorAttempts } from "../executor/executor-attempts";
+import { RemoteChunkExecutor, RunInline } from "../executor/remote-executor";
+import { ExecutorSizer } from "../executor/sizing";
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
@@ -39,6 +45,8 @@ export interface MapRunnerOptions {
   dispatch: DispatchServices;
   /** Rows of running chunks as they settle: the progress counts them before their chunk ends. */
   live: LiveRows;
+  /** The coordinator's executors' reports; null runs every chunk attempt in this invocation. */
+  executors: ExecutorAttempts | null;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -50,6 +58,8 @@ export class MapRunner {
   #lastProgress = new Map<string, string>();
   #startedAt: number;
   #computedSinceStart = new Map<string, number>();
+  /** Maps whose rows need the coordinator (a row starts a child play): their chunks run here. */
+  #inline = new Set<string>();
 
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
@@ -123,7 +133,7 @@ export class MapRunner {
     const { policy, signal, run } = this.#scope;
     const guards = this.guards();
     const latch = guards.latch;
-    const executor = new InProcessChunkExecutor({
+    const inProcess = new InProcessChunkExecutor({
       sheets,
       receipts: this.#deps.dispatch.receipts,
       fields,
@@ -142,9 +152,28 @@ export class MapRunner {
         }
       },
     });
+    const remote = this.#remote(record, latch);
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
+
+    /** Runs the attempt in an executor, or here when the map cannot run there (a row starts a child play). */
+    const execute = async (attempt: ChunkAttempt): Promise<ChunkSummary> => {
+      if (!remote || this.#inline.has(record.name)) return inProcess.execute(attempt);
+      this.#deps.live.remote(record.name, 1);
+      try {
+        return await remote.executor.execute(attempt);
+      } catch (error) {
+        if (!(error instanceof RunInline)) throw error;
+        this.#inline.add(record.name);
+        this.#scope.log(`map "${record.name}" runs in the coordinator from now on: ${error.message}`);
+      } finally {
+        this.#deps.live.remote(record.name, -1);
+      }
+      // The same attempt, here: its rows' and receipts' leases are its own.
+      this.#deps.live.ended(record.name, attempt.chunk);
+      return inProcess.execute(attempt);
+    };
 
     const dispatch = async (chunk: ChunkRecord) => {
       const idx = chunk.idx;
@@ -155,7 +184,7 @@ export class MapRunner {
       const rows = planned.slice(idx * record.chunkRows, (idx + 1) * record.chunkRows);
       let summary: ChunkSummary;
       try {
-        summary = await executor.execute({ map: record.name, chunk: idx, attempt, rows });
+        summary = await execute({ map: record.name, chunk: idx, attempt, rows });
       } catch (error) {
         // The chunk stays `running`: the next invocation redispatches it under a new epoch.
         outcome.infraFailed(error);
@@ -196,17 +225,76 @@ export class MapRunner {
       this.#progress(record.name, false);
     };
 
-    const stop = () => outcome.stopped(this.#scope.meter.total, policy.invocationSubrequestBudget);
+    const stop = () =>
+      outcome.stopped({
+        subrequests: this.#scope.meter.total,
+        maxSubrequests: policy.invocationSubrequestBudget,
+        elapsedMs: this.#scope.now() - this.#startedAt,
+        maxElapsedMs: policy.invocationWallMs,
+      });
+    // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), or K in the coordinator.
+    const width = () =>
+      remote && !this.#inline.has(record.name) ? remote.sizer.target() : Math.min(policy.chunkConcurrency, queue.length);
     let next = 0;
-    const workers = Array.from({ length: Math.min(policy.chunkConcurrency, queue.length) }, async () => {
-      while (next < queue.length && !stop()) await dispatch(queue[next++]!);
-    });
-    await Promise.all(workers);
+    let working = 0;
+    const workers: Promise<void>[] = [];
+    const grow = () => {
+      while (working < width() && next < queue.length && !stop()) {
+        working++;
+        workers.push(
+          (async () => {
+            try {
+              while (next < queue.length && !stop()) {
+                await dispatch(queue[next++]!);
+                grow();
+              }
+            } finally {
+              working--;
+            }
+          })(),
+        );
+      }
+    };
+    grow();
+    for (let waited = 0; waited < workers.length; waited = workers.length) await Promise.all(workers.slice(waited));
     this.#progress(record.name, true);
 
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
     outcome.throwIfUnfinished(left, this.#scope.now(), blockedUntil);
     await this.#finalize(record, sheets);
+  }
+
+  /** The map's executors, sized from its providers; null when chunk attempts run here (`maxExecutors: 0`). */
+  #remote(record: MapRecord, latch: FatalLatch): { executor: RemoteChunkExecutor; sizer: ExecutorSizer } | null {
+    const { env, run, policy, meter, signal, now } = this.#scope;
+    const attempts = this.#deps.executors;
+    if (!attempts || policy.maxExecutors === 0) return null;
+    const sizer = new ExecutorSizer({
+      min: Math.min(policy.minExecutors, policy.maxExecutors),
+      max: policy.maxExecutors,
+      now,
+      pace: async (provider) => {
+        const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter).state(provider);
+        return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
+      },
+    });
+    const executor = new RemoteChunkExecutor({
+      runId: run.runId,
+      dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
+      client: new ExecutorClient({ env, meter }),
+      attempts,
+      latch,
+      signal,
+      silenceMs: policy.rowLeaseTtlMs,
+      stopWaitMs: policy.executorStopWaitMs,
+      observe: (report) =>
+        sizer.observe(
+          report.bills.map((bill) => bill.provider),
+          report.latency[0] ?? null,
+        ),
+      now,
+    });
+    return { executor, sizer };
   }
 
   /**

@@ -19,8 +19,12 @@ export interface BillableRequest {
 
 /** The run's ledger of billable requests (synchronous: it lives in the coordinator's storage). */
 export interface SpendLedger {
-  /** Reserves the request's price; throws {@link SpendCapReached} when that would pass the run's cap. */
-  reserve(request: BillableRequest): void;
+  /**
+   * Reserves the request's price; throws {@link SpendCapReached} when that
+   * would pass the run's cap. An executor's ledger may have to ask the
+   * coordinator first (it then answers a promise).
+   */
+  reserve(request: BillableRequest): void | Promise<void>;
   /** The provider answered: the reservation is spend. */
   bill(requestKey: string): void;
   /** Not billed: the reservation is freed. */

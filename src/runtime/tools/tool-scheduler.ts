@@ -286,7 +286,7 @@ export class ToolScheduler {
   async #reserve(call: OwnedCall, requestKey: string, shard: number): Promise<void> {
     let refusal: SpendCapReached | ToolCallError;
     try {
-      this.#services.spend.reserve({
+      await this.#services.spend.reserve({
         requestKey,
         toolId: call.tool.id,
         provider: call.tool.provider,

@@ -1,0 +1,132 @@
+import { DurableObject } from "cloudflare:workers";
+import { type CaptureSource, CoordinatorLink } from "../clients/executors";
+import { faultProbeFor } from "../clients/faults";
+import type { ChunkAssignment } from "../contracts/executors";
+import { TroupeError } from "../core/errors";
+import { SubrequestMeter } from "../core/meter";
+import { type OutboundGate, withOutbound } from "../core/outbound";
+import { outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { playRegistry } from "../plays";
+import { AttemptReporter } from "../runtime/executor/attempt-reporter";
+import { runAttempt } from "../runtime/executor/attempt-runner";
+import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
+import { createSql, migrate } from "../stores/sql";
+import { toolRegistry } from "../tools";
+
+/** How often a running attempt reports (rows, bills, liveness). */
+const REPORT_INTERVAL_MS = 1_000;
+
+/**
+ * One executor of one run (named `<runId>#<slot>`): it runs the chunk
+ * attempts its run's coordinator assigns, one at a time, in its own alarm
+ * invocation, so each has this object's six outbound connections, its own
+ * subrequests and its own CPU (DESIGN.md, "Where chunk work runs").
+ *
+ * `assign` only stores the attempt and arms the alarm. A newer assignment
+ * replaces an older one and stops it. An attempt found `running` when the
+ * alarm starts was cut off by a restart: it is reported stopped (with the
+ * outbox of what it billed), and the coordinator redispatches its chunk under
+ * a new epoch; fencing makes anything it left in flight harmless.
+ */
+export class MapExecutor extends DurableObject<Env> {
+  #store: ExecutorStore;
+  #gate: OutboundGate | null;
+  /** The attempt running in this instance, its stop and its reporter. */
+  #current: { attemptId: string; stop: AbortController; reporter: AttemptReporter } | null = null;
+  /** What each epoch's invocation of the run had done, asked once per epoch. */
+  #sources = new Map<number, Promise<CaptureSource | null>>();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.#store = new ExecutorStore({ sql: createSql(ctx.storage) });
+    this.#gate = outboundGateFor(env);
+    void ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, EXECUTOR_MIGRATIONS));
+  }
+
+  async assign(assignment: ChunkAssignment): Promise<void> {
+    this.#store.assign(assignment);
+    const current = this.#current;
+    if (current && current.attemptId !== assignment.attempt.attemptId)
+      current.stop.abort(new TroupeError("superseded", `attempt ${current.attemptId} was replaced by ${assignment.attempt.attemptId}`));
+    await this.ctx.storage.setAlarm(Date.now());
+  }
+
+  async stop(attemptId: string, reason: string): Promise<void> {
+    if (this.#current?.attemptId === attemptId) this.#current.stop.abort(new TroupeError("stopped", reason));
+  }
+
+  override async alarm(): Promise<void> {
+    const runId = this.#store.held()?.assignment.runId;
+    if (!runId) return;
+    const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
+    const link = new CoordinatorLink({ env: this.env, runId, meter });
+    const caller = `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
+    for (let held = this.#store.held(); held; held = this.#store.held()) {
+      const { assignment } = held;
+      const reporter = new AttemptReporter({
+        link,
+        store: this.#store,
+        meter,
+        report: { executor: caller, attemptId: assignment.attempt.attemptId, map: assignment.map, chunk: assignment.chunk },
+      });
+      if (held.state === "running" || !this.#store.markRunning(assignment.attempt.attemptId)) {
+        // Cut off by a restart of this object: the coordinator redispatches it.
+        await reporter.end({ kind: "stopped", reason: "its executor restarted while it ran" });
+        this.#store.finish(assignment.attempt.attemptId);
+        continue;
+      }
+      const stop = new AbortController();
+      this.#current = { attemptId: assignment.attempt.attemptId, stop, reporter };
+      const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
+      reporter.start(REPORT_INTERVAL_MS);
+      try {
+        const end = await withOutbound({ caller, gate: this.#gate, observe: (ms) => reporter.observe(ms) }, () =>
+          runAttempt(
+            {
+              env: this.env,
+              store: this.#store,
+              plays: playRegistry(this.env),
+              tools: toolRegistry(this.env),
+              link,
+              meter,
+              faults,
+              reporter,
+              source: (attemptSeq) => this.#source(link, attemptSeq),
+              now: Date.now,
+            },
+            assignment,
+            stop.signal,
+          ),
+        );
+        await reporter.end(end);
+      } finally {
+        this.#current = null;
+      }
+      this.#store.finish(assignment.attempt.attemptId);
+    }
+  }
+
+  #source(link: CoordinatorLink, attemptSeq: number): Promise<CaptureSource | null> {
+    let source = this.#sources.get(attemptSeq);
+    if (!source) {
+      source = link.captureSource(attemptSeq);
+      // A failed ask is asked again by the next attempt.
+      source.catch(() => this.#sources.delete(attemptSeq));
+      this.#sources.set(attemptSeq, source);
+    }
+    return source;
+  }
+
+  /**
+   * Aborts this object (test faults only): the attempt dies as an eviction
+   * would kill it. The code of the aborted instance would otherwise run on
+   * (its promises are not cancelled); an evicted object's does not, so it
+   * stops here and reports nothing more.
+   */
+  #crash(reason: string): never {
+    this.#current?.reporter.kill();
+    this.#current?.stop.abort(new Error(reason));
+    this.ctx.abort(reason);
+    throw new Error(reason);
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * A run's coordinator and its executors, each calling the other: the
+ * coordinator assigns and stops chunk attempts (`ExecutorClient`); an
+ * executor asks its run's coordinator for what it needs and reports to it
+ * (`CoordinatorLink`). Every call is counted by the caller's meter.
+ */
+import type { AttemptReport, ChunkAssignment, SpendGrant, TracedEffect, TracedMap } from "../contracts/executors";
+import type { SubrequestMeter } from "../core/meter";
+import type { RuntimePolicy } from "../core/policy";
+import type { RunRecord } from "../stores/run-store";
+
+/**
+ * What an executor needs to run the play up to a map (runtime/executor/capture.ts):
+ * the run, its input, the policy of the invocation that assigned the attempt,
+ * and the play-level effects that invocation had made.
+ */
+export interface CaptureSource {
+  /** The coordinator's invocation this describes (its attempt epoch). */
+  runAttempt: number;
+  run: RunRecord;
+  inputJson: string;
+  policy: RuntimePolicy;
+  effects: TracedEffect[];
+  maps: TracedMap[];
+  /** Whether the run's spend is capped: an executor then asks before it bills more than it was granted. */
+  spendCapped: boolean;
+}
+
+/** The coordinator's RPC surface as its executors use it (the stub's own type is too deep for the checker). */
+interface CoordinatorRpc {
+  captureSource(attemptSeq: number): Promise<CaptureSource | null>;
+  attemptReport(report: AttemptReport): Promise<void>;
+  grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant>;
+}
+
+/** An executor's RPC surface as the coordinator uses it. */
+interface ExecutorRpc {
+  assign(assignment: ChunkAssignment): Promise<void>;
+  stop(attemptId: string, reason: string): Promise<void>;
+}
+
+/** The name of a run's executor in `slot`. */
+export function executorName(runId: string, slot: number): string {
+  return `${runId}#${slot}`;
+}
+
+/** The coordinator's side: assigns chunk attempts to the run's executors and stops them. */
+export class ExecutorClient {
+  #ns: Env["MAP_EXECUTOR"];
+  #meter: SubrequestMeter | null;
+
+  constructor(options: { env: Pick<Env, "MAP_EXECUTOR">; meter?: SubrequestMeter }) {
+    this.#ns = options.env.MAP_EXECUTOR;
+    this.#meter = options.meter ?? null;
+  }
+
+  /** Hands the executor `name` an attempt; returns once it is held there (the attempt runs in the executor's own invocation). */
+  assign(name: string, assignment: ChunkAssignment): Promise<void> {
+    return this.#stub(name).assign(assignment);
+  }
+
+  /** Stops the attempt if the executor still runs it: nothing more is sent for it. */
+  stop(name: string, attemptId: string, reason: string): Promise<void> {
+    return this.#stub(name).stop(attemptId, reason);
+  }
+
+  #stub(name: string): ExecutorRpc {
+    if (this.#meter) this.#meter.rpc++;
+    return this.#ns.getByName(name) as unknown as ExecutorRpc;
+  }
+}
+
+/** An executor's side: its run's coordinator. */
+export class CoordinatorLink {
+  #stub: CoordinatorRpc;
+  #meter: SubrequestMeter | null;
+
+  constructor(options: { env: Pick<Env, "RUN_COORDINATOR">; runId: string; meter?: SubrequestMeter }) {
+    this.#stub = options.env.RUN_COORDINATOR.getByName(options.runId) as unknown as CoordinatorRpc;
+    this.#meter = options.meter ?? null;
+  }
+
+  /** What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running. */
+  captureSource(attemptSeq: number): Promise<CaptureSource | null> {
+    this.#count();
+    return this.#stub.captureSource(attemptSeq);
+  }
+
+  report(report: AttemptReport): Promise<void> {
+    this.#count();
+    return this.#stub.attemptReport(report);
+  }
+
+  grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
+    this.#count();
+    return this.#stub.grantSpend(attemptId, wantedMicros);
+  }
+
+  #count(): void {
+    if (this.#meter) this.#meter.rpc++;
+  }
+}

@@ -1,0 +1,124 @@
+/**
+ * What a run's coordinator and its executors say to each other
+ * (src/actors/MapExecutor.ts, src/runtime/executor/): the coordinator assigns
+ * a chunk attempt; the executor asks once per invocation of the run for what
+ * it needs to rebuild the map's field functions, may ask for spend, and
+ * reports in bulk: rows as they settle, bills, salvage, log lines, usage, and
+ * at the end the attempt's summary.
+ */
+import type { NoticeCode } from "../api/responses";
+import type { AttemptRef, PlannedRow, SalvageEntry } from "./shards";
+
+/** Where a dataset's rows live (mirrors the sheet client's location). */
+export interface AssignedDataset {
+  org: string;
+  play: string;
+  dataset: string;
+  shardCount: number;
+}
+
+/** One chunk attempt for an executor to run. */
+export interface ChunkAssignment {
+  runId: string;
+  map: string;
+  chunk: number;
+  attempt: AttemptRef;
+  rows: PlannedRow[];
+  dataset: AssignedDataset;
+}
+
+/** One play-level effect the coordinator's invocation made, as the executor replays it (see capture.ts). */
+export interface TracedEffect {
+  kind: string;
+  name: string;
+  ordinal: number;
+  /** null while the effect had not settled when the source was taken. */
+  outcome: { ok: true; value: unknown } | { ok: false; code: string | null; message: string } | null;
+}
+
+/** A map the play finished before: what its handle says, and where its rows are. */
+export interface TracedMap {
+  name: string;
+  total: number;
+  completed: number;
+  failed: number;
+  duplicatesDropped: number;
+  shardCount: number;
+}
+
+/** A bill the executor recorded: one billable request the provider billed. */
+export interface BilledRequest {
+  requestKey: string;
+  toolId: string;
+  provider: string;
+  credits: number;
+}
+
+/** Counters an executor's invocation adds to the run's usage. */
+export interface UsageDelta {
+  rpc: number;
+  provider: number;
+  retries: number;
+  rateLimited: number;
+  lookups: number;
+  outcomeUnknown: number;
+}
+
+/** What an attempt did, as the map runner records it (runtime/map/chunk-executor.ts). */
+export interface ChunkSummary {
+  /** Rows now completed: computed by this attempt, or reused from an earlier one. */
+  completed: number;
+  failed: number;
+  /** Of `completed`, rows reused without work. */
+  reused: number;
+  /** Rows leased by another live attempt: not executed here. */
+  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string }[];
+  /** Rows this attempt computed but no longer owned when it wrote them (nothing was written for them). */
+  rejected: string[];
+  /**
+   * The heartbeat found rows or receipts of this attempt held by another
+   * attempt (or expired): the attempt stopped early. A chunk with `lost` or
+   * `rejected` keys must be redispatched under a new epoch.
+   */
+  lost: { rows: string[]; receipts: string[]; reason: string } | null;
+  /** A few failed rows, for the run's failure samples. */
+  failureSamples: { key: string; error: string }[];
+}
+
+/** How an executor's attempt ended. */
+export type AttemptEnd =
+  | { kind: "summary"; summary: ChunkSummary }
+  /** It stopped without a summary: cancelled, superseded, or its executor restarted mid-way. */
+  | { kind: "stopped"; reason: string }
+  /** A failure that stops the map (the latch, the spend cap): `details` as the error carried them. */
+  | { kind: "fatal"; code: string; message: string; details?: Record<string, unknown> }
+  /** The store or network failed under it: the chunk is redispatched. */
+  | { kind: "failed"; message: string }
+  /** A row of this map needs what only the coordinator has (a child play): the map runs in the coordinator. */
+  | { kind: "inline"; reason: string };
+
+/** A report from an executor: deltas since its last report, and at the end how the attempt ended. */
+export interface AttemptReport {
+  executor: string;
+  attemptId: string;
+  map: string;
+  chunk: number;
+  /** Rows that started, and that settled, since the last report. */
+  rows: { started: number; completed: number; failed: number; stopped: number };
+  logs: { line: string; code?: NoticeCode }[];
+  bills: BilledRequest[];
+  salvage: SalvageEntry[];
+  usage: UsageDelta;
+  /** Provider latency observed since the last report, per provider: calls answered and their total time. */
+  latency: { provider: string; calls: number; totalMs: number }[];
+  end: AttemptEnd | null;
+}
+
+/** An executor asks for spend before it bills past what it was granted. */
+export interface SpendGrant {
+  /** Micro-credits granted now (0: the cap allows nothing more). */
+  grantedMicros: number;
+  /** When refused: what the run has billed and the cap, for the error. */
+  spentCredits: number;
+  cap: { credits: number; reason: "maxSpend" | "daily"; limit?: number } | null;
+}

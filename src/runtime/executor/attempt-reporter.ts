@@ -1,0 +1,162 @@
+/**
+ * What an executor tells its run's coordinator about an attempt, in bulk:
+ * about once a second while it runs (rows started and settled, log lines,
+ * usage, provider latency, and the outbox of bills and salvage), and once at
+ * the end with how it ended. A report also says the executor is alive: the
+ * coordinator gives up on an attempt it has not heard from for a lease's
+ * length. Deltas of a report that failed go out with the next one; outbox
+ * entries leave the outbox only once a report carrying them was answered.
+ */
+import type { CoordinatorLink } from "../../clients/executors";
+import type { AttemptEnd, AttemptReport, UsageDelta } from "../../contracts/executors";
+import type { NoticeCode } from "../../api/responses";
+import { messageOf } from "../../core/errors";
+import type { SubrequestMeter } from "../../core/meter";
+import type { ExecutorStore } from "../../stores/executor-store";
+
+/** Most outbox entries one report carries (a report stays far below the RPC size limit). */
+const OUTBOX_PER_REPORT = 500;
+/** Log lines one report carries at most; more are counted and summarized. */
+const LOGS_PER_REPORT = 200;
+
+type Counters = AttemptReport["rows"];
+
+export class AttemptReporter {
+  #link: CoordinatorLink;
+  #store: ExecutorStore;
+  #meter: SubrequestMeter;
+  #base: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
+  #rows: Counters = { started: 0, completed: 0, failed: 0, stopped: 0 };
+  #logs: AttemptReport["logs"] = [];
+  #droppedLogs = 0;
+  #latency = { calls: 0, totalMs: 0 };
+  /** The meter's counts last reported (at first, when the attempt began: the meter is the invocation's). */
+  #reportedUsage: UsageDelta;
+  #timer: ReturnType<typeof setInterval> | null = null;
+  #sending: Promise<void> = Promise.resolve();
+  #killed = false;
+
+  constructor(options: {
+    link: CoordinatorLink;
+    store: ExecutorStore;
+    meter: SubrequestMeter;
+    report: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
+  }) {
+    this.#link = options.link;
+    this.#store = options.store;
+    this.#meter = options.meter;
+    this.#base = options.report;
+    this.#reportedUsage = usageOf(options.meter);
+  }
+
+  row(event: "started" | "completed" | "failed" | "stopped"): void {
+    this.#rows[event]++;
+  }
+
+  log(line: string, code?: NoticeCode): void {
+    if (this.#logs.length >= LOGS_PER_REPORT) this.#droppedLogs++;
+    else this.#logs.push(code ? { line, code } : { line });
+  }
+
+  /** A provider request took `ms` from its start to its answer. */
+  observe(ms: number): void {
+    this.#latency.calls++;
+    this.#latency.totalMs += ms;
+  }
+
+  /** Reports every `intervalMs` until {@link end}. */
+  start(intervalMs: number): void {
+    this.#timer = setInterval(() => void this.flush(null).catch(() => {}), intervalMs);
+  }
+
+  /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
+  async end(end: AttemptEnd): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    let failure: unknown = null;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      try {
+        // Outbox entries beyond one report go first; the end goes with the last of them.
+        while (this.#store.outbox(OUTBOX_PER_REPORT + 1).length > OUTBOX_PER_REPORT) await this.flush(null);
+        await this.flush(end);
+        return;
+      } catch (error) {
+        failure = error;
+        await new Promise((resolve) => setTimeout(resolve, 100 * 4 ** attempt));
+      }
+    }
+    throw new Error(`could not report the end of ${this.#base.attemptId}: ${messageOf(failure)}`);
+  }
+
+  /** The executor died (test faults): nothing more is reported from this instance. */
+  kill(): void {
+    this.#killed = true;
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+  }
+
+  /** Sends what happened since the last report (one report at a time). */
+  flush(end: AttemptEnd | null): Promise<void> {
+    const next = this.#sending.catch(() => {}).then(() => this.#send(end));
+    this.#sending = next;
+    return next;
+  }
+
+  async #send(end: AttemptEnd | null): Promise<void> {
+    if (this.#killed) throw new Error("this executor instance was aborted");
+    const rows = this.#rows;
+    const logs = this.#logs;
+    const latency = this.#latency;
+    if (this.#droppedLogs) logs.push({ line: `${this.#droppedLogs} more log lines of this attempt were left out` });
+    const usage = usageOf(this.#meter);
+    const outbox = this.#store.outbox(OUTBOX_PER_REPORT);
+    this.#rows = { started: 0, completed: 0, failed: 0, stopped: 0 };
+    this.#logs = [];
+    this.#droppedLogs = 0;
+    this.#latency = { calls: 0, totalMs: 0 };
+    const report: AttemptReport = {
+      ...this.#base,
+      rows,
+      logs,
+      bills: outbox.flatMap((entry) => (entry.kind === "bill" ? [entry.bill] : [])),
+      salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
+      usage: minus(usage, this.#reportedUsage),
+      latency: latency.calls ? [{ provider: "*", ...latency }] : [],
+      end,
+    };
+    try {
+      await this.#link.report(report);
+    } catch (error) {
+      // Not heard: the deltas go out with the next report (the outbox keeps its entries).
+      for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
+      this.#logs.unshift(...logs.slice(0, LOGS_PER_REPORT - this.#logs.length));
+      this.#latency.calls += latency.calls;
+      this.#latency.totalMs += latency.totalMs;
+      throw error;
+    }
+    this.#reportedUsage = usage;
+    if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
+  }
+}
+
+function usageOf(meter: SubrequestMeter): UsageDelta {
+  return {
+    rpc: meter.rpc,
+    provider: meter.provider,
+    retries: meter.retries,
+    rateLimited: meter.rateLimited,
+    lookups: meter.lookups,
+    outcomeUnknown: meter.outcomeUnknown,
+  };
+}
+
+function minus(a: UsageDelta, b: UsageDelta): UsageDelta {
+  return {
+    rpc: a.rpc - b.rpc,
+    provider: a.provider - b.provider,
+    retries: a.retries - b.retries,
+    rateLimited: a.rateLimited - b.rateLimited,
+    lookups: a.lookups - b.lookups,
+    outcomeUnknown: a.outcomeUnknown - b.outcomeUnknown,
+  };
+}

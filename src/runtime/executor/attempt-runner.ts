@@ -1,0 +1,192 @@
+/**
+ * One chunk attempt inside an executor (src/actors/MapExecutor.ts): take the
+ * map's field functions from the play (capture.ts), then run the attempt
+ * exactly as the coordinator would in its own invocation (the same chunk
+ * executor: claims, leases and their heartbeat, receipts, pacing, fenced
+ * persist), with this object's own outbound connections, subrequests and
+ * CPU. Bills and salvage go to the executor's outbox as they happen; the
+ * reporter carries them, the rows' progress and the end to the coordinator.
+ */
+import type { CaptureSource, CoordinatorLink } from "../../clients/executors";
+import type { FaultProbe } from "../../clients/faults";
+import { SheetClient } from "../../clients/shards";
+import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
+import type { SubrequestMeter } from "../../core/meter";
+import type { AttemptEnd, ChunkAssignment } from "../../contracts/executors";
+import type { AnyTool, FieldSet, PlayDefinition, RowContext } from "../../play/types";
+import type { ExecutorStore } from "../../stores/executor-store";
+import { readPage } from "../map/dataset-view";
+import { attemptServices } from "../map/attempt-leases";
+import { InProcessChunkExecutor } from "../map/chunk-executor";
+import { PlayFetch, SecretValues } from "../invocation/play-fetch";
+import type { InvocationScope } from "../invocation/scope";
+import { createDispatchServices, createMapGuards } from "../tools/services";
+import { ToolScheduler } from "../tools/tool-scheduler";
+import type { AttemptReporter } from "./attempt-reporter";
+import { CaptureUnsupported, captureMap } from "./capture";
+import { ExecutorSpend } from "./executor-spend";
+
+/** How long the play may take to reach the map when replayed here. */
+const CAPTURE_TIMEOUT_MS = 30_000;
+
+/** What the executor gives each attempt it runs. */
+export interface AttemptHost {
+  env: Env;
+  store: ExecutorStore;
+  plays: ReadonlyMap<string, PlayDefinition>;
+  tools: ReadonlyMap<string, AnyTool>;
+  link: CoordinatorLink;
+  /** The invocation's meter (the platform's subrequest cap is per invocation). */
+  meter: SubrequestMeter;
+  faults: FaultProbe;
+  reporter: AttemptReporter;
+  /** What the coordinator's invocation of epoch `attemptSeq` had done (asked once per epoch), or null when it is gone. */
+  source(attemptSeq: number): Promise<CaptureSource | null>;
+  now(): number;
+}
+
+/** A row of this map starts a child play: only the coordinator keeps a run's children, so the map runs there. */
+class ChildNeedsCoordinator extends TroupeError {
+  constructor(play: string) {
+    super("child_needs_coordinator", `a row starts a child play (${play}); this map runs in the coordinator`);
+  }
+}
+
+/** Runs `assignment` until it ends (or `stop` aborts it) and says how it ended; never throws. */
+export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment, stop: AbortSignal): Promise<AttemptEnd> {
+  const source = await host.source(assignment.attempt.attemptSeq).catch(() => null);
+  if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
+  const { run, policy } = source;
+  const play = host.plays.get(run.play);
+  if (!play) return { kind: "failed", message: `play ${run.play} is not in this Worker` };
+  const sheets = new SheetClient({ env: host.env, location: assignment.dataset, meter: host.meter, faults: host.faults });
+
+  let captured: Awaited<ReturnType<typeof captureMap>>;
+  try {
+    captured = await withTimeout(
+      captureMap(play, source, assignment.map, (map, offset, limit) =>
+        readPage(
+          new SheetClient({ env: host.env, location: { ...assignment.dataset, dataset: map.name, shardCount: map.shardCount }, meter: host.meter }),
+          run.runId,
+          offset,
+          limit,
+        ),
+      ),
+      CAPTURE_TIMEOUT_MS,
+      `the play did not reach ctx.map("${assignment.map}") within ${CAPTURE_TIMEOUT_MS / 1000} s when replayed`,
+    );
+  } catch (error) {
+    if (error instanceof CaptureUnsupported) return { kind: "inline", reason: error.message };
+    return { kind: "failed", message: `could not take the fields of "${assignment.map}": ${messageOf(error)}` };
+  }
+
+  const deadline = AbortSignal.timeout(Math.max(0, run.deadlineAt - host.now()));
+  const signal = AbortSignal.any([stop, deadline]);
+  const log = (line: string, code?: Parameters<AttemptReporter["log"]>[1]) => host.reporter.log(line, code);
+  const scope: InvocationScope = {
+    env: host.env,
+    run,
+    policy,
+    meter: host.meter,
+    signal,
+    faults: host.faults,
+    // Nothing on an attempt's path appends ledger events: its log lines and rows are reported.
+    emit: () => {},
+    log,
+    now: host.now,
+  };
+  const guards = createMapGuards({ policy, deadlineAt: run.deadlineAt, now: host.now });
+  const spend = new ExecutorSpend({
+    capped: source.spendCapped,
+    grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
+    keep: (bill) => host.store.addBill(bill),
+  });
+  const dispatch = createDispatchServices(scope, {
+    tools: host.tools,
+    // Durable in this object before the call's error propagates; reported with the next report.
+    salvage: (entry) => host.store.addSalvage(entry),
+    spend,
+  });
+  const secrets = new SecretValues();
+  const egress = new PlayFetch({ env: host.env, org: run.org, signal, secrets, meter: host.meter });
+  const fields = rowFields(captured.fields, (rc) => ({
+    rowKey: rc.rowKey,
+    signal: rc.signal,
+    tool: rc.tool,
+    log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
+    fetch: (url, init) => egress.fetch(url, init),
+    runPlay: (child) => {
+      const error = new ChildNeedsCoordinator(String(child));
+      guards.latch.trip(error);
+      return Promise.reject(error);
+    },
+  }), captured.asRow);
+
+  const executor = new InProcessChunkExecutor({
+    sheets,
+    receipts: dispatch.receipts,
+    fields,
+    policy,
+    latch: guards.latch,
+    signal,
+    recompute: run.force || run.forceToolRefresh,
+    log,
+    now: host.now,
+    scheduler: (attempt, workers, leases) =>
+      new ToolScheduler({
+        services: attemptServices(dispatch, leases),
+        guards,
+        attempt,
+        refresh: run.forceToolRefresh,
+        retryUnknown: run.retryUnknown,
+        workers,
+      }),
+    onRow: (_chunk, event) => host.reporter.row(event),
+  });
+  try {
+    const summary = await executor.execute({ map: assignment.map, chunk: assignment.chunk, attempt: assignment.attempt, rows: assignment.rows });
+    return { kind: "summary", summary };
+  } catch (error) {
+    const tripped = guards.latch.tripped;
+    if (tripped instanceof ChildNeedsCoordinator) return { kind: "inline", reason: tripped.message };
+    if (stop.aborted) return { kind: "stopped", reason: messageOf(stop.reason) };
+    if (deadline.aborted) return { kind: "stopped", reason: "the run reached its runtime limit" };
+    if (tripped) return { kind: "fatal", code: codeOf(tripped) ?? "receipt_store_failed", message: tripped.message, details: detailsOf(tripped) };
+    return { kind: "failed", message: messageOf(error) };
+  } finally {
+    await dispatch.pacers.closeAll();
+  }
+}
+
+/** The captured fields, each run as its row with the executor's row context. */
+function rowFields(fields: FieldSet, contextOf: (rc: RowContext) => RowContext, asRow: <T>(row: RowContext, fn: () => T) => T): FieldSet {
+  const bound: FieldSet = {};
+  for (const [name, fn] of Object.entries(fields)) {
+    bound[name] = (row, rc) => {
+      const context = contextOf(rc);
+      return asRow(context, () => fn(row, context));
+    };
+  }
+  return bound;
+}
+
+async function withTimeout<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TroupeError("capture_timeout", message)), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function safeStringify(value: unknown): string {
+  try {
+    return JSON.stringify(value) ?? String(value);
+  } catch {
+    // Cycles and BigInts still deserve a log line.
+    return String(value);
+  }
+}

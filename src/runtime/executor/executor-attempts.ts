@@ -1,0 +1,126 @@
+/**
+ * The coordinator's side of its executors' reports. What a report says that
+ * must not be lost is applied to the run's storage at once, whether or not
+ * an invocation still waits for the attempt: bills (the provider charged
+ * them; applied once each, by request key), salvage, usage and log lines.
+ * What only matters to a live invocation (rows as they settle, the end of an
+ * attempt it waits for, latency for sizing) goes to the attempt's watcher.
+ */
+import type { CaptureSource } from "../../clients/executors";
+import type { AttemptEnd, AttemptReport, SpendGrant } from "../../contracts/executors";
+import type { Emit } from "../../contracts/events";
+import { isTerminal } from "../../core/statuses";
+import type { RunStore } from "../../stores/run-store";
+import { toCredits, toMicros } from "../../stores/spend-store";
+import type { LiveRows } from "../map/live-rows";
+
+/** What a watcher of one attempt hears. */
+export interface AttemptWatch {
+  /** Settles with the attempt's end. */
+  readonly ended: Promise<AttemptEnd>;
+  /** When the executor was last heard from about this attempt. */
+  heardAt(): number;
+  /** Stops watching (the attempt ended, or the coordinator gave up on it). */
+  close(): void;
+}
+
+interface Watched {
+  map: string;
+  chunk: number;
+  heardAt: number;
+  end(end: AttemptEnd): void;
+  observe(report: AttemptReport): void;
+}
+
+/** What executors ask of the invocation that assigned their attempts (invocation.ts). */
+export interface InvocationAnswers {
+  /** What an executor needs to capture a map's fields, if this is the invocation of epoch `attemptSeq`. */
+  source(attemptSeq: number): CaptureSource | null;
+  /** Spend for an attempt, under this invocation's cap. */
+  grant(attemptId: string, wantedMicros: number): SpendGrant;
+}
+
+export class ExecutorAttempts {
+  #invocation: InvocationAnswers | null = null;
+  #store: RunStore;
+  #live: LiveRows;
+  #emit: Emit;
+  #now: () => number;
+  /** A bill reached a run that has ended: its spend report must be made again. */
+  #onLateBill: () => void;
+  #watched = new Map<string, Watched>();
+
+  constructor(options: { store: RunStore; live: LiveRows; emit: Emit; now(): number; onLateBill(): void }) {
+    this.#store = options.store;
+    this.#live = options.live;
+    this.#emit = options.emit;
+    this.#now = options.now;
+    this.#onLateBill = options.onLateBill;
+  }
+
+  /** The invocation under way answers executors until the returned close. */
+  open(answers: InvocationAnswers): () => void {
+    this.#invocation = answers;
+    return () => {
+      if (this.#invocation === answers) this.#invocation = null;
+    };
+  }
+
+  source(attemptSeq: number): CaptureSource | null {
+    return this.#invocation?.source(attemptSeq) ?? null;
+  }
+
+  /** Between invocations nothing is granted: the attempt asking is stale (its invocation ended). */
+  grant(attemptId: string, wantedMicros: number): SpendGrant {
+    return (
+      this.#invocation?.grant(attemptId, wantedMicros) ?? {
+        grantedMicros: 0,
+        spentCredits: toCredits(this.#store.spend.billedMicros()),
+        cap: null,
+      }
+    );
+  }
+
+  /** Watches the attempt until {@link AttemptWatch.close}; `observe` hears each of its reports. */
+  watch(attemptId: string, map: string, chunk: number, observe: (report: AttemptReport) => void): AttemptWatch {
+    let resolve!: (end: AttemptEnd) => void;
+    const ended = new Promise<AttemptEnd>((r) => (resolve = r));
+    const watched: Watched = { map, chunk, heardAt: this.#now(), end: resolve, observe };
+    this.#watched.set(attemptId, watched);
+    return {
+      ended,
+      heardAt: () => watched.heardAt,
+      close: () => {
+        if (this.#watched.get(attemptId) === watched) this.#watched.delete(attemptId);
+      },
+    };
+  }
+
+  /** Applies one report (see the module comment). */
+  apply(report: AttemptReport): void {
+    const store = this.#store;
+    let billed = 0;
+    for (const bill of report.bills) {
+      if (!store.spend.recordBilled(bill)) continue;
+      billed += toMicros(bill.credits);
+    }
+    if (billed > 0) store.spend.settleGrant(report.attemptId, billed);
+    for (const entry of report.salvage) store.salvage.add(entry);
+    store.addUsage(report.usage);
+    for (const { line, code } of report.logs) this.#emit("log.appended", code ? { line, code } : { line });
+    if (report.end) store.spend.releaseGrant(report.attemptId);
+    const run = store.run();
+    if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
+
+    const watched = this.#watched.get(report.attemptId);
+    if (!watched) return;
+    watched.heardAt = this.#now();
+    const { rows } = report;
+    for (let i = 0; i < rows.started; i++) this.#live.started(watched.map, watched.chunk);
+    for (const status of ["completed", "failed", "stopped"] as const)
+      for (let i = 0; i < rows[status]; i++) this.#live.settled(watched.map, watched.chunk, status);
+    watched.observe(report);
+    if (report.end) watched.end(report.end);
+  }
+
+}

@@ -1,0 +1,143 @@
+/**
+ * The coordinator's chunk executor when attempts run in executors: it hands
+ * the attempt to the run's executor in a free slot (which returns at once),
+ * then waits for the attempt's end report. An executor not heard from for
+ * a row lease's length is given up on: its leases have lapsed by then, and
+ * the chunk is redispatched under a new epoch, which fences off whatever the
+ * old attempt still does. A cancel (or the run's limit) stops the attempt in
+ * its executor at once, then waits a moment for its last report (its bills).
+ */
+import { type ExecutorClient, executorName } from "../../clients/executors";
+import { messageOf, TerminalError, TroupeError } from "../../core/errors";
+import type { FatalLatch } from "../../core/latch";
+import type { AssignedDataset, AttemptEnd, AttemptReport, ChunkSummary } from "../../contracts/executors";
+import { SpendCapReached } from "../tools/spend";
+import type { ChunkAttempt, ChunkExecutor } from "../map/chunk-executor";
+import type { ExecutorAttempts } from "./executor-attempts";
+
+/** The executor's attempt cannot run there (a row starts a child play, say): run it in the coordinator. */
+export class RunInline extends TroupeError {
+  constructor(reason: string) {
+    super("run_inline", reason);
+  }
+}
+
+export interface RemoteExecutorOptions {
+  runId: string;
+  dataset: AssignedDataset;
+  client: ExecutorClient;
+  attempts: ExecutorAttempts;
+  /** The map's latch: an attempt's fatal end trips it, as it would have in process. */
+  latch: FatalLatch;
+  /** The invocation's signal: a cancel, the runtime limit, a suspension. */
+  signal: AbortSignal;
+  /** Given up on after this long without a report. */
+  silenceMs: number;
+  /** After a stop, how long its last report is awaited. */
+  stopWaitMs: number;
+  /** Hears each report of each attempt (latency, providers: the sizing). */
+  observe(report: AttemptReport): void;
+  now(): number;
+}
+
+export class RemoteChunkExecutor implements ChunkExecutor {
+  #deps: RemoteExecutorOptions;
+  #busy = new Set<number>();
+
+  constructor(options: RemoteExecutorOptions) {
+    this.#deps = options;
+  }
+
+  /** Chunk attempts running in executors now. */
+  get running(): number {
+    return this.#busy.size;
+  }
+
+  async execute({ map, chunk, attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
+    const { client, attempts, signal, runId } = this.#deps;
+    const slot = this.#takeSlot();
+    const name = executorName(runId, slot);
+    const watch = attempts.watch(attempt.attemptId, map, chunk, this.#deps.observe);
+    try {
+      signal.throwIfAborted();
+      await client.assign(name, { runId, map, chunk, attempt, rows: [...rows], dataset: this.#deps.dataset });
+      const end = await this.#awaitEnd(watch, name, attempt.attemptId);
+      return this.#summaryOf(end);
+    } finally {
+      watch.close();
+      this.#busy.delete(slot);
+    }
+  }
+
+  async #awaitEnd(watch: ReturnType<ExecutorAttempts["watch"]>, name: string, attemptId: string): Promise<AttemptEnd | null> {
+    const { signal, silenceMs, now, latch } = this.#deps;
+    // A cancel, the runtime limit, or another attempt of the map tripping its latch: this one stops too.
+    const aborted = new Promise<"aborted">((resolve) => {
+      if (signal.aborted) resolve("aborted");
+      else signal.addEventListener("abort", () => resolve("aborted"), { once: true });
+      latch.onTrip(() => resolve("aborted"));
+    });
+    for (;;) {
+      const left = watch.heardAt() + silenceMs - now();
+      if (left <= 0) return null;
+      const outcome = await Promise.race([watch.ended, aborted, sleep(Math.min(left, 1_000))]);
+      if (outcome === "aborted") break;
+      if (outcome) return outcome;
+    }
+    // Stopped here: stop it there too, and give its last report (its bills) a moment.
+    const reason = signal.aborted ? signal.reason : latch.tripped;
+    await this.#deps.client.stop(name, attemptId, messageOf(reason)).catch(() => {});
+    await Promise.race([watch.ended, sleep(this.#deps.stopWaitMs)]);
+    throw reason;
+  }
+
+  /** The attempt's summary as the map runner records it; a failure or fatal end throws as it would have in process. */
+  #summaryOf(end: AttemptEnd | null): ChunkSummary {
+    const lost = (reason: string): ChunkSummary => ({
+      completed: 0,
+      failed: 0,
+      reused: 0,
+      blocked: [],
+      rejected: [],
+      lost: { rows: [], receipts: [], reason },
+      failureSamples: [],
+    });
+    if (end === null) return lost(`its executor was not heard from for ${this.#deps.silenceMs} ms`);
+    switch (end.kind) {
+      case "summary":
+        return end.summary;
+      case "stopped":
+        return lost(end.reason);
+      case "inline":
+        throw new RunInline(end.reason);
+      case "failed":
+        throw new Error(end.message);
+      case "fatal": {
+        const error = fatalOf(end);
+        this.#deps.latch.trip(error);
+        throw error;
+      }
+    }
+  }
+
+  #takeSlot(): number {
+    let slot = 0;
+    while (this.#busy.has(slot)) slot++;
+    this.#busy.add(slot);
+    return slot;
+  }
+}
+
+/** The error an executor's fatal end stands for (the spend cap keeps its class: the run fails saying so). */
+function fatalOf(end: Extract<AttemptEnd, { kind: "fatal" }>): TroupeError {
+  if (end.code === "spend_cap_reached") {
+    const spent = Number(end.details?.spent ?? 0);
+    const maxSpend = Number(end.details?.maxSpend ?? 0);
+    return new SpendCapReached(spent, maxSpend, end.message.includes("daily") ? "daily" : "maxSpend");
+  }
+  return new TerminalError(end.code, end.message, { details: end.details });
+}
+
+function sleep(ms: number): Promise<undefined> {
+  return new Promise((resolve) => setTimeout(() => resolve(undefined), ms));
+}

@@ -1,0 +1,83 @@
+/**
+ * How many executors a run's map keeps busy. A provider that allows R
+ * requests/s and answers in L seconds needs R × L requests in flight, and an
+ * object holds six: R × L / 6 executors, summed over the providers the run
+ * calls, between the policy's floor and ceiling. R is the provider's declared
+ * or learned rate from its pacing gate (without one, its gate's concurrency
+ * bounds the requests in flight instead); L is the latency the executors
+ * observe. Until the first reports arrive the map starts at the floor.
+ */
+import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
+
+export interface ProviderPace {
+  /** Requests per second the provider allows (declared, announced or learned); null when none is known. */
+  requestsPerSecond: number | null;
+  /** Requests in flight its gate allows at once; null when unbounded. */
+  concurrency: number | null;
+}
+
+export interface SizingOptions {
+  min: number;
+  max: number;
+  /** The pace of a provider (its gate's state); asked at most once per refresh. */
+  pace(provider: string): Promise<ProviderPace>;
+  now(): number;
+}
+
+/** How often the providers' pace is asked again. */
+const REFRESH_MS = 5_000;
+
+export class ExecutorSizer {
+  #deps: SizingOptions;
+  #providers = new Map<string, ProviderPace | null>();
+  #latencyMs: number | null = null;
+  #refreshedAt = -Infinity;
+  #refreshing: Promise<void> | null = null;
+
+  constructor(options: SizingOptions) {
+    this.#deps = options;
+  }
+
+  /** A report's observations: providers billed through, and the latency of its requests. */
+  observe(providers: Iterable<string>, latency: { calls: number; totalMs: number } | null): void {
+    for (const provider of providers) if (!this.#providers.has(provider)) this.#providers.set(provider, null);
+    if (latency && latency.calls > 0) {
+      const mean = latency.totalMs / latency.calls;
+      // A moving average: a few slow answers do not double the executors at once.
+      this.#latencyMs = this.#latencyMs === null ? mean : this.#latencyMs * 0.7 + mean * 0.3;
+    }
+  }
+
+  /** The executors the map should have now. */
+  target(): number {
+    const { min, max } = this.#deps;
+    this.#refresh();
+    if (this.#latencyMs === null) return min;
+    const latencyS = this.#latencyMs / 1000;
+    let inFlight = 0;
+    for (const pace of this.#providers.values()) {
+      if (!pace) continue;
+      const concurrency = pace.concurrency ?? Number.POSITIVE_INFINITY;
+      inFlight += pace.requestsPerSecond === null ? concurrency : Math.min(concurrency, pace.requestsPerSecond * latencyS);
+    }
+    if (inFlight === 0) return min;
+    return Math.max(min, Math.min(max, Math.ceil(inFlight / MAX_OUTBOUND_IN_FLIGHT)));
+  }
+
+  /** Asks the gates of the providers seen again, in the background, once per {@link REFRESH_MS}. */
+  #refresh(): void {
+    const now = this.#deps.now();
+    if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS || this.#providers.size === 0) return;
+    this.#refreshedAt = now;
+    this.#refreshing = Promise.all(
+      [...this.#providers.keys()].map(async (provider) => {
+        const pace = await this.#deps.pace(provider).catch(() => null);
+        if (pace) this.#providers.set(provider, pace);
+      }),
+    )
+      .then(() => {})
+      .finally(() => {
+        this.#refreshing = null;
+      });
+  }
+}
