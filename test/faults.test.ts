@@ -12,6 +12,8 @@ import { setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */
 const WAVE = 25;
+/** The executors a map starts with under the test policy (minExecutors), which a provider answering at once keeps it at. */
+const EXECUTORS = 4;
 
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 
@@ -52,12 +54,13 @@ describe("the persistence circuit breaker", () => {
     const prevented = Number(/prevented (\d+) provider calls/.exec(run.error.message)?.[1]);
     expect(prevented).toBeGreaterThan(0);
 
-    // What was billed after the first failed completion is at most one wave, and every output of it is salvaged exactly.
+    // What was billed after the first failed completion is at most one wave per executor (each trips its own
+    // latch at its first failure, and the coordinator then stops the others), and every output is salvaged exactly.
     const billed = (await simStats()).billed;
     expect(billed).toBeLessThan(200);
     const salvage = run.error.salvage;
     expect(salvage.total).toBeGreaterThan(0);
-    expect(salvage.total).toBeLessThanOrEqual(WAVE);
+    expect(salvage.total).toBeLessThanOrEqual(WAVE * EXECUTORS);
     const byName = new Map(rows.map((r) => [expectedEmail(r.input.name, r.input.domain), r]));
     for (const entry of salvage.entries) {
       expect(entry.toolId).toBe("sim_find_email");

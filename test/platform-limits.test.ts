@@ -62,7 +62,7 @@ describe("PLATFORM_LIMITS=emulate", () => {
     expect((await simStats(env)).maxInFlightByCaller[caller]).toBeGreaterThan(6);
   });
 
-  it("keeps a run's provider requests, calls and batches, to six in flight per coordinator, and the run completes every row", async () => {
+  it("keeps a run's provider requests, calls and batches, to six in flight per executor, and the run completes every row", async () => {
     await updateSimConfig(env, { latencyMs: 200 });
     const rows = Array.from({ length: 40 }, (_, i) => ({ id: `${id()}-${i}`, name: `Grace Person ${i}`, domain: "example.com" }));
     const runId = await startRun("demo-enrich", { rows });
@@ -72,7 +72,8 @@ describe("PLATFORM_LIMITS=emulate", () => {
     expect((await datasetRows(runId, "leads")).every((row) => row._status === "completed" && row.verdict)).toBe(true);
 
     const stats = await simStats(env);
-    expect(stats.maxInFlightByCaller).toEqual({ [`RunCoordinator:${runId}`]: 6 });
+    // One chunk (40 rows): one executor made every call, six at a time at most; the coordinator made none.
+    expect(stats.maxInFlightByCaller).toEqual({ [`MapExecutor:${runId}#0`]: 6 });
     expect(stats.maxInFlight).toBe(6);
     expect(stats.batchCalls).toBeGreaterThan(0);
     expect(stats).toMatchObject({ billed: 80, duplicates: 0 });

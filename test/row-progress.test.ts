@@ -29,11 +29,11 @@ describe("row progress", () => {
     const chunkEnd = events.find((e) => e.type === "chunk.completed")!;
     expect(chunkEnd).toMatchObject({ map: "rowprog", chunk: 0, completed: 54, failed: 6 });
     const before = eventsOfType(events, "map.progress").filter((e) => e.seq < chunkEnd.seq);
-    // While the chunk ran, the ledger showed rows done and rows in flight in the one object computing them.
+    // While the chunk ran, the ledger showed rows done and rows in flight in the one executor computing them
+    // (its last report, with every row settled, may come before the chunk's end is recorded).
     const midway = before.filter((e) => e.completed + e.failed > 0);
-    expect(midway.length).toBeGreaterThan(0);
+    expect(midway.filter((e) => e.completed + e.failed < 60).length).toBeGreaterThan(0);
     for (const e of midway) {
-      expect(e.completed + e.failed).toBeLessThan(60);
       expect(e.executors).toBe(1);
       expect(e.completed + e.failed + e.active).toBe(60);
     }

@@ -13,9 +13,6 @@ import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
 
-/** How often a running attempt reports (rows, bills, liveness). */
-const REPORT_INTERVAL_MS = 1_000;
-
 /**
  * One executor of one run (named `<runId>#<slot>`): it runs the chunk
  * attempts its run's coordinator assigns, one at a time, in its own alarm
@@ -78,7 +75,6 @@ export class MapExecutor extends DurableObject<Env> {
       const stop = new AbortController();
       this.#current = { attemptId: assignment.attempt.attemptId, stop, reporter };
       const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
-      reporter.start(REPORT_INTERVAL_MS);
       try {
         const end = await withOutbound({ caller, gate: this.#gate, observe: (ms) => reporter.observe(ms) }, () =>
           runAttempt(

@@ -90,8 +90,8 @@ export type AttemptEnd =
   | { kind: "summary"; summary: ChunkSummary }
   /** It stopped without a summary: cancelled, superseded, or its executor restarted mid-way. */
   | { kind: "stopped"; reason: string }
-  /** A failure that stops the map (the latch, the spend cap): `details` as the error carried them. */
-  | { kind: "fatal"; code: string; message: string; details?: Record<string, unknown> }
+  /** A failure that stops the map (the latch, the spend cap): `details` as the error carried them; `prevented` calls it stopped. */
+  | { kind: "fatal"; code: string; message: string; details?: Record<string, unknown>; prevented: number }
   /** The store or network failed under it: the chunk is redispatched. */
   | { kind: "failed"; message: string }
   /** A row of this map needs what only the coordinator has (a child play): the map runs in the coordinator. */

@@ -64,9 +64,23 @@ export class AttemptReporter {
     this.#latency.totalMs += ms;
   }
 
-  /** Reports every `intervalMs` until {@link end}. */
-  start(intervalMs: number): void {
-    this.#timer = setInterval(() => void this.flush(null).catch(() => {}), intervalMs);
+  /**
+   * Reports every `intervalMs` while something happened (rows, bills, log
+   * lines), and at least every `heartbeatMs` regardless, until {@link end}.
+   */
+  start(intervalMs: number, heartbeatMs: number): void {
+    let quietSince = Date.now();
+    this.#timer = setInterval(() => {
+      const busy = this.#hasNews() || this.#store.outbox(1).length > 0;
+      if (!busy && Date.now() - quietSince < heartbeatMs) return;
+      quietSince = Date.now();
+      void this.flush(null).catch(() => {});
+    }, intervalMs);
+  }
+
+  #hasNews(): boolean {
+    const rows = this.#rows;
+    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length + this.#latency.calls > 0;
   }
 
   /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */

@@ -57,6 +57,8 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   const source = await host.source(assignment.attempt.attemptSeq).catch(() => null);
   if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
   const { run, policy } = source;
+  // Rows count in the run's progress within about a second (two progress intervals); a quiet attempt still says it lives.
+  host.reporter.start(2 * policy.progressIntervalMs, Math.min(5_000, policy.rowLeaseTtlMs / 3));
   const play = host.plays.get(run.play);
   if (!play) return { kind: "failed", message: `play ${run.play} is not in this Worker` };
   const sheets = new SheetClient({ env: host.env, location: assignment.dataset, meter: host.meter, faults: host.faults });
@@ -151,7 +153,14 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     if (tripped instanceof ChildNeedsCoordinator) return { kind: "inline", reason: tripped.message };
     if (stop.aborted) return { kind: "stopped", reason: messageOf(stop.reason) };
     if (deadline.aborted) return { kind: "stopped", reason: "the run reached its runtime limit" };
-    if (tripped) return { kind: "fatal", code: codeOf(tripped) ?? "receipt_store_failed", message: tripped.message, details: detailsOf(tripped) };
+    if (tripped)
+      return {
+        kind: "fatal",
+        code: codeOf(tripped) ?? "receipt_store_failed",
+        message: tripped.message,
+        details: detailsOf(tripped),
+        prevented: guards.latch.prevented,
+      };
     return { kind: "failed", message: messageOf(error) };
   } finally {
     await dispatch.pacers.closeAll();

@@ -115,7 +115,8 @@ export class RemoteChunkExecutor implements ChunkExecutor {
       case "fatal": {
         const error = fatalOf(end);
         this.#deps.latch.trip(error);
-        throw error;
+        this.#deps.latch.prevent(end.prevented);
+        throw this.#deps.latch.tripped!;
       }
     }
   }

@@ -287,11 +287,13 @@ export class MapRunner {
       signal,
       silenceMs: policy.rowLeaseTtlMs,
       stopWaitMs: policy.executorStopWaitMs,
-      observe: (report) =>
+      observe: (report) => {
         sizer.observe(
           report.bills.map((bill) => bill.provider),
           report.latency[0] ?? null,
-        ),
+        );
+        this.#progress(record.name, false);
+      },
       now,
     });
     return { executor, sizer };
