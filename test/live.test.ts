@@ -121,8 +121,8 @@ describe("GET /v1/runs/<id>/live", () => {
     const runId = await startRun("test-map", { rows: rowsOf("dup", 300) });
     await waitForRun(runId);
     const progress = (await allEvents(runId)).filter((e) => e.type === "map.progress");
-    const counts = progress.map(({ total, completed, failed, active, waiting, blocked }) =>
-      JSON.stringify({ total, completed, failed, active, waiting, blocked }),
+    const counts = progress.map(({ total, completed, failed, active, waiting, blocked, inFlight, executors }) =>
+      JSON.stringify({ total, completed, failed, active, waiting, blocked, inFlight, executors }),
     );
     for (const [i, c] of counts.slice(1).entries()) expect(c, `map.progress ${i + 1} repeats ${i}`).not.toBe(counts[i]);
   });

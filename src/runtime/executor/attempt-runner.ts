@@ -68,7 +68,11 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     captured = await withTimeout(
       captureMap(play, source, assignment.map, (map, offset, limit) =>
         readPage(
-          new SheetClient({ env: host.env, location: { ...assignment.dataset, dataset: map.name, shardCount: map.shardCount }, meter: host.meter }),
+          new SheetClient({
+            env: host.env,
+            location: { ...assignment.dataset, dataset: map.name, shardCount: map.shardCount },
+            meter: host.meter,
+          }),
           run.runId,
           offset,
           limit,
@@ -111,18 +115,22 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   });
   const secrets = new SecretValues();
   const egress = new PlayFetch({ env: host.env, org: run.org, signal, secrets, meter: host.meter });
-  const fields = rowFields(captured.fields, (rc) => ({
-    rowKey: rc.rowKey,
-    signal: rc.signal,
-    tool: rc.tool,
-    log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
-    fetch: (url, init) => egress.fetch(url, init),
-    runPlay: (child) => {
-      const error = new ChildNeedsCoordinator(String(child));
-      guards.latch.trip(error);
-      return Promise.reject(error);
-    },
-  }), captured.asRow);
+  const fields = rowFields(
+    captured.fields,
+    (rc) => ({
+      rowKey: rc.rowKey,
+      signal: rc.signal,
+      tool: rc.tool,
+      log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
+      fetch: (url, init) => egress.fetch(url, init),
+      runPlay: (child) => {
+        const error = new ChildNeedsCoordinator(String(child));
+        guards.latch.trip(error);
+        return Promise.reject(error);
+      },
+    }),
+    captured.asRow,
+  );
 
   const executor = new InProcessChunkExecutor({
     sheets,
@@ -146,7 +154,12 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     onRow: (_chunk, event) => host.reporter.row(event),
   });
   try {
-    const summary = await executor.execute({ map: assignment.map, chunk: assignment.chunk, attempt: assignment.attempt, rows: assignment.rows });
+    const summary = await executor.execute({
+      map: assignment.map,
+      chunk: assignment.chunk,
+      attempt: assignment.attempt,
+      rows: assignment.rows,
+    });
     return { kind: "summary", summary };
   } catch (error) {
     const tripped = guards.latch.tripped;

@@ -122,5 +122,4 @@ export class ExecutorAttempts {
     watched.observe(report);
     if (report.end) watched.end(report.end);
   }
-
 }

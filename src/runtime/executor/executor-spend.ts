@@ -84,7 +84,10 @@ export class ExecutorSpend implements SpendLedger {
 
   recordBilled(request: BillableRequest): void {
     if (this.#billed.has(request.requestKey)) return;
-    if (this.#reserved.has(request.requestKey)) return this.bill(request.requestKey);
+    if (this.#reserved.has(request.requestKey)) {
+      this.bill(request.requestKey);
+      return;
+    }
     this.#billed.add(request.requestKey);
     this.#deps.keep(request);
   }

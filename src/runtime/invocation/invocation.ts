@@ -206,7 +206,12 @@ export class Invocation implements InvocationScope {
     return {
       grantedMicros,
       spentCredits: toCredits(this.store.spend.billedMicros()),
-      cap: cap === null ? null : cap.reason === "daily" ? { credits: cap.credits, reason: "daily", limit: cap.limit } : { credits: cap.credits, reason: "maxSpend" },
+      cap:
+        cap === null
+          ? null
+          : cap.reason === "daily"
+            ? { credits: cap.credits, reason: "daily", limit: cap.limit }
+            : { credits: cap.credits, reason: "maxSpend" },
     };
   }
 

@@ -285,7 +285,8 @@ export class MapRunner {
       attempts,
       latch,
       signal,
-      silenceMs: policy.rowLeaseTtlMs,
+      // Its leases have lapsed by then; but a report may be late on a loaded machine, and an end heard is better than a guess.
+      silenceMs: Math.max(policy.rowLeaseTtlMs, 5_000),
       stopWaitMs: policy.executorStopWaitMs,
       observe: (report) => {
         sizer.observe(
