@@ -103,6 +103,40 @@ describe("the coordinator dies while its executors run", () => {
   });
 });
 
+describe("a stale coordinator", () => {
+  it("gives a chunk that newer executors own to two more executors: neither runs it, nor stops the current attempt", async () => {
+    await simReset();
+    await setSim({ latencyMs: 150 });
+    const rows = callRows("Stale", 200);
+    const runId = await startRun("test-calls", { rows, dataset: "stale-coordinator" });
+    await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
+    // The coordinator restarts: its next invocation redispatches every chunk in flight under epoch 1.
+    await crash(coordinator(runId));
+    await until(() => runView(runId), (run) => run.runAttempt >= 1, "the run to resume under a new epoch");
+
+    // The old instance, unaware, hands chunk 0 (epoch 0) to the executor now running its epoch-1 attempt, and to a new one.
+    const attempt = { attemptId: `${runId}/stale-coordinator/0/0`, runId, attemptSeq: 0 };
+    const stale = {
+      runId,
+      map: "stale-coordinator",
+      chunk: 0,
+      attempt,
+      rows: rows.slice(0, 50).map((input, index) => ({ key: input.id, index, input: { ...input } })),
+      dataset: { org: "dev", play: "test-calls", dataset: "stale-coordinator", shardCount: 4 },
+    };
+    for (const slot of [0, 7]) await env.MAP_EXECUTOR.getByName(`${runId}#${slot}`).assign(stale);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    // The new executor never ran the stale attempt (the run's coordinator no longer answers for epoch 0) ...
+    expect(Object.keys((await simStats()).maxInFlightByCaller)).not.toContain(`MapExecutor:${runId}#7`);
+    // ... and executor 0 dropped it, so its current attempt went on: no chunk of epoch 1 was redispatched.
+    expect(await notices(runId)).not.toContain("attempt_redispatched");
+    // Each row once, each call billed once: the stale attempt made no call and wrote nothing.
+    await expectExactlyOnce(runId, "stale-coordinator", rows);
+  });
+});
+
 describe("alarm retries", () => {
   it("retries an alarm handler that throws, and dispatches no chunk twice", async () => {
     await simReset();

@@ -20,7 +20,8 @@ import { toolRegistry } from "../tools";
  * subrequests and its own CPU (DESIGN.md, "Where chunk work runs").
  *
  * `assign` only stores the attempt and arms the alarm. A newer assignment
- * replaces an older one and stops it. An attempt found `running` when the
+ * replaces an older one and stops it; one from an older epoch than this
+ * executor has seen (a stale coordinator's) is dropped. An attempt found `running` when the
  * alarm starts was cut off by a restart: it is reported stopped (with the
  * outbox of what it billed), and the coordinator redispatches its chunk under
  * a new epoch; fencing makes anything it left in flight harmless.
@@ -41,7 +42,8 @@ export class MapExecutor extends DurableObject<Env> {
   }
 
   async assign(assignment: ChunkAssignment): Promise<void> {
-    this.#store.assign(assignment);
+    // A stale coordinator's assignment (an older epoch) is dropped: its attempt would be fenced off anyway.
+    if (!this.ctx.storage.transactionSync(() => this.#store.assign(assignment))) return;
     const current = this.#current;
     if (current && current.attemptId !== assignment.attempt.attemptId)
       current.stop.abort(new TroupeError("superseded", `attempt ${current.attemptId} was replaced by ${assignment.attempt.attemptId}`));

@@ -131,6 +131,18 @@ export function withSendStop<T>(stop: AbortSignal, fn: () => T): T {
   return stops.run(stop, fn);
 }
 
+const sendHooks = new AsyncLocalStorage<() => void>();
+
+/**
+ * Runs `fn` so that `onSend` is called as each request it makes actually
+ * goes out (after its wait for a slot), just before it is sent; `onSend` may
+ * throw to refuse it (the subrequest cap). A provider request is counted
+ * there, so a request dropped while it waited is not counted as made.
+ */
+export function withSendHook<T>(onSend: () => void, fn: () => T): T {
+  return sendHooks.run(onSend, fn);
+}
+
 /**
  * Sends one outbound request as the current object: through its gate, the
  * slot held until `send` settles (`fetch` settles when the response headers
@@ -143,7 +155,9 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
   const outbound = current.getStore();
   const stop = stops.getStore();
   const caller = outbound?.caller ?? null;
+  const onSend = sendHooks.getStore();
   const timed = async () => {
+    onSend?.();
     const startedAt = Date.now();
     try {
       return await send(caller);

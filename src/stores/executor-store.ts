@@ -20,6 +20,7 @@ export const EXECUTOR_MIGRATIONS = [
     coordinator TEXT NOT NULL
   );
   CREATE TABLE outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, body TEXT NOT NULL);
+  CREATE TABLE epoch (id INTEGER PRIMARY KEY CHECK (id = 1), attempt_seq INTEGER NOT NULL);
   `,
 ];
 
@@ -38,11 +39,20 @@ export class ExecutorStore {
     this.#sql = options.sql;
   }
 
-  /** Holds `assignment`, replacing whatever was held. */
-  assign(assignment: ChunkAssignment): void {
+  /**
+   * Holds `assignment`, replacing whatever was held; false (nothing changes)
+   * when it comes from an older epoch of the run than one this executor was
+   * given before: a stale coordinator's, which must not stop a current attempt.
+   */
+  assign(assignment: ChunkAssignment): boolean {
+    const seen = this.#sql<{ attempt_seq: number }>`SELECT attempt_seq FROM epoch WHERE id = 1`[0]?.attempt_seq ?? -1;
+    if (assignment.attempt.attemptSeq < seen) return false;
+    this.#sql.write`INSERT INTO epoch (id, attempt_seq) VALUES (1, ${assignment.attempt.attemptSeq})
+      ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
     this.#sql.write`INSERT INTO assignment (id, attempt_id, body, state, coordinator)
       VALUES (1, ${assignment.attempt.attemptId}, ${JSON.stringify(assignment)}, 'assigned', ${assignment.runId})
       ON CONFLICT (id) DO UPDATE SET attempt_id = excluded.attempt_id, body = excluded.body, state = 'assigned', coordinator = excluded.coordinator`;
+    return true;
   }
 
   held(): HeldAssignment | null {

@@ -256,7 +256,12 @@ export class MapRunner {
       }
     };
     grow();
-    for (let waited = 0; waited < workers.length; waited = workers.length) await Promise.all(workers.slice(waited));
+    // Workers added while others run (the map grew its executors) are awaited too.
+    for (let waited = 0; waited < workers.length; ) {
+      const batch = workers.slice(waited);
+      waited = workers.length;
+      await Promise.all(batch);
+    }
     this.#progress(record.name, true);
 
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;

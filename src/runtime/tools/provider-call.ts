@@ -6,6 +6,7 @@
  * process with escalating delays within the run's retry budget. Every retry
  * and every 429 is counted on the meter.
  */
+import { withSendHook } from "../../core/outbound";
 import { ToolCallError } from "../../play/tool-error";
 import type { SubrequestMeter } from "../../core/meter";
 import type { Pacer } from "../pacing/pacer";
@@ -83,8 +84,16 @@ export async function callProvider<T>(
       const answer = new AnswerSignals();
       try {
         await ctx.faults.check("provider.before", ctx.toolId);
-        ctx.meter.provider++;
-        const value = await send((headers) => answer.add(headers));
+        // Counted as it goes out (after any wait for one of the object's six slots); a tool that sends
+        // its request some other way is counted once it answers.
+        let counted = false;
+        const count = () => {
+          if (counted) return;
+          counted = true;
+          ctx.meter.provider++;
+        };
+        const value = await withSendHook(count, () => send((headers) => answer.add(headers)));
+        count();
         await ctx.faults.check("provider.after", ctx.toolId);
         // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.
         const deep = tooDeepAt(value);
