@@ -112,7 +112,11 @@ describe("a stale coordinator", () => {
     await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
     // The coordinator restarts: its next invocation redispatches every chunk in flight under epoch 1.
     await crash(coordinator(runId));
-    await until(() => runView(runId), (run) => run.runAttempt >= 1, "the run to resume under a new epoch");
+    await until(
+      () => runView(runId),
+      (run) => run.runAttempt >= 1,
+      "the run to resume under a new epoch",
+    );
 
     // The old instance, unaware, hands chunk 0 (epoch 0) to the executor now running its epoch-1 attempt, and to a new one.
     const attempt = { attemptId: `${runId}/stale-coordinator/0/0`, runId, attemptSeq: 0 };
@@ -140,11 +144,11 @@ describe("a stale coordinator", () => {
 describe("alarm retries", () => {
   it("retries an alarm handler that throws, and dispatches no chunk twice", async () => {
     await simReset();
-    // 1,500 rows take at least four invocations under the test budget; the first two alarms throw after driving, before re-arming.
+    // 1,500 rows take several invocations under this budget; the first two alarms throw after driving, before re-arming.
     await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
     const rows = callRows("Alarm", 1500);
-    // In the coordinator (no executors): its own invocations then spend the subrequests that make it yield.
-    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { maxExecutors: 0 } });
+    // A coordinator that hands chunks to executors spends few subrequests: a small budget still makes it yield often.
+    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { invocationSubrequestBudget: 8 } });
     const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");

@@ -153,6 +153,8 @@ export const TestPolicyOverrides = z
     blockedRetries: z.number().int().min(0).max(100),
     maxChunkRedispatches: z.number().int().min(0).max(100),
     chunkRows: z.number().int().min(1).max(1000),
+    /** Subrequests one coordinator invocation spends before it yields (a test makes a run span invocations). */
+    invocationSubrequestBudget: z.number().int().min(5).max(8_000),
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */
     maxExecutors: z.number().int().min(0).max(64),
     minExecutors: z.number().int().min(1).max(64),
