@@ -41,7 +41,7 @@ describe("dataset cursors", () => {
       forged([1, 2]),
       forged(null),
     ]) {
-      let thrown: any;
+      let thrown: unknown;
       try {
         decodeDatasetCursor(cursor, scope, 100);
       } catch (error) {
