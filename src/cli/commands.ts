@@ -148,7 +148,7 @@ export async function signalCommand(
   return EXIT.ok;
 }
 
-/** `troupe export <runId> <dataset>`: the run's rows as CSV (streamed by the server) or NDJSON, to `--out` or stdout. */
+/** `troupe export <runId> <dataset>`: the run's rows as CSV or NDJSON, streamed by the server, to `--out` or stdout. */
 export async function exportCommand(
   client: TroupeClient,
   runId: string,
@@ -156,19 +156,8 @@ export async function exportCommand(
   options: { format: "csv" | "ndjson"; out?: string; safe?: boolean },
 ): Promise<number> {
   const target = options.out ? createWriteStream(options.out) : process.stdout;
-  if (options.format === "csv") {
-    const body = await client.exportDataset(runId, dataset, { format: "csv", safe: options.safe });
-    await pipeline(Readable.fromWeb(body as NodeReadableStream<Uint8Array>), target, { end: Boolean(options.out) });
-  } else {
-    // The server does not stream NDJSON yet: the rows come a page at a time, as JSON lines.
-    await pipeline(
-      async function* () {
-        for await (const row of client.rows(runId, dataset, { pageSize: 1000 })) yield `${JSON.stringify(row)}\n`;
-      },
-      target,
-      { end: Boolean(options.out) },
-    );
-  }
+  const body = await client.exportDataset(runId, dataset, { format: options.format, safe: options.safe });
+  await pipeline(Readable.fromWeb(body as NodeReadableStream<Uint8Array>), target, { end: Boolean(options.out) });
   if (options.out) process.stderr.write(`wrote ${options.out}\n`);
   return EXIT.ok;
 }

@@ -193,8 +193,9 @@ export class TroupeClient {
   }
 
   /**
-   * The dataset as one file, streamed by the server (`?format=csv`: a header
-   * line, then every row; `safe` neutralises cells a spreadsheet would run).
+   * The dataset as one file, streamed by the server: `csv` (the default) is a
+   * header line, then every row (`safe` neutralises cells a spreadsheet would
+   * run); `ndjson` is one JSON object per row, as `rows` gives them.
    */
   async exportDataset(
     runId: string,

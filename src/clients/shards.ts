@@ -16,10 +16,12 @@ import type {
   PersistRowsRequest,
   PersistRowsResult,
   PlannedRow,
+  ReadRunRowsRequest,
   ReceiptClaim,
   ReceiptWriteResult,
   SheetRow,
 } from "../contracts/shards";
+import { MAX_READ_ROWS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert } from "../core/collections";
@@ -156,11 +158,26 @@ export class SheetClient {
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 
-  /** The run's rows with input index in [fromIndex, toIndex), in order, gathered from every shard. */
+  /**
+   * The run's rows with input index in [fromIndex, toIndex), in order, gathered
+   * from every shard (one call each). The window is cut to MAX_READ_ROWS
+   * indexes, so no shard's answer can be cut short.
+   */
   async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
-    if (toIndex <= fromIndex) return [];
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex })));
+    const to = Math.min(toIndex, fromIndex + MAX_READ_ROWS);
+    if (to <= fromIndex) return [];
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex: to })));
     return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
+  }
+
+  /**
+   * One shard's share of the run's rows: those with input index in
+   * [fromIndex, toIndex), in order, the first `limit` (at most MAX_READ_ROWS).
+   * Merging shards' answers in input order is the caller's (see `dataset-view.ts`).
+   */
+  async readShardRunRows(shard: number, request: ReadRunRowsRequest): Promise<SheetRow[]> {
+    if (request.toIndex <= request.fromIndex) return [];
+    return (await this.#stub(shard).readRunRows(request)).rows as SheetRow[];
   }
 
   async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {

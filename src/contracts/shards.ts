@@ -81,12 +81,22 @@ export const PeekRowsRequest = z.object({
 });
 export type PeekRowsRequest = z.infer<typeof PeekRowsRequest>;
 
+/** Most rows one `readRunRows` returns. */
+export const MAX_READ_ROWS = 1000;
+
+/**
+ * `readRunRows`: the run's rows with input index in [fromIndex, toIndex), in
+ * index order, the first `limit` of them (a keyset read: its cost is the rows
+ * it returns, however deep `fromIndex` is).
+ */
 export const ReadRunRowsRequest = z.object({
   runId: z.string().min(1).max(100),
   /** Inclusive lower bound of the run's input index. */
   fromIndex: z.number().int().nonnegative(),
   /** Exclusive upper bound. */
   toIndex: z.number().int().nonnegative(),
+  /** At most this many rows (default and most: MAX_READ_ROWS). */
+  limit: z.number().int().min(1).max(MAX_READ_ROWS).optional(),
 });
 export type ReadRunRowsRequest = z.infer<typeof ReadRunRowsRequest>;
 

@@ -7,8 +7,15 @@
 import { z } from "zod";
 
 export interface RuntimePolicy {
-  /** Shards of a new dataset (recorded with the dataset; later changes do not move rows). */
+  /**
+   * The fewest shards a new dataset gets; {@link shardCountFor} adds more for a
+   * large first run. The count is recorded with the dataset; later changes do not move rows.
+   */
   sheetShards: number;
+  /** Rows of a new dataset's first run per shard, past `sheetShards` of them (see {@link shardCountFor}). */
+  sheetRowsPerShard: number;
+  /** The most shards {@link shardCountFor} gives a dataset. */
+  maxSheetShards: number;
   /** Receipt shards per org. Fixed for the life of the deployment: keys route by it. */
   receiptShards: number;
   /** Rows per chunk (a chunk costs about one RPC per shard per phase). */
@@ -84,6 +91,11 @@ export interface RuntimePolicy {
 
 const production: RuntimePolicy = {
   sheetShards: 4,
+  // A shard is one object: 250,000 rows of a few KB, each with a few versions, stay
+  // far below its 10 GB, while every chunk costs one call per shard it touches, so
+  // a dataset has no more shards than its size needs: 4 up to 1M rows, 40 at 10M.
+  sheetRowsPerShard: 250_000,
+  maxSheetShards: 64,
   // Two: every bulk receipt call costs one RPC per shard, and one shard takes
   // thousands of keys a second in batches; more shards only add calls per chunk.
   receiptShards: 2,
@@ -158,6 +170,8 @@ export const TestPolicyOverrides = z
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */
     maxExecutors: z.number().int().min(0).max(64),
     minExecutors: z.number().int().min(1).max(64),
+    /** Lets a few hundred rows spread over many shards, as millions would. */
+    sheetRowsPerShard: z.number().int().min(1).max(10_000_000),
     /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */
     childCheckIntervalMs: z
       .number()
@@ -177,4 +191,21 @@ export function policyFor(env: Env, overrides?: Record<string, number> | null): 
   if (env.TROUPE_TEST_MODE !== "on") return production;
   const own = overrides ? TestPolicyOverrides.parse(overrides) : {};
   return { ...production, ...test, ...own };
+}
+
+/**
+ * The shard count of a new dataset whose first run maps `totalRows` rows: one
+ * shard per `sheetRowsPerShard` rows, at least `sheetShards` and at most
+ * `maxSheetShards` (but never below `sheetShards`). The dataset keeps it: a
+ * later, larger run of the same dataset reuses the recorded count.
+ *
+ * @example
+ * shardCountFor(2_000_000, policy); // 8 under the production policy
+ */
+export function shardCountFor(
+  totalRows: number,
+  policy: Pick<RuntimePolicy, "sheetShards" | "sheetRowsPerShard" | "maxSheetShards">,
+): number {
+  const bySize = Math.ceil(Math.max(0, totalRows) / policy.sheetRowsPerShard);
+  return Math.max(policy.sheetShards, Math.min(policy.maxSheetShards, bySize));
 }

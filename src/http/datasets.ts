@@ -1,8 +1,9 @@
-/** A run's view of a dataset: JSON pages, or the whole dataset as streamed CSV. */
+/** A run's view of a dataset: JSON pages (by offset or cursor), or the whole dataset streamed as CSV or NDJSON. */
 import { Hono } from "hono";
 import { stringify } from "csv-stringify/sync";
 import { z } from "zod";
-import { MAX_PAGE_ROWS, readPage } from "../runtime/map/dataset-view";
+import { MAX_PAGE_ROWS, readPage, readPageFrom, rowPagesInOrder } from "../runtime/map/dataset-view";
+import { decodeDatasetCursor, encodeDatasetCursor } from "../runtime/map/dataset-cursor";
 import { SubrequestMeter } from "../core/meter";
 import { SheetClient } from "../clients/shards";
 import type { Row } from "../play/types";
@@ -11,13 +12,20 @@ import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { coordinatorOf, runNotFound } from "./runs";
 
-const DatasetQuery = z.object({
-  offset: z.coerce.number().int().min(0).default(0),
-  limit: z.coerce.number().int().min(1).max(MAX_PAGE_ROWS).default(100),
-  format: z.enum(["json", "csv"]).default("json"),
-  /** CSV only: `1` neutralises cells a spreadsheet would run as formulas. */
-  safe: z.enum(["0", "1"]).default("0"),
-});
+const DatasetQuery = z
+  .object({
+    offset: z.coerce.number().int().min(0).optional(),
+    /** A `nextCursor` of an earlier page; checked by `decodeDatasetCursor`. */
+    cursor: z.string().optional(),
+    limit: z.coerce.number().int().min(1).max(MAX_PAGE_ROWS).default(100),
+    format: z.enum(["json", "csv", "ndjson"]).default("json"),
+    /** CSV only: `1` neutralises cells a spreadsheet would run as formulas. */
+    safe: z.enum(["0", "1"]).default("0"),
+  })
+  .refine((query) => query.offset === undefined || query.cursor === undefined, {
+    path: ["cursor"],
+    message: "give offset or cursor, not both",
+  });
 
 /** Columns every export ends with, after the row's own fields. */
 const META_COLUMNS = ["_key", "_status", "_error"];
@@ -34,26 +42,42 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     if (!(await coordinator.getRun(c.get("org")))) throw runNotFound(runId);
     throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
   }
+  const { total } = found;
   const sheets = new SheetClient({ env: c.env, location: found.location, meter: new SubrequestMeter() });
   if (query.format === "csv") {
     // The first pass runs before the response starts, so a failed read is an error response, not a cut-off file.
-    const columns = await datasetColumns(sheets, runId, found.total);
-    return new Response(csvStream(sheets, runId, found.total, columns, { escapeFormulas: query.safe === "1" }), {
+    const columns = await datasetColumns(sheets, runId, total);
+    const body = csvStream(rowPagesInOrder(sheets, runId, total), columns, { escapeFormulas: query.safe === "1" });
+    return new Response(body, {
       headers: { "Content-Type": "text/csv; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.csv"` },
     });
   }
-  const rows = await readPage(sheets, runId, query.offset, query.limit);
-  return c.json({ rows, total: found.total, offset: query.offset, limit: query.limit });
-});
-
-/** The run's rows a page at a time, in input order. */
-async function* pages(sheets: SheetClient, runId: string, total: number): AsyncGenerator<Row[]> {
-  for (let offset = 0; offset < total; offset += MAX_PAGE_ROWS) {
-    const rows = await readPage(sheets, runId, offset, MAX_PAGE_ROWS);
-    if (!rows.length) return;
-    yield rows;
+  if (query.format === "ndjson") {
+    const pages = rowPagesInOrder(sheets, runId, total);
+    // The first page is read before the response starts, so a failed read is an error response, not a cut-off file.
+    const first = await pages.next();
+    const encoder = new TextEncoder();
+    const body = pagedStream(pages, (rows) => encoder.encode(rows.map((row) => `${JSON.stringify(row)}\n`).join("")), {
+      first: first.done ? [] : first.value,
+    });
+    return new Response(body, {
+      headers: {
+        "Content-Type": "application/x-ndjson; charset=utf-8",
+        "Content-Disposition": `attachment; filename="${name}.ndjson"`,
+      },
+    });
   }
-}
+  const scope = { runId, dataset: name };
+  const cursorAt = (index: number | null) => (index === null || index >= total ? null : encodeDatasetCursor(scope, index));
+  if (query.cursor !== undefined) {
+    const fromIndex = decodeDatasetCursor(query.cursor, scope, total);
+    const page = await readPageFrom(sheets, { runId, fromIndex, limit: query.limit, total });
+    return c.json({ rows: page.rows, total, nextCursor: cursorAt(page.nextIndex) });
+  }
+  const offset = query.offset ?? 0;
+  const rows = await readPage(sheets, runId, offset, query.limit);
+  return c.json({ rows, total, offset, limit: query.limit, nextCursor: cursorAt(offset + query.limit) });
+});
 
 /**
  * The export's columns: every field any row has, in the order first seen,
@@ -66,36 +90,48 @@ async function* pages(sheets: SheetClient, runId: string, total: number): AsyncG
  */
 async function datasetColumns(sheets: SheetClient, runId: string, total: number): Promise<string[]> {
   const seen = new Set<string>();
-  for await (const rows of pages(sheets, runId, total)) {
+  for await (const rows of rowPagesInOrder(sheets, runId, total)) {
     for (const row of rows) for (const key of Object.keys(row)) if (!META_COLUMNS.includes(key)) seen.add(key);
   }
   return [...seen, ...META_COLUMNS];
 }
 
 /**
- * The second pass: the header line, then the rows a page at a time, never
- * more than one page in memory. Exporting a run that is still running reads
- * rows as they change: a field a row gains after the first pass has no column.
+ * The second pass: the header line, then the rows a page at a time.
+ * Exporting a run that is still running reads rows as they change: a field a
+ * row gains after the first pass has no column.
  */
-function csvStream(
-  sheets: SheetClient,
-  runId: string,
-  total: number,
-  columns: string[],
-  options: { escapeFormulas: boolean },
-): ReadableStream<Uint8Array> {
+function csvStream(pages: AsyncGenerator<Row[]>, columns: string[], options: { escapeFormulas: boolean }): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();
   // csv-stringify's escape_formulas prefixes a single quote to cells starting with = + - @, tab or carriage return (OWASP's CSV injection list, with their full-width forms).
   const toCsv = (lines: (string | number)[][]) => encoder.encode(stringify(lines, { escape_formulas: options.escapeFormulas }));
-  const rows = pages(sheets, runId, total);
+  return pagedStream(pages, (rows) => toCsv(rows.map((row) => columns.map((column) => cellOf(row, column)))), {
+    header: toCsv([columns]),
+  });
+}
+
+/**
+ * A byte stream fed one page at a time, as the reader pulls: never more than
+ * one page read ahead of what the client has taken, and the reads stop when
+ * the client goes away. `header` goes first; `first` is a page already read.
+ */
+function pagedStream(
+  pages: AsyncGenerator<Row[]>,
+  encode: (rows: Row[]) => Uint8Array,
+  options: { header?: Uint8Array; first?: Row[] },
+): ReadableStream<Uint8Array> {
   return new ReadableStream({
     start(controller) {
-      controller.enqueue(toCsv([columns]));
+      if (options.header) controller.enqueue(options.header);
+      if (options.first?.length) controller.enqueue(encode(options.first));
     },
     async pull(controller) {
-      const page = await rows.next();
+      const page = await pages.next();
       if (page.done) return controller.close();
-      controller.enqueue(toCsv(page.value.map((row) => columns.map((column) => cellOf(row, column)))));
+      controller.enqueue(encode(page.value));
+    },
+    async cancel() {
+      await pages.return(undefined);
     },
   });
 }

@@ -33,12 +33,10 @@ import type {
   SheetRow,
 } from "../contracts/shards";
 import type { Sql } from "./sql";
-import type { CountRunChunksRequest, RunChunkCounts, RunRowCounts } from "../contracts/shards";
+import { MAX_READ_ROWS, type CountRunChunksRequest, type RunChunkCounts, type RunRowCounts } from "../contracts/shards";
 
 /** Largest serialized row data (input or output) a shard stores. */
 export const MAX_ROW_DATA_BYTES = 1024 * 1024;
-/** Most rows one `readRunRows` returns. */
-export const MAX_READ_ROWS = 1000;
 /**
  * Budget, in UTF-16 code units, of one JSON array parameter. SQLite in Durable
  * Objects caps a bound string at 2 MB; 512 Ki code units is at most 1.5 MiB of
@@ -253,17 +251,19 @@ export class SheetStore {
   }
 
   /**
-   * The run's rows with input index in [fromIndex, toIndex), in index order, at
-   * most MAX_READ_ROWS: the versions its view holds. A row the run found
-   * blocked and never claimed since is `pending` with no data.
+   * The run's rows with input index in [fromIndex, toIndex), in index order,
+   * the first `limit` (at most MAX_READ_ROWS): the versions its view holds. A
+   * row the run found blocked and never claimed since is `pending` with no data.
+   * A seek on the membership's primary key: it reads the rows it returns,
+   * however deep `fromIndex` is, never the ones before it.
    */
   readRunRows(request: ReadRunRowsRequest): SheetRow[] {
-    const toIndex = Math.min(request.toIndex, request.fromIndex + MAX_READ_ROWS);
+    const limit = Math.min(request.limit ?? MAX_READ_ROWS, MAX_READ_ROWS);
     return this
       .#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
       FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
-      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${toIndex}
-      ORDER BY rr.idx`.map(rowToSheetRow);
+      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${request.toIndex}
+      ORDER BY rr.idx LIMIT ${limit}`.map(rowToSheetRow);
   }
 
   /** Counts the run's membership by the status of the versions its view holds. */

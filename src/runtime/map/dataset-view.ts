@@ -1,17 +1,118 @@
-/** A run's view of a persistent dataset, as users read it (API.md "Datasets"). */
+/**
+ * A run's view of a persistent dataset, as users read it (API.md "Datasets"):
+ * pages by offset or by cursor, and every row in input order for exports.
+ *
+ * Every read is a seek on each shard's membership by input index, so a page
+ * costs the same at any depth: one call per shard, and about the rows it returns.
+ */
 import type { Row } from "../../play/types";
-import type { SheetRow } from "../../contracts/shards";
+import { MAX_READ_ROWS, type SheetRow } from "../../contracts/shards";
 import type { SheetClient } from "../../clients/shards";
+import { type ShardBuffer, takeInOrder } from "./shard-merge";
 
 export const MAX_PAGE_ROWS = 1000;
+
+/**
+ * Rows an export keeps buffered at once, over all shards: each shard is read
+ * this many rows divided by the shard count at a time (at least
+ * MIN_EXPORT_READ_ROWS), so memory stays flat however many rows there are.
+ */
+export const EXPORT_BUFFER_ROWS = 8000;
+const MIN_EXPORT_READ_ROWS = 100;
 
 /** The public shape of a row: its data plus `_key`, `_status`, `_error`. */
 export function viewRow(row: SheetRow): Row {
   return { ...row.data, _key: row.key, _status: row.status, _error: row.error };
 }
 
-/** One page of the run's rows, in input order. */
+/** One page of the run's rows by offset: those at input indexes [offset, offset + limit), in input order. */
 export async function readPage(sheets: SheetClient, runId: string, offset: number, limit: number): Promise<Row[]> {
   const rows = await sheets.readRunRows(runId, offset, offset + Math.min(limit, MAX_PAGE_ROWS));
   return rows.map(viewRow);
+}
+
+/** A page read by keyset: its rows, and the input index the next page starts at (null after the last row). */
+export interface KeysetPage {
+  rows: Row[];
+  nextIndex: number | null;
+}
+
+/**
+ * The run's first `limit` rows from input index `fromIndex` on (below
+ * `total`), in input order: one call per shard for a little more than its
+ * share, then merged. A page holds fewer than `limit` rows only when the rows
+ * are unevenly spread over the shards, or when the next index is past the end
+ * of what the run has stored; `nextIndex` is null only when no row is left.
+ * A page of a run still running skips the rows it has not reached yet.
+ */
+export async function readPageFrom(
+  sheets: SheetClient,
+  page: { runId: string; fromIndex: number; limit: number; total: number },
+): Promise<KeysetPage> {
+  const limit = Math.min(page.limit, MAX_PAGE_ROWS);
+  const shardCount = sheets.location.shardCount;
+  // A quarter more than an even share, plus a few: a page comes out short only when a shard holds far more than its share.
+  const perShard = Math.min(limit, MAX_READ_ROWS - 1, Math.ceil((limit * 5) / (4 * shardCount)) + 4);
+  const buffers = await Promise.all(
+    shardIndexes(shardCount).map((shard) =>
+      readAhead(sheets, shard, { runId: page.runId, fromIndex: page.fromIndex, total: page.total, rows: perShard }),
+    ),
+  );
+  const merged = takeInOrder(buffers);
+  const rows = merged.slice(0, limit);
+  const left = merged.length > limit || buffers.some((b) => b.more || b.rows.length > 0);
+  return { rows: rows.map(viewRow), nextIndex: left && rows.length > 0 ? rows.at(-1)!.index + 1 : null };
+}
+
+/**
+ * Every row of the run, in input order, a page at a time: each shard is read
+ * by keyset (its rows after the last one read), and the shards' answers are
+ * merged. At most EXPORT_BUFFER_ROWS rows (or MIN_EXPORT_READ_ROWS per shard)
+ * are held at once, whatever the dataset's size; a dataset of n rows costs
+ * about n / (EXPORT_BUFFER_ROWS / shard count) calls.
+ */
+export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total: number): AsyncGenerator<Row[]> {
+  const shardCount = sheets.location.shardCount;
+  const perShard = Math.min(MAX_READ_ROWS - 1, Math.max(MIN_EXPORT_READ_ROWS, Math.floor(EXPORT_BUFFER_ROWS / shardCount)));
+  const shards = shardIndexes(shardCount).map((shard) => ({ shard, nextIndex: 0, rows: [] as SheetRow[], more: true }));
+  for (;;) {
+    await Promise.all(
+      shards
+        .filter((s) => s.more && s.rows.length === 0)
+        .map(async (s) => {
+          const read = await readAhead(sheets, s.shard, { runId, fromIndex: s.nextIndex, total, rows: perShard });
+          s.rows = read.rows;
+          s.more = read.more;
+          if (read.rows.length) s.nextIndex = read.rows.at(-1)!.index + 1;
+        }),
+    );
+    const rows = takeInOrder(shards);
+    if (!rows.length) return;
+    yield rows.map(viewRow);
+  }
+}
+
+/**
+ * A shard's next `rows` rows of the run from `fromIndex` (below `total`),
+ * reading one more to learn, exactly, whether it holds more after them
+ * (so `rows` is below MAX_READ_ROWS).
+ */
+async function readAhead(
+  sheets: SheetClient,
+  shard: number,
+  read: { runId: string; fromIndex: number; total: number; rows: number },
+): Promise<ShardBuffer<SheetRow>> {
+  const rows = await sheets.readShardRunRows(shard, {
+    runId: read.runId,
+    fromIndex: read.fromIndex,
+    toIndex: read.total,
+    limit: read.rows + 1,
+  });
+  const more = rows.length > read.rows;
+  if (more) rows.length = read.rows;
+  return { rows, more };
+}
+
+function shardIndexes(shardCount: number): number[] {
+  return Array.from({ length: shardCount }, (_, i) => i);
 }

@@ -34,6 +34,7 @@ import type { LiveRows } from "./live-rows";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
+import { shardCountFor } from "../../core/policy";
 
 export interface MapRunnerOptions {
   /** The invocation the maps run in. */
@@ -120,7 +121,7 @@ export class MapRunner {
       org: run.org,
       play: run.play,
       dataset: name,
-      shardCount: policy.sheetShards,
+      shardCount: shardCountFor(total, policy),
       meter,
     }).catch((error: unknown) => {
       throw new InfraError(`could not open dataset ${name}: ${messageOf(error)}`, error);
