@@ -32,7 +32,7 @@ import type { PlayStats } from "../../stores/org-spend-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { messageOf, TroupeError } from "../../core/errors";
 import type { PeekedReceipt } from "../../contracts/shards";
-import type { RuntimePolicy } from "../../core/policy";
+import { type RuntimePolicy, shardCountFor } from "../../core/policy";
 import { receiptKey } from "./receipt-keys";
 import { planRows } from "../map/row-keys";
 import { SubrequestMeter } from "../../core/meter";
@@ -179,7 +179,7 @@ class Estimator {
         org,
         play: play.name,
         dataset: name,
-        shardCount: policy.sheetShards,
+        shardCount: shardCountFor(plan.rows.length, policy),
         meter: this.#meter,
       });
       const sheets = new SheetClient({ env, meter: this.#meter, location: { org, play: play.name, dataset: name, shardCount } });
