@@ -47,6 +47,9 @@ export class ExecutorStore {
   assign(assignment: ChunkAssignment): boolean {
     const seen = this.#sql<{ attempt_seq: number }>`SELECT attempt_seq FROM epoch WHERE id = 1`[0]?.attempt_seq ?? -1;
     if (assignment.attempt.attemptSeq < seen) return false;
+    // The same attempt again (a retried assign): it is held already, as it is.
+    if (this.#sql<{ n: number }>`SELECT count(*) AS n FROM assignment WHERE attempt_id = ${assignment.attempt.attemptId}`[0]!.n > 0)
+      return true;
     this.#sql.write`INSERT INTO epoch (id, attempt_seq) VALUES (1, ${assignment.attempt.attemptSeq})
       ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
     this.#sql.write`INSERT INTO assignment (id, attempt_id, body, state, coordinator)

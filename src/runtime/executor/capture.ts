@@ -55,14 +55,9 @@ export async function captureMap(
   const ctx = new CaptureContext(source, target, readRows);
   const ran = Promise.resolve()
     .then(() => play.run(ctx, JSON.parse(source.inputJson)))
-    .then(
-      () => {
-        throw new TerminalError("nondeterministic_play", `the play ended without calling ctx.map("${target}") when replayed`);
-      },
-      (error: unknown) => {
-        throw error;
-      },
-    );
+    .then(() => {
+      throw new TerminalError("nondeterministic_play", `the play ended without calling ctx.map("${target}") when replayed`);
+    });
   return Promise.race([ctx.captured, ran]);
 }
 

@@ -12,6 +12,7 @@ import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import type { FatalLatch } from "../../core/latch";
 import type { AssignedDataset, AttemptEnd, AttemptReport, ChunkSummary } from "../../contracts/executors";
 import { SpendCapReached } from "../tools/spend";
+import { sleep } from "../../core/time";
 import type { ChunkAttempt, ChunkExecutor } from "../map/chunk-executor";
 import type { ExecutorAttempts } from "./executor-attempts";
 
@@ -80,14 +81,14 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     for (;;) {
       const left = watch.heardAt() + silenceMs - now();
       if (left <= 0) return null;
-      const outcome = await Promise.race([watch.ended, aborted, sleep(Math.min(left, 1_000))]);
+      const outcome = await raceTimeout<AttemptEnd | "aborted">([watch.ended, aborted], Math.min(left, 1_000));
       if (outcome === "aborted") break;
       if (outcome) return outcome;
     }
     // Stopped here: stop it there too, and give its last report (its bills) a moment.
     const reason = signal.aborted ? signal.reason : latch.tripped;
     await this.#deps.client.stop(name, attemptId, messageOf(reason)).catch(() => {});
-    await Promise.race([watch.ended, sleep(this.#deps.stopWaitMs)]);
+    await raceTimeout([watch.ended], this.#deps.stopWaitMs);
     throw reason;
   }
 
@@ -139,6 +140,12 @@ function fatalOf(end: Extract<AttemptEnd, { kind: "fatal" }>): TroupeError {
   return new TerminalError(end.code, end.message, { details: end.details });
 }
 
-function sleep(ms: number): Promise<undefined> {
-  return new Promise((resolve) => setTimeout(() => resolve(undefined), ms));
+/** The first of `promises` to settle, or undefined after `ms` (the timer does not outlive the race). */
+async function raceTimeout<T>(promises: Promise<T>[], ms: number): Promise<T | undefined> {
+  const timeout = new AbortController();
+  try {
+    return await Promise.race([...promises, sleep(ms, timeout.signal).then(() => undefined)]);
+  } finally {
+    timeout.abort();
+  }
 }

@@ -1,0 +1,133 @@
+import { describe, expect, it } from "vitest";
+import type { CaptureSource } from "../../clients/executors";
+import type { SpendGrant } from "../../contracts/executors";
+import { definePlay } from "../../play/define";
+import type { RowContext } from "../../play/types";
+import { z } from "zod";
+import { SpendCapReached } from "../tools/spend";
+import { captureMap, CaptureUnsupported } from "./capture";
+import { ExecutorSpend } from "./executor-spend";
+import { ExecutorSizer } from "./sizing";
+
+describe("ExecutorSizer", () => {
+  const sizer = (pace: { requestsPerSecond: number | null; concurrency: number | null }, now = { t: 0 }) =>
+    new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, now: () => now.t });
+
+  it("starts at the floor, then keeps rate × latency / 6 executors once a provider's pace and latency are known", async () => {
+    const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
+    expect(s.target()).toBe(4);
+    s.observe(["sim"], { calls: 10, totalMs: 20_000 });
+    s.target(); // asks the gate
+    await new Promise((r) => setTimeout(r, 0));
+    // 100 requests/s at 2 s: 200 in flight, 34 executors of six.
+    expect(s.target()).toBe(34);
+  });
+
+  it("is bounded by the provider's concurrency without a rate, and by the ceiling", async () => {
+    const s = sizer({ requestsPerSecond: null, concurrency: 30 });
+    s.observe(["sim"], { calls: 1, totalMs: 5_000 });
+    s.target();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(s.target()).toBe(5);
+    const unbounded = sizer({ requestsPerSecond: null, concurrency: null });
+    unbounded.observe(["sim"], { calls: 1, totalMs: 50 });
+    unbounded.target();
+    await new Promise((r) => setTimeout(r, 0));
+    expect(unbounded.target()).toBe(64);
+  });
+});
+
+describe("ExecutorSpend", () => {
+  const request = (n: number, credits = 1) => ({ requestKey: `k${n}`, toolId: "t", provider: "p", credits });
+
+  it("asks the coordinator for grants under a cap, keeps every bill, and refuses once nothing is granted", async () => {
+    const kept: string[] = [];
+    const grants = [25_000_000, 0];
+    const asked: number[] = [];
+    const ledger = new ExecutorSpend({
+      capped: true,
+      grant: async (wanted): Promise<SpendGrant> => {
+        asked.push(wanted);
+        return { grantedMicros: grants.shift() ?? 0, spentCredits: 25, cap: { credits: 25, reason: "maxSpend" } };
+      },
+      keep: (bill) => kept.push(bill.requestKey),
+    });
+    // 25 requests of one credit fit the first grant, asked once by all of them together.
+    await Promise.all(Array.from({ length: 25 }, (_, n) => ledger.reserve(request(n))));
+    expect(asked).toEqual([25_000_000]);
+    for (let n = 0; n < 25; n++) ledger.bill(`k${n}`);
+    expect(kept).toHaveLength(25);
+    await expect(ledger.reserve(request(25))).rejects.toBeInstanceOf(SpendCapReached);
+    // A bill is kept once, however often it is recorded.
+    ledger.recordBilled(request(3));
+    expect(kept).toHaveLength(25);
+  });
+
+  it("asks nothing without a cap", async () => {
+    const ledger = new ExecutorSpend({ capped: false, grant: async () => expect.fail("no cap, no grant"), keep: () => {} });
+    await ledger.reserve(request(1, 1000));
+    ledger.release("k1");
+  });
+});
+
+describe("captureMap", () => {
+  const source = (effects: CaptureSource["effects"]): CaptureSource =>
+    ({
+      runAttempt: 0,
+      run: { runId: "r", org: "o", play: "p" },
+      inputJson: JSON.stringify({ factor: 3 }),
+      policy: {},
+      effects,
+      maps: [{ name: "first", total: 2, completed: 2, failed: 0, duplicatesDropped: 0, shardCount: 4 }],
+      spendCapped: false,
+    }) as unknown as CaptureSource;
+  const play = definePlay({
+    name: "p",
+    description: "captures",
+    input: z.object({ factor: z.number() }),
+    async run(ctx, input) {
+      const config = await ctx.tool<{ offset: number }>("config", {});
+      const first = await ctx.map("first", [], { a: () => 1 });
+      await ctx.map("second", [], { b: (row) => Number(row.n) * input.factor + config.offset + first.total });
+      return null;
+    },
+  });
+
+  it("replays the play's effects up to the map and hands back its fields, closures included", async () => {
+    const captured = await captureMap(
+      play,
+      source([
+        { kind: "tool", name: "config", ordinal: 0, outcome: { ok: true, value: { offset: 10 } } },
+        { kind: "map", name: "first", ordinal: 0, outcome: { ok: true, value: null } },
+      ]),
+      "second",
+      async () => [],
+    );
+    expect(await captured.fields.b!({ n: 2 }, {} as RowContext)).toBe(2 * 3 + 10 + 2);
+  });
+
+  it("refuses a play that fetched before the map: a response cannot be replayed", async () => {
+    const fetching = definePlay({
+      ...play,
+      async run(ctx) {
+        await ctx.fetch("https://example.com");
+        await ctx.map("second", [], {});
+        return null;
+      },
+    });
+    const traced = source([{ kind: "fetch", name: "", ordinal: 0, outcome: { ok: false, code: "unreplayable", message: "no" } }]);
+    await expect(captureMap(fetching, traced, "second", async () => [])).rejects.toBeInstanceOf(CaptureUnsupported);
+  });
+
+  it("fails when the replayed play ends without reaching the map", async () => {
+    const mapless = definePlay({
+      ...play,
+      async run(ctx) {
+        await ctx.tool("config", {});
+        return null;
+      },
+    });
+    const traced = source([{ kind: "tool", name: "config", ordinal: 0, outcome: { ok: true, value: {} } }]);
+    await expect(captureMap(mapless, traced, "second", async () => [])).rejects.toThrow(/without calling ctx.map\("second"\)/);
+  });
+});
