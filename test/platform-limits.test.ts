@@ -79,6 +79,25 @@ describe("PLATFORM_LIMITS=emulate", () => {
     expect(stats).toMatchObject({ billed: 80, duplicates: 0 });
   });
 
+  it("spreads a run over executors past one object's six, as many as its org's bound leaves it", async () => {
+    await updateSimConfig(env, { latencyMs: 100 });
+    const rows = Array.from({ length: 200 }, (_, i) => ({ id: `${id()}-${i}`, name: `Ada Person ${i}`, domain: "example.com" }));
+    // Four chunks of 50 and four executors to start with; the org allows this run's map two.
+    const bounded = await startRun("demo-enrich", { rows }, { testPolicy: { maxExecutorsPerOrg: 2 } });
+    expect((await waitForRun(bounded)).status).toBe("completed");
+    const callers = Object.keys((await simStats(env)).maxInFlightByCaller).filter((c) => c.startsWith(`MapExecutor:${bounded}#`));
+    expect(callers.sort()).toEqual([`MapExecutor:${bounded}#0`, `MapExecutor:${bounded}#1`]);
+
+    await resetSim(env);
+    const more = rows.map((row) => ({ ...row, id: `${row.id}-more`, name: `${row.name} More` }));
+    const free = await startRun("demo-enrich", { rows: more });
+    expect((await waitForRun(free)).status).toBe("completed");
+    const stats = await simStats(env);
+    expect(Object.keys(stats.maxInFlightByCaller).filter((c) => c.startsWith(`MapExecutor:${free}#`)).length).toBe(4);
+    // Together they had more than one object's six in flight at once.
+    expect(stats.maxInFlight).toBeGreaterThan(6);
+  });
+
   it("makes a seventh ctx.fetch wait until one of six has its response headers", async () => {
     const answer: (() => void)[] = [];
     vi.spyOn(globalThis, "fetch").mockImplementation(

@@ -2,6 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import {
   DirectoryStore,
   directoryMigrations,
+  ExecutorLeaseRequest,
   IdempotentSubmit,
   RunEntry,
   type IdempotentRun,
@@ -66,6 +67,12 @@ export class OrgDirectory extends DurableObject<Env> {
   /** What the play's completed runs computed and billed (estimates learn from it). */
   async playStats(play: string): Promise<PlayStats> {
     return this.#spend.playStats(play);
+  }
+
+  /** Executors for a run's map under the org's bound (renew by asking again before the lease ends). */
+  async leaseExecutors(request: ExecutorLeaseRequest): Promise<number> {
+    const parsed = ExecutorLeaseRequest.parse(request);
+    return this.ctx.storage.transactionSync(() => this.#store.leaseExecutors(parsed, Date.now()));
   }
 
   async setSpendLimits(limits: SpendLimits): Promise<SpendLimits> {

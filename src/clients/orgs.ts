@@ -7,6 +7,7 @@ type DirectoryStub = ReturnType<Env["ORG_DIRECTORY"]["getByName"]>;
 export type RunEntryMessage = Parameters<DirectoryStub["record"]>[0];
 export type SpendReportMessage = Parameters<DirectoryStub["recordSpend"]>[0];
 export type PlayStatsMessage = Parameters<DirectoryStub["recordPlayStats"]>[0];
+export type ExecutorLeaseMessage = Parameters<DirectoryStub["leaseExecutors"]>[0];
 
 export class OrgClient {
   #stub: DirectoryStub;
@@ -31,5 +32,10 @@ export class OrgClient {
 
   recordPlayStats(stats: PlayStatsMessage): Promise<void> {
     return this.#stub.recordPlayStats(stats);
+  }
+
+  /** Executors the org's bound leaves a run's map now (at least one), leased for `ttlMs`. */
+  leaseExecutors(request: ExecutorLeaseMessage): Promise<number> {
+    return this.#stub.leaseExecutors(request);
   }
 }

@@ -83,6 +83,8 @@ export interface RuntimePolicy {
    */
   minExecutors: number;
   maxExecutors: number;
+  /** The most executors all the runs of one org use at once (each running map keeps at least one). */
+  maxExecutorsPerOrg: number;
   /** Wall clock one coordinator invocation may spend dispatching before it yields (an alarm runs 15 minutes at most). */
   invocationWallMs: number;
   /** After a cancel, how long an executor's last report (its bills) is awaited before the run settles. */
@@ -125,6 +127,7 @@ const production: RuntimePolicy = {
   progressIntervalMs: 500,
   minExecutors: 4,
   maxExecutors: 64,
+  maxExecutorsPerOrg: 256,
   invocationWallMs: 10 * 60_000,
   executorStopWaitMs: 10_000,
 };
@@ -170,6 +173,7 @@ export const TestPolicyOverrides = z
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */
     maxExecutors: z.number().int().min(0).max(64),
     minExecutors: z.number().int().min(1).max(64),
+    maxExecutorsPerOrg: z.number().int().min(1).max(1000),
     /** Lets a few hundred rows spread over many shards, as millions would. */
     sheetRowsPerShard: z.number().int().min(1).max(10_000_000),
     /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */

@@ -11,7 +11,19 @@ export const directoryMigrations = [
   `CREATE TABLE idempotency_keys (
      key TEXT PRIMARY KEY, run_id TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at INTEGER NOT NULL);`,
   orgSpendMigration,
+  `CREATE TABLE executor_leases (run_id TEXT PRIMARY KEY, executors INTEGER NOT NULL, expires_at INTEGER NOT NULL);`,
 ];
+
+/** A run's map asks for executors under its org's bound (see `DirectoryStore.leaseExecutors`). */
+export const ExecutorLeaseRequest = z.object({
+  runId: z.string().min(1).max(100),
+  /** 0 gives the run's lease back. */
+  wanted: z.number().int().min(0).max(1000),
+  /** The org's bound, from the asking run's policy. */
+  limit: z.number().int().min(1).max(100_000),
+  ttlMs: z.number().int().min(1000).max(3_600_000),
+});
+export type ExecutorLeaseRequest = z.infer<typeof ExecutorLeaseRequest>;
 
 export const RunEntry = z.object({
   runId: z.string().min(1).max(100),
@@ -65,6 +77,26 @@ export class DirectoryStore {
 
   constructor(options: { sql: Sql }) {
     this.#sql = options.sql;
+  }
+
+  /**
+   * Leases executors to a run until `now + ttlMs` (renewed by asking again):
+   * what it wants, as far as the org's other live leases leave under `limit`,
+   * and always at least one, so that no running map stands still.
+   */
+  leaseExecutors(request: ExecutorLeaseRequest, now: number): number {
+    this.#sql.write`DELETE FROM executor_leases WHERE expires_at <= ${now}`;
+    if (request.wanted === 0) {
+      this.#sql.write`DELETE FROM executor_leases WHERE run_id = ${request.runId}`;
+      return 0;
+    }
+    const others = this.#sql<{ n: number }>`SELECT coalesce(sum(executors), 0) AS n FROM executor_leases
+      WHERE run_id != ${request.runId}`[0]!.n;
+    const granted = Math.max(1, Math.min(request.wanted, request.limit - others));
+    this.#sql
+      .write`INSERT INTO executor_leases (run_id, executors, expires_at) VALUES (${request.runId}, ${granted}, ${now + request.ttlMs})
+      ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, expires_at = excluded.expires_at`;
+    return granted;
   }
 
   record(entry: RunEntry): void {

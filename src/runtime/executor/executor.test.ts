@@ -9,30 +9,47 @@ import { captureMap, CaptureUnsupported } from "./capture";
 import { ExecutorSpend } from "./executor-spend";
 import { ExecutorSizer } from "./sizing";
 
+/** Lets the sizer's background asks (the gates, the org's lease) finish. */
+async function settle(sizer: ExecutorSizer): Promise<void> {
+  for (let i = 0; i < 3; i++) {
+    sizer.target();
+    await new Promise((r) => setTimeout(r, 0));
+  }
+}
+
 describe("ExecutorSizer", () => {
   const sizer = (pace: { requestsPerSecond: number | null; concurrency: number | null }, now = { t: 0 }) =>
-    new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, now: () => now.t });
+    new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, lease: async (wanted) => wanted, now: () => now.t });
 
   it("starts at the floor, then keeps rate × latency / 6 executors once a provider's pace and latency are known", async () => {
     const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
     expect(s.target()).toBe(4);
     s.observe(["sim"], { calls: 10, totalMs: 20_000 });
-    s.target(); // asks the gate
-    await new Promise((r) => setTimeout(r, 0));
+    await settle(s);
     // 100 requests/s at 2 s: 200 in flight, 34 executors of six.
     expect(s.target()).toBe(34);
+  });
+
+  it("keeps to what the org's directory leases it", async () => {
+    const leased = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      pace: async () => ({ requestsPerSecond: 100, concurrency: 250 }),
+      lease: async (wanted) => Math.min(wanted, 3),
+      now: () => 0,
+    });
+    await leased.start();
+    expect(leased.target()).toBe(3);
   });
 
   it("is bounded by the provider's concurrency without a rate, and by the ceiling", async () => {
     const s = sizer({ requestsPerSecond: null, concurrency: 30 });
     s.observe(["sim"], { calls: 1, totalMs: 5_000 });
-    s.target();
-    await new Promise((r) => setTimeout(r, 0));
+    await settle(s);
     expect(s.target()).toBe(5);
     const unbounded = sizer({ requestsPerSecond: null, concurrency: null });
     unbounded.observe(["sim"], { calls: 1, totalMs: 50 });
-    unbounded.target();
-    await new Promise((r) => setTimeout(r, 0));
+    await settle(unbounded);
     expect(unbounded.target()).toBe(64);
   });
 });

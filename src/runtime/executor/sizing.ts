@@ -5,7 +5,9 @@
  * calls, between the policy's floor and ceiling. R is the provider's declared
  * or learned rate from its pacing gate (without one, its gate's concurrency
  * bounds the requests in flight instead); L is the latency the executors
- * observe. Until the first reports arrive the map starts at the floor.
+ * observe. Until the first reports arrive the map starts at the floor. The
+ * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`
+ * (each keeps at least one), renewed with every refresh.
  */
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
@@ -21,6 +23,8 @@ export interface SizingOptions {
   max: number;
   /** The pace of a provider (its gate's state); asked at most once per refresh. */
   pace(provider: string): Promise<ProviderPace>;
+  /** Leases up to `wanted` executors under the org's bound, for a while: answers how many (at least one). */
+  lease(wanted: number): Promise<number>;
   now(): number;
 }
 
@@ -33,6 +37,8 @@ export class ExecutorSizer {
   #latencyMs: number | null = null;
   #refreshedAt = -Infinity;
   #refreshing: Promise<void> | null = null;
+  /** What the org's bound leaves this map (null until the first lease). */
+  #leased: number | null = null;
 
   constructor(options: SizingOptions) {
     this.#deps = options;
@@ -40,7 +46,12 @@ export class ExecutorSizer {
 
   /** A report's observations: providers billed through, and the latency of its requests. */
   observe(providers: Iterable<string>, latency: { calls: number; totalMs: number } | null): void {
-    for (const provider of providers) if (!this.#providers.has(provider)) this.#providers.set(provider, null);
+    for (const provider of providers) {
+      if (this.#providers.has(provider)) continue;
+      this.#providers.set(provider, null);
+      // A provider not seen before: ask its pace (and the lease it needs) at once.
+      this.#refreshedAt = Number.NEGATIVE_INFINITY;
+    }
     if (latency && latency.calls > 0) {
       const mean = latency.totalMs / latency.calls;
       // A moving average: a few slow answers do not double the executors at once.
@@ -48,10 +59,26 @@ export class ExecutorSizer {
     }
   }
 
-  /** The executors the map should have now. */
+  /** Takes the map's first lease under the org's bound, before its first chunk goes out. */
+  async start(): Promise<void> {
+    await this.#lease(this.#deps.min);
+    this.#refreshedAt = this.#deps.now();
+  }
+
+  /** The map's chunks are done here: its lease goes back to the org (else it lapses by itself). */
+  async stop(): Promise<void> {
+    await this.#refreshing;
+    await this.#deps.lease(0).catch(() => {});
+  }
+
+  /** The executors the map should have now: what its providers need, within the policy and the org's lease. */
   target(): number {
-    const { min, max } = this.#deps;
     this.#refresh();
+    return Math.min(this.#wanted(), this.#leased ?? Number.POSITIVE_INFINITY);
+  }
+
+  #wanted(): number {
+    const { min, max } = this.#deps;
     if (this.#latencyMs === null) return min;
     const latencyS = this.#latencyMs / 1000;
     let inFlight = 0;
@@ -64,10 +91,13 @@ export class ExecutorSizer {
     return Math.max(min, Math.min(max, Math.ceil(inFlight / MAX_OUTBOUND_IN_FLIGHT)));
   }
 
-  /** Asks the gates of the providers seen again, in the background, once per {@link REFRESH_MS}. */
+  /**
+   * Asks the gates of the providers seen again, then renews the org's lease
+   * for what they need, in the background, once per {@link REFRESH_MS}.
+   */
   #refresh(): void {
     const now = this.#deps.now();
-    if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS || this.#providers.size === 0) return;
+    if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS) return;
     this.#refreshedAt = now;
     this.#refreshing = Promise.all(
       [...this.#providers.keys()].map(async (provider) => {
@@ -75,9 +105,15 @@ export class ExecutorSizer {
         if (pace) this.#providers.set(provider, pace);
       }),
     )
-      .then(() => {})
+      .then(() => this.#lease(this.#wanted()))
       .finally(() => {
         this.#refreshing = null;
       });
+  }
+
+  /** A lease the directory could not give keeps the last one (or none: the policy alone bounds the map). */
+  async #lease(wanted: number): Promise<void> {
+    const leased = await this.#deps.lease(wanted).catch(() => null);
+    if (leased !== null) this.#leased = leased;
   }
 }

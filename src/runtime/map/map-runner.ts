@@ -26,6 +26,10 @@ import { pacingGate } from "../../clients/pacing-gates";
 import type { ExecutorAttempts } from "../executor/executor-attempts";
 import { RemoteChunkExecutor, RunInline } from "../executor/remote-executor";
 import { ExecutorSizer } from "../executor/sizing";
+import { OrgClient } from "../../clients/orgs";
+
+/** How long a map's lease of executors under its org's bound lasts unless renewed (every few seconds while it runs). */
+const EXECUTOR_LEASE_MS = 30_000;
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
@@ -154,6 +158,7 @@ export class MapRunner {
       },
     });
     const remote = this.#remote(record, latch);
+    await remote?.sizer.start();
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
@@ -257,11 +262,15 @@ export class MapRunner {
       }
     };
     grow();
-    // Workers added while others run (the map grew its executors) are awaited too.
-    for (let waited = 0; waited < workers.length; ) {
-      const batch = workers.slice(waited);
-      waited = workers.length;
-      await Promise.all(batch);
+    try {
+      // Workers added while others run (the map grew its executors) are awaited too.
+      for (let waited = 0; waited < workers.length; ) {
+        const batch = workers.slice(waited);
+        waited = workers.length;
+        await Promise.all(batch);
+      }
+    } finally {
+      await remote?.sizer.stop();
     }
     this.#progress(record.name, true);
 
@@ -282,6 +291,15 @@ export class MapRunner {
       pace: async (provider) => {
         const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter).state(provider);
         return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
+      },
+      lease: (wanted) => {
+        meter.rpc++;
+        return new OrgClient({ env, org: run.org }).leaseExecutors({
+          runId: run.runId,
+          wanted,
+          limit: policy.maxExecutorsPerOrg,
+          ttlMs: EXECUTOR_LEASE_MS,
+        });
       },
     });
     const executor = new RemoteChunkExecutor({
