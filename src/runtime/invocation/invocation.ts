@@ -90,6 +90,7 @@ export class Invocation implements InvocationScope {
   readonly #suspension = new AbortController();
   /** The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails. */
   readonly #limit = new AbortController();
+  #inputJson: string | null = null;
 
   constructor(host: RunHost, start: InvocationStart, run: RunRecord) {
     this.host = host;
@@ -184,7 +185,8 @@ export class Invocation implements InvocationScope {
     return {
       runAttempt: attemptSeq,
       run,
-      inputJson: this.store.inputJson(),
+      // One copy per invocation, however many executors ask.
+      inputJson: (this.#inputJson ??= this.store.inputJson()),
       policy: this.policy,
       effects: trace.snapshot(),
       maps: maps.map(({ name, total, completed, failed, duplicatesDropped, shardCount }) => ({
