@@ -144,18 +144,18 @@ describe("a stale coordinator", () => {
 describe("alarm retries", () => {
   it("retries an alarm handler that throws, and dispatches no chunk twice", async () => {
     await simReset();
-    // 1,500 rows take several invocations under this budget; the first two alarms throw after driving, before re-arming.
+    // 600 rows (12 chunks) take several invocations under this budget; the first two alarms throw after driving, before re-arming.
     await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
-    const rows = callRows("Alarm", 1500);
+    const rows = callRows("Alarm", 600);
     // A coordinator that hands chunks to executors spends few subrequests: a small budget still makes it yield often.
-    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { invocationSubrequestBudget: 8 } });
+    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { invocationSubrequestBudget: 5 } });
     const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
     // Both failures fired, and the run went on after each (the alarm that ends the run may check the plan after the test reads it).
     expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(3);
     const completions = (await allEvents(runId)).filter((e) => e.type === "chunk.completed").map((e) => e.chunk);
-    expect(completions.sort((a, b) => a - b)).toEqual(Array.from({ length: 30 }, (_, i) => i));
+    expect(completions.sort((a, b) => a - b)).toEqual(Array.from({ length: 12 }, (_, i) => i));
     await expectExactlyOnce(runId, "alarm-retries", rows);
   });
 });
