@@ -19,6 +19,7 @@ import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor } from "../map/chunk-executor";
 import { PlayFetch, SecretValues } from "../invocation/play-fetch";
+import { safeStringify } from "../invocation/play-context";
 import type { InvocationScope } from "../invocation/scope";
 import { createDispatchServices, createMapGuards } from "../tools/services";
 import { ToolScheduler } from "../tools/tool-scheduler";
@@ -201,14 +202,5 @@ async function withTimeout<T>(promise: Promise<T>, ms: number, message: string):
     return await Promise.race([promise, timeout]);
   } finally {
     clearTimeout(timer);
-  }
-}
-
-function safeStringify(value: unknown): string {
-  try {
-    return JSON.stringify(value) ?? String(value);
-  } catch {
-    // Cycles and BigInts still deserve a log line.
-    return String(value);
   }
 }

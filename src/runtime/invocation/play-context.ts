@@ -151,7 +151,8 @@ export class RunContext implements PlayContext {
   }
 }
 
-function safeStringify(value: unknown): string {
+/** A log argument as text: JSON, or its string form when JSON cannot hold it. */
+export function safeStringify(value: unknown): string {
   try {
     return JSON.stringify(value) ?? String(value);
   } catch {
