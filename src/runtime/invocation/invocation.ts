@@ -181,12 +181,13 @@ export class Invocation implements InvocationScope {
   #captureSource(attemptSeq: number, trace: EffectTrace): CaptureSource | null {
     const run = this.store.run()!;
     if (run.runAttempt !== attemptSeq) return null;
+    // One copy per invocation, however many executors ask.
+    this.#inputJson ??= this.store.inputJson();
     const maps = this.store.doneMaps().map((map) => ({ ...map, ...this.store.progress(map.name) }));
     return {
       runAttempt: attemptSeq,
       run,
-      // One copy per invocation, however many executors ask.
-      inputJson: (this.#inputJson ??= this.store.inputJson()),
+      inputJson: this.#inputJson,
       policy: this.policy,
       effects: trace.snapshot(),
       maps: maps.map(({ name, total, completed, failed, duplicatesDropped, shardCount }) => ({
