@@ -144,14 +144,24 @@ describe("heartbeats", () => {
 
   it("that stall make the attempt stop by its own clock before its leases expire", async () => {
     await simReset();
-    await setSim({ latencyMs: 600 });
+    await setSim({ latencyMs: 300 });
     const rows = callRows("Stall", 40);
-    // Leases of 200 ms and no beat for a minute: the attempt must not go on calling providers on leases it cannot vouch for.
-    // (Batches go out after 20 ms, well within a lease.)
+    // Leases of 500 ms and no beat for a minute: the attempt must not go on calling providers on leases it cannot vouch for.
+    // (Batches go out after 20 ms, well within a lease.) Six requests in flight at a time cannot finish 40 rows within
+    // one lease, so every attempt stops by its clock and the chunk takes several (each recovering what the last one
+    // sent): it may be redispatched more often than the policy's default allows.
     const runId = await startRun(
       "test-calls",
       { rows, dataset: "stall" },
-      { testPolicy: { rowLeaseTtlMs: 200, receiptLeaseTtlMs: 200, heartbeatIntervalMs: LONG_MS, batchGraceMs: 20 } },
+      {
+        testPolicy: {
+          rowLeaseTtlMs: 500,
+          receiptLeaseTtlMs: 500,
+          heartbeatIntervalMs: LONG_MS,
+          batchGraceMs: 20,
+          maxChunkRedispatches: 40,
+        },
+      },
     );
     const run = await waitForRun(runId);
 
