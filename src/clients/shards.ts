@@ -72,14 +72,15 @@ export class SheetClient {
     shardCount: number;
     meter: SubrequestMeter;
   }) {
-    options.meter.rpc++;
+    options.meter.countRpc("sheet.ensureDataset");
     const stub = options.env.SHEET_SHARD.getByName(sheetShardName(options.org, options.play, options.dataset, 0));
     const { shardCount } = await stub.ensureDataset({ shardCount: options.shardCount });
     return shardCount;
   }
 
-  #stub(shard: number) {
-    this.#meter.rpc++;
+  /** The stub of `shard`, counted as one call of `sheet.<method>`. */
+  #stub(shard: number, method: string) {
+    this.#meter.countRpc(`sheet.${method}`);
     const { org, play, dataset } = this.location;
     return this.#ns.getByName(sheetShardName(org, play, dataset, shard));
   }
@@ -94,7 +95,7 @@ export class SheetClient {
     const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].map(async ([shard, rows]) => {
-        const result = await this.#stub(shard).claimRows({
+        const result = await this.#stub(shard, "claimRows").claimRows({
           attempt: options.attempt,
           leaseTtlMs: options.leaseTtlMs,
           recompute: options.recompute,
@@ -114,7 +115,10 @@ export class SheetClient {
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
         inPages(group, 1000).map(async (page) => {
-          const result = await this.#stub(shard).peekRows({ recompute, rows: page.map((r) => ({ key: r.key, input: r.input })) });
+          const result = await this.#stub(shard, "peekRows").peekRows({
+            recompute,
+            rows: page.map((r) => ({ key: r.key, input: r.input })),
+          });
           for (const key of result.reusable) reusable.add(key);
         }),
       ),
@@ -125,7 +129,9 @@ export class SheetClient {
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
-    const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
+    const results = await Promise.all(
+      [...groups].map(([shard, group]) => this.#stub(shard, "persistRows").persistRows({ attempt, rows: group })),
+    );
     await this.#faults.check("sheet.persisted");
     return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
   }
@@ -134,14 +140,14 @@ export class SheetClient {
   async renewLeases(attempt: AttemptRef, keys: readonly string[], leaseTtlMs: number): Promise<LeaseResult> {
     const groups = groupByShard(keys, (key) => key, this.location.shardCount);
     const results = await Promise.all(
-      [...groups].map(([shard, group]) => this.#stub(shard).renewLeases({ attempt, keys: group, leaseTtlMs })),
+      [...groups].map(([shard, group]) => this.#stub(shard, "renewLeases").renewLeases({ attempt, keys: group, leaseTtlMs })),
     );
     return { renewed: results.flatMap((r) => r.renewed), lost: results.flatMap((r) => r.lost) };
   }
 
   /** The run's rows counted per chunk of `chunkRows` input indexes, over every shard. */
   async countRunChunks(runId: string, chunkRows: number): Promise<Map<number, { total: number; completed: number; failed: number }>> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunChunks({ runId, chunkRows })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "countRunChunks").countRunChunks({ runId, chunkRows })));
     const chunks = new Map<number, { total: number; completed: number; failed: number }>();
     for (const { chunk, total, completed, failed } of results.flatMap((r) => r.chunks)) {
       const sum = chunks.get(chunk) ?? { total: 0, completed: 0, failed: 0 };
@@ -152,19 +158,21 @@ export class SheetClient {
 
   /** Frees every row lease the run holds, on every shard. */
   async releaseRun(runId: string): Promise<number> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).releaseRun({ runId })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 
   /** The run's rows with input index in [fromIndex, toIndex), in order, gathered from every shard. */
   async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
     if (toIndex <= fromIndex) return [];
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex })));
+    const results = await Promise.all(
+      this.#allShards().map((s) => this.#stub(s, "readRunRows").readRunRows({ runId, fromIndex, toIndex })),
+    );
     return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
   }
 
   async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunRows({ runId })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "countRunRows").countRunRows({ runId })));
     const sum = { total: 0, completed: 0, failed: 0, pending: 0 };
     for (const r of results) {
       sum.total += r.total;
@@ -219,8 +227,9 @@ export class ReceiptClient {
     return shardOf(key, this.shardCount);
   }
 
-  #stub(shard: number) {
-    this.#meter.rpc++;
+  /** The stub of `shard`, counted as one call of `receipt.<method>`. */
+  #stub(shard: number, method: string) {
+    this.#meter.countRpc(`receipt.${method}`);
     return this.#ns.getByName(receiptShardName(this.#org, shard));
   }
 
@@ -231,7 +240,8 @@ export class ReceiptClient {
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
         inPages(group, 1000).map(async (page) => {
-          for (const receipt of (await this.#stub(shard).peek({ keys: page })).receipts) found.set(receipt.key, receipt as PeekedReceipt);
+          for (const receipt of (await this.#stub(shard, "peek").peek({ keys: page })).receipts)
+            found.set(receipt.key, receipt as PeekedReceipt);
         }),
       ),
     );
@@ -240,7 +250,7 @@ export class ReceiptClient {
 
   async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
     await this.#faults.check("receipt.claim");
-    const results = (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+    const results = (await this.#stub(shard, "claim").claim(request)).results as ReceiptClaim[];
     this.#leases?.claimed(
       shard,
       results.filter((r) => r.disposition === "claimed").map((r) => r.key),
@@ -252,7 +262,7 @@ export class ReceiptClient {
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.complete");
     this.#finishing(shard, request.items);
-    const written = await this.#stub(shard).complete(request);
+    const written = await this.#stub(shard, "complete").complete(request);
     await this.#faults.check("receipt.completed");
     return written;
   }
@@ -260,12 +270,12 @@ export class ReceiptClient {
   async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.fail");
     this.#finishing(shard, request.items);
-    return this.#stub(shard).fail(request);
+    return this.#stub(shard, "fail").fail(request);
   }
 
   /** Heartbeat: extends the attempt's running receipts on one shard; the others come back lost. */
   async renew(shard: number, request: LeaseRequest): Promise<LeaseResult> {
-    return this.#stub(shard).renew(request);
+    return this.#stub(shard, "renew").renew(request);
   }
 
   /**
@@ -282,7 +292,7 @@ export class ReceiptClient {
 
   async releaseRun(runId: string): Promise<number> {
     const shards = Array.from({ length: this.shardCount }, (_, i) => i);
-    const results = await Promise.all(shards.map((s) => this.#stub(s).releaseRun({ runId })));
+    const results = await Promise.all(shards.map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 }
