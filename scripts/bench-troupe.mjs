@@ -1,10 +1,10 @@
 // Troupe's side of npm run bench: demo-enrich on Troupe's own local server
 // (wrangler.toml, emulated platform limits), once per provider latency, against
 // the simulated provider at `rate` requests/s and `concurrency` at once, both
-// declared to the org's pacing gate. Each run is sized to last `durationFor(L)`
-// seconds at the bound and stopped (cancelled) at `capFactor` times that, so a
-// slow Troupe still finishes the bench in bounded time. Every completed run is
-// then rerun. Only ever talks to 127.0.0.1.
+// declared to the org's pacing gate. Each run is sized to last a given time at
+// the bound and stopped (cancelled) at its cap, so that a slow Troupe still
+// finishes the bench in bounded time. Every completed run is then rerun. Only
+// ever talks to 127.0.0.1.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -71,7 +71,7 @@ async function untilEnd(call, runId, { started, capSeconds }) {
     const seconds = (performance.now() - started) / 1000;
     if (TERMINAL.includes(run.status)) return { run, seconds: capped?.seconds ?? seconds, capped };
     if (!capped && seconds > capSeconds) {
-      capped = { seconds, stats: await call("GET", "/v1/sim/stats") };
+      capped = { seconds, run, stats: await call("GET", "/v1/sim/stats") };
       await call("POST", `/v1/runs/${runId}/cancel`);
     }
     if (seconds > capSeconds + 120) throw new Error(`run ${runId} did not end 120 s after its cancel: ${JSON.stringify(run.progress)}`);
@@ -96,8 +96,11 @@ async function troupeCase(call, { port, latencyMs, rate, concurrency, rows: rowC
     const seqs = watcher.events.map((e) => e.seq);
     if (seqs.some((seq, i) => seq !== i + 1)) throw new Error(`the live socket skipped or repeated events: ${seqs.join(",")}`);
   }
+  // A cancelled run's rows of unfinished chunks count as not computed once it ends: count them as they
+  // stood when it was stopped (rows settle live, before their chunk ends).
+  const settledIn = (r) => (r?.progress.maps.leads ? r.progress.maps.leads.completed + r.progress.maps.leads.failed : 0);
+  const settled = Math.max(settledIn(run), settledIn(capped?.run));
   const leads = run.progress.maps.leads ?? { completed: 0, failed: 0 };
-  const settled = leads.completed + leads.failed;
   const result = {
     latencyMs,
     rows: rowCount,
