@@ -253,11 +253,17 @@ export class RunStore {
     }
   }
 
-  /** The run's object RPCs by kind, over all invocations (`usage.objectRpcsByKind`). */
+  /**
+   * The run's object RPCs by kind, over all invocations (`usage.objectRpcsByKind`); RPCs added to the usage
+   * without a breakdown are `other`, so that the kinds always add up to `usage.objectRpcs`.
+   */
   objectRpcsByKind(): Record<string, number> {
     const rows = this.#sql<{ name: string; value: number }>`SELECT name, value FROM counters
       WHERE substr(name, 1, ${RPC_COUNTER_PREFIX.length}) = ${RPC_COUNTER_PREFIX} ORDER BY value DESC, name`;
-    return Object.fromEntries(rows.map((r) => [r.name.slice(RPC_COUNTER_PREFIX.length), r.value]));
+    const byKind: Record<string, number> = Object.fromEntries(rows.map((r) => [r.name.slice(RPC_COUNTER_PREFIX.length), r.value]));
+    const other = (this.run()?.usage.objectRpcs ?? 0) - rows.reduce((sum, r) => sum + r.value, 0);
+    if (other > 0) byKind.other = (byKind.other ?? 0) + other;
+    return byKind;
   }
 
   noteInfraFailure(reset: boolean): number {
