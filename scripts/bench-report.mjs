@@ -89,7 +89,12 @@ export function report({ rate, concurrency, troupe, baselines }) {
       verdict(shareMisses, troupe.length > 0),
     ],
     ["  rows settled / of, in", (ms) => (t(ms) ? `${t(ms).settledRows}/${t(ms).rows} in ${t(ms).seconds.toFixed(1)} s` : "n/a"), "", ""],
-    ["  peak requests in flight per object", (ms) => (t(ms) ? String(t(ms).peakInFlightPerCaller) : "n/a"), "", ""],
+    [
+      "  objects calling the provider; peak in flight per object, in all",
+      (ms) => (t(ms) ? `${t(ms).callers}; ${t(ms).peakInFlightPerCaller}, ${t(ms).peakInFlight}` : "n/a"),
+      "",
+      "",
+    ],
     ["Pool in one invocation, emulated limits", (ms) => throughput(b(ms)?.pool, boundAt(ms)), "", ""],
     ["Pool in one invocation, no limits (reference)", (ms) => throughput(b(ms)?.poolNoLimits, boundAt(ms)), "", ""],
     ["Workflows, one step.do per row, emulated limits", (ms) => throughput(b(ms)?.workflows, boundAt(ms)), "", ""],

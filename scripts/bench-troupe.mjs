@@ -34,6 +34,11 @@ export function peakPerCaller(stats) {
   return Math.max(0, ...Object.values(stats.maxInFlightByCaller ?? {}));
 }
 
+/** How many objects (or invocations) called the provider. */
+export function callerCount(stats) {
+  return Object.keys(stats.maxInFlightByCaller ?? {}).length;
+}
+
 /**
  * Watches a run over its live WebSocket: every ledger event, and for each
  * `chunk.completed` sent live (not replayed) the milliseconds from its `at` to
@@ -115,6 +120,8 @@ async function troupeCase(call, { port, latencyMs, rate, concurrency, rows: rowC
     requestsPerSecond: (stats.calls - stats.rateLimited) / seconds,
     rowsPerSecond: settled / seconds,
     peakInFlightPerCaller: peakPerCaller(stats),
+    callers: callerCount(stats),
+    peakInFlight: stats.maxInFlight,
     duplicates: stats.duplicates,
     objectRpcs: run.usage.objectRpcs,
     objectRpcsByKind: run.usage.objectRpcsByKind ?? {},
