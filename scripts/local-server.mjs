@@ -3,11 +3,15 @@
 import { spawn } from "node:child_process";
 import { ensureDashboard } from "./build-dashboard.mjs";
 
-/** Starts wrangler dev on `port` with state in `stateDir`; resolves once it answers HTTP. */
-export async function startServer({ port, stateDir, verbose = false }) {
-  await ensureDashboard();
+/**
+ * Starts wrangler dev on `port` with state in `stateDir`, for the Worker of `config` (default: Troupe's
+ * wrangler.toml); resolves once it answers HTTP.
+ */
+export async function startServer({ port, stateDir, verbose = false, config = null }) {
+  if (config === null) await ensureDashboard();
   await untilPortFree(port);
-  const child = spawn("wrangler", ["dev", "--ip", "127.0.0.1", "--port", String(port), "--persist-to", stateDir, "--log-level", "warn"], {
+  const args = ["dev", ...(config === null ? [] : ["--config", config]), "--ip", "127.0.0.1", "--port", String(port)];
+  const child = spawn("wrangler", [...args, "--persist-to", stateDir, "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
     detached: true,

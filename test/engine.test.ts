@@ -81,6 +81,10 @@ describe("durability of the coordinator", () => {
     expect(run.result).toMatchObject({ total: 400, completed: 400 });
     // Each invocation spends at most the test budget (400), so 400 rows took several.
     expect(run.usage.objectRpcs + run.usage.providerRequests).toBeGreaterThan(400);
+    // Every invocation's object RPCs are in the breakdown by kind, which adds up to the total.
+    const byKind: Record<string, number> = run.usage.objectRpcsByKind;
+    expect(Object.values(byKind).reduce((sum, n) => sum + n, 0)).toBe(run.usage.objectRpcs);
+    expect(byKind).toMatchObject({ "sheet.claimRows": expect.any(Number), "sheet.persistRows": expect.any(Number) });
   });
 
   it("resumes by its alarm after every object is aborted mid-run, under a new attempt epoch", async () => {

@@ -20,7 +20,13 @@ import { simRoutes } from "../src/http/sim";
 // One global simulator per test file: every test resets it and restores the default config.
 beforeEach(async () => {
   await resetSim(env);
-  const reply = await updateSimConfig(env, { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
+  const reply = await updateSimConfig(env, {
+    latencyMs: 0,
+    ratePerSecond: null,
+    batchMaxSize: 50,
+    rateLimitHeaders: "retry-after",
+    maxConcurrent: null,
+  });
   expect(reply.status).toBe(200);
 });
 
@@ -157,11 +163,23 @@ describe("batch", () => {
 describe("config", () => {
   it("updates partially, validates, and keeps the rest", async () => {
     const reply = await updateSimConfig(env, { latencyMs: 5 });
-    expect(reply.body).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
+    expect(reply.body).toEqual({
+      latencyMs: 5,
+      ratePerSecond: null,
+      batchMaxSize: 50,
+      rateLimitHeaders: "retry-after",
+      maxConcurrent: null,
+    });
     const bad = await simStub(env).fetch("https://sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: -1, extra: 1 }) });
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: "invalid_request" } });
-    expect(await simConfig(env)).toEqual({ latencyMs: 5, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
+    expect(await simConfig(env)).toEqual({
+      latencyMs: 5,
+      ratePerSecond: null,
+      batchMaxSize: 50,
+      rateLimitHeaders: "retry-after",
+      maxConcurrent: null,
+    });
   });
 
   it("rate-limits requests over ratePerSecond with 429 and Retry-After", async () => {
@@ -249,6 +267,19 @@ describe("config", () => {
     expect(batch.headers.get("RateLimit")).toBe('"default";r=9;t=1');
     const invalid = await updateSimConfig(env, { rateLimitHeaders: "loud" as never });
     expect(invalid.status).toBe(400);
+  });
+
+  it("answers 429 to a request past maxConcurrent being answered at once, and admits it once one is answered", async () => {
+    await updateSimConfig(env, { latencyMs: 200, maxConcurrent: 3 });
+    const replies = await Promise.all(Array.from({ length: 5 }, (_, i) => find("Ada Lovelace", "example.com", `mc-${i}`)));
+    const limited = replies.filter((r) => r.status === 429);
+    expect(replies.filter((r) => r.status === 200)).toHaveLength(3);
+    expect(limited).toHaveLength(2);
+    expect(limited[0]!.body).toMatchObject({ error: { code: "too_many_concurrent_requests" } });
+    expect(limited[0]!.headers.get("Retry-After-Ms")).toBe("200");
+    expect((await find("Ada Lovelace", "example.com", "mc-again")).status).toBe(200);
+    expect(await simStats(env)).toMatchObject({ calls: 6, rateLimited: 2, billed: 4, duplicates: 0 });
+    await updateSimConfig(env, { latencyMs: 0, maxConcurrent: null });
   });
 
   it("delays each answer by latencyMs", async () => {
@@ -349,7 +380,13 @@ describe("/v1/sim routes", () => {
     expect(await stats.json()).toMatchObject({ calls: 1, billed: 1 });
 
     const put = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ latencyMs: 3 }) }, env);
-    expect(await put.json()).toEqual({ latencyMs: 3, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" });
+    expect(await put.json()).toEqual({
+      latencyMs: 3,
+      ratePerSecond: null,
+      batchMaxSize: 50,
+      rateLimitHeaders: "retry-after",
+      maxConcurrent: null,
+    });
     expect(await (await app.request("/v1/sim/config", {}, env)).json()).toMatchObject({ latencyMs: 3 });
 
     const invalid = await app.request("/v1/sim/config", { method: "PUT", body: JSON.stringify({ batchMaxSize: 0 }) }, env);

@@ -56,16 +56,16 @@ export class ExecutorClient {
 
   /** Hands the executor `name` an attempt; returns once it is held there (the attempt runs in the executor's own invocation). */
   assign(name: string, assignment: ChunkAssignment): Promise<void> {
-    return this.#stub(name).assign(assignment);
+    return this.#stub(name, "assign").assign(assignment);
   }
 
   /** Stops the attempt if the executor still runs it: nothing more is sent for it. */
   stop(name: string, attemptId: string, reason: string): Promise<void> {
-    return this.#stub(name).stop(attemptId, reason);
+    return this.#stub(name, "stop").stop(attemptId, reason);
   }
 
-  #stub(name: string): ExecutorRpc {
-    if (this.#meter) this.#meter.rpc++;
+  #stub(name: string, method: string): ExecutorRpc {
+    this.#meter?.countRpc(`executor.${method}`);
     return this.#ns.getByName(name) as unknown as ExecutorRpc;
   }
 }
@@ -82,21 +82,21 @@ export class CoordinatorLink {
 
   /** What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running. */
   captureSource(attemptSeq: number): Promise<CaptureSource | null> {
-    this.#count();
+    this.#count("captureSource");
     return this.#stub.captureSource(attemptSeq);
   }
 
   report(report: AttemptReport): Promise<void> {
-    this.#count();
+    this.#count("attemptReport");
     return this.#stub.attemptReport(report);
   }
 
   grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
-    this.#count();
+    this.#count("grantSpend");
     return this.#stub.grantSpend(attemptId, wantedMicros);
   }
 
-  #count(): void {
-    if (this.#meter) this.#meter.rpc++;
+  #count(method: string): void {
+    this.#meter?.countRpc(`run.${method}`);
   }
 }

@@ -6,8 +6,11 @@ export function pacingGateName(org: string, provider: string): string {
   return `${org}/${provider}`;
 }
 
-/** The gate of (org, provider); each stub obtained is counted as one subrequest when a meter is given. */
-export function pacingGate(env: Pick<Env, "PACING_GATE">, org: string, provider: string, meter?: SubrequestMeter) {
-  if (meter) meter.rpc++;
+/**
+ * The gate of (org, provider); each stub obtained is counted as one subrequest when a meter is given, as a
+ * call of `pacing.<method>` (the gate method it is obtained for).
+ */
+export function pacingGate(env: Pick<Env, "PACING_GATE">, org: string, provider: string, meter?: SubrequestMeter, method = "call") {
+  if (meter) meter.countRpc(`pacing.${method}`);
   return env.PACING_GATE.getByName(pacingGateName(org, provider));
 }

@@ -33,26 +33,27 @@ export class RunClient {
 
   /** Starts a run (idempotent for its run id); answers its view. */
   start(runId: string, request: StartRunMessage): Promise<RunView> {
-    return this.#stub(runId).start(request);
+    return this.#stub(runId, "start").start(request);
   }
 
   /** The run as its API shows it, or null for another org's or a missing run. */
   getRun(runId: string): Promise<RunView | null> {
-    return this.#stub(runId).getRun(this.#org);
+    return this.#stub(runId, "getRun").getRun(this.#org);
   }
 
   /** Cancels the run (a no-op for one that ended); null for another org's or a missing run. */
   cancel(runId: string): Promise<RunView | null> {
-    return this.#stub(runId).cancel(this.#org);
+    return this.#stub(runId, "cancel").cancel(this.#org);
   }
 
   /** Tells a parent run that its child ended. */
   childFinished(parentRunId: string, message: ChildFinished): Promise<void> {
-    return this.#stub(parentRunId).childFinished(message);
+    return this.#stub(parentRunId, "childFinished").childFinished(message);
   }
 
-  #stub(runId: string): RunCoordinatorRpc {
-    if (this.#meter) this.#meter.rpc++;
+  /** The coordinator of `runId`, counted as one call of `run.<method>` when the client has a meter. */
+  #stub(runId: string, method: string): RunCoordinatorRpc {
+    if (this.#meter) this.#meter.countRpc(`run.${method}`);
     return this.#ns.getByName(runId) as unknown as RunCoordinatorRpc;
   }
 }

@@ -74,14 +74,15 @@ export class SheetClient {
     shardCount: number;
     meter: SubrequestMeter;
   }) {
-    options.meter.rpc++;
+    options.meter.countRpc("sheet.ensureDataset");
     const stub = options.env.SHEET_SHARD.getByName(sheetShardName(options.org, options.play, options.dataset, 0));
     const { shardCount } = await stub.ensureDataset({ shardCount: options.shardCount });
     return shardCount;
   }
 
-  #stub(shard: number) {
-    this.#meter.rpc++;
+  /** The stub of `shard`, counted as one call of `sheet.<method>`. */
+  #stub(shard: number, method: string) {
+    this.#meter.countRpc(`sheet.${method}`);
     const { org, play, dataset } = this.location;
     return this.#ns.getByName(sheetShardName(org, play, dataset, shard));
   }
@@ -96,7 +97,7 @@ export class SheetClient {
     const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].map(async ([shard, rows]) => {
-        const result = await this.#stub(shard).claimRows({
+        const result = await this.#stub(shard, "claimRows").claimRows({
           attempt: options.attempt,
           leaseTtlMs: options.leaseTtlMs,
           recompute: options.recompute,
@@ -116,7 +117,10 @@ export class SheetClient {
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
         inPages(group, 1000).map(async (page) => {
-          const result = await this.#stub(shard).peekRows({ recompute, rows: page.map((r) => ({ key: r.key, input: r.input })) });
+          const result = await this.#stub(shard, "peekRows").peekRows({
+            recompute,
+            rows: page.map((r) => ({ key: r.key, input: r.input })),
+          });
           for (const key of result.reusable) reusable.add(key);
         }),
       ),
@@ -127,7 +131,9 @@ export class SheetClient {
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
-    const results = await Promise.all([...groups].map(([shard, group]) => this.#stub(shard).persistRows({ attempt, rows: group })));
+    const results = await Promise.all(
+      [...groups].map(([shard, group]) => this.#stub(shard, "persistRows").persistRows({ attempt, rows: group })),
+    );
     await this.#faults.check("sheet.persisted");
     return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
   }
@@ -136,14 +142,14 @@ export class SheetClient {
   async renewLeases(attempt: AttemptRef, keys: readonly string[], leaseTtlMs: number): Promise<LeaseResult> {
     const groups = groupByShard(keys, (key) => key, this.location.shardCount);
     const results = await Promise.all(
-      [...groups].map(([shard, group]) => this.#stub(shard).renewLeases({ attempt, keys: group, leaseTtlMs })),
+      [...groups].map(([shard, group]) => this.#stub(shard, "renewLeases").renewLeases({ attempt, keys: group, leaseTtlMs })),
     );
     return { renewed: results.flatMap((r) => r.renewed), lost: results.flatMap((r) => r.lost) };
   }
 
   /** The run's rows counted per chunk of `chunkRows` input indexes, over every shard. */
   async countRunChunks(runId: string, chunkRows: number): Promise<Map<number, { total: number; completed: number; failed: number }>> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunChunks({ runId, chunkRows })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "countRunChunks").countRunChunks({ runId, chunkRows })));
     const chunks = new Map<number, { total: number; completed: number; failed: number }>();
     for (const { chunk, total, completed, failed } of results.flatMap((r) => r.chunks)) {
       const sum = chunks.get(chunk) ?? { total: 0, completed: 0, failed: 0 };
@@ -154,7 +160,7 @@ export class SheetClient {
 
   /** Frees every row lease the run holds, on every shard. */
   async releaseRun(runId: string): Promise<number> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).releaseRun({ runId })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 
@@ -166,7 +172,9 @@ export class SheetClient {
   async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
     const to = Math.min(toIndex, fromIndex + MAX_READ_ROWS);
     if (to <= fromIndex) return [];
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).readRunRows({ runId, fromIndex, toIndex: to })));
+    const results = await Promise.all(
+      this.#allShards().map((s) => this.#stub(s, "readRunRows").readRunRows({ runId, fromIndex, toIndex: to })),
+    );
     return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
   }
 
@@ -177,11 +185,11 @@ export class SheetClient {
    */
   async readShardRunRows(shard: number, request: ReadRunRowsRequest): Promise<SheetRow[]> {
     if (request.toIndex <= request.fromIndex) return [];
-    return (await this.#stub(shard).readRunRows(request)).rows as SheetRow[];
+    return (await this.#stub(shard, "readRunRows").readRunRows(request)).rows as SheetRow[];
   }
 
   async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s).countRunRows({ runId })));
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "countRunRows").countRunRows({ runId })));
     const sum = { total: 0, completed: 0, failed: 0, pending: 0 };
     for (const r of results) {
       sum.total += r.total;
@@ -236,8 +244,9 @@ export class ReceiptClient {
     return shardOf(key, this.shardCount);
   }
 
-  #stub(shard: number) {
-    this.#meter.rpc++;
+  /** The stub of `shard`, counted as one call of `receipt.<method>`. */
+  #stub(shard: number, method: string) {
+    this.#meter.countRpc(`receipt.${method}`);
     return this.#ns.getByName(receiptShardName(this.#org, shard));
   }
 
@@ -248,7 +257,8 @@ export class ReceiptClient {
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
         inPages(group, 1000).map(async (page) => {
-          for (const receipt of (await this.#stub(shard).peek({ keys: page })).receipts) found.set(receipt.key, receipt as PeekedReceipt);
+          for (const receipt of (await this.#stub(shard, "peek").peek({ keys: page })).receipts)
+            found.set(receipt.key, receipt as PeekedReceipt);
         }),
       ),
     );
@@ -257,7 +267,7 @@ export class ReceiptClient {
 
   async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
     await this.#faults.check("receipt.claim");
-    const results = (await this.#stub(shard).claim(request)).results as ReceiptClaim[];
+    const results = (await this.#stub(shard, "claim").claim(request)).results as ReceiptClaim[];
     this.#leases?.claimed(
       shard,
       results.filter((r) => r.disposition === "claimed").map((r) => r.key),
@@ -269,7 +279,7 @@ export class ReceiptClient {
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.complete");
     this.#finishing(shard, request.items);
-    const written = await this.#stub(shard).complete(request);
+    const written = await this.#stub(shard, "complete").complete(request);
     await this.#faults.check("receipt.completed");
     return written;
   }
@@ -277,12 +287,12 @@ export class ReceiptClient {
   async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.fail");
     this.#finishing(shard, request.items);
-    return this.#stub(shard).fail(request);
+    return this.#stub(shard, "fail").fail(request);
   }
 
   /** Heartbeat: extends the attempt's running receipts on one shard; the others come back lost. */
   async renew(shard: number, request: LeaseRequest): Promise<LeaseResult> {
-    return this.#stub(shard).renew(request);
+    return this.#stub(shard, "renew").renew(request);
   }
 
   /**
@@ -299,7 +309,7 @@ export class ReceiptClient {
 
   async releaseRun(runId: string): Promise<number> {
     const shards = Array.from({ length: this.shardCount }, (_, i) => i);
-    const results = await Promise.all(shards.map((s) => this.#stub(s).releaseRun({ runId })));
+    const results = await Promise.all(shards.map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 }

@@ -62,6 +62,8 @@ export interface UsageDelta {
   rateLimited: number;
   lookups: number;
   outcomeUnknown: number;
+  /** `rpc` by kind (`sheet.claimRows`, ...), as the meter counts it. */
+  rpcByKind: Record<string, number>;
 }
 
 /** What an attempt did, as the map runner records it (runtime/map/chunk-executor.ts). */

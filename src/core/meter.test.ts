@@ -33,4 +33,23 @@ describe("SubrequestMeter", () => {
     expect(meter.total).toBe(10_001);
     expect(new SubrequestMeter().cap).toBeNull();
   });
+
+  it("breaks stub calls down by kind; calls counted without one are other, and a reset to 0 clears the breakdown", () => {
+    const meter = new SubrequestMeter();
+    meter.countRpc("sheet.claimRows");
+    meter.countRpc("sheet.claimRows");
+    meter.countRpc("pacing");
+    meter.rpc++;
+    expect(meter.rpc).toBe(4);
+    expect(meter.rpcByKind).toEqual({ "sheet.claimRows": 2, pacing: 1, other: 1 });
+    meter.rpc = 0;
+    expect(meter.rpcByKind).toEqual({});
+  });
+
+  it("counts a call by kind against the cap like any other", () => {
+    const meter = new SubrequestMeter({ cap: 1 });
+    meter.countRpc("receipt.claim");
+    expect(() => meter.countRpc("receipt.claim")).toThrow("Too many subrequests.");
+    expect(meter.rpcByKind).toEqual({ "receipt.claim": 1 });
+  });
 });

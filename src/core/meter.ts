@@ -10,11 +10,12 @@ import { TOO_MANY_SUBREQUESTS } from "./platform-limits";
  *
  * @example
  * const meter = new SubrequestMeter({ cap: subrequestCapFor(env) });
- * meter.rpc++; // throws on the 10,001st subrequest under emulation
+ * meter.countRpc("sheet.claimRows"); // throws on the 10,001st subrequest under emulation
  */
 export class SubrequestMeter {
   readonly cap: number | null;
   #rpc = 0;
+  #rpcByKind = new Map<string, number>();
   #provider = 0;
   #lookups = 0;
   #fetches = 0;
@@ -29,13 +30,31 @@ export class SubrequestMeter {
     this.cap = options.cap ?? null;
   }
 
-  /** Stub calls to our own objects. */
+  /** Stub calls to our own objects. Setting it to 0 starts the count afresh, its breakdown by kind included. */
   get rpc(): number {
     return this.#rpc;
   }
   set rpc(count: number) {
     this.#admit(count - this.#rpc);
     this.#rpc = count;
+    if (count === 0) this.#rpcByKind.clear();
+  }
+
+  /**
+   * Counts one stub call of `kind` (`<object>.<method>`: `"sheet.claimRows"`, `"receipt.complete"`, `"pacing"`),
+   * in `rpc` and in its breakdown {@link rpcByKind}.
+   */
+  countRpc(kind: string): void {
+    this.rpc++;
+    this.#rpcByKind.set(kind, (this.#rpcByKind.get(kind) ?? 0) + 1);
+  }
+
+  /** `rpc` by kind; stub calls counted without one (`rpc++`, or added in bulk) are `"other"`. */
+  get rpcByKind(): Record<string, number> {
+    const byKind = Object.fromEntries(this.#rpcByKind);
+    const other = this.#rpc - [...this.#rpcByKind.values()].reduce((sum, n) => sum + n, 0);
+    if (other > 0) byKind.other = other;
+    return byKind;
   }
 
   /** Provider requests (a batch counts once; retries included). */

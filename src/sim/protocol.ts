@@ -47,11 +47,22 @@ export const SimConfig = z.object({
   ratePerSecond: z.number().int().min(1).max(100_000).nullable(),
   batchMaxSize: z.number().int().min(1).max(1000),
   rateLimitHeaders: RateLimitHeaders,
+  /**
+   * Provider requests (calls, batches, result lookups) it answers at once; one more is answered `429`
+   * `too_many_concurrent_requests`, as providers that limit concurrency do. Null: no limit.
+   */
+  maxConcurrent: z.number().int().min(1).max(100_000).nullable(),
 });
 export type SimConfig = z.infer<typeof SimConfig>;
 
 /** The settings a fresh simulator starts with (`POST /reset` restores `rateLimitHeaders`). */
-export const DEFAULT_SIM_CONFIG: SimConfig = { latencyMs: 0, ratePerSecond: null, batchMaxSize: 50, rateLimitHeaders: "retry-after" };
+export const DEFAULT_SIM_CONFIG: SimConfig = {
+  latencyMs: 0,
+  ratePerSecond: null,
+  batchMaxSize: 50,
+  rateLimitHeaders: "retry-after",
+  maxConcurrent: null,
+};
 
 /** Body of `PUT https://sim/config`: a partial update; unknown fields are rejected. */
 export const SimConfigPatch = SimConfig.partial().strict();
@@ -67,7 +78,7 @@ export type ToolStats = z.infer<typeof ToolStats>;
  * - `billed`: distinct idempotency keys (calls and batch members) that succeeded;
  * - `duplicates`: successes whose key had already been billed (exactly-once keeps this at 0);
  * - `byTool`: `calls` and `billed` per known tool;
- * - `batchCalls`: batch requests; `rateLimited`: `429` answers;
+ * - `batchCalls`: batch requests; `rateLimited`: `429` answers (over `ratePerSecond` or `maxConcurrent`);
  * - `maxObservedPerSecond`: the most requests (admitted or not) received in any one-second window;
  * - `maxInFlight`: the most provider requests (calls, batches and result lookups) being answered at once;
  * - `maxInFlightByCaller`: the same peak per caller ({@link SIM_CALLER_HEADER}), `{ "<caller>": peak }`.

@@ -10,7 +10,8 @@
  *   recovers it instead of asking again)
  * - `GET /stats`, `GET /config`, `PUT /config` ({@link SimConfigPatch}), `POST /reset`
  *
- * Every request to `/call` and `/batch` is counted, then rate-limited (its
+ * Every request to `/call` and `/batch` is counted, then refused if more than
+ * `maxConcurrent` are being answered, then rate-limited (its
  * answer stating the limit in the configured header style), then validated,
  * then delayed by `latencyMs`, then settled by the store in one synchronous
  * step. While a request to `/call`, `/batch` or `/result` is being answered it
@@ -89,7 +90,7 @@ export function createSimApp(options: SimAppOptions): Hono {
   };
 
   /**
-   * Counts the request, then answers `429` if it is over the rate limit.
+   * Counts the request, then answers `429` if it is over the concurrency or the rate limit.
    * Under a limit, the answer (whatever it turns out to be) states the limit
    * in the configured `rateLimitHeaders` style.
    */
@@ -97,7 +98,19 @@ export function createSimApp(options: SimAppOptions): Hono {
     store.recordRequest({ tool, batch });
     const at = now();
     store.recordObservedRate(arrivals.record(at));
-    const { ratePerSecond, rateLimitHeaders } = store.config();
+    const { ratePerSecond, rateLimitHeaders, maxConcurrent, latencyMs } = store.config();
+    // This request is among those being answered (`tracked`); a slot frees within one latency.
+    if (maxConcurrent !== null && answering.total > maxConcurrent) {
+      if (rateLimitHeaders !== "none") {
+        c.header("Retry-After", String(Math.max(1, Math.ceil(latencyMs / 1000))));
+        c.header("Retry-After-Ms", String(Math.max(1, latencyMs)));
+      }
+      store.recordRateLimited();
+      return c.json<SimErrorBody>(
+        { error: { code: "too_many_concurrent_requests", message: `Over ${maxConcurrent} requests at once; retry when one is answered.` } },
+        429,
+      );
+    }
     const admission = limiter.admit(at, ratePerSecond);
     if (ratePerSecond === null) return null;
     const retryAfterMs = admission.admitted ? null : Math.ceil(admission.retryAfterMs);

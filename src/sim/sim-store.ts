@@ -42,6 +42,7 @@ export const SIM_MIGRATIONS: readonly string[] = [
   `ALTER TABLE sim_config ADD COLUMN rate_limit_headers TEXT NOT NULL DEFAULT 'retry-after';`,
   `ALTER TABLE sim_counters ADD COLUMN max_in_flight INTEGER NOT NULL DEFAULT 0;
    CREATE TABLE sim_caller_peaks (caller TEXT PRIMARY KEY, max_in_flight INTEGER NOT NULL);`,
+  `ALTER TABLE sim_config ADD COLUMN max_concurrent INTEGER;`,
 ];
 
 /** The outcome of one call or batch member after billing. */
@@ -49,7 +50,13 @@ export type Settlement =
   | { status: 200; output: unknown; duplicate: boolean }
   | { status: SimFailure["status"]; error: { code: string; message: string } };
 
-type ConfigRow = { latency_ms: number; rate_per_second: number | null; batch_max_size: number; rate_limit_headers: string };
+type ConfigRow = {
+  latency_ms: number;
+  rate_per_second: number | null;
+  batch_max_size: number;
+  rate_limit_headers: string;
+  max_concurrent: number | null;
+};
 type CountersRow = {
   calls: number;
   billed: number;
@@ -70,6 +77,7 @@ function rowToConfig(row: ConfigRow | undefined): SimConfig {
     ratePerSecond: row.rate_per_second,
     batchMaxSize: row.batch_max_size,
     rateLimitHeaders: headers.success ? headers.data : DEFAULT_SIM_CONFIG.rateLimitHeaders,
+    maxConcurrent: row.max_concurrent,
   };
 }
 
@@ -89,17 +97,18 @@ export class SimStore {
   /** The current config (defaults until first changed). */
   config(): SimConfig {
     return rowToConfig(
-      this.#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers FROM sim_config WHERE id = 1`[0],
+      this
+        .#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers, max_concurrent FROM sim_config WHERE id = 1`[0],
     );
   }
 
   /** Applies a partial update and returns the whole resulting config. */
   updateConfig(patch: SimConfigPatch): SimConfig {
     const next: SimConfig = { ...this.config(), ...patch };
-    this.#sql.write`INSERT INTO sim_config (id, latency_ms, rate_per_second, batch_max_size, rate_limit_headers)
-      VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize}, ${next.rateLimitHeaders})
+    this.#sql.write`INSERT INTO sim_config (id, latency_ms, rate_per_second, batch_max_size, rate_limit_headers, max_concurrent)
+      VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize}, ${next.rateLimitHeaders}, ${next.maxConcurrent})
       ON CONFLICT (id) DO UPDATE SET latency_ms = excluded.latency_ms, rate_per_second = excluded.rate_per_second,
-        batch_max_size = excluded.batch_max_size, rate_limit_headers = excluded.rate_limit_headers`;
+        batch_max_size = excluded.batch_max_size, rate_limit_headers = excluded.rate_limit_headers, max_concurrent = excluded.max_concurrent`;
     return next;
   }
 

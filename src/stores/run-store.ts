@@ -88,6 +88,8 @@ export interface ChunkRecord {
 }
 
 const INPUT_PART_CHARS = 512 * 1024;
+/** Names of the run's object RPC counters by kind in its `counters` table. */
+const RPC_COUNTER_PREFIX = "object_rpcs:";
 
 type RunRow = {
   run_id: string;
@@ -237,10 +239,31 @@ export class RunStore {
     rateLimited?: number;
     lookups?: number;
     outcomeUnknown?: number;
+    /** `rpc` broken down by kind (`sheet.claimRows`, ...), as the meter counts it. */
+    rpcByKind?: Readonly<Record<string, number>>;
   }): void {
     this.#sql.write`UPDATE run SET object_rpcs = object_rpcs + ${usage.rpc}, provider_requests = provider_requests + ${usage.provider},
       provider_retries = provider_retries + ${usage.retries ?? 0}, rate_limited = rate_limited + ${usage.rateLimited ?? 0},
       provider_lookups = provider_lookups + ${usage.lookups ?? 0}, outcome_unknown = outcome_unknown + ${usage.outcomeUnknown ?? 0} WHERE id = 1`;
+    // The breakdown is kept in the run's `counters` table (names prefixed, apart from the journal's replay counters), not in a column.
+    if (usage.rpcByKind && Object.keys(usage.rpcByKind).length > 0) {
+      this.#sql.write`INSERT INTO counters (name, value)
+        SELECT ${RPC_COUNTER_PREFIX} || key, value FROM json_each(${JSON.stringify(usage.rpcByKind)}) WHERE true
+        ON CONFLICT (name) DO UPDATE SET value = value + excluded.value`;
+    }
+  }
+
+  /**
+   * The run's object RPCs by kind, over all invocations (`usage.objectRpcsByKind`); RPCs added to the usage
+   * without a breakdown are `other`, so that the kinds always add up to `usage.objectRpcs`.
+   */
+  objectRpcsByKind(): Record<string, number> {
+    const rows = this.#sql<{ name: string; value: number }>`SELECT name, value FROM counters
+      WHERE substr(name, 1, ${RPC_COUNTER_PREFIX.length}) = ${RPC_COUNTER_PREFIX} ORDER BY value DESC, name`;
+    const byKind: Record<string, number> = Object.fromEntries(rows.map((r) => [r.name.slice(RPC_COUNTER_PREFIX.length), r.value]));
+    const other = (this.run()?.usage.objectRpcs ?? 0) - rows.reduce((sum, r) => sum + r.value, 0);
+    if (other > 0) byKind.other = (byKind.other ?? 0) + other;
+    return byKind;
   }
 
   noteInfraFailure(reset: boolean): number {

@@ -161,6 +161,7 @@ function usageOf(meter: SubrequestMeter): UsageDelta {
     rateLimited: meter.rateLimited,
     lookups: meter.lookups,
     outcomeUnknown: meter.outcomeUnknown,
+    rpcByKind: { ...meter.rpcByKind },
   };
 }
 
@@ -172,5 +173,10 @@ function minus(a: UsageDelta, b: UsageDelta): UsageDelta {
     rateLimited: a.rateLimited - b.rateLimited,
     lookups: a.lookups - b.lookups,
     outcomeUnknown: a.outcomeUnknown - b.outcomeUnknown,
+    rpcByKind: Object.fromEntries(
+      Object.entries(a.rpcByKind)
+        .map(([kind, count]) => [kind, count - (b.rpcByKind[kind] ?? 0)] as const)
+        .filter(([, count]) => count > 0),
+    ),
   };
 }

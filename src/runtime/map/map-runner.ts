@@ -289,11 +289,11 @@ export class MapRunner {
       max: policy.maxExecutors,
       now,
       pace: async (provider) => {
-        const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter).state(provider);
+        const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);
         return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
       },
       lease: (wanted) => {
-        meter.rpc++;
+        meter.countRpc("org.leaseExecutors");
         return new OrgClient({ env, org: run.org }).leaseExecutors({
           runId: run.runId,
           wanted,

@@ -30,16 +30,16 @@ export class PacerRegistry {
     let pacer = this.#pacers.get(provider);
     if (!pacer) {
       const { env, org, meter } = this.#deps;
-      const stub = () => pacingGate(env, org, provider, meter);
+      const stub = (method: string) => pacingGate(env, org, provider, meter, method);
       pacer = new Pacer({
         caller: this.#deps.caller,
         policy: pacingPolicyFor(provider),
         now: this.#deps.now,
         log: this.#deps.log,
         gate: {
-          acquire: (request) => stub().acquire({ provider, ...request }),
-          report: (request) => stub().report({ provider, ...request }),
-          release: (request) => stub().release({ provider, ...request }),
+          acquire: (request) => stub("acquire").acquire({ provider, ...request }),
+          report: (request) => stub("report").report({ provider, ...request }),
+          release: (request) => stub("release").release({ provider, ...request }),
         },
       });
       this.#pacers.set(provider, pacer);

@@ -17,8 +17,11 @@ export interface RunView {
   /** The play's JSON result (typed loosely: RPC types cannot carry a recursive JSON type). */
   result: any;
   error: RunRecord["error"];
-  /** What the run used; `spend` in credits actually billed to it (reused receipts cost nothing). */
-  usage: RunRecord["usage"] & { spend: SpendTotals };
+  /**
+   * What the run used; `spend` in credits actually billed to it (reused receipts cost nothing);
+   * `objectRpcsByKind` breaks `objectRpcs` down by `<object>.<method>` (`sheet.claimRows`, `receipt.complete`, `pacing.acquire`).
+   */
+  usage: RunRecord["usage"] & { objectRpcsByKind: Record<string, number>; spend: SpendTotals };
   /** The run's spend cap in credits, or null. */
   maxSpend: number | null;
   /** Where its state, live feed, events and datasets are (the play's declared datasets, then the maps it started). */
@@ -43,7 +46,7 @@ export function runView(store: RunStore, declaredDatasets: readonly string[] = [
     progress: { maps },
     result: run.result,
     error: run.error,
-    usage: { ...run.usage, spend: store.spend.totals() },
+    usage: { ...run.usage, objectRpcsByKind: store.objectRpcsByKind(), spend: store.spend.totals() },
     maxSpend: run.maxSpend,
     links: runLinks(run.runId, new Set([...declaredDatasets, ...Object.keys(maps)])),
     createdAt: new Date(run.createdAt).toISOString(),
