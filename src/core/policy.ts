@@ -101,7 +101,9 @@ const production: RuntimePolicy = {
   // Two: every bulk receipt call costs one RPC per shard, and one shard takes
   // thousands of keys a second in batches; more shards only add calls per chunk.
   receiptShards: 2,
-  chunkRows: 400,
+  // A chunk is one executor's attempt: small enough that a run has chunks for every executor its providers need
+  // (2,000 rows are 20 chunks), large enough that its bulk calls stay few per row.
+  chunkRows: 100,
   chunkConcurrency: 4,
   rowConcurrency: 400,
   rowLeaseTtlMs: 5 * 60_000,

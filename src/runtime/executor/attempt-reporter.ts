@@ -71,7 +71,7 @@ export class AttemptReporter {
   start(intervalMs: number, heartbeatMs: number): void {
     let quietSince = Date.now();
     this.#timer = setInterval(() => {
-      const busy = this.#hasNews() || this.#store.outbox(1).length > 0;
+      const busy = this.#hasNews();
       if (!busy && Date.now() - quietSince < heartbeatMs) return;
       quietSince = Date.now();
       void this.flush(null).catch(() => {});
@@ -80,7 +80,8 @@ export class AttemptReporter {
 
   #hasNews(): boolean {
     const rows = this.#rows;
-    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length + this.#latency.calls > 0;
+    // Latency and bills ride along with the next report: they need no report of their own.
+    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
   /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */

@@ -157,7 +157,9 @@ export class MapRunner {
         }
       },
     });
-    const remote = this.#remote(record, latch);
+    // Each report may change what the map needs (a provider's latency): the pool grows as it does.
+    let grow = () => {};
+    const remote = this.#remote(record, latch, () => grow());
     await remote?.sizer.start();
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
     const blockedUntil: number[] = [];
@@ -244,7 +246,7 @@ export class MapRunner {
     let next = 0;
     let working = 0;
     const workers: Promise<void>[] = [];
-    const grow = () => {
+    grow = () => {
       while (working < width() && next < queue.length && !stop()) {
         working++;
         workers.push(
@@ -280,7 +282,7 @@ export class MapRunner {
   }
 
   /** The map's executors, sized from its providers; null when chunk attempts run here (`maxExecutors: 0`). */
-  #remote(record: MapRecord, latch: FatalLatch): { executor: RemoteChunkExecutor; sizer: ExecutorSizer } | null {
+  #remote(record: MapRecord, latch: FatalLatch, onReport: () => void): { executor: RemoteChunkExecutor; sizer: ExecutorSizer } | null {
     const { env, run, policy, meter, signal, now } = this.#scope;
     const attempts = this.#deps.executors;
     if (!attempts || policy.maxExecutors === 0) return null;
@@ -318,6 +320,7 @@ export class MapRunner {
           report.latency[0] ?? null,
         );
         this.#progress(record.name, false);
+        onReport();
       },
       now,
     });
