@@ -144,7 +144,14 @@ function fatalOf(end: Extract<AttemptEnd, { kind: "fatal" }>): TroupeError {
 async function raceTimeout<T>(promises: Promise<T>[], ms: number): Promise<T | undefined> {
   const timeout = new AbortController();
   try {
-    return await Promise.race([...promises, sleep(ms, timeout.signal).then(() => undefined)]);
+    // The timer's own rejection (aborted below) is nobody's business.
+    return await Promise.race([
+      ...promises,
+      sleep(ms, timeout.signal).then(
+        () => undefined,
+        () => undefined,
+      ),
+    ]);
   } finally {
     timeout.abort();
   }

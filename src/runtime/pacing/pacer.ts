@@ -6,6 +6,7 @@
  * about its limit (`PacerSlot.release`) and its 429s (`backpressure`) go to
  * the gate with the next lease, or at once when they cannot wait.
  */
+import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 import { ToolCallError } from "../../play/tool-error";
 import { messageOf } from "../../core/errors";
 import type { GateSignal, Grant } from "./gate";
@@ -274,7 +275,9 @@ export class Pacer {
 
   #acquire(): void {
     const slots = Math.max(0, this.#waiters.length - this.#stock.length);
-    const units = this.#inFlight + this.#waiters.length + UNIT_HEADROOM;
+    // An object never has more than six requests in flight (the platform's limit): units past that would only be
+    // hoarded from the org's other objects (a run's executors share the provider's concurrency).
+    const units = Math.min(this.#inFlight + this.#waiters.length + UNIT_HEADROOM, MAX_OUTBOUND_IN_FLIGHT + 2);
     this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
