@@ -31,6 +31,8 @@ export class MapExecutor extends DurableObject<Env> {
   #gate: OutboundGate | null;
   /** The attempt running in this instance, its stop and its reporter. */
   #current: { attemptId: string; stop: AbortController; reporter: AttemptReporter } | null = null;
+  /** An alarm is running the held attempts: a new assignment is its next. */
+  #looping = false;
   /** What each epoch's invocation of the run had done, asked once per epoch. */
   #sources = new Map<number, Promise<CaptureSource | null>>();
 
@@ -47,7 +49,8 @@ export class MapExecutor extends DurableObject<Env> {
     const current = this.#current;
     if (current && current.attemptId !== assignment.attempt.attemptId)
       current.stop.abort(new TroupeError("superseded", `attempt ${current.attemptId} was replaced by ${assignment.attempt.attemptId}`));
-    await this.ctx.storage.setAlarm(Date.now());
+    // A running alarm takes it next (it reads what is held before it returns, with no await between); else wake one.
+    if (!this.#looping) await this.ctx.storage.setAlarm(Date.now());
   }
 
   async stop(attemptId: string, reason: string): Promise<void> {
@@ -55,6 +58,17 @@ export class MapExecutor extends DurableObject<Env> {
   }
 
   override async alarm(): Promise<void> {
+    if (this.#looping) return;
+    this.#looping = true;
+    try {
+      await this.#runHeld();
+    } finally {
+      this.#looping = false;
+    }
+  }
+
+  /** Runs what is held, one attempt after another, until nothing is. */
+  async #runHeld(): Promise<void> {
     const runId = this.#store.held()?.assignment.runId;
     if (!runId) return;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });

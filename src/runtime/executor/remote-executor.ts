@@ -87,8 +87,9 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     }
     // Stopped here: stop it there too, and give its last report (its bills) a moment.
     const reason = signal.aborted ? signal.reason : latch.tripped;
-    await this.#deps.client.stop(name, attemptId, messageOf(reason)).catch(() => {});
-    await raceTimeout([watch.ended], this.#deps.stopWaitMs);
+    // Neither the stop nor the last report may hold the run up longer than the stop wait (an executor can be stuck).
+    const stopped = this.#deps.client.stop(name, attemptId, messageOf(reason)).catch(() => {});
+    await raceTimeout([Promise.all([stopped, watch.ended])], this.#deps.stopWaitMs);
     throw reason;
   }
 
