@@ -126,6 +126,7 @@ describe("a stale coordinator", () => {
       chunk: 0,
       attempt,
       rows: rows.slice(0, 50).map((input, index) => ({ key: input.id, index, input: { ...input } })),
+      slice: null,
       dataset: { org: "dev", play: "test-calls", dataset: "stale-coordinator", shardCount: 4 },
     };
     for (const slot of [0, 7]) await env.MAP_EXECUTOR.getByName(`${runId}#${slot}`).assign(stale);

@@ -39,6 +39,7 @@ export const FAULT_POINTS = [
   "sheet.persist",
   "provider.before",
   "provider.after",
+  "upload.read",
   "sheet.claimed",
   "receipt.claimed",
   "receipt.completed",

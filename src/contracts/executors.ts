@@ -7,7 +7,7 @@
  * at the end the attempt's summary.
  */
 import type { NoticeCode } from "../api/responses";
-import type { AttemptRef, PlannedRow, SalvageEntry } from "./shards";
+import type { AttemptRef, PlannedRow, SalvageEntry, UploadSlice } from "./shards";
 
 /** Where a dataset's rows live (mirrors the sheet client's location). */
 export interface AssignedDataset {
@@ -23,7 +23,9 @@ export interface ChunkAssignment {
   map: string;
   chunk: number;
   attempt: AttemptRef;
+  /** The chunk's rows; empty when they are in the run's upload (`slice`), which the executor reads them from. */
   rows: PlannedRow[];
+  slice: UploadSlice | null;
   dataset: AssignedDataset;
 }
 

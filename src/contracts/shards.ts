@@ -187,9 +187,18 @@ export type PeekedReceipt =
 /** A map's input row with its key and its place in the run's view of the dataset. */
 export interface PlannedRow {
   key: string;
-  /** Position in the run's view of the dataset (dense, after dropping duplicates). */
+  /** Position in the run's view of the dataset (dense, after dropping duplicates; in an upload, the row's place in the file). */
   index: number;
   input: Record<string, unknown>;
+  /** Set for a row read from an upload that does not fit the play's row schema: it fails with this error, uncomputed. */
+  invalid?: string;
+}
+
+/** Rows `[from, to)` of an upload, as a chunk attempt reads them (runtime/map/upload-rows.ts). */
+export interface UploadSlice {
+  upload: string;
+  from: number;
+  to: number;
 }
 
 /** A billed output whose receipt could not be completed. */

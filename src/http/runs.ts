@@ -13,6 +13,8 @@ import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { parseJsonBody, readJsonBody } from "./json-body";
 import { runLinks } from "../runtime/views/links";
+import { isUploadedRows } from "../play/define";
+import { Uploads, uploadNotFound } from "../uploads/uploads";
 
 /** The public run request (src/api/contract.ts) plus the test runner's knobs. */
 export const StartRunBody = StartRun.extend({
@@ -55,6 +57,29 @@ export function playByName(env: Env, name: string): PlayDefinition {
   const play = playRegistry(env).get(name);
   if (!play) throw new NotFoundError("unknown_play", `no play named ${JSON.stringify(name)}; GET /v1/plays lists them`);
   return play;
+}
+
+/**
+ * A run's input for `play`, validated by the play's schema (a 400 naming the
+ * field). An input that is an upload must be a ready upload of this org: a
+ * 404 otherwise, or a 409 while its parts are still arriving.
+ */
+export async function playInput(env: Env, org: string, play: PlayDefinition, raw: unknown, what: string): Promise<unknown> {
+  const input = validate(play.input, raw, what, ["input"]);
+  const rows = typeof input === "object" && input !== null ? (input as { rows?: unknown }).rows : undefined;
+  if (!isUploadedRows(rows)) return input;
+  const upload = await new Uploads({ bucket: env.UPLOADS, org }).describe(rows.upload);
+  if (!upload) throw uploadNotFound(rows.upload);
+  if (upload.status !== "ready") {
+    throw new TroupeError(
+      "upload_not_ready",
+      `upload ${rows.upload} is still receiving its parts; complete it first (POST /v1/uploads/${rows.upload}/complete)`,
+      {
+        httpStatus: 409,
+      },
+    );
+  }
+  return input;
 }
 
 /**
@@ -150,7 +175,7 @@ runRoutes.post("/runs", async (c) => {
     throw new ValidationError("testPolicy is accepted only by the test runner", [{ path: "testPolicy", message: "not accepted here" }]);
   }
   const play = playByName(c.env, body.play);
-  const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
+  const input = await playInput(c.env, c.get("org"), play, body.input, `input for play ${body.play}`);
   const { runId, status } = await submitRun(c.env, {
     org: c.get("org"),
     play: play.name,
@@ -182,9 +207,13 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
   }
   const play = playByName(c.env, source.play);
   // The stored input passed this play's schema once; parse it again in case the play changed since.
-  const input = validate(play.input, JSON.parse(source.inputJson), `the input of run ${sourceId} for play ${play.name} as deployed now`, [
-    "input",
-  ]);
+  const input = await playInput(
+    c.env,
+    c.get("org"),
+    play,
+    JSON.parse(source.inputJson),
+    `the input of run ${sourceId} for play ${play.name} as deployed now`,
+  );
   const { runId, status } = await submitRun(c.env, {
     org: c.get("org"),
     play: play.name,

@@ -10,7 +10,7 @@ import { ValidationError } from "../core/errors";
 import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { readJsonBody } from "./json-body";
-import { playByName } from "./runs";
+import { playByName, playInput } from "./runs";
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 /** The longest range one `GET /v1/spend` covers. */
@@ -46,8 +46,8 @@ spendRoutes.get("/spend", async (c) => {
 spendRoutes.post("/runs/estimate", async (c) => {
   const body = validate(StartRun, await readJsonBody(c.req.raw), "the run request");
   const play = playByName(c.env, body.play);
-  const input = validate(play.input, body.input, `input for play ${body.play}`, ["input"]);
   const org = c.get("org");
+  const input = await playInput(c.env, org, play, body.input, `input for play ${body.play}`);
   const history = await c.env.ORG_DIRECTORY.getByName(org).playStats(play.name);
   const estimate = await estimateRun({
     env: c.env,

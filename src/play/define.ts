@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { describeInputAs } from "./json-schema";
-import type { PlayDefinition, Row, ToolBinding, ToolDefinition } from "./types";
+import type { PlayDefinition, Row, ToolBinding, ToolDefinition, UploadedRows } from "./types";
 
 export type * from "./types";
 export { AUTH_SCOPE_CHANGED, ToolCallError } from "./tool-error";
@@ -43,9 +43,12 @@ export const MAX_INPUT_ROWS = 100_000;
 export const MAX_ROW_BYTES = 64 * 1024;
 
 /**
- * An input schema for plays over rows, accepting `{ rows: [...] }` or
- * `{ csv: "header\n..." }` (RFC 4180: quotes, embedded commas and newlines).
- * Either way the play receives `{ rows }`, each row validated by `row`.
+ * An input schema for plays over rows, accepting `{ rows: [...] }`,
+ * `{ csv: "header\n..." }` (RFC 4180: quotes, embedded commas and newlines)
+ * or `{ upload: "<uploadId>" }` (docs/api.md "Large inputs: uploads").
+ * The play receives `{ rows }`: rows validated by `row`, or for an upload
+ * {@link UploadedRows}, which `ctx.map` reads and validates by `row` chunk
+ * by chunk as it runs them (a row that does not fit fails alone).
  *
  * @example
  * input: rowsInput(z.object({ id: z.coerce.string(), name: z.string() }))
@@ -53,19 +56,37 @@ export const MAX_ROW_BYTES = 64 * 1024;
 export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
   const rows = z
     .array(row)
-    .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run`)
+    .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run; larger inputs go in an upload (POST /v1/uploads)`)
     .superRefine((list, ctx) => {
       list.forEach((r, i) => {
         if (JSON.stringify(r).length > MAX_ROW_BYTES)
           ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
       });
     });
+  const uploaded = z.object({ upload: UploadId }).strict();
   const input = z
-    .object({ rows: z.unknown().optional(), csv: z.string().optional() })
+    .object({ rows: z.unknown().optional(), csv: z.string().optional(), upload: z.unknown().optional() })
     .strict()
-    .transform((value, ctx) => {
-      if ((value.rows === undefined) === (value.csv === undefined)) {
-        ctx.addIssue({ code: "custom", path: ["rows"], message: "give exactly one of rows (an array) or csv (text)" });
+    .transform((value, ctx): { rows: z.output<R>[] | UploadedRows } => {
+      const given = (["rows", "csv", "upload"] as const).filter((k) => value[k] !== undefined);
+      if (given.length !== 1) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["rows"],
+          message: "give exactly one of rows (an array), csv (text) or upload (an upload id)",
+        });
+        return z.NEVER;
+      }
+      // `{ rows: { upload } }` is how a run with an upload input is stored, and read back by a rerun.
+      const upload = value.upload !== undefined ? { upload: value.upload } : isUploadedRows(value.rows) ? value.rows : null;
+      if (upload) {
+        const parsed = uploaded.safeParse(upload);
+        if (parsed.success) return { rows: parsed.data };
+        ctx.addIssue({
+          code: "custom",
+          path: [value.upload !== undefined ? "upload" : "rows"],
+          message: "upload must be an upload id (up_…)",
+        });
         return z.NEVER;
       }
       let source: unknown = value.rows;
@@ -94,14 +115,32 @@ export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
       }
       return { rows: result.data };
     });
-  // The transform hides the row schema from JSON Schema: document the two shapes it accepts.
+  ROW_SCHEMAS.set(input, row);
+  // The transform hides the row schema from JSON Schema: document the shapes it accepts.
   return describeInputAs(
     input,
     z.union([
       z.object({ rows }).strict(),
       z.object({ csv: z.string().describe("RFC 4180 CSV text with a header line; each row as in rows") }).strict(),
+      z.object({ upload: z.string().describe("an upload's id (POST /v1/uploads); its rows are read as the run executes them") }).strict(),
     ]),
   );
+}
+
+/** An upload's id, as `POST /v1/uploads` gives them out. */
+const UploadId = z.string().regex(/^up_[0-9a-f]{32}$/, "an upload id (up_ and 32 hex digits)");
+
+/** The row schema of each `rowsInput` schema: what rows read from an upload are checked against. */
+const ROW_SCHEMAS = new WeakMap<object, z.ZodType<Row, unknown>>();
+
+/** The row schema of a play's input when it is a `rowsInput` (rows of an upload are checked against it), else null. */
+export function rowSchemaOf(input: z.ZodType<unknown, unknown>): z.ZodType<Row, unknown> | null {
+  return ROW_SCHEMAS.get(input) ?? null;
+}
+
+/** True when `rows` are in an upload rather than in hand. */
+export function isUploadedRows(rows: unknown): rows is UploadedRows {
+  return typeof rows === "object" && rows !== null && !Array.isArray(rows) && typeof (rows as UploadedRows).upload === "string";
 }
 
 /**

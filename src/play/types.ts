@@ -167,14 +167,29 @@ export interface PlayContext extends ToolCaller, PlayCaller {
   /**
    * Computes `fields` for every row into the persistent dataset `name`.
    * Rows completed by an earlier run are reused; failed rows run again.
+   * `rows` is an array, or {@link UploadedRows} (a run whose input is an
+   * upload): those are read from the upload chunk by chunk as they run.
    *
    * @example
    * const leads = await ctx.map("leads", input.rows, {
    *   email: async (row, c) => (await c.tool("sim_find_email", row)).email,
    * }, { key: "id" });
    */
-  map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle>;
+  map(name: string, rows: MapRows, fields: FieldSet, options?: MapOptions): Promise<DatasetHandle>;
 }
+
+/**
+ * A run's rows left in an upload (`"input": { "upload": "<id>" }` to a play
+ * whose input is `rowsInput`): never read whole. `ctx.map` reads each chunk's
+ * rows from the upload when it runs them, and checks each against the play's
+ * row schema there: a row that does not fit fails alone, naming its line.
+ */
+export interface UploadedRows {
+  readonly upload: string;
+}
+
+/** What `ctx.map` maps over: rows in hand, or rows still in an upload. */
+export type MapRows = readonly Row[] | UploadedRows;
 
 export interface PlayDefinition<Input = unknown, Result = unknown> {
   /** Unique, `[a-z0-9-]`, used in `POST /v1/runs`. */

@@ -18,6 +18,8 @@ import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor } from "../map/chunk-executor";
+import { UploadRows } from "../map/upload-rows";
+import { rowSchemaOf } from "../../play/define";
 import { PlayFetch, SecretValues } from "../invocation/play-fetch";
 import { safeStringify } from "../invocation/play-context";
 import type { InvocationScope } from "../invocation/scope";
@@ -133,6 +135,13 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     captured.asRow,
   );
 
+  const uploadRows = new UploadRows({
+    bucket: host.env.UPLOADS,
+    org: run.org,
+    key: captured.options.key,
+    schema: rowSchemaOf(play.input),
+    faults: host.faults,
+  });
   const executor = new InProcessChunkExecutor({
     sheets,
     receipts: dispatch.receipts,
@@ -152,6 +161,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
         retryUnknown: run.retryUnknown,
         workers,
       }),
+    readSlice: (slice) => uploadRows.read(slice),
     onRow: (_chunk, event) => host.reporter.row(event),
   });
   try {
@@ -160,6 +170,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
       chunk: assignment.chunk,
       attempt: assignment.attempt,
       rows: assignment.rows,
+      slice: assignment.slice,
     });
     return { kind: "summary", summary };
   } catch (error) {

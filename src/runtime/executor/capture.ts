@@ -17,6 +17,7 @@ import type {
   DatasetHandle,
   FieldSet,
   MapOptions,
+  MapRows,
   PlayContext,
   PlayDefinition,
   Row,
@@ -89,7 +90,7 @@ class CaptureContext implements PlayContext {
     this.#maps = new Map(source.maps.map((map) => [map.name, map]));
   }
 
-  map(name: string, _rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+  map(name: string, _rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
     return this.#replay("map", name, (call) => {
       if (name === this.target) {
         this.#resolve({ fields, options, asRow: (row, fn) => this.#rows.run(row, fn) });

@@ -54,14 +54,14 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return this.#busy.size;
   }
 
-  async execute({ map, chunk, attempt, rows }: ChunkAttempt): Promise<ChunkSummary> {
+  async execute({ map, chunk, attempt, rows, slice }: ChunkAttempt): Promise<ChunkSummary> {
     const { client, attempts, signal, runId } = this.#deps;
     const slot = this.#takeSlot();
     const name = executorName(runId, slot);
     const watch = attempts.watch(attempt.attemptId, map, chunk, this.#deps.observe);
     try {
       signal.throwIfAborted();
-      await client.assign(name, { runId, map, chunk, attempt, rows: [...rows], dataset: this.#deps.dataset });
+      await client.assign(name, { runId, map, chunk, attempt, rows: [...rows], slice: slice ?? null, dataset: this.#deps.dataset });
       const end = await this.#awaitEnd(watch, name, attempt.attemptId);
       return this.#summaryOf(end);
     } finally {

@@ -4,6 +4,7 @@
  * runs the play once, from the top (completed work comes back from storage
  * without cost), to one {@link InvocationEnd}.
  */
+import { rowSchemaOf } from "../../play/define";
 import type { FaultProbe } from "../../clients/faults";
 import { messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
@@ -135,6 +136,7 @@ export class Invocation implements InvocationScope {
       dispatch,
       live: this.host.live,
       executors: this.host.executors,
+      rowSchema: rowSchemaOf(play.input),
     });
     const services = this.#playServices();
     const trace = new EffectTrace();

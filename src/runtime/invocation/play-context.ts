@@ -1,6 +1,16 @@
 /** The engine behind `PlayContext`: what a play's `run(ctx, input)` calls. */
 import { AsyncLocalStorage } from "node:async_hooks";
-import type { DatasetHandle, FieldSet, MapOptions, PlayContext, Row, RowContext, RunPlayOptions, ToolCallOptions } from "../../play/types";
+import type {
+  DatasetHandle,
+  FieldSet,
+  MapOptions,
+  MapRows,
+  PlayContext,
+  Row,
+  RowContext,
+  RunPlayOptions,
+  ToolCallOptions,
+} from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
 import { type EffectCall, type EffectKind, Effects } from "./effects";
 import type { ChildPlays } from "./child-plays";
@@ -53,7 +63,7 @@ export class RunContext implements PlayContext {
     this.#services = options.services;
   }
 
-  map(name: string, rows: readonly Row[], fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
+  map(name: string, rows: MapRows, fields: FieldSet, options?: MapOptions): Promise<DatasetHandle> {
     return this.#effect("map", name, {
       play: () => {
         const withServices: FieldSet = {};

@@ -7,7 +7,7 @@
  */
 import { ToolCallError } from "../../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../../play/types";
-import { messageOf, TroupeError } from "../../core/errors";
+import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
 import type { ChunkSummary } from "../../contracts/executors";
@@ -17,7 +17,7 @@ import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "../../core/bulk-queue";
 import type { FatalLatch } from "../../core/latch";
 import type { RuntimePolicy } from "../../core/policy";
-import type { PlannedRow } from "../../contracts/shards";
+import type { PlannedRow, UploadSlice } from "../../contracts/shards";
 import type { ReceiptClient, SheetClient } from "../../clients/shards";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 
@@ -28,7 +28,10 @@ export interface ChunkAttempt {
   map: string;
   chunk: number;
   attempt: AttemptRef;
+  /** The chunk's rows; empty when they are still in an upload (`slice`). */
   rows: readonly PlannedRow[];
+  /** Where the chunk's rows are when the run's input is an upload: read when the attempt runs. */
+  slice?: UploadSlice | null;
 }
 
 export interface ChunkExecutor {
@@ -48,6 +51,8 @@ export interface InProcessExecutorOptions {
   signal: AbortSignal;
   /** A tool scheduler for the attempt, whose tool path stops with `leases.signal` and reports receipts to `leases`. */
   scheduler(attempt: AttemptRef, workers: WorkerBarrier, leases: AttemptLeases): ToolScheduler;
+  /** Reads a chunk's rows from the run's upload (upload-rows.ts); absent when the map's rows are in hand. */
+  readSlice?(slice: UploadSlice): Promise<PlannedRow[]>;
   /** A row of `chunk` started computing, or settled: its fields all returned (completed or failed), or it was stopped. */
   onRow?(chunk: number, event: "started" | "completed" | "failed" | "stopped"): void;
   log(line: string): void;
@@ -62,9 +67,10 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     this.#deps = options;
   }
 
-  async execute({ attempt, rows, chunk }: ChunkAttempt): Promise<ChunkSummary> {
+  async execute({ attempt, rows: given, chunk, slice }: ChunkAttempt): Promise<ChunkSummary> {
     const { sheets, policy, latch, signal } = this.#deps;
     const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+    const rows = slice ? await this.#read(slice) : given;
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
     for (const row of rows) {
@@ -103,6 +109,18 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
     return summary;
+  }
+
+  /** The slice's rows from the upload; an upload that is gone trips the latch (every attempt would fail the same). */
+  async #read(slice: UploadSlice): Promise<readonly PlannedRow[]> {
+    const { readSlice, latch } = this.#deps;
+    if (!readSlice) throw new Error(`chunk of upload ${slice.upload} given to an executor that cannot read uploads`);
+    try {
+      return await readSlice(slice);
+    } catch (error) {
+      if (error instanceof TerminalError) latch.trip(error);
+      throw error;
+    }
   }
 
   /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out. */
@@ -158,6 +176,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal: AbortSignal,
   ): Promise<PersistRowsRequest["rows"][number] | null> {
     const { latch } = this.#deps;
+    if (planned.invalid !== undefined)
+      return { key: planned.key, status: "failed", data: planned.input, error: `invalid_row: ${planned.invalid}` };
     const row: Row = { ...planned.input };
     const ctx = <RowContext>{
       // runPlay and fetch are added by RunContext.map (src/runtime/invocation/play-context.ts)

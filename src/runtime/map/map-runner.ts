@@ -10,7 +10,10 @@
  * and redispatches the chunk (a bounded number of times).
  */
 import { MICROS } from "../../stores/spend-store";
-import type { DatasetHandle, FieldSet, MapOptions, Row, AnyTool } from "../../play/types";
+import type { z } from "zod";
+import type { DatasetHandle, FieldSet, MapOptions, MapRows, Row, AnyTool } from "../../play/types";
+import { isUploadedRows } from "../../play/define";
+import { UploadRows } from "./upload-rows";
 import { messageOf, TerminalError } from "../../core/errors";
 import { InfraError } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
@@ -52,6 +55,8 @@ export interface MapRunnerOptions {
   live: LiveRows;
   /** The coordinator's executors' reports; null runs every chunk attempt in this invocation. */
   executors: ExecutorAttempts | null;
+  /** The play's row schema (`rowsInput`): rows read from an upload are checked against it. */
+  rowSchema: z.ZodType<Row, unknown> | null;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -90,22 +95,46 @@ export class MapRunner {
     });
   }
 
-  async map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+  async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
     if (!MAP_NAME.test(name)) throw new TerminalError("invalid_map_name", `map name ${JSON.stringify(name)} must match [a-z0-9_-]{1,64}`);
-    if (!Array.isArray(rows)) throw new TerminalError("invalid_map_rows", `ctx.map("${name}") needs an array of rows`);
-    const plan = await planRows(rows, options.key);
-    const record = this.#deps.store.map(name) ?? (await this.#createMap(name, plan.rows.length, plan.duplicatesDropped));
-    if (record.total !== plan.rows.length) {
+    const input = await this.#plan(name, rows, options);
+    const record = this.#deps.store.map(name) ?? (await this.#createMap(name, input.total, input.duplicatesDropped));
+    if (record.total !== input.total) {
       throw new TerminalError(
         "nondeterministic_play",
-        `map "${name}" was planned with ${record.total} rows but the replayed play passed ${plan.rows.length}; play code must be deterministic outside ctx`,
+        `map "${name}" was planned with ${record.total} rows but the replayed play passed ${input.total}; play code must be deterministic outside ctx`,
       );
     }
     const sheets = this.#sheets(record);
     // Finalize may send chunks whose rows are not persisted back: each pass drains what is left.
     for (let current = record; !current.done; current = this.#deps.store.map(name)!)
-      await this.#drain(current, plan.rows, sheets, fields, options);
+      await this.#drain(current, input, sheets, fields, options);
     return this.#handle(record, sheets);
+  }
+
+  /**
+   * The map's rows: in hand, keyed now; or in an upload, counted from its
+   * index and read chunk by chunk by the attempts (never held here).
+   */
+  async #plan(name: string, rows: MapRows, options: MapOptions): Promise<MapInput> {
+    if (isUploadedRows(rows)) {
+      const { env, run } = this.#scope;
+      const reader = new UploadRows({
+        bucket: env.UPLOADS,
+        org: run.org,
+        key: options.key,
+        schema: this.#deps.rowSchema,
+        faults: this.#deps.dispatch.faults,
+      });
+      const total = await reader.count(rows.upload).catch((error: unknown) => {
+        if (error instanceof TerminalError) throw error;
+        throw new InfraError(`could not open upload ${rows.upload}: ${messageOf(error)}`, error);
+      });
+      return { kind: "upload", upload: rows.upload, total, duplicatesDropped: 0, reader };
+    }
+    if (!Array.isArray(rows)) throw new TerminalError("invalid_map_rows", `ctx.map("${name}") needs an array of rows or an upload's rows`);
+    const plan = await planRows(rows, options.key);
+    return { kind: "rows", rows: plan.rows, total: plan.rows.length, duplicatesDropped: plan.duplicatesDropped };
   }
 
   #sheets(record: MapRecord): SheetClient {
@@ -133,7 +162,7 @@ export class MapRunner {
     return this.#deps.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: policy.chunkRows });
   }
 
-  async #drain(record: MapRecord, planned: PlannedRow[], sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
+  async #drain(record: MapRecord, input: MapInput, sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
     const { store } = this.#deps;
     const { policy, signal, run } = this.#scope;
     const guards = this.guards();
@@ -149,6 +178,7 @@ export class MapRunner {
       log: this.#scope.log,
       now: this.#scope.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
+      readSlice: input.kind === "upload" ? (slice) => input.reader.read(slice) : undefined,
       onRow: (chunk, event) => {
         if (event === "started") this.#deps.live.started(record.name, chunk);
         else {
@@ -189,10 +219,15 @@ export class MapRunner {
       const attempt: AttemptRef = { attemptId: `${run.runId}/${record.name}/${idx}/${attemptSeq}`, runId: run.runId, attemptSeq };
       store.startChunk(record.name, idx, attemptSeq);
       this.#progress(record.name, false);
-      const rows = planned.slice(idx * record.chunkRows, (idx + 1) * record.chunkRows);
+      const from = idx * record.chunkRows;
+      const to = Math.min(record.total, from + record.chunkRows);
       let summary: ChunkSummary;
       try {
-        summary = await execute({ map: record.name, chunk: idx, attempt, rows });
+        summary = await execute(
+          input.kind === "upload"
+            ? { map: record.name, chunk: idx, attempt, rows: [], slice: { upload: input.upload, from, to } }
+            : { map: record.name, chunk: idx, attempt, rows: input.rows.slice(from, to) },
+        );
       } catch (error) {
         // The chunk stays `running`: the next invocation redispatches it under a new epoch.
         outcome.infraFailed(error);
@@ -411,6 +446,11 @@ export class MapRunner {
     };
   }
 }
+
+/** A map's rows: keyed in hand, or in an upload that each attempt reads its chunk from. */
+type MapInput =
+  | { kind: "rows"; rows: PlannedRow[]; total: number; duplicatesDropped: number }
+  | { kind: "upload"; upload: string; total: number; duplicatesDropped: 0; reader: UploadRows };
 
 /** A chunk whose rows another run kept leased through every retry. */
 function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {

@@ -16,24 +16,15 @@ export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Pr
   if (key === undefined) {
     for (let i = 0; i < rows.length; i++) {
       const input = rows[i]!;
-      planned.push({ key: `#${(await sha256Hex(canonicalJson(input))).slice(0, 24)}:${i}`, index: i, input });
+      planned.push({ key: await contentKey(input, i), index: i, input });
     }
     return { rows: planned, duplicatesDropped: 0 };
   }
   const seen = new Set<string>();
   let duplicatesDropped = 0;
   rows.forEach((input, i) => {
-    // Own fields only: a row without the key field has no key, even when the field is named like an Object.prototype member.
-    const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
-    if (raw === undefined || raw === null || raw === "") {
-      throw new TerminalError(
-        "invalid_row_key",
-        `row ${i} has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)`,
-      );
-    }
-    const k = String(raw);
-    if (k.length > MAX_KEY_LENGTH)
-      throw new TerminalError("invalid_row_key", `row ${i} has a key longer than ${MAX_KEY_LENGTH} characters`);
+    const k = keyOfRow(input, i, key);
+    if (typeof k !== "string") throw new TerminalError("invalid_row_key", `row ${i} ${k.error}`);
     if (seen.has(k)) {
       duplicatesDropped++;
       return;
@@ -42,4 +33,20 @@ export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Pr
     planned.push({ key: k, index: planned.length, input });
   });
   return { rows: planned, duplicatesDropped };
+}
+
+/** Row `i`'s key by the map's explicit `key` option, or why it has none. */
+export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key"]>): string | { error: string } {
+  // Own fields only: a row without the key field has no key, even when the field is named like an Object.prototype member.
+  const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
+  if (raw === undefined || raw === null || raw === "")
+    return { error: `has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)` };
+  const k = String(raw);
+  if (k.length > MAX_KEY_LENGTH) return { error: `has a key longer than ${MAX_KEY_LENGTH} characters` };
+  return k;
+}
+
+/** The key of row `i` of a map without a `key` option: its content's hash and its place. */
+export async function contentKey(input: Row, i: number): Promise<string> {
+  return `#${(await sha256Hex(canonicalJson(input))).slice(0, 24)}:${i}`;
 }

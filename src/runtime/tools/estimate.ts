@@ -21,6 +21,7 @@ import type {
   DatasetHandle,
   FieldSet,
   MapOptions,
+  MapRows,
   PlayContext,
   PlayDefinition,
   Row,
@@ -34,7 +35,9 @@ import { messageOf, TroupeError } from "../../core/errors";
 import type { PeekedReceipt } from "../../contracts/shards";
 import { type RuntimePolicy, shardCountFor } from "../../core/policy";
 import { receiptKey } from "./receipt-keys";
-import { planRows } from "../map/row-keys";
+import { planRows, type RowPlan } from "../map/row-keys";
+import { UploadRows } from "../map/upload-rows";
+import { isUploadedRows, rowSchemaOf } from "../../play/define";
 import { SubrequestMeter } from "../../core/meter";
 import { subrequestCapFor } from "../../core/platform-limits";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
@@ -64,6 +67,19 @@ export interface EstimateOptions {
   /** The play's past completed runs (from the org's directory). */
   history: PlayStats;
   now(): number;
+}
+
+/** An upload-fed map is estimated from this many of its first rows, then scaled. */
+const UPLOAD_SAMPLE_ROWS = 2_000;
+
+/** The estimator's counters at one moment. */
+interface Tally {
+  rows: Estimate["rows"];
+  calls: Estimate["calls"];
+  known: number;
+  expected: number;
+  high: number | null;
+  unknown: number;
 }
 
 /** Rows of one map whose field functions run at once, and so share each receipt lookup. */
@@ -168,8 +184,62 @@ class Estimator {
     };
   }
 
-  async #map(name: string, rows: readonly Row[], fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
-    const plan = await planRows(rows, options.key);
+  async #map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    if (isUploadedRows(rows)) return this.#uploadMap(name, rows.upload, fields, options);
+    return this.#plannedMap(name, await planRows(rows, options.key), fields);
+  }
+
+  /**
+   * A map over an upload's rows: estimated from its first
+   * {@link UPLOAD_SAMPLE_ROWS} rows (read, checked and keyed as a run would),
+   * scaled to the whole upload. Exact when the upload holds no more rows than that.
+   */
+  async #uploadMap(name: string, upload: string, fields: FieldSet, options: MapOptions): Promise<DatasetHandle> {
+    const { env, org, play } = this.#deps;
+    const reader = new UploadRows({ bucket: env.UPLOADS, org, key: options.key, schema: rowSchemaOf(play.input) });
+    const total = await reader.count(upload);
+    const sampled = Math.min(total, UPLOAD_SAMPLE_ROWS);
+    const rows = sampled ? await reader.read({ upload, from: 0, to: sampled }) : [];
+    const before = this.#tally();
+    const handle = await this.#plannedMap(name, { rows, duplicatesDropped: 0 }, fields);
+    if (sampled < total) {
+      this.#scale(before, total / sampled);
+      this.note(`map "${name}" reads ${total} rows from upload ${upload}: estimated from its first ${sampled}, scaled to all of them`);
+    }
+    return { ...handle, total, completed: total };
+  }
+
+  /** The counters so far, to scale what one map adds to them. */
+  #tally(): Tally {
+    return {
+      rows: { ...this.#rows },
+      calls: Object.fromEntries(Object.entries(this.#calls).map(([tool, c]) => [tool, { ...c }])),
+      known: this.#knownMicros,
+      expected: this.#expectedExtraMicros,
+      high: this.#highExtraMicros,
+      unknown: this.#unknownRows,
+    };
+  }
+
+  /** Multiplies what was added since `before` by `factor`: a sample's estimate made the whole's. */
+  #scale(before: Tally, factor: number): void {
+    const grow = (then: number, now: number) => Math.round(then + (now - then) * factor);
+    this.#rows = {
+      total: grow(before.rows.total, this.#rows.total),
+      reusable: grow(before.rows.reusable, this.#rows.reusable),
+      toCompute: grow(before.rows.toCompute, this.#rows.toCompute),
+    };
+    for (const [tool, calls] of Object.entries(this.#calls)) {
+      const then = before.calls[tool] ?? { reused: 0, new: 0 };
+      this.#calls[tool] = { reused: grow(then.reused, calls.reused), new: grow(then.new, calls.new) };
+    }
+    this.#knownMicros = grow(before.known, this.#knownMicros);
+    this.#expectedExtraMicros = grow(before.expected, this.#expectedExtraMicros);
+    if (this.#highExtraMicros !== null && before.high !== null) this.#highExtraMicros = grow(before.high, this.#highExtraMicros);
+    this.#unknownRows = grow(before.unknown, this.#unknownRows);
+  }
+
+  async #plannedMap(name: string, plan: RowPlan, fields: FieldSet): Promise<DatasetHandle> {
     const { env, org, play, policy } = this.#deps;
     // The count a run would record; a dataset that does not exist yet is created with it, as the run would.
     let reusable: Set<string>;
@@ -193,7 +263,9 @@ class Estimator {
     this.#rows.toCompute += compute.length;
     const names = Object.keys(fields);
     for (let i = 0; i < compute.length; i += WAVE_ROWS) {
-      await Promise.all(compute.slice(i, i + WAVE_ROWS).map((row) => this.#row(row.key, row.input, fields, names)));
+      // A row read from an upload that does not fit the play's schema fails in the run without a call.
+      const wave = compute.slice(i, i + WAVE_ROWS).filter((row) => row.invalid === undefined);
+      await Promise.all(wave.map((row) => this.#row(row.key, row.input, fields, names)));
     }
     return {
       name,

@@ -1,0 +1,92 @@
+/**
+ * A chunk's rows read from the run's upload when its attempt runs (docs/api.md
+ * "Large inputs: uploads"): only the bytes holding rows `[from, to)` are read
+ * (src/uploads/range-reader.ts), so neither the coordinator nor an executor
+ * ever holds the whole input. Each row is checked against the play's row
+ * schema here; a row that does not fit, or has no key, is planned as
+ * `invalid` and fails alone, naming its line, while its chunk runs on.
+ */
+import type { z } from "zod";
+import { TerminalError } from "../../core/errors";
+import type { PlannedRow, UploadSlice } from "../../contracts/shards";
+import type { FaultProbe } from "../../clients/faults";
+import type { MapOptions, Row } from "../../play/types";
+import { readRows } from "../../uploads/range-reader";
+import { type OpenUpload, Uploads, uploadNotFound } from "../../uploads/uploads";
+import { contentKey, keyOfRow } from "./row-keys";
+
+export interface UploadRowsOptions {
+  bucket: R2Bucket;
+  org: string;
+  /** The map's `key` option. */
+  key: MapOptions["key"];
+  /** The play's row schema (`rowsInput`); null takes rows as they are. */
+  schema: z.ZodType<Row, unknown> | null;
+  /** Injected faults (`upload.read`: after a chunk's bytes are read, before its rows are claimed). */
+  faults?: FaultProbe;
+}
+
+export class UploadRows {
+  #deps: UploadRowsOptions;
+  #uploads: Uploads;
+  /** Opened once per upload: its index says where each thousandth row starts. */
+  #open = new Map<string, Promise<OpenUpload>>();
+
+  constructor(options: UploadRowsOptions) {
+    this.#deps = options;
+    this.#uploads = new Uploads({ bucket: options.bucket, org: options.org });
+  }
+
+  /** How many rows the upload holds; `upload_not_found` (terminal) when this org has no such ready upload. */
+  async count(upload: string): Promise<number> {
+    return (await this.#opened(upload)).index.rows;
+  }
+
+  /** Rows `[from, to)` of the upload, keyed; `index` is the row's place in the file (0-based, header excluded). */
+  async read(slice: UploadSlice): Promise<PlannedRow[]> {
+    const { index, source } = await this.#opened(slice.upload);
+    const rows = await readRows(source, index, { from: slice.from, to: slice.to });
+    await this.#deps.faults?.check("upload.read");
+    const planned: PlannedRow[] = [];
+    for (const { index: i, line, row } of rows) planned.push(await this.#plan(row, i, line));
+    return planned;
+  }
+
+  async #plan(raw: Row, index: number, line: number): Promise<PlannedRow> {
+    const { key, schema } = this.#deps;
+    const parsed = schema ? schema.safeParse(raw) : { success: true as const, data: raw };
+    const input = parsed.success ? parsed.data : raw;
+    const keyed = await rowKey(input, index, key);
+    if (typeof keyed !== "string") return { key: `#line:${line}`, index, input: raw, invalid: `line ${line}: ${keyed.error}` };
+    if (!parsed.success) return { key: keyed, index, input: raw, invalid: `line ${line}: ${issuesOf(parsed.error)}` };
+    return { key: keyed, index, input };
+  }
+
+  #opened(upload: string): Promise<OpenUpload> {
+    let open = this.#open.get(upload);
+    if (!open) {
+      open = this.#uploads.open(upload).then((opened) => {
+        if (!opened) throw new TerminalError("upload_not_found", `${uploadNotFound(upload).message}: the run's input is gone`);
+        return opened;
+      });
+      // A failed open (storage unreachable) is tried again by the next read.
+      open.catch(() => this.#open.delete(upload));
+      this.#open.set(upload, open);
+    }
+    return open;
+  }
+}
+
+/** The row's key as `planRows` makes it for rows in hand, or why it has none. */
+async function rowKey(input: Row, index: number, key: MapOptions["key"]): Promise<string | { error: string }> {
+  if (key === undefined) return contentKey(input, index);
+  return keyOfRow(input, index, key);
+}
+
+function issuesOf(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 5)
+    .map((issue) => (issue.path.length ? `${issue.path.map(String).join(".")}: ${issue.message}` : issue.message))
+    .join("; ")
+    .slice(0, 2000);
+}

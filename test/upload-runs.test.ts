@@ -1,0 +1,163 @@
+/**
+ * Runs whose input is an upload (docs/api.md "Large inputs: uploads"): the
+ * coordinator plans chunks from the upload's row count and stores only its
+ * id; the executors read each chunk's rows from R2 when they run it, and a
+ * row that does not fit the play's schema fails alone, naming its line.
+ * Rerun, estimate, cancel and an executor killed while reading its rows all
+ * keep their guarantees.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { apiJson, datasetRows, expectedEmail, expectedVerdict, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { clearFaults, coordinator, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+
+afterEach(async () => {
+  await clearFaults();
+  await setSim(SIM_DEFAULTS);
+});
+
+interface Lead {
+  id: string;
+  name: string;
+  domain: string;
+}
+
+/**
+ * `count` leads as CSV; row i is on line i + 2. Every 40th row (from 11) has
+ * no id, every 40th (from 23) a domain past the play's 253 characters: both
+ * fail the play's schema.
+ */
+function leads(prefix: string, count: number): { csv: string; rows: Lead[] } {
+  const rows = Array.from({ length: count }, (_, i) => ({
+    id: i % 40 === 11 ? "" : `${prefix}-${i}`,
+    name: `${prefix} Person ${i}`,
+    domain: i % 40 === 23 ? `${"x".repeat(300)}.com` : `example${i % 9}.com`,
+  }));
+  return { csv: `id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`, rows };
+}
+
+const invalid = (i: number) => i % 40 === 11 || i % 40 === 23;
+
+async function upload(csv: string, token?: string): Promise<string> {
+  const { status, body } = await apiJson("/v1/uploads", { method: "POST", body: csv, token, headers: { "Content-Type": "text/csv" } });
+  expect(status, JSON.stringify(body)).toBe(201);
+  return body.uploadId as string;
+}
+
+describe("a run over an upload", () => {
+  it("reads its rows chunk by chunk in executors, fails rows that do not fit alone with their line, and reruns with no call", async () => {
+    await simReset();
+    const { csv, rows } = leads("up", 430);
+    const uploadId = await upload(csv);
+    const valid = rows.filter((_, i) => !invalid(i));
+
+    const estimate = await apiJson("/v1/runs/estimate", { method: "POST", json: { play: "demo-enrich", input: { upload: uploadId } } });
+    expect(estimate.status).toBe(200);
+    expect(estimate.body.rows).toEqual({ total: 430, reusable: 0, toCompute: 430 });
+    expect(estimate.body.calls.sim_find_email).toEqual({ reused: 0, new: valid.length });
+
+    const runId = await startRun("demo-enrich", { upload: uploadId });
+    const run = await waitForRun(runId, { timeoutMs: 90_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    const failed = rows.length - valid.length;
+    expect(run.result).toEqual({ rows: valid.length, failed });
+    expect(run.progress.maps.leads).toMatchObject({ total: 430, completed: valid.length, failed });
+
+    // The coordinator keeps the upload's id, never its rows.
+    const source = await coordinator(runId).source("dev");
+    expect(JSON.parse(source!.inputJson)).toEqual({ rows: { upload: uploadId } });
+
+    const stored = await datasetRows(runId, "leads");
+    expect(stored).toHaveLength(430);
+    stored.forEach((row, i) => {
+      const lead = rows[i]!;
+      if (invalid(i)) {
+        expect(row._status).toBe("failed");
+        expect(row._error).toContain(`invalid_row: line ${i + 2}: `);
+        expect(row._error).toContain(i % 40 === 11 ? "has no key" : "domain");
+        return;
+      }
+      const email = expectedEmail(lead.name, lead.domain);
+      expect(row).toMatchObject({ _key: lead.id, id: lead.id, _status: "completed", email, verdict: expectedVerdict(email) });
+    });
+
+    const stats = await simStats();
+    const emails = new Set(valid.map((lead) => expectedEmail(lead.name, lead.domain)));
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(valid.length + emails.size);
+    // Executors made the calls (each read its chunks' rows itself); the coordinator made none.
+    for (const caller of Object.keys(stats.maxInFlightByCaller)) expect(caller).toMatch(/^MapExecutor:/);
+
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: {} });
+    expect(rerun.status).toBe(202);
+    const again = await waitForRun(rerun.body.runId, { timeoutMs: 90_000 });
+    expect(again.status).toBe("completed");
+    expect(again.result).toEqual({ rows: valid.length, failed });
+    expect(again.usage.providerRequests).toBe(0);
+    expect((await simStats()).billed).toBe(stats.billed);
+  });
+
+  it("survives an executor killed after reading its rows: each row once, each call billed once", async () => {
+    await simReset();
+    await setFaults([{ point: "upload.read", fromCall: 2, times: 1, crash: true }]);
+    const { csv, rows } = leads("crash", 200);
+    const runId = await startRun("demo-enrich", { upload: await upload(csv) });
+    const run = await waitForRun(runId, { timeoutMs: 90_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    // The executor died with its second chunk read; that attempt was redispatched under a new epoch.
+    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(2);
+    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+    const stored = await datasetRows(runId, "leads");
+    expect(stored.map((row) => row._key)).toEqual(rows.map((lead, i) => (invalid(i) && i % 40 === 11 ? `#line:${i + 2}` : lead.id)));
+    const valid = rows.filter((_, i) => !invalid(i));
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(valid.length + new Set(valid.map((lead) => expectedEmail(lead.name, lead.domain))).size);
+  });
+
+  it("stops spending when cancelled, and a rerun finishes the rest without paying twice", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
+    const { csv, rows } = leads("cancel", 400);
+    const runId = await startRun("demo-enrich", { upload: await upload(csv) });
+    await until(
+      () => runView(runId),
+      (run) => (run.progress.maps.leads?.completed ?? 0) >= 20,
+      "20 rows done",
+      60_000,
+    );
+    expect((await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+    const cancelled = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(cancelled.status).toBe("cancelled");
+    const atCancel = (await simStats()).billed;
+    await setSim(SIM_DEFAULTS);
+
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: {} });
+    const done = await waitForRun(rerun.body.runId, { timeoutMs: 90_000 });
+    expect(done.status).toBe("completed");
+    const valid = rows.filter((_, i) => !invalid(i));
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(valid.length + new Set(valid.map((lead) => expectedEmail(lead.name, lead.domain))).size);
+    expect(stats.billed).toBeGreaterThanOrEqual(atCancel);
+  });
+
+  it("refuses an upload that is not this org's, not ready, or not an upload id", async () => {
+    const start = (input: unknown, token?: string) => apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token });
+    const theirs = await upload("id,name,domain\n1,A,a.com\n", "other-token");
+    expect(await start({ upload: theirs })).toMatchObject({ status: 404, body: { error: { code: "upload_not_found" } } });
+    expect((await start({ upload: theirs }, "other-token")).status).toBe(202);
+
+    const receiving = await apiJson("/v1/uploads?multipart=1", { method: "POST", headers: { "Content-Type": "text/csv" } });
+    expect(await start({ upload: receiving.body.uploadId })).toMatchObject({ status: 409, body: { error: { code: "upload_not_ready" } } });
+    expect(await start({ upload: "nope" })).toMatchObject({ status: 400, body: { error: { code: "invalid_request" } } });
+    expect((await start({ upload: theirs, rows: [] })).status).toBe(400);
+
+    // A deleted upload cannot be rerun.
+    const mine = await upload("id,name,domain\n1,A,a.com\n");
+    const runId = await startRun("demo-enrich", { upload: mine });
+    expect((await waitForRun(runId)).status).toBe("completed");
+    expect((await apiJson(`/v1/uploads/${mine}`, { method: "DELETE" })).status).toBe(200);
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: {} });
+    expect(rerun).toMatchObject({ status: 404, body: { error: { code: "upload_not_found" } } });
+  });
+});
