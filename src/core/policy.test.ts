@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { shardCountFor } from "./policy";
+import { chunkRowsFor, shardCountFor } from "./policy";
 
 const production = { sheetShards: 4, sheetRowsPerShard: 250_000, maxSheetShards: 64 };
 
@@ -26,5 +26,17 @@ describe("shardCountFor", () => {
 
   it("treats a negative count as empty", () => {
     expect(shardCountFor(-5, production)).toBe(4);
+  });
+});
+
+describe("chunkRowsFor", () => {
+  it("keeps the policy's chunk size while a map has at most 10,000 chunks of it", () => {
+    for (const rows of [0, 1, 1_000_000]) expect(chunkRowsFor(rows, { chunkRows: 100 })).toBe(100);
+  });
+
+  it("grows chunks past 10,000 of them, up to 1,000 rows", () => {
+    expect(chunkRowsFor(1_000_001, { chunkRows: 100 })).toBe(101);
+    expect(chunkRowsFor(10_000_000, { chunkRows: 100 })).toBe(1_000);
+    expect(chunkRowsFor(50_000_000, { chunkRows: 100 })).toBe(1_000);
   });
 });

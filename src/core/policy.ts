@@ -215,3 +215,22 @@ export function shardCountFor(
   const bySize = Math.ceil(Math.max(0, totalRows) / policy.sheetRowsPerShard);
   return Math.max(policy.sheetShards, Math.min(policy.maxSheetShards, bySize));
 }
+
+/** The most chunks a map is planned in: past it, chunks grow (a 10,000,000-row upload is 10,000 chunks of 1,000). */
+export const MAX_MAP_CHUNKS = 10_000;
+
+/** The most rows in one chunk: an upload's index places every thousandth row, so a chunk reads at most one span twice. */
+export const MAX_CHUNK_ROWS = 1_000;
+
+/**
+ * Rows per chunk of a map of `totalRows`: the policy's `chunkRows`, or more
+ * when that would make over {@link MAX_MAP_CHUNKS} chunks (the coordinator
+ * keeps a record of each), up to {@link MAX_CHUNK_ROWS}.
+ *
+ * @example
+ * chunkRowsFor(1_000_000, policy); // 100 under the production policy
+ * chunkRowsFor(10_000_000, policy); // 1,000
+ */
+export function chunkRowsFor(totalRows: number, policy: Pick<RuntimePolicy, "chunkRows">): number {
+  return Math.max(policy.chunkRows, Math.min(MAX_CHUNK_ROWS, Math.ceil(totalRows / MAX_MAP_CHUNKS)));
+}

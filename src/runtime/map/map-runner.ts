@@ -41,7 +41,7 @@ import type { LiveRows } from "./live-rows";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
-import { shardCountFor } from "../../core/policy";
+import { chunkRowsFor, shardCountFor } from "../../core/policy";
 
 export interface MapRunnerOptions {
   /** The invocation the maps run in. */
@@ -159,7 +159,7 @@ export class MapRunner {
     }).catch((error: unknown) => {
       throw new InfraError(`could not open dataset ${name}: ${messageOf(error)}`, error);
     });
-    return this.#deps.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: policy.chunkRows });
+    return this.#deps.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: chunkRowsFor(total, policy) });
   }
 
   async #drain(record: MapRecord, input: MapInput, sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
