@@ -1,0 +1,190 @@
+// npm run bench:scale: a large upload-fed run of demo-enrich on Troupe's own local server
+// (wrangler.toml, emulated platform limits), against the simulated provider at 0 ms: rows/s per
+// tenth of the run, object RPCs per row, and the local server's memory over time; then a rerun
+// of the completed run (time as a share of the first, provider requests made).
+//
+//   npm run bench:scale                      # 100,000 rows
+//   npm run bench:scale -- --rows 1000000    # a million (long on a laptop)
+//   npm run bench:scale -- --rows 100000 --rows 1000000
+//
+// BENCH_PORT sets the port (default 8797). Only ever talks to 127.0.0.1.
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { client, startServer, stopServer } from "./local-server.mjs";
+
+const TERMINAL = ["completed", "failed", "cancelled"];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const TARGETS = { lastTenthShare: 0.8, memoryGrowth: 1.5, rerunShare: 0.05 };
+
+const { values } = parseArgs({
+  options: { rows: { type: "string", multiple: true, default: ["100000"] }, verbose: { type: "boolean", default: false } },
+});
+const sizes = values.rows.map((r) => Number(r));
+if (sizes.some((n) => !Number.isInteger(n) || n < 1000 || n > 10_000_000)) {
+  console.error("--rows takes whole numbers from 1,000 to 10,000,000");
+  process.exit(2);
+}
+const port = Number(process.env.BENCH_PORT ?? 8797);
+
+/** The CSV of `count` new leads, streamed in pieces (a million rows are ~50 MB: never built whole). */
+function leadsCsv(prefix, count) {
+  let i = 0;
+  const encoder = new TextEncoder();
+  return new ReadableStream({
+    pull(controller) {
+      if (i === 0) controller.enqueue(encoder.encode("id,name,domain\n"));
+      if (i >= count) return controller.close();
+      const lines = [];
+      for (const end = Math.min(count, i + 10_000); i < end; i++)
+        lines.push(`${prefix}-${i},Scale ${prefix} Person ${i},scale${i % 97}.example\n`);
+      controller.enqueue(encoder.encode(lines.join("")));
+    },
+  });
+}
+
+async function upload(count, prefix) {
+  const res = await fetch(`http://127.0.0.1:${port}/v1/uploads`, {
+    method: "POST",
+    headers: { Authorization: "Bearer dev-token", "Content-Type": "text/csv" },
+    body: leadsCsv(prefix, count),
+    duplex: "half",
+  });
+  const body = await res.json();
+  if (res.status !== 201) throw new Error(`upload: ${res.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+/** Resident memory (bytes) of the server's processes: wrangler's group, workerd included. */
+function serverRss(groupId) {
+  let bytes = 0;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      // Fields after the command name: state ppid pgrp ...
+      const pgrp = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[2]);
+      if (pgrp !== groupId) continue;
+      const rss = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+      if (rss) bytes += Number(rss[1]) * 1024;
+    } catch {
+      // The process ended while being read.
+    }
+  }
+  return bytes;
+}
+
+/** Polls the run every second until it ends: rows settled and server memory over time. */
+async function follow(call, runId, groupId, started) {
+  const samples = [];
+  for (;;) {
+    const run = await call("GET", `/v1/runs/${runId}`);
+    const leads = run.progress.maps.leads ?? { completed: 0, failed: 0 };
+    samples.push({ seconds: (performance.now() - started) / 1000, settled: leads.completed + leads.failed, rss: serverRss(groupId) });
+    if (values.verbose) console.error(JSON.stringify(samples.at(-1)));
+    if (TERMINAL.includes(run.status)) return { run, samples };
+    await sleep(1000);
+  }
+}
+
+/** Rows/s in each tenth of the rows: from the first sample at or past each tenth's start to the one at or past its end. */
+function tenths(samples, total) {
+  const at = (rows) => {
+    const sample = samples.find((s) => s.settled >= rows);
+    return sample ? sample.seconds : null;
+  };
+  return Array.from({ length: 10 }, (_, k) => {
+    const from = k === 0 ? 0 : at((k * total) / 10);
+    const to = at(((k + 1) * total) / 10);
+    return from === null || to === null || to <= from ? null : total / 10 / (to - from);
+  });
+}
+
+async function scaleCase(call, groupId, count) {
+  await call("POST", "/v1/sim/reset");
+  await call("PUT", "/v1/sim/config", { latencyMs: 0, ratePerSecond: null, maxConcurrent: null });
+  const prefix = `s${count}-${Date.now()}`;
+  const uploadStarted = performance.now();
+  const uploaded = await upload(count, prefix);
+  const uploadSeconds = (performance.now() - uploadStarted) / 1000;
+  const idleRss = serverRss(groupId);
+  const started = performance.now();
+  const { runId } = await call("POST", "/v1/runs", { play: "demo-enrich", input: { upload: uploaded.uploadId } });
+  const { run, samples } = await follow(call, runId, groupId, started);
+  const seconds = (performance.now() - started) / 1000;
+  const stats = await call("GET", "/v1/sim/stats");
+  const rates = tenths(samples, count);
+  const peakRss = Math.max(...samples.map((s) => s.rss));
+
+  let rerun = null;
+  if (run.status === "completed") {
+    const rerunStarted = performance.now();
+    const { runId: rerunId } = await call("POST", `/v1/runs/${runId}/rerun`, {});
+    const again = await follow(call, rerunId, groupId, rerunStarted);
+    const after = await call("GET", "/v1/sim/stats");
+    const rerunSeconds = (performance.now() - rerunStarted) / 1000;
+    rerun = { status: again.run.status, seconds: rerunSeconds, share: rerunSeconds / seconds, requests: after.calls - stats.calls };
+  }
+  return {
+    rows: count,
+    upload: { bytes: uploaded.bytes, seconds: uploadSeconds },
+    status: run.status,
+    seconds,
+    rowsPerSecond: count / seconds,
+    tenths: rates,
+    lastTenthShare: rates[9] && rates[0] ? rates[9] / rates[0] : null,
+    objectRpcsPerRow: run.usage.objectRpcs / count,
+    objectRpcsByKind: Object.fromEntries(Object.entries(run.usage.objectRpcsByKind ?? {}).map(([k, v]) => [k, v / count])),
+    providerRequests: stats.calls,
+    duplicates: stats.duplicates,
+    memory: {
+      idleMb: idleRss / 2 ** 20,
+      peakMb: peakRss / 2 ** 20,
+      overTime: samples.filter((_, i) => i % 10 === 0).map((s) => [Math.round(s.seconds), Math.round(s.rss / 2 ** 20)]),
+    },
+    rerun,
+  };
+}
+
+function print(results) {
+  const f = (n, d = 1) => (n === null || n === undefined ? "-" : n.toFixed(d));
+  console.log(`\nnpm run bench:scale (${new Date().toISOString()}): demo-enrich over an uploaded CSV, simulated provider at 0 ms\n`);
+  console.log(
+    "| rows | time | rows/s | rows/s per tenth (1st … 10th) | last/first tenth | RPCs/row | server memory idle → peak | rerun (share, calls) |",
+  );
+  console.log("|---|---|---|---|---|---|---|---|");
+  for (const r of results) {
+    console.log(
+      `| ${r.rows.toLocaleString("en")} | ${f(r.seconds, 0)} s | ${f(r.rowsPerSecond)} | ${r.tenths.map((t) => f(t, 0)).join(" · ")} | ${f(r.lastTenthShare, 2)} | ${f(r.objectRpcsPerRow, 2)} | ${f(r.memory.idleMb, 0)} → ${f(r.memory.peakMb, 0)} MB | ${r.rerun ? `${f(r.rerun.share * 100)}%, ${r.rerun.requests}` : "-"} |`,
+    );
+  }
+  if (results.length > 1) {
+    const [small, large] = [results[0], results.at(-1)];
+    console.log(
+      `\nPeak memory at ${large.rows.toLocaleString("en")} rows is ${f(large.memory.peakMb / small.memory.peakMb, 2)}× that at ${small.rows.toLocaleString("en")} (target ≤ ${TARGETS.memoryGrowth}×).`,
+    );
+  }
+  console.log(
+    `Targets: last tenth ≥ ${TARGETS.lastTenthShare * 100}% of the first; rerun ≤ ${TARGETS.rerunShare * 100}% of the first run's time with 0 calls.`,
+  );
+  for (const r of results)
+    console.log(
+      `\n${r.rows} rows, object RPCs per row by kind: ${JSON.stringify(r.objectRpcsByKind, (_, v) => (typeof v === "number" ? Number(v.toFixed(3)) : v))}`,
+    );
+  console.log(`\n${JSON.stringify(results)}`);
+}
+
+const stateDir = mkdtempSync(join(tmpdir(), "troupe-bench-scale-"));
+const server = await startServer({ port, stateDir, verbose: values.verbose });
+try {
+  const call = client(port);
+  const results = [];
+  for (const count of sizes) {
+    results.push(await scaleCase(call, server.pid, count));
+    if (values.verbose) console.error(JSON.stringify(results.at(-1)));
+  }
+  print(results);
+} finally {
+  await stopServer(server);
+  rmSync(stateDir, { recursive: true, force: true });
+}
