@@ -141,6 +141,21 @@ describe("a run over an upload", () => {
     expect(stats.billed).toBeGreaterThanOrEqual(atCancel);
   });
 
+  it("reads an upload's rows in the coordinator too, where a map's chunks run there", async () => {
+    await simReset();
+    const { csv, rows } = leads("inline", 120);
+    const runId = await startRun("demo-enrich", { upload: await upload(csv) }, { testPolicy: { maxExecutors: 0 } });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    const valid = rows.filter((_, i) => !invalid(i));
+    expect(run.result).toEqual({ rows: valid.length, failed: rows.length - valid.length });
+    const stored = await datasetRows(runId, "leads");
+    expect(stored.filter((row) => row._status === "completed").map((row) => row._key)).toEqual(valid.map((lead) => lead.id));
+    const stats = await simStats();
+    expect(Object.keys(stats.maxInFlightByCaller)).toEqual([`RunCoordinator:${runId}`]);
+    expect(stats.duplicates).toBe(0);
+  });
+
   it("refuses an upload that is not this org's, not ready, or not an upload id", async () => {
     const start = (input: unknown, token?: string) => apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token });
     const theirs = await upload("id,name,domain\n1,A,a.com\n", "other-token");
