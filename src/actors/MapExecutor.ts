@@ -5,13 +5,18 @@ import type { ChunkAssignment } from "../contracts/executors";
 import { TroupeError } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
-import { outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import { playRegistry } from "../plays";
 import { AttemptReporter } from "../runtime/executor/attempt-reporter";
 import { runAttempt } from "../runtime/executor/attempt-runner";
 import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
+
+/** An alarm takes no new attempt past this many subrequests (half the platform's cap; less if the run's policy says so)... */
+const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
+/** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
+const YIELD_AFTER_MS = 5 * 60_000;
 
 /**
  * One executor of one run (named `<runId>#<slot>`): it runs the chunk
@@ -67,14 +72,26 @@ export class MapExecutor extends DurableObject<Env> {
     }
   }
 
-  /** Runs what is held, one attempt after another, until nothing is. */
+  /**
+   * Runs what is held, one attempt after another, until nothing is; or, past
+   * half of an invocation's subrequests or five minutes, hands the rest to a
+   * new alarm (a fresh invocation), so that a busy executor never meets the
+   * platform's subrequest cap or its 15 minutes per alarm between attempts.
+   */
   async #runHeld(): Promise<void> {
     const runId = this.#store.held()?.assignment.runId;
     if (!runId) return;
+    const startedAt = Date.now();
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
+    // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
+    let budget = YIELD_AFTER_SUBREQUESTS;
     const link = new CoordinatorLink({ env: this.env, runId, meter });
     const caller = `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
     for (let held = this.#store.held(); held; held = this.#store.held()) {
+      if (meter.total >= budget || Date.now() - startedAt >= YIELD_AFTER_MS) {
+        await this.ctx.storage.setAlarm(Date.now());
+        return;
+      }
       const { assignment } = held;
       const reporter = new AttemptReporter({
         link,
@@ -103,7 +120,11 @@ export class MapExecutor extends DurableObject<Env> {
               meter,
               faults,
               reporter,
-              source: (attemptSeq) => this.#source(link, attemptSeq),
+              source: async (attemptSeq) => {
+                const source = await this.#source(link, attemptSeq);
+                if (source) budget = Math.min(budget, source.policy.invocationSubrequestBudget);
+                return source;
+              },
               now: Date.now,
             },
             assignment,
