@@ -11,6 +11,7 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { request } from "node:http";
 import { parseArgs } from "node:util";
 import { client, startServer, stopServer } from "./local-server.mjs";
 
@@ -75,6 +76,27 @@ function serverRss(groupId) {
 }
 
 /**
+ * GET of the local API with no time limit: while a 0 ms run keeps local workerd's one thread busy, it answers
+ * HTTP only between bursts of the run's in-process calls, sometimes minutes apart (fetch gives up after five).
+ */
+function patientGet(path) {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: "127.0.0.1", port, path, headers: { Authorization: "Bearer dev-token" } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (chunk) => {
+        body += chunk;
+      });
+      res.on("end", () =>
+        res.statusCode === 200 ? resolve(JSON.parse(body)) : reject(new Error(`GET ${path}: ${res.statusCode} ${body}`)),
+      );
+    });
+    req.on("error", reject);
+    req.end();
+  });
+}
+
+/**
  * Follows the run until it ends: the server's memory every second (read from /proc by this script), and the
  * rows settled over time from the run's `map.progress` events. At 0 ms the run's in-process calls keep local
  * workerd's event loop so busy that its HTTP answers wait (see the README): the ledger's timestamps do not.
@@ -85,7 +107,7 @@ async function follow(call, runId, groupId, started) {
   let run;
   try {
     for (;;) {
-      run = await call("GET", `/v1/runs/${runId}`);
+      run = await patientGet(`/v1/runs/${runId}`);
       if (TERMINAL.includes(run.status)) break;
       await sleep(1000);
     }
@@ -95,7 +117,7 @@ async function follow(call, runId, groupId, started) {
   memory.push({ seconds: (performance.now() - started) / 1000, rss: serverRss(groupId) });
   const progress = [];
   for (let after = 0; ; ) {
-    const page = await call("GET", `/v1/runs/${runId}/events?after=${after}&limit=1000`);
+    const page = await patientGet(`/v1/runs/${runId}/events?after=${after}&limit=1000`);
     for (const event of page.events) {
       if (event.type === "run.started") progress.push({ at: Date.parse(event.at), settled: 0 });
       if (event.type === "map.progress") progress.push({ at: Date.parse(event.at), settled: event.completed + event.failed });

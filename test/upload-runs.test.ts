@@ -156,6 +156,22 @@ describe("a run over an upload", () => {
     expect(stats.duplicates).toBe(0);
   });
 
+  it("estimates an upload past 2,000 rows from its first 2,000, scaled to all of them", async () => {
+    const { csv, rows } = leads("estimate", 5_000);
+    const uploadId = await upload(csv);
+    const { status, body } = await apiJson("/v1/runs/estimate", {
+      method: "POST",
+      json: { play: "demo-enrich", input: { upload: uploadId } },
+    });
+    expect(status).toBe(200);
+    expect(body.rows.total).toBe(5_000);
+    // 1,900 of the first 2,000 rows fit the schema (every 40th from 11 and from 23 does not): 4,750 of 5,000, scaled.
+    expect(body.calls.sim_find_email.new).toBe(Math.round((1_900 * 5_000) / 2_000));
+    expect(body.calls.sim_find_email.new).toBe(rows.filter((_, i) => !invalid(i)).length);
+    expect(body.exact).toBe(false);
+    expect(body.notes.join(" ")).toContain("estimated from its first 2000, scaled to all of them");
+  });
+
   it("refuses an upload that is not this org's, not ready, or not an upload id", async () => {
     const start = (input: unknown, token?: string) => apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token });
     const theirs = await upload("id,name,domain\n1,A,a.com\n", "other-token");
