@@ -156,6 +156,25 @@ describe("a run over an upload", () => {
     expect(stats.duplicates).toBe(0);
   });
 
+  it("fails the run upload_not_found when its upload is deleted while it reads it", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
+    const { csv } = leads("deleted", 600);
+    const uploadId = await upload(csv);
+    const runId = await startRun("demo-enrich", { upload: uploadId });
+    await until(
+      () => runView(runId),
+      (run) => (run.progress.maps.leads?.completed ?? 0) >= 10,
+      "10 rows done",
+      60_000,
+    );
+    expect((await apiJson(`/v1/uploads/${uploadId}`, { method: "DELETE" })).status).toBe(200);
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("upload_not_found");
+    expect(run.progress.maps.leads.completed).toBeLessThan(600);
+  });
+
   it("estimates an upload past 2,000 rows from its first 2,000, scaled to all of them", async () => {
     const { csv, rows } = leads("estimate", 5_000);
     const uploadId = await upload(csv);

@@ -12,6 +12,7 @@ import { runAttempt } from "../runtime/executor/attempt-runner";
 import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
+import type { OpenUpload } from "../uploads/uploads";
 
 /** An alarm takes no new attempt past this many subrequests (half the platform's cap; less if the run's policy says so)... */
 const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
@@ -40,6 +41,8 @@ export class MapExecutor extends DurableObject<Env> {
   #looping = false;
   /** What each epoch's invocation of the run had done, asked once per epoch. */
   #sources = new Map<number, Promise<CaptureSource | null>>();
+  /** The run's upload, opened once (its index) for all the attempts this instance runs. */
+  #uploads = new Map<string, Promise<OpenUpload>>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -120,6 +123,7 @@ export class MapExecutor extends DurableObject<Env> {
               meter,
               faults,
               reporter,
+              uploads: this.#uploads,
               source: async (attemptSeq) => {
                 const source = await this.#source(link, attemptSeq);
                 if (source) budget = Math.min(budget, source.policy.invocationSubrequestBudget);

@@ -11,6 +11,7 @@
  *   list). Deleted once the upload is complete.
  */
 import { z } from "zod";
+import { TerminalError } from "../core/errors";
 import type { ReceivedPart } from "./parts";
 import { indexFromJson, indexToJson, type UploadIndex } from "./upload-index";
 
@@ -115,7 +116,8 @@ export class UploadStore {
   async readData(uploadId: string, range: { offset: number; length: number }): Promise<ReadableStream<Uint8Array>> {
     if (range.length === 0) return new Response(new Uint8Array(0)).body!;
     const object = await this.bucket.get(this.dataKey(uploadId), { range });
-    if (!object) throw new Error(`upload ${uploadId} has no data object`);
+    // Its data gone after its index was read: the upload was deleted meanwhile (a run reading it cannot go on).
+    if (!object) throw new TerminalError("upload_not_found", `upload ${uploadId} was deleted while a run read it`);
     return object.body;
   }
 

@@ -19,6 +19,7 @@ import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor } from "../map/chunk-executor";
 import { UploadRows } from "../map/upload-rows";
+import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
 import { PlayFetch, SecretValues } from "../invocation/play-fetch";
 import { safeStringify } from "../invocation/play-context";
@@ -43,6 +44,8 @@ export interface AttemptHost {
   meter: SubrequestMeter;
   faults: FaultProbe;
   reporter: AttemptReporter;
+  /** Uploads this executor has opened (their indexes), kept across its attempts. */
+  uploads: Map<string, Promise<OpenUpload>>;
   /** What the coordinator's invocation of epoch `attemptSeq` had done (asked once per epoch), or null when it is gone. */
   source(attemptSeq: number): Promise<CaptureSource | null>;
   now(): number;
@@ -141,6 +144,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     key: captured.options.key,
     schema: rowSchemaOf(play.input),
     faults: host.faults,
+    opened: host.uploads,
   });
   const executor = new InProcessChunkExecutor({
     sheets,

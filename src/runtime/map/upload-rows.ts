@@ -24,16 +24,19 @@ export interface UploadRowsOptions {
   schema: z.ZodType<Row, unknown> | null;
   /** Injected faults (`upload.read`: after a chunk's bytes are read, before its rows are claimed). */
   faults?: FaultProbe;
+  /** Opened uploads shared beyond this reader (an executor keeps them across its attempts); else its own. */
+  opened?: Map<string, Promise<OpenUpload>>;
 }
 
 export class UploadRows {
   #deps: UploadRowsOptions;
   #uploads: Uploads;
   /** Opened once per upload: its index says where each thousandth row starts. */
-  #open = new Map<string, Promise<OpenUpload>>();
+  #open: Map<string, Promise<OpenUpload>>;
 
   constructor(options: UploadRowsOptions) {
     this.#deps = options;
+    this.#open = options.opened ?? new Map();
     this.#uploads = new Uploads({ bucket: options.bucket, org: options.org });
   }
 
