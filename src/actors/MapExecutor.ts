@@ -51,14 +51,16 @@ export class MapExecutor extends DurableObject<Env> {
     void ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, EXECUTOR_MIGRATIONS));
   }
 
-  async assign(assignment: ChunkAssignment): Promise<void> {
+  /** Holds `assignment` and wakes the alarm: true, or false when it was dropped (an older epoch than this executor has seen). */
+  async assign(assignment: ChunkAssignment): Promise<boolean> {
     // A stale coordinator's assignment (an older epoch) is dropped: its attempt would be fenced off anyway.
-    if (!this.ctx.storage.transactionSync(() => this.#store.assign(assignment))) return;
+    if (!this.ctx.storage.transactionSync(() => this.#store.assign(assignment))) return false;
     const current = this.#current;
     if (current && current.attemptId !== assignment.attempt.attemptId)
       current.stop.abort(new TroupeError("superseded", `attempt ${current.attemptId} was replaced by ${assignment.attempt.attemptId}`));
     // A running alarm takes it next (it reads what is held before it returns, with no await between); else wake one.
     if (!this.#looping) await this.ctx.storage.setAlarm(Date.now());
+    return true;
   }
 
   async stop(attemptId: string, reason: string): Promise<void> {

@@ -35,7 +35,7 @@ interface CoordinatorRpc {
 
 /** An executor's RPC surface as the coordinator uses it. */
 interface ExecutorRpc {
-  assign(assignment: ChunkAssignment): Promise<void>;
+  assign(assignment: ChunkAssignment): Promise<boolean>;
   stop(attemptId: string, reason: string): Promise<void>;
 }
 
@@ -54,8 +54,12 @@ export class ExecutorClient {
     this.#meter = options.meter ?? null;
   }
 
-  /** Hands the executor `name` an attempt; returns once it is held there (the attempt runs in the executor's own invocation). */
-  assign(name: string, assignment: ChunkAssignment): Promise<void> {
+  /**
+   * Hands the executor `name` an attempt; returns once it is held there (the
+   * attempt runs in the executor's own invocation): true, or false when the
+   * executor dropped it (it has seen a newer epoch of the run).
+   */
+  assign(name: string, assignment: ChunkAssignment): Promise<boolean> {
     return this.#stub(name, "assign").assign(assignment);
   }
 

@@ -370,8 +370,10 @@ export class MapRunner {
   #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
     const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
     const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
+    // Why it lost them, when it said (an executor that stopped or went silent): what a reader of the log asks first.
+    const why = summary.lost?.reason ? ` (${summary.lost.reason})` : "";
     this.#scope.log(
-      `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys)}${late}; the chunk is redispatched under a new attempt`,
+      `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys) || "its rows"}${why}${late}; the chunk is redispatched under a new attempt`,
       summary.rejected.length ? "late_write_rejected" : "attempt_redispatched",
     );
     const count = this.#deps.store.noteRedispatch(map, idx);
