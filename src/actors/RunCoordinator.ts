@@ -54,14 +54,6 @@ export interface RunSource {
   status: RunStatus;
 }
 
-/**
- * A run started, signalled or found without its alarm is driven this soon,
- * not at once: under wrangler dev, an alarm set for now ran before the HTTP
- * answer of the request that set it went out, and `POST /v1/runs` of a
- * 3,000-row run answered only when the run had ended (27 s; 0.2 s with this).
- */
-const ALARM_SOON_MS = 100;
-
 /** A finished run whose spend report failed tries again after this long. */
 const SPEND_REPORT_RETRY_MS = 5_000;
 
@@ -148,7 +140,7 @@ export class RunCoordinator extends Server<Env> {
     if (init.parentRunId !== null && !isTerminal(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
       await this.#syncDirectory();
-      await this.ctx.storage.setAlarm(now + ALARM_SOON_MS);
+      await this.ctx.storage.setAlarm(now);
     }
     return this.#view()!;
   }
@@ -209,7 +201,7 @@ export class RunCoordinator extends Server<Env> {
     const run = this.#runOf(org);
     if (!run) return null;
     if (!isTerminal(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
-      await this.ctx.storage.setAlarm(Date.now() + ALARM_SOON_MS);
+      await this.ctx.storage.setAlarm(Date.now());
     }
     return this.#view();
   }
@@ -382,7 +374,7 @@ export class RunCoordinator extends Server<Env> {
   /** Drives the run again at once (after the current invocation, if one is running). */
   async #wake(): Promise<void> {
     if (this.#invocation) this.#invocation.wake = true;
-    else if (!isTerminal(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now() + ALARM_SOON_MS);
+    else if (!isTerminal(this.#store.run()?.status ?? "completed")) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** The run as its org sees it (API.md `GET /v1/runs/<id>`), links to the datasets its play declares included. */
