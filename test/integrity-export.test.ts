@@ -142,8 +142,10 @@ describe("nesting depth of JSON bodies", () => {
 
   it("accepts a run input nested 32 levels deep", async () => {
     // input (1) > rows (2) > row (3) > deep: 29 more levels = 32.
-    const { status } = await post("/v1/runs", deepRun(29, tag("deep-ok")));
+    const { status, body } = await post("/v1/runs", deepRun(29, tag("deep-ok")));
     expect(status).toBe(202);
+    // Runs end inside their test: one still running when the file ends is cut off by its teardown.
+    expect((await waitForRun(body.runId)).status).toBe("completed");
   });
 
   for (const levels of [30, 1_000, 10_000, 1_000_000]) {
@@ -159,6 +161,7 @@ describe("nesting depth of JSON bodies", () => {
         json: { play: "demo-enrich", input: { rows: [{ id: tag("deep-after"), name: "Deep Person", domain: "deep.test" }] } },
       });
       expect(good.status).toBe(202);
+      expect((await waitForRun(good.body.runId)).status).toBe("completed");
     });
   }
 
