@@ -195,7 +195,9 @@ describe("a run over an upload", () => {
     const start = (input: unknown, token?: string) => apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token });
     const theirs = await upload("id,name,domain\n1,A,a.com\n", "other-token");
     expect(await start({ upload: theirs })).toMatchObject({ status: 404, body: { error: { code: "upload_not_found" } } });
-    expect((await start({ upload: theirs }, "other-token")).status).toBe(202);
+    const theirRun = await start({ upload: theirs }, "other-token");
+    expect(theirRun.status).toBe(202);
+    expect((await waitForRun(theirRun.body.runId, { token: "other-token" })).status).toBe("completed");
 
     const receiving = await apiJson("/v1/uploads?multipart=1", { method: "POST", headers: { "Content-Type": "text/csv" } });
     expect(await start({ upload: receiving.body.uploadId })).toMatchObject({ status: 409, body: { error: { code: "upload_not_ready" } } });
