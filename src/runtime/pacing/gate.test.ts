@@ -4,6 +4,7 @@ import {
   BARE_429_WAIT_MS,
   BUDGET_MIN_RESET_MS,
   CONCURRENCY_RETRY_MS,
+  DECLARED_HORIZON_MS,
   EMPTY_SIGNAL,
   GateLedger,
   PROBE_RETRY_MS,
@@ -63,14 +64,22 @@ describe("GateLedger: rate", () => {
     expect(gate.snapshot(p, 5000)).toMatchObject({ slotsGranted: granted.length, maxSlotsPerSecond: most });
   });
 
-  it("grants at most one horizon ahead and says when to ask again", () => {
+  it("grants at most one horizon ahead (further for a declared rate) and says when to ask again", () => {
     const gate = new GateLedger();
     const p = policy({ requestsPerSecond: 5 });
     const first = gate.acquire(p, { caller: "a", slots: 100, inFlight: 0, now: 0 });
-    expect(first.startInMs.at(-1)!).toBeLessThanOrEqual(SLOT_HORIZON_MS);
+    expect(first.startInMs.at(-1)!).toBeLessThanOrEqual(DECLARED_HORIZON_MS);
+    expect(first.startInMs.at(-1)!).toBeGreaterThan(DECLARED_HORIZON_MS - 1000 / (5 * PACE_UTILIZATION));
     const second = gate.acquire(p, { caller: "a", slots: 1, inFlight: 0, now: 0 });
     expect(second.startInMs).toEqual([]);
     expect(second.retryInMs).toBeGreaterThan(0);
+
+    // A rate announced by the provider (not declared) is leased one horizon ahead.
+    const announced = heardGate();
+    announced.report(policy(), { signal: signal({ quota: { requests: 5, windowMs: 1000 } }), now: 0 });
+    const grant = announced.acquire(policy(), { caller: "a", slots: 100, inFlight: 0, now: 0 });
+    expect(grant.startInMs.at(-1)!).toBeLessThanOrEqual(SLOT_HORIZON_MS);
+    expect(announced.acquire(policy(), { caller: "a", slots: 1, inFlight: 0, now: 0 }).startInMs).toEqual([]);
   });
 
   it("grants every slot at once without a rate, and lets the caller go unpaced for a while", () => {

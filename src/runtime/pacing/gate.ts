@@ -7,6 +7,9 @@
  *   rate holds across every caller. A caller leases several slots at once (up
  *   to {@link SLOT_HORIZON_MS} ahead) and waits for each slot's start itself,
  *   so the gate costs one call per lease, not one per provider request.
+ *   A declared rate is leased further ahead ({@link DECLARED_HORIZON_MS}),
+ *   so that each of many callers can hold its units' worth of slots and not
+ *   come back until they are used.
  *   Which rate, and how 429s move it, is `ProviderRate`'s (`rate.ts`):
  *   declared, else announced by the provider, else learned from its 429s.
  * - **First contact.** Until the provider has been heard from, a provider
@@ -33,8 +36,15 @@ import type { PacingPolicy } from "./policy";
 import { ProviderRate } from "./rate";
 import type { Quota, Remaining } from "./signals";
 
-/** Slots are leased at most this far ahead of now. */
+/** Slots are leased at most this far ahead of now... */
 export const SLOT_HORIZON_MS = 1000;
+/**
+ * ...or this far when the policy declares the rate: it is known rather than
+ * guessed, so slots leased far ahead are rarely dropped (only a 429 lowers
+ * it, and callers drop the slots leased before its pause). Enough for every
+ * unit of a provider allowing 256 at once at 100 requests/s to hold a slot.
+ */
+export const DECLARED_HORIZON_MS = 3000;
 /** Concurrency units lapse this long after the holder's last acquire. */
 export const HOLDER_TTL_MS = 10_000;
 /**
@@ -113,7 +123,12 @@ export interface Grant {
   startInMs: number[];
   /** Concurrency units the caller holds now; null: no concurrency limit. */
   units: number | null;
-  /** When fewer slots were granted than asked (the schedule is leased to its horizon, units are short, a probe or a measurement is under way): ask again after this long. */
+  /**
+   * When fewer slots were granted than asked (the schedule is leased to its
+   * horizon, units are short, a probe or a measurement is under way): ask
+   * again after this long. A caller whose own requests hold every unit it
+   * asked for need not: a slot is of no use to it before one of them ends.
+   */
   retryInMs: number | null;
   /**
    * Nothing paces the provider now (no declared, announced or learned rate,
@@ -193,7 +208,8 @@ export class GateLedger {
     const earliest = Math.max(now, this.#pausedUntil);
     // While a learned limit is being measured the rate is a guess: nothing is leased past the measurement.
     const measuring = this.#rate.measuringUntil;
-    const leaseEnd = measuring === null ? now + SLOT_HORIZON_MS : Math.min(now + SLOT_HORIZON_MS, Math.max(earliest, measuring));
+    const horizonMs = policy.requestsPerSecond === null ? SLOT_HORIZON_MS : DECLARED_HORIZON_MS;
+    const leaseEnd = measuring === null ? now + horizonMs : Math.min(now + horizonMs, Math.max(earliest, measuring));
     for (let i = 0; i < slots; i++) {
       const at = this.#withinBudget(rps === null ? earliest : Math.max(earliest, this.#nextSlotAt));
       if (at > leaseEnd) break;
@@ -207,7 +223,7 @@ export class GateLedger {
     if (startInMs.length < slots || (startInMs.length === 0 && request.slots > 0)) {
       const blockedByUnits = units !== null && units <= inFlight;
       const slotAt = this.#withinBudget(Math.max(earliest, rps === null ? earliest : this.#nextSlotAt));
-      const untilGrantable = measuring === null ? slotAt - now - SLOT_HORIZON_MS + LEASE_REFILL_MS : measuring - now;
+      const untilGrantable = measuring === null ? slotAt - now - horizonMs + LEASE_REFILL_MS : measuring - now;
       retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, untilGrantable);
     }
     const unpaced = rps === null && this.#pausedUntil <= now && this.#budget === null && this.#heard;

@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { EMPTY_SIGNAL, GateLedger, type GateSignal } from "./gate";
 import { Pacer, type GateClient } from "./pacer";
 import { pacingPolicyFor, PACE_UTILIZATION, type PacingPolicy } from "./policy";
@@ -34,16 +34,44 @@ const pacer = (gate: GateClient, policy: PacingPolicy) => new Pacer({ gate, call
 
 describe("Pacer", () => {
   it("leases many slots in one gate call", async () => {
-    const policy = pacingPolicyFor("sim");
+    const policy: PacingPolicy = { requestsPerSecond: 1000, concurrency: null, batchParallelism: 1 };
     const { gate, calls } = fakeGate(policy);
     const p = pacer(gate, policy);
     const signal = new AbortController().signal;
-    const slots = await Promise.all(Array.from({ length: 30 }, () => p.slot(signal)));
-    expect(slots).toHaveLength(30);
+    // Six at a time (an object's requests in flight), each a few ms long.
+    await Promise.all(
+      Array.from({ length: 30 }, async () => {
+        const slot = await p.slot(signal);
+        await new Promise((r) => setTimeout(r, 5));
+        slot.release();
+      }),
+    );
+    expect(calls.acquire).toBeLessThanOrEqual(10);
+    await p.close();
+  });
+
+  it("holds at most an object's six requests' units, and returns them when done", async () => {
+    const policy = pacingPolicyFor("sim");
+    const { gate, calls, ledger } = fakeGate(policy);
+    const p = pacer(gate, policy);
+    const signal = new AbortController().signal;
+    let inFlight = 0;
+    let most = 0;
+    await Promise.all(
+      Array.from({ length: 30 }, async () => {
+        const slot = await p.slot(signal);
+        most = Math.max(most, ++inFlight);
+        await new Promise((r) => setTimeout(r, 1));
+        inFlight--;
+        slot.release();
+      }),
+    );
+    expect(most).toBe(6);
+    expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBe(6);
     expect(calls.acquire).toBe(1);
-    for (const slot of slots) slot.release();
     await p.close();
     expect(calls.release).toBe(1);
+    expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBe(0);
   });
 
   it("asks the gate about once a second while nothing paces the provider", async () => {
@@ -150,5 +178,52 @@ describe("Pacer", () => {
     expect(calls.report).toBe(1);
     (await p.slot(new AbortController().signal)).release();
     expect(told.reduce((sum, s) => sum + s.limited, 0)).toBe(3);
+  });
+});
+
+describe("Pacers sharing one gate", () => {
+  it("never start more requests in any second than the declared rate, however many callers ask, and lease in blocks", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const rate = 100;
+      const policy: PacingPolicy = { requestsPerSecond: rate, concurrency: 250, batchParallelism: 4 };
+      const { gate, calls } = fakeGate(policy);
+      const latencyMs = 500;
+      const callers = 30;
+      const starts: number[] = [];
+      const signal = new AbortController().signal;
+      // Thirty objects, each with 24 requests to make, each holding its slot for the provider's latency.
+      const work = Array.from({ length: callers }, (_, c) => {
+        const p = new Pacer({ gate, caller: `c${c}`, policy, now: Date.now, log: () => {} });
+        return Promise.all(
+          Array.from({ length: 24 }, async () => {
+            const slot = await p.slot(signal);
+            starts.push(Date.now());
+            await new Promise((r) => setTimeout(r, latencyMs));
+            slot.release();
+          }),
+        ).then(() => p.close());
+      });
+      let done = false;
+      const all = Promise.all(work).then(() => (done = true));
+      for (let step = 0; !done; step++) {
+        if (step > 1_000) throw new Error(`stuck with ${starts.length} starts, ${calls.acquire} acquires`);
+        await vi.advanceTimersByTimeAsync(100);
+      }
+      await all;
+      expect(starts).toHaveLength(callers * 24);
+      starts.sort((a, b) => a - b);
+      for (let i = 0, j = 0; i < starts.length; i++) {
+        while (starts[j]! < starts[i]! - 999) j++;
+        expect(i - j + 1).toBeLessThanOrEqual(rate);
+      }
+      // Busy throughout: the gate's pace (its share of the rate), not the callers, set how long it took.
+      const seconds = (starts.at(-1)! - starts[0]!) / 1000;
+      expect(starts.length / seconds).toBeGreaterThan(rate * PACE_UTILIZATION * 0.95);
+      // A few requests per gate call, not a call per request (nor calls while every unit is busy).
+      expect(calls.acquire).toBeLessThan(starts.length / 4);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -2,7 +2,10 @@
  * The caller's side of a pacing gate: one `Pacer` per (invocation, provider).
  * Calls wait here for a slot; the pacer leases slots and concurrency units
  * from the gate in bulk (one gate call for many provider requests) and hands
- * them out in order, each at its start time. What the provider's answers say
+ * them out in order, each at its start time. A pacer holds at most as many
+ * units as its object may have requests in flight; with every one busy it
+ * asks the gate nothing until one of its requests ends, and it asks once for
+ * the several that end about together. What the provider's answers say
  * about its limit (`PacerSlot.release`) and its 429s (`backpressure`) go to
  * the gate with the next lease, or at once when they cannot wait.
  */
@@ -49,8 +52,22 @@ interface Waiter {
 
 /** Units asked for beyond the requests waiting, so a trickle of calls does not ask the gate each time. */
 const UNIT_HEADROOM = 16;
-/** A pacer refused concurrency units asks the gate again after this long. */
-const UNIT_RETRY_MS = 50;
+/**
+ * Most units a pacer holds: its object never has more requests than this in
+ * flight (the platform's limit), so units past it would only be hoarded from
+ * the org's other objects, and a slot taken for a request that then waits
+ * for one of the object's connections would start late.
+ */
+const MAX_UNITS = MAX_OUTBOUND_IN_FLIGHT;
+/** A pacer the gate gave fewer units than it asked for (others hold them) asks again after this long. */
+const UNIT_RETRY_MS = 100;
+/**
+ * When a request ends and no leased slot is left, the pacer waits this share
+ * of its requests' recent duration (at most {@link MAX_COALESCE_MS}) before
+ * asking the gate, so that the requests ending about together share one call.
+ */
+const COALESCE_SHARE = 0.2;
+const MAX_COALESCE_MS = 100;
 /** Idle this long with units held, the pacer gives them back. */
 const IDLE_RELEASE_MS = 250;
 /** A 429 whose wait ends within this of the pause already reported is only counted, not reported again at once. */
@@ -81,6 +98,10 @@ export class Pacer {
   /** Concurrency units held; 0 until the gate grants some, null when unlimited. */
   #units: number | null = 0;
   #inFlight = 0;
+  /** The gate granted fewer units than the last acquire asked for: only then does a pacer with every unit busy ask again. */
+  #starved = false;
+  /** How long its requests hold a slot, smoothed (null until one ends). */
+  #durationMs: number | null = null;
   #waiters: Waiter[] = [];
   #leasing = false;
   #retryTimer: ReturnType<typeof setTimeout> | null = null;
@@ -153,16 +174,22 @@ export class Pacer {
     await this.#deps.gate.release({ caller: this.#deps.caller });
   }
 
-  #pump(): void {
+  /** Hands out what slots and units allow; `released` says a request just ended (others may end about now too). */
+  #pump(released = false): void {
     if (this.#idleTimer) {
       clearTimeout(this.#idleTimer);
       this.#idleTimer = null;
     }
     while (this.#waiters.length > 0) {
-      const unitFree = this.#units === null || this.#inFlight < this.#units;
       const unpaced = this.#deps.now() < this.#unpacedUntil;
-      if ((this.#stock.length === 0 && !unpaced) || !unitFree) {
-        this.#lease();
+      if (this.#inFlight >= this.#usable()) {
+        // Every unit is busy: a new slot is of no use before one of our requests ends (which pumps again),
+        // unless the gate may grant more units than it did.
+        if (this.#starved || (this.#units !== null && this.#units < this.#unitsWanted())) this.#lease();
+        return;
+      }
+      if (this.#stock.length === 0 && !unpaced) {
+        this.#lease(released && this.#inFlight > 0 ? this.#coalesceMs() : 0);
         return;
       }
       const leased = this.#stock.shift();
@@ -195,8 +222,10 @@ export class Pacer {
         if (released) return;
         released = true;
         this.#inFlight--;
+        const heldMs = Math.max(0, this.#deps.now() - at);
+        this.#durationMs = this.#durationMs === null ? heldMs : 0.8 * this.#durationMs + 0.2 * heldMs;
         this.#answered(answer ?? null, at, probe);
-        this.#pump();
+        this.#pump(true);
         this.#armIdleRelease();
       },
     });
@@ -266,31 +295,58 @@ export class Pacer {
     }
   }
 
-  /** Asks the gate for slots and units; deferred a microtask so a burst of waiters shares one call. */
-  #lease(): void {
+  /** Requests this pacer may have in flight: the units it holds (all it may use when the gate sets no limit). */
+  #usable(): number {
+    return this.#units === null ? MAX_UNITS : Math.min(this.#units, MAX_UNITS);
+  }
+
+  /** Units worth holding now: the requests in flight and waiting, some headroom, never past {@link MAX_UNITS}. */
+  #unitsWanted(): number {
+    return Math.min(this.#inFlight + this.#waiters.length + UNIT_HEADROOM, MAX_UNITS);
+  }
+
+  /** How long to wait, after a request ended, for others to end before asking the gate. */
+  #coalesceMs(): number {
+    return this.#durationMs === null ? 0 : Math.min(MAX_COALESCE_MS, COALESCE_SHARE * this.#durationMs);
+  }
+
+  /**
+   * Asks the gate for slots and units: after `delayMs` (on the retry timer,
+   * so nothing else asks meanwhile), else deferred a microtask so a burst of
+   * waiters shares one call.
+   */
+  #lease(delayMs = 0): void {
     if (this.#leasing || this.#retryTimer) return;
+    if (delayMs > 0) {
+      this.#retryTimer = setTimeout(() => {
+        this.#retryTimer = null;
+        this.#pump();
+      }, delayMs);
+      return;
+    }
     this.#leasing = true;
     queueMicrotask(() => this.#acquire());
   }
 
   #acquire(): void {
-    const slots = Math.max(0, this.#waiters.length - this.#stock.length);
-    // An object never has more than six requests in flight (the platform's limit): units past that would only be
-    // hoarded from the org's other objects (a run's executors share the provider's concurrency).
-    const units = Math.min(this.#inFlight + this.#waiters.length + UNIT_HEADROOM, MAX_OUTBOUND_IN_FLIGHT + 2);
+    const units = this.#unitsWanted();
+    // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
+    const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
     this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
         const now = this.#deps.now();
         this.#policy = grant.policy;
         this.#units = grant.units;
+        this.#starved = grant.units !== null && grant.units < units;
         this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
         // The probe starts at once (offset 0) and the stock is empty until the provider is heard: it is the next slot out.
         if (grant.probe && grant.startInMs.length > 0) this.#probeNext = true;
         for (const offset of grant.startInMs) if (now + offset >= this.#pausedUntil) this.#stock.push(now + offset);
-        // Without a free unit, wait for one of ours to end (release pumps) or for others' to lapse (the timer).
-        const blocked = this.#units !== null && this.#inFlight >= this.#units;
-        if (blocked || grant.retryInMs !== null) {
+        // Without a free unit, wait for one of ours to end (release pumps), or, when the gate gave us fewer than we
+        // asked for, for others' to return or lapse (the timer).
+        const blocked = this.#inFlight >= this.#usable();
+        if (blocked ? this.#starved : grant.retryInMs !== null) {
           this.#retryTimer = setTimeout(
             () => {
               this.#retryTimer = null;
