@@ -49,7 +49,11 @@ interface Pending {
 export interface ToolQueueOptions {
   services: DispatchServices;
   window: DispatchWindow;
-  /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
+  /**
+   * The chunk's row workers: a request waiting for its pacing slot or its
+   * connection, in flight, or between retries holds the chunk's bulk receipt
+   * calls back (up to their wait), since its row will add to them.
+   */
   workers?: WorkerBarrier;
 }
 
@@ -70,7 +74,7 @@ export class ToolQueue {
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
-    if (!tool.batch) return this.#single(tool, call);
+    if (!tool.batch) return this.#provider(this.#single(tool, call));
     return new Promise<HeldOutcome>((resolve, reject) => {
       const pending = getOrInsert(this.#pending, tool.id, () => []);
       pending.push({ call, resolve, reject });
@@ -116,26 +120,35 @@ export class ToolQueue {
     );
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      const request = withSendStop(this.#services.signal, () => send(controller.signal));
-      return await (this.#workers ? this.#workers.external(request) : request);
+      return await withSendStop(this.#services.signal, () => send(controller.signal));
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * Makes one provider request (its pacing slot, connection, retries) as work
+   * of the chunk's provider: its row is not waiting for a bulk call meanwhile.
+   */
+  #provider<T>(work: Promise<T>): Promise<T> {
+    return this.#workers ? this.#workers.external(work) : work;
   }
 
   async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
     await this.#window.enter(1, signal);
     try {
-      const result = await callProvider(this.#context(tool), (reportHeaders) =>
-        this.#timed((requestSignal) =>
-          tool.execute(call.input, {
-            idempotencyKey: call.idempotencyKey,
-            signal: requestSignal,
-            env: toolEnv(tool, env),
-            authScopeDigest: call.authScopeDigest,
-            reportHeaders,
-          }),
+      const result = await this.#provider(
+        callProvider(this.#context(tool), (reportHeaders) =>
+          this.#timed((requestSignal) =>
+            tool.execute(call.input, {
+              idempotencyKey: call.idempotencyKey,
+              signal: requestSignal,
+              env: toolEnv(tool, env),
+              authScopeDigest: call.authScopeDigest,
+              reportHeaders,
+            }),
+          ),
         ),
       );
       return this.#held(result.ok ? { ok: true, output: result.value } : result);
@@ -165,11 +178,11 @@ export class ToolQueue {
     this.#pending.delete(tool.id);
     if (pending.length === 1) {
       const [only] = pending;
-      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
+      this.#provider(this.#single(tool, only!.call)).then(only!.resolve, only!.reject);
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
-      void this.#inLane(tool, () => this.#batch(tool, batch));
+      void this.#provider(this.#inLane(tool, () => this.#batch(tool, batch)));
     }
   }
 
@@ -200,9 +213,11 @@ export class ToolQueue {
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
-      const result = await callProvider(this.#context(tool), (reportHeaders) =>
-        this.#timed((requestSignal) =>
-          strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+      const result = await this.#provider(
+        callProvider(this.#context(tool), (reportHeaders) =>
+          this.#timed((requestSignal) =>
+            strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+          ),
         ),
       );
       if (!result.ok) outcomes = members.map(() => result);
