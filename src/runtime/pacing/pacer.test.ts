@@ -220,8 +220,8 @@ describe("Pacers sharing one gate", () => {
       // Busy throughout: the gate's pace (its share of the rate), not the callers, set how long it took.
       const seconds = (starts.at(-1)! - starts[0]!) / 1000;
       expect(starts.length / seconds).toBeGreaterThan(rate * PACE_UTILIZATION * 0.95);
-      // A few requests per gate call, not a call per request (nor calls while every unit is busy).
-      expect(calls.acquire).toBeLessThan(starts.length / 4);
+      // About one gate call per caller each time its six requests end, not one per request (nor calls while all six are out).
+      expect(calls.acquire).toBeLessThan(starts.length / 5);
     } finally {
       vi.useRealTimers();
     }

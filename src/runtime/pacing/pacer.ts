@@ -62,12 +62,21 @@ const MAX_UNITS = MAX_OUTBOUND_IN_FLIGHT;
 /** A pacer the gate gave fewer units than it asked for (others hold them) asks again after this long. */
 const UNIT_RETRY_MS = 100;
 /**
- * When a request ends and no leased slot is left, the pacer waits this share
- * of its requests' recent duration (at most {@link MAX_COALESCE_MS}) before
- * asking the gate, so that the requests ending about together share one call.
+ * When a request ends and no leased slot is left, the pacer waits before
+ * asking the gate, so that the requests ending about together share one
+ * call: this share of its requests' recent duration (at most
+ * {@link DURATION_COALESCE_MS})...
  */
 const COALESCE_SHARE = 0.2;
-const MAX_COALESCE_MS = 100;
+const DURATION_COALESCE_MS = 100;
+/**
+ * ...or, when its last slots started well after it asked (the gate's
+ * schedule is leased far ahead: many callers share the rate), this share of
+ * that lead, at most {@link LEAD_COALESCE_MS}: the wait then delays nothing
+ * the schedule would not, since asking earlier only queues further back.
+ */
+const LEAD_SHARE = 0.5;
+const LEAD_COALESCE_MS = 500;
 /** Idle this long with units held, the pacer gives them back. */
 const IDLE_RELEASE_MS = 250;
 /** A 429 whose wait ends within this of the pause already reported is only counted, not reported again at once. */
@@ -102,6 +111,8 @@ export class Pacer {
   #starved = false;
   /** How long its requests hold a slot, smoothed (null until one ends). */
   #durationMs: number | null = null;
+  /** How far ahead of its asking the first slot of the last lease with slots started. */
+  #leadMs = 0;
   #waiters: Waiter[] = [];
   #leasing = false;
   #retryTimer: ReturnType<typeof setTimeout> | null = null;
@@ -307,7 +318,8 @@ export class Pacer {
 
   /** How long to wait, after a request ended, for others to end before asking the gate. */
   #coalesceMs(): number {
-    return this.#durationMs === null ? 0 : Math.min(MAX_COALESCE_MS, COALESCE_SHARE * this.#durationMs);
+    const byDuration = this.#durationMs === null ? 0 : Math.min(DURATION_COALESCE_MS, COALESCE_SHARE * this.#durationMs);
+    return Math.max(byDuration, Math.min(LEAD_COALESCE_MS, LEAD_SHARE * this.#leadMs));
   }
 
   /**
@@ -339,6 +351,7 @@ export class Pacer {
         this.#policy = grant.policy;
         this.#units = grant.units;
         this.#starved = grant.units !== null && grant.units < units;
+        if (grant.startInMs.length > 0) this.#leadMs = grant.startInMs[0]!;
         this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
         // The probe starts at once (offset 0) and the stock is empty until the provider is heard: it is the next slot out.
         if (grant.probe && grant.startInMs.length > 0) this.#probeNext = true;
