@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { EMPTY_SIGNAL, GateLedger, type GateSignal } from "./gate";
+import { EMPTY_SIGNAL, GateLedger, HOLDER_TTL_MS, type GateSignal } from "./gate";
 import { Pacer, type GateClient } from "./pacer";
 import { pacingPolicyFor, PACE_UTILIZATION, type PacingPolicy } from "./policy";
 import { NO_SIGNALS } from "./signals";
@@ -222,6 +222,36 @@ describe("Pacers sharing one gate", () => {
       expect(starts.length / seconds).toBeGreaterThan(rate * PACE_UTILIZATION * 0.95);
       // About one gate call per caller each time its six requests end, not one per request (nor calls while all six are out).
       expect(calls.acquire).toBeLessThan(starts.length / 5);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe("A pacer with every unit busy", () => {
+  it("renews its hold on the units while its requests outlast the gate's lease of them, so no other caller is given them", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const policy: PacingPolicy = { requestsPerSecond: 100, concurrency: 8, batchParallelism: 1 };
+      const { gate, ledger } = fakeGate(policy);
+      const slow = new Pacer({ gate, caller: "slow", policy, now: Date.now, log: () => {} });
+      const signal = new AbortController().signal;
+      const held = Promise.all(Array.from({ length: 6 }, () => slow.slot(signal)));
+      await vi.advanceTimersByTimeAsync(100);
+      const slots = await held;
+      // Its six requests take far longer than the gate holds units for an acquire.
+      await vi.advanceTimersByTimeAsync(HOLDER_TTL_MS * 3);
+      expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBe(6);
+      const other = new Pacer({ gate, caller: "other", policy, now: Date.now, log: () => {} });
+      let started = 0;
+      const others = Array.from({ length: 4 }, () => other.slot(signal).then((slot) => (started++, slot)));
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(started).toBe(2);
+      for (const slot of slots) slot.release();
+      await vi.advanceTimersByTimeAsync(2000);
+      expect(started).toBe(4);
+      for (const slot of await Promise.all(others)) slot.release();
+      await Promise.all([slow.close(), other.close()]);
     } finally {
       vi.useRealTimers();
     }

@@ -12,7 +12,7 @@
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 import { ToolCallError } from "../../play/tool-error";
 import { messageOf } from "../../core/errors";
-import type { GateSignal, Grant } from "./gate";
+import { HOLDER_TTL_MS, type GateSignal, type Grant } from "./gate";
 import type { PacingPolicy } from "./policy";
 import type { Quota, RateLimitSignals } from "./signals";
 
@@ -59,8 +59,15 @@ const UNIT_HEADROOM = 16;
  * for one of the object's connections would start late.
  */
 const MAX_UNITS = MAX_OUTBOUND_IN_FLIGHT;
-/** A pacer the gate gave fewer units than it asked for (others hold them) asks again after this long. */
+/**
+ * A pacer the gate gave fewer units than it asked for (others hold them)
+ * asks again after this long, doubling while the answer stays the same, up
+ * to {@link STARVED_RETRY_MAX_MS}: units come back as their holders finish.
+ */
 const UNIT_RETRY_MS = 100;
+const STARVED_RETRY_MAX_MS = 1000;
+/** A pacer whose every unit is busy renews its hold this often (the gate lets units lapse after {@link HOLDER_TTL_MS}). */
+const RENEW_MS = HOLDER_TTL_MS / 2;
 /**
  * When a request ends and no leased slot is left, the pacer waits before
  * asking the gate, so that the requests ending about together share one
@@ -109,6 +116,9 @@ export class Pacer {
   #inFlight = 0;
   /** The gate granted fewer units than the last acquire asked for: only then does a pacer with every unit busy ask again. */
   #starved = false;
+  /** Gate answers in a row that left this pacer short of units. */
+  #starvedRounds = 0;
+  #renewTimer: ReturnType<typeof setTimeout> | null = null;
   /** How long its requests hold a slot, smoothed (null until one ends). */
   #durationMs: number | null = null;
   /** How far ahead of its asking the first slot of the last lease with slots started. */
@@ -180,6 +190,8 @@ export class Pacer {
   async close(): Promise<void> {
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    if (this.#renewTimer) clearTimeout(this.#renewTimer);
+    this.#renewTimer = null;
     if (this.#units === 0) return;
     this.#units = 0;
     await this.#deps.gate.release({ caller: this.#deps.caller });
@@ -197,6 +209,7 @@ export class Pacer {
         // Every unit is busy: a new slot is of no use before one of our requests ends (which pumps again),
         // unless the gate may grant more units than it did.
         if (this.#starved || (this.#units !== null && this.#units < this.#unitsWanted())) this.#lease();
+        else this.#armRenew();
         return;
       }
       if (this.#stock.length === 0 && !unpaced) {
@@ -214,6 +227,7 @@ export class Pacer {
       if (delay <= 0) this.#grant(waiter, at, probe);
       else setTimeout(() => this.#grant(waiter, at, probe), delay);
     }
+    if (this.#inFlight > 0) this.#armRenew();
   }
 
   /** Hands a slot over at its start time, unless a 429 arrived meanwhile (then the waiter queues again). */
@@ -306,6 +320,15 @@ export class Pacer {
     }
   }
 
+  /** While its requests are out and it asks nothing, the pacer renews its hold on their units now and then. */
+  #armRenew(): void {
+    if (this.#renewTimer || this.#units === null) return;
+    this.#renewTimer = setTimeout(() => {
+      this.#renewTimer = null;
+      if (this.#inFlight > 0) this.#lease();
+    }, RENEW_MS);
+  }
+
   /** Requests this pacer may have in flight: the units it holds (all it may use when the gate sets no limit). */
   #usable(): number {
     return this.#units === null ? MAX_UNITS : Math.min(this.#units, MAX_UNITS);
@@ -341,6 +364,8 @@ export class Pacer {
   }
 
   #acquire(): void {
+    if (this.#renewTimer) clearTimeout(this.#renewTimer);
+    this.#renewTimer = null;
     const units = this.#unitsWanted();
     // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
     const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
@@ -351,6 +376,7 @@ export class Pacer {
         this.#policy = grant.policy;
         this.#units = grant.units;
         this.#starved = grant.units !== null && grant.units < units;
+        this.#starvedRounds = this.#starved ? this.#starvedRounds + 1 : 0;
         if (grant.startInMs.length > 0) this.#leadMs = grant.startInMs[0]!;
         this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
         // The probe starts at once (offset 0) and the stock is empty until the provider is heard: it is the next slot out.
@@ -360,12 +386,13 @@ export class Pacer {
         // asked for, for others' to return or lapse (the timer).
         const blocked = this.#inFlight >= this.#usable();
         if (blocked ? this.#starved : grant.retryInMs !== null) {
+          const starvedMs = Math.min(STARVED_RETRY_MAX_MS, UNIT_RETRY_MS * 2 ** Math.min(this.#starvedRounds - 1, 8));
           this.#retryTimer = setTimeout(
             () => {
               this.#retryTimer = null;
               this.#pump();
             },
-            Math.max(grant.retryInMs ?? 0, blocked ? UNIT_RETRY_MS : 0),
+            Math.max(grant.retryInMs ?? 0, blocked ? starvedMs : 0),
           );
         }
         this.#pump();
