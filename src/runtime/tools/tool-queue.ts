@@ -52,7 +52,9 @@ export interface ToolQueueOptions {
   /**
    * The chunk's row workers: a request waiting for its pacing slot or its
    * connection, in flight, or between retries holds the chunk's bulk receipt
-   * calls back (up to their wait), since its row will add to them.
+   * calls back (up to their wait), since its row will add to them. A call
+   * waiting for room in the window does not: room comes as receipts are
+   * written.
    */
   workers?: WorkerBarrier;
 }
@@ -74,7 +76,7 @@ export class ToolQueue {
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
-    if (!tool.batch) return this.#provider(this.#single(tool, call));
+    if (!tool.batch) return this.#single(tool, call);
     return new Promise<HeldOutcome>((resolve, reject) => {
       const pending = getOrInsert(this.#pending, tool.id, () => []);
       pending.push({ call, resolve, reject });
@@ -129,6 +131,8 @@ export class ToolQueue {
   /**
    * Makes one provider request (its pacing slot, connection, retries) as work
    * of the chunk's provider: its row is not waiting for a bulk call meanwhile.
+   * Called in the turn its call enters the window, so that no other row's
+   * parking sees it as parked in between.
    */
   #provider<T>(work: Promise<T>): Promise<T> {
     return this.#workers ? this.#workers.external(work) : work;
@@ -136,7 +140,8 @@ export class ToolQueue {
 
   async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
-    await this.#window.enter(1, signal);
+    // Waiting for room, its row waits for other rows' receipts: it stays parked.
+    if (!this.#window.tryEnter(1, signal)) await this.#window.enter(1, signal);
     try {
       const result = await this.#provider(
         callProvider(this.#context(tool), (reportHeaders) =>
@@ -178,11 +183,11 @@ export class ToolQueue {
     this.#pending.delete(tool.id);
     if (pending.length === 1) {
       const [only] = pending;
-      this.#provider(this.#single(tool, only!.call)).then(only!.resolve, only!.reject);
+      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
-      void this.#provider(this.#inLane(tool, () => this.#batch(tool, batch)));
+      void this.#inLane(tool, () => this.#batch(tool, batch));
     }
   }
 
@@ -205,7 +210,7 @@ export class ToolQueue {
     const strategy = tool.batch!;
     const { signal, env } = this.#services;
     try {
-      await this.#window.enter(members.length, signal);
+      if (!this.#window.tryEnter(members.length, signal)) await this.#window.enter(members.length, signal);
     } catch (error) {
       for (const member of members) member.reject(error);
       return;
