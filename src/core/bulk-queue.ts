@@ -4,10 +4,8 @@
  * its own item's result back.
  *
  * A queue sends when every row worker of the chunk is parked (waiting on a
- * queue, on another call's result, or on a backoff) and none waits on a
- * provider: nobody else can add to the batch then. A timer bounds the wait
- * for stragglers, and is what sends while the provider is busy, so that the
- * rows' receipt operations go out together rather than each alone.
+ * queue, on another call's result, or on a backoff): nobody else can add to
+ * the batch then. A timer bounds the wait for stragglers.
  */
 import { getOrInsert } from "./collections";
 export interface BulkQueueOptions<Item, Result> {
@@ -29,11 +27,10 @@ interface Pending<Item, Result> {
 
 /**
  * Counts the chunk's row workers that are running and those parked waiting,
- * and the chunk's provider requests under way: waiting for a pacing slot or
- * a connection, in flight, or between retries. Listeners hear when everyone
- * is parked and no request is under way: a request under way will wake a
- * worker with more to add (its receipt completion), so a bulk call sent
- * before it returns would go out half empty.
+ * and the provider requests of the chunk in flight. Listeners hear when
+ * everyone is parked and no request is in flight: a request in flight will
+ * wake a worker with more to add (its receipt completion), so a bulk call
+ * sent before it returns would go out half empty.
  */
 export class WorkerBarrier {
   #active = 0;
@@ -61,15 +58,14 @@ export class WorkerBarrier {
     }
   }
 
-  /** Marks a provider request under way until `promise` settles (its worker stays parked meanwhile). */
+  /** Marks a provider request in flight until `promise` settles (its worker stays parked meanwhile). */
   async external<T>(promise: Promise<T>): Promise<T> {
     this.#external++;
     try {
       return await promise;
     } finally {
       this.#external--;
-      // Its worker runs on once the promise settles, maybe to add to a batch: look once it has had its turn.
-      setTimeout(() => this.#check(), 0);
+      this.#check();
     }
   }
 

@@ -44,17 +44,6 @@ export class DispatchWindow {
   }
 
   /**
-   * Enters at once if there is room and nobody waits (true); else enters
-   * nothing (false: {@link enter} then waits, or throws as it says). Lets a
-   * caller that need not wait go on in the same turn.
-   */
-  tryEnter(weight: number, signal: AbortSignal): boolean {
-    if (signal.aborted || this.#latch.tripped || this.#queue.length > 0 || !this.#fits(weight)) return false;
-    this.#inFlight += weight;
-    return true;
-  }
-
-  /**
    * Waits for room for `weight` calls. Throws the latch's error (counting the
    * calls as prevented) if it has tripped or trips while waiting.
    */

@@ -49,13 +49,7 @@ interface Pending {
 export interface ToolQueueOptions {
   services: DispatchServices;
   window: DispatchWindow;
-  /**
-   * The chunk's row workers: a request waiting for its pacing slot or its
-   * connection, in flight, or between retries holds the chunk's bulk receipt
-   * calls back (up to their wait), since its row will add to them. A call
-   * waiting for room in the window does not: room comes as receipts are
-   * written.
-   */
+  /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
   workers?: WorkerBarrier;
 }
 
@@ -122,38 +116,26 @@ export class ToolQueue {
     );
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      return await withSendStop(this.#services.signal, () => send(controller.signal));
+      const request = withSendStop(this.#services.signal, () => send(controller.signal));
+      return await (this.#workers ? this.#workers.external(request) : request);
     } finally {
       clearTimeout(timer);
     }
   }
 
-  /**
-   * Makes one provider request (its pacing slot, connection, retries) as work
-   * of the chunk's provider: its row is not waiting for a bulk call meanwhile.
-   * Called in the turn its call enters the window, so that no other row's
-   * parking sees it as parked in between.
-   */
-  #provider<T>(work: Promise<T>): Promise<T> {
-    return this.#workers ? this.#workers.external(work) : work;
-  }
-
   async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
-    // Waiting for room, its row waits for other rows' receipts: it stays parked.
-    if (!this.#window.tryEnter(1, signal)) await this.#window.enter(1, signal);
+    await this.#window.enter(1, signal);
     try {
-      const result = await this.#provider(
-        callProvider(this.#context(tool), (reportHeaders) =>
-          this.#timed((requestSignal) =>
-            tool.execute(call.input, {
-              idempotencyKey: call.idempotencyKey,
-              signal: requestSignal,
-              env: toolEnv(tool, env),
-              authScopeDigest: call.authScopeDigest,
-              reportHeaders,
-            }),
-          ),
+      const result = await callProvider(this.#context(tool), (reportHeaders) =>
+        this.#timed((requestSignal) =>
+          tool.execute(call.input, {
+            idempotencyKey: call.idempotencyKey,
+            signal: requestSignal,
+            env: toolEnv(tool, env),
+            authScopeDigest: call.authScopeDigest,
+            reportHeaders,
+          }),
         ),
       );
       return this.#held(result.ok ? { ok: true, output: result.value } : result);
@@ -210,7 +192,7 @@ export class ToolQueue {
     const strategy = tool.batch!;
     const { signal, env } = this.#services;
     try {
-      if (!this.#window.tryEnter(members.length, signal)) await this.#window.enter(members.length, signal);
+      await this.#window.enter(members.length, signal);
     } catch (error) {
       for (const member of members) member.reject(error);
       return;
@@ -218,11 +200,9 @@ export class ToolQueue {
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
-      const result = await this.#provider(
-        callProvider(this.#context(tool), (reportHeaders) =>
-          this.#timed((requestSignal) =>
-            strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
-          ),
+      const result = await callProvider(this.#context(tool), (reportHeaders) =>
+        this.#timed((requestSignal) =>
+          strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
         ),
       );
       if (!result.ok) outcomes = members.map(() => result);
