@@ -119,8 +119,10 @@ export interface AcquireRequest {
 
 /** What the gate leased to a caller. */
 export interface Grant {
-  /** When each granted slot may start, as offsets from the gate's now (ascending). */
+  /** When each granted slot may start, as offsets from {@link Grant.grantedAt} (ascending). */
   startInMs: number[];
+  /** The gate's clock when it granted them: callers place the slots on it, not on when the answer reached them. */
+  grantedAt: number;
   /** Concurrency units the caller holds now; null: no concurrency limit. */
   units: number | null;
   /**
@@ -198,7 +200,8 @@ export class GateLedger {
     }
     const rps = this.#rate.effective(policy);
     const firstContact = this.#firstContact(policy, caller, now);
-    if (firstContact === "wait") return { startInMs: [], units, retryInMs: PROBE_RETRY_MS, unpacedForMs: 0, probe: false, policy };
+    if (firstContact === "wait")
+      return { startInMs: [], grantedAt: now, units, retryInMs: PROBE_RETRY_MS, unpacedForMs: 0, probe: false, policy };
     if (firstContact === "probe") slots = Math.min(slots, 1);
     // A rate just came into force (the probe's answer announced a quota, a 429 taught one): the requests already started count.
     const last = this.#history.last;
@@ -229,7 +232,7 @@ export class GateLedger {
     const unpaced = rps === null && this.#pausedUntil <= now && this.#budget === null && this.#heard;
     const probe = firstContact === "probe" && startInMs.length > 0;
     if (firstContact === "probe" && !probe) this.#probe = null;
-    return { startInMs, units, retryInMs, unpacedForMs: unpaced ? UNPACED_LEASE_MS : 0, probe, policy };
+    return { startInMs, grantedAt: now, units, retryInMs, unpacedForMs: unpaced ? UNPACED_LEASE_MS : 0, probe, policy };
   }
 
   /**

@@ -257,3 +257,110 @@ describe("A pacer with every unit busy", () => {
     }
   });
 });
+
+describe("Pacers whose gate answers late and whose calls come unevenly", () => {
+  it("still never start more requests in any second than the declared rate", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const rate = 100;
+      const policy: PacingPolicy = { requestsPerSecond: rate, concurrency: 250, batchParallelism: 4 };
+      const { gate: inner } = fakeGate(policy);
+      // A fixed sequence of pseudo-random numbers, so a failure replays.
+      let seed = 7;
+      const random = () => {
+        seed = (seed * 1103515245 + 12345) % 2 ** 31;
+        return seed / 2 ** 31;
+      };
+      const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+      // Each gate call waits up to 60 ms to reach the gate and as long again for its answer to come back.
+      const gate: GateClient = {
+        acquire: async (r) => {
+          await sleep(random() * 60);
+          const grant = await inner.acquire(r);
+          await sleep(random() * 60);
+          return grant;
+        },
+        report: inner.report,
+        release: inner.release,
+      };
+      const starts: number[] = [];
+      const signal = new AbortController().signal;
+      // Thirty objects; each of their calls comes after a pause of its own, so slots leased ahead may go stale.
+      const work = Array.from({ length: 30 }, (_, c) => {
+        const p = new Pacer({ gate, caller: `c${c}`, policy, now: Date.now, log: () => {} });
+        return Promise.all(
+          Array.from({ length: 6 }, async () => {
+            for (let i = 0; i < 4; i++) {
+              await sleep(random() * 400);
+              const slot = await p.slot(signal);
+              starts.push(Date.now());
+              await sleep(50 + random() * 450);
+              slot.release();
+            }
+          }),
+        ).then(() => p.close());
+      });
+      let done = false;
+      const all = Promise.all(work).then(() => (done = true));
+      for (let step = 0; !done; step++) {
+        if (step > 2_000) throw new Error(`stuck with ${starts.length} starts`);
+        await vi.advanceTimersByTimeAsync(50);
+      }
+      await all;
+      expect(starts).toHaveLength(30 * 24);
+      starts.sort((a, b) => a - b);
+      let most = 0;
+      for (let i = 0, j = 0; i < starts.length; i++) {
+        while (starts[j]! < starts[i]! - 999) j++;
+        most = Math.max(most, i - j + 1);
+      }
+      expect(most).toBeLessThanOrEqual(rate);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe("A pacer holding slots whose start has passed", () => {
+  it("drops them and leases fresh ones, whether its callers came late or its timers fired late", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const policy: PacingPolicy = { requestsPerSecond: 100, concurrency: 250, batchParallelism: 1 };
+      const { gate: inner, calls } = fakeGate(policy);
+      // The gate's answers take 5 ms to come back.
+      const gate: GateClient = {
+        ...inner,
+        acquire: async (r) => inner.acquire(r).then((g) => new Promise((ok) => setTimeout(() => ok(g), 5))),
+      };
+      // The pacer's clock runs `behind` ms ahead of its timers: as if its event loop had been busy that long.
+      let behind = 0;
+      const p = new Pacer({ gate, caller: "c", policy, now: () => Date.now() + behind, log: () => {} });
+      // Six callers ask, and give up while the lease is on its way: its slots stay with the pacer.
+      const waiting = new AbortController();
+      const abandoned = Array.from({ length: 6 }, () => p.slot(waiting.signal).catch(() => "aborted"));
+      await vi.advanceTimersByTimeAsync(1);
+      waiting.abort();
+      expect(await Promise.all(abandoned)).toEqual(Array(6).fill("aborted"));
+      await vi.advanceTimersByTimeAsync(10);
+      expect(calls.acquire).toBe(1);
+      // Callers come back a second later: those slots are long past, so the pacer leases again.
+      await vi.advanceTimersByTimeAsync(1000);
+      const signal = new AbortController().signal;
+      const late = p.slot(signal);
+      await vi.advanceTimersByTimeAsync(50);
+      (await late).release();
+      expect(calls.acquire).toBe(2);
+      // Four slots, the last three a few intervals ahead, whose timers fire 100 ms late: those three are leased again.
+      const next = Array.from({ length: 4 }, () => p.slot(signal));
+      await vi.advanceTimersByTimeAsync(6);
+      expect(calls.acquire).toBe(3);
+      behind += 100;
+      await vi.advanceTimersByTimeAsync(200);
+      for (const slot of await Promise.all(next)) slot.release();
+      expect(calls.acquire).toBeGreaterThan(3);
+      await p.close();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});

@@ -84,6 +84,14 @@ const DURATION_COALESCE_MS = 100;
  */
 const LEAD_SHARE = 0.5;
 const LEAD_COALESCE_MS = 500;
+/**
+ * A slot handed out more than this after its start (its waiter came late, a
+ * timer fired late, the lease's answer was slow) is dropped, not used: the
+ * gate's schedule has moved on, and a late start bunches with the slots of
+ * other callers that follow it. At a pace of 96% of the declared rate, late
+ * starts within this much cannot put a second over it.
+ */
+export const LATE_SLOT_MS = 20;
 /** Idle this long with units held, the pacer gives them back. */
 const IDLE_RELEASE_MS = 250;
 /** A 429 whose wait ends within this of the pause already reported is only counted, not reported again at once. */
@@ -212,6 +220,7 @@ export class Pacer {
         else this.#armRenew();
         return;
       }
+      this.#dropLate();
       if (this.#stock.length === 0 && !unpaced) {
         this.#lease(released && this.#inFlight > 0 ? this.#coalesceMs() : 0);
         return;
@@ -230,9 +239,17 @@ export class Pacer {
     if (this.#inFlight > 0) this.#armRenew();
   }
 
-  /** Hands a slot over at its start time, unless a 429 arrived meanwhile (then the waiter queues again). */
+  /** Drops the leased slots whose start is too long past to use (see {@link LATE_SLOT_MS}). */
+  #dropLate(): void {
+    const late = this.#deps.now() - LATE_SLOT_MS;
+    let stale = 0;
+    while (stale < this.#stock.length && this.#stock[stale]! < late) stale++;
+    if (stale > 0) this.#stock.splice(0, stale);
+  }
+
+  /** Hands a slot over at its start time, unless a 429 arrived meanwhile or its timer fired too late (then the waiter queues again). */
   #grant(waiter: Waiter, at: number, probe: boolean): void {
-    if (waiter.signal.aborted || at < this.#pausedUntil) {
+    if (waiter.signal.aborted || at < this.#pausedUntil || this.#deps.now() - at > LATE_SLOT_MS) {
       this.#inFlight--;
       if (!waiter.signal.aborted) this.#waiters.unshift(waiter);
       // The probe was never sent: say so, or every caller waits for its answer until the gate gives up on it.
@@ -369,10 +386,12 @@ export class Pacer {
     const units = this.#unitsWanted();
     // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
     const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
+    const askedAt = this.#deps.now();
     this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
         const now = this.#deps.now();
+        const startsAt = onOurClock(grant.grantedAt, askedAt, now);
         this.#policy = grant.policy;
         this.#units = grant.units;
         this.#starved = grant.units !== null && grant.units < units;
@@ -381,7 +400,7 @@ export class Pacer {
         this.#unpacedUntil = grant.unpacedForMs > 0 ? now + grant.unpacedForMs : 0;
         // The probe starts at once (offset 0) and the stock is empty until the provider is heard: it is the next slot out.
         if (grant.probe && grant.startInMs.length > 0) this.#probeNext = true;
-        for (const offset of grant.startInMs) if (now + offset >= this.#pausedUntil) this.#stock.push(now + offset);
+        for (const offset of grant.startInMs) if (startsAt + offset >= this.#pausedUntil) this.#stock.push(startsAt + offset);
         // Without a free unit, wait for one of ours to end (release pumps), or, when the gate gave us fewer than we
         // asked for, for others' to return or lapse (the timer).
         const blocked = this.#inFlight >= this.#usable();
@@ -423,6 +442,19 @@ export class Pacer {
       );
     }, IDLE_RELEASE_MS);
   }
+}
+
+/**
+ * The gate's `grantedAt` on the pacer's clock. Slots are placed on the
+ * gate's clock, so that a slow answer does not shift one caller's slots
+ * against another's (the shifted starts would bunch); a clock that
+ * disagrees (the gate's time falls outside the call) is moved by as little
+ * as makes it agree.
+ */
+function onOurClock(grantedAt: number, askedAt: number, answeredAt: number): number {
+  if (grantedAt < askedAt) return askedAt;
+  if (grantedAt > answeredAt) return answeredAt;
+  return grantedAt;
 }
 
 function sameQuota(a: Quota, b: Quota | null): boolean {
