@@ -88,6 +88,13 @@ function rowToConfig(row: ConfigRow | undefined): SimConfig {
 export class SimStore {
   readonly #sql: Sql;
   readonly #now: () => number;
+  /**
+   * The config and the stored peaks, as last read or written: this object is
+   * their only writer, and every request reads the config and raises the
+   * peaks, which then costs a write only when one rises.
+   */
+  #config: SimConfig | null = null;
+  #peaks: { perSecond: number; inFlight: number; byCaller: Map<string, number> } | null = null;
 
   constructor(options: { sql: Sql; now?: () => number }) {
     this.#sql = options.sql;
@@ -96,10 +103,13 @@ export class SimStore {
 
   /** The current config (defaults until first changed). */
   config(): SimConfig {
-    return rowToConfig(
-      this
-        .#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers, max_concurrent FROM sim_config WHERE id = 1`[0],
+    this.#config ??= Object.freeze(
+      rowToConfig(
+        this
+          .#sql<ConfigRow>`SELECT latency_ms, rate_per_second, batch_max_size, rate_limit_headers, max_concurrent FROM sim_config WHERE id = 1`[0],
+      ),
     );
+    return this.#config;
   }
 
   /** Applies a partial update and returns the whole resulting config. */
@@ -109,6 +119,7 @@ export class SimStore {
       VALUES (1, ${next.latencyMs}, ${next.ratePerSecond}, ${next.batchMaxSize}, ${next.rateLimitHeaders}, ${next.maxConcurrent})
       ON CONFLICT (id) DO UPDATE SET latency_ms = excluded.latency_ms, rate_per_second = excluded.rate_per_second,
         batch_max_size = excluded.batch_max_size, rate_limit_headers = excluded.rate_limit_headers, max_concurrent = excluded.max_concurrent`;
+    this.#config = Object.freeze(next);
     return next;
   }
 
@@ -124,6 +135,9 @@ export class SimStore {
 
   /** Raises the peak of requests seen in one second to `observed` if it is higher. */
   recordObservedRate(observed: number): void {
+    const peaks = this.#storedPeaks();
+    if (observed <= peaks.perSecond) return;
+    peaks.perSecond = observed;
     this.#sql.write`UPDATE sim_counters SET max_observed_per_second = max(max_observed_per_second, ${observed}) WHERE id = 1`;
   }
 
@@ -132,10 +146,27 @@ export class SimStore {
    * overall, and `callerInFlight` for `caller` (a request that named one).
    */
   recordInFlight(now: { inFlight: number; caller: string | null; callerInFlight: number }): void {
-    this.#sql.write`UPDATE sim_counters SET max_in_flight = max(max_in_flight, ${now.inFlight}) WHERE id = 1`;
-    if (now.caller === null) return;
+    const peaks = this.#storedPeaks();
+    if (now.inFlight > peaks.inFlight) {
+      peaks.inFlight = now.inFlight;
+      this.#sql.write`UPDATE sim_counters SET max_in_flight = max(max_in_flight, ${now.inFlight}) WHERE id = 1`;
+    }
+    if (now.caller === null || now.callerInFlight <= (peaks.byCaller.get(now.caller) ?? 0)) return;
+    peaks.byCaller.set(now.caller, now.callerInFlight);
     this.#sql.write`INSERT INTO sim_caller_peaks (caller, max_in_flight) VALUES (${now.caller}, ${now.callerInFlight})
       ON CONFLICT (caller) DO UPDATE SET max_in_flight = max(max_in_flight, excluded.max_in_flight)`;
+  }
+
+  /** The peaks as stored, read once. */
+  #storedPeaks(): { perSecond: number; inFlight: number; byCaller: Map<string, number> } {
+    if (this.#peaks) return this.#peaks;
+    const counters = this.#sql<{ max_observed_per_second: number; max_in_flight: number }>`
+      SELECT max_observed_per_second, max_in_flight FROM sim_counters WHERE id = 1`[0];
+    const byCaller = new Map<string, number>();
+    for (const row of this.#sql<CallerPeakRow>`SELECT caller, max_in_flight FROM sim_caller_peaks`)
+      byCaller.set(row.caller, row.max_in_flight);
+    this.#peaks = { perSecond: counters?.max_observed_per_second ?? 0, inFlight: counters?.max_in_flight ?? 0, byCaller };
+    return this.#peaks;
   }
 
   /** Counts one `429` answer. */
@@ -221,6 +252,8 @@ export class SimStore {
     this.#sql.write`DELETE FROM sim_caller_peaks`;
     this.#sql.write`DELETE FROM sim_billed`;
     this.#sql.write`DELETE FROM sim_flaky_seen`;
+    this.#config = null;
+    this.#peaks = null;
   }
 }
 
