@@ -203,6 +203,23 @@ describe("runs and plays", () => {
     expect(page2.body.events.at(-1).type).toBe("run.completed");
   });
 
+  it("answers a dataset the play declares and has not written yet as empty, in every format", async () => {
+    const runId = await startRun("test-waits", { keys: ["never"], timeoutMs: 60_000 });
+    const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/later`);
+    expect(status).toBe(200);
+    expect(body).toEqual({ rows: [], total: 0, offset: 0, limit: 100, nextCursor: null });
+    const csv = await api(`/v1/runs/${runId}/datasets/later?format=csv`);
+    expect(csv.status).toBe(200);
+    expect(await csv.text()).toBe("_key,_status,_error\r\n");
+    const ndjson = await api(`/v1/runs/${runId}/datasets/later?format=ndjson`);
+    expect(await ndjson.text()).toBe("");
+    const cursor = await apiJson(`/v1/runs/${runId}/datasets/later?cursor=abc`);
+    expect(cursor.status).toBe(400);
+    expect((await apiJson(`/v1/runs/${runId}/datasets/other`)).status).toBe(404);
+    await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+    await waitForRun(runId);
+  });
+
   it("answers 404 for a dataset the run does not have", async () => {
     const runId = await startRun("demo-enrich", { rows: [lead] });
     await waitForRun(runId);

@@ -39,8 +39,21 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
   const coordinator = coordinatorOf(c.env, runId);
   const found = await coordinator.dataset(c.get("org"), name);
   if (!found) {
-    if (!(await coordinator.getRun(c.get("org")))) throw runNotFound(runId);
-    throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
+    const run = await coordinator.getRun(c.get("org"));
+    if (!run) throw runNotFound(runId);
+    // A dataset the play declares, before its map starts: no rows yet, not "no such dataset".
+    if (!run.links?.datasets?.[name]) throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
+    if (query.format === "csv")
+      return new Response(`${META_COLUMNS.join(",")}\r\n`, {
+        headers: { "Content-Type": "text/csv; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.csv"` },
+      });
+    if (query.format === "ndjson")
+      return new Response("", {
+        headers: { "Content-Type": "application/x-ndjson; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.ndjson"` },
+      });
+    // No cursor was given out for it: any is refused as one that points past its end.
+    if (query.cursor !== undefined) decodeDatasetCursor(query.cursor, { runId, dataset: name }, 0);
+    return c.json({ rows: [], total: 0, offset: query.offset ?? 0, limit: query.limit, nextCursor: null });
   }
   const { total } = found;
   const sheets = new SheetClient({ env: c.env, location: found.location, meter: new SubrequestMeter() });

@@ -153,6 +153,8 @@ export const testMapChildren = definePlay({
 export const testWaits = definePlay({
   name: "test-waits",
   description: "test only: ctx.waitForEvent on several keys",
+  // Declared and never mapped: a dataset of the run with no rows yet.
+  datasets: ["later"],
   input: z.object({
     keys: z.array(z.string()).min(1).max(5),
     timeoutMs: z.number().optional(),
