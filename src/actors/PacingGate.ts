@@ -17,6 +17,8 @@ const Ms = z
 export const GateSignalInput = z.object({
   limited: z.number().int().min(0).max(100_000),
   unpacedStarts: z.number().int().min(0).max(100_000),
+  unpacedSinceMs: z.number().min(0).max(3_600_000).optional(),
+  unpacedLastMs: z.number().min(0).max(3_600_000).optional(),
   retryAfterMs: Ms.nullable(),
   quota: z.object({ requests: z.number().int().min(1).max(1e12), windowMs: z.number().positive().max(1e12).nullable() }).nullable(),
   remaining: z

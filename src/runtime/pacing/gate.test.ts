@@ -248,6 +248,33 @@ describe("GateLedger: backpressure", () => {
   });
 });
 
+describe("GateLedger: a limit learned from several callers", () => {
+  it("counts every caller's unpaced starts in the second before a 429, though most tell them after it", () => {
+    const gate = heardGate();
+    const p = policy();
+    // Three callers each start 20 requests unpaced over the first second; the provider admits 45 a second.
+    gate.report(p, { signal: signal({ ...limited(100, 15), unpacedStarts: 20, unpacedSinceMs: 990, unpacedLastMs: 50 }), now: 1000 });
+    // The other two tell theirs with their next calls, up to a second later.
+    gate.acquire(p, {
+      caller: "b",
+      slots: 0,
+      inFlight: 0,
+      signal: signal({ unpacedStarts: 20, unpacedSinceMs: 1490, unpacedLastMs: 550 }),
+      now: 1500,
+    });
+    gate.acquire(p, {
+      caller: "c",
+      slots: 0,
+      inFlight: 0,
+      signal: signal({ unpacedStarts: 20, unpacedSinceMs: 1890, unpacedLastMs: 950 }),
+      now: 1900,
+    });
+    gate.acquire(p, { caller: "a", slots: 0, inFlight: 0, now: 1000 + LEARN_SETTLE_MS });
+    // 60 started in the second before the 429s, 15 refused: 45.
+    expect(gate.snapshot(p, 1000 + LEARN_SETTLE_MS).learnedRequestsPerSecond).toBe(45);
+  });
+});
+
 describe("GateLedger: concurrency", () => {
   it("never lets the units held sum past the limit", () => {
     const p = policy({ concurrency: 10 });

@@ -31,7 +31,7 @@
  * again, which at worst lets one horizon of slots overlap (the provider's
  * 429s then slow it).
  */
-import { StartHistory } from "./history";
+import { HISTORY_MS, StartHistory } from "./history";
 import type { PacingPolicy } from "./policy";
 import { ProviderRate } from "./rate";
 import type { Quota, Remaining } from "./signals";
@@ -63,6 +63,8 @@ export const BARE_429_INTERVALS = 4;
 export const CONCURRENCY_RETRY_MS = 25;
 /** While nothing paces the provider, a caller may start requests without asking for this long. */
 export const UNPACED_LEASE_MS = 1000;
+/** Unpaced starts told together are recorded in at most this many steps over the span they started in. */
+export const UNPACED_SPREAD_STEPS = 10;
 /** The probe's answer is waited for at most this long; then callers go on as if it said nothing. */
 export const PROBE_TIMEOUT_MS = 2000;
 /** Callers waiting for the probe's answer ask again after this long. */
@@ -89,6 +91,9 @@ export interface GateSignal {
   limited: number;
   /** Requests started without a slot (while nothing paced the provider). */
   unpacedStarts: number;
+  /** How long before this call the first and the last of them started (absent: just now); they are spread between. */
+  unpacedSinceMs?: number;
+  unpacedLastMs?: number;
   /** The longest wait a rate-limited answer asked for. */
   retryAfterMs: number | null;
   /** The latest quota the provider announced. */
@@ -278,7 +283,11 @@ export class GateLedger {
       this.#heard = true;
       this.#probe = null;
     }
-    if (signal.unpacedStarts > 0) this.#history.record(now, { count: Math.min(signal.unpacedStarts, MAX_SLOTS_PER_LEASE), granted: false });
+    if (signal.unpacedStarts > 0) {
+      const count = Math.min(signal.unpacedStarts, MAX_SLOTS_PER_LEASE);
+      const first = now - Math.min(signal.unpacedSinceMs ?? 0, HISTORY_MS);
+      this.#recordUnpaced(count, first, Math.max(first, now - (signal.unpacedLastMs ?? 0)));
+    }
     this.#rate.hear({ quota: signal.quota, resetMs: signal.remaining?.resetMs ?? null });
     if (signal.remaining) this.#remaining(signal.remaining, now);
     if (signal.limited > 0) {
@@ -286,6 +295,21 @@ export class GateLedger {
       this.#history.recordLimited(now, signal.limited);
       this.#pause(now + Math.max(0, signal.retryAfterMs ?? this.#bareWaitMs(policy)));
       this.#rate.rateLimited(policy, { now, count: signal.limited, pausedUntil: this.#pausedUntil, history: this.#history });
+    }
+  }
+
+  /**
+   * Requests a caller started unpaced between `first` and `last`, told with
+   * its next call (up to {@link UNPACED_LEASE_MS} later): spread evenly over
+   * that span, so that the second before a 429 counts every caller's starts
+   * in it, not only those of the callers that happened to call since.
+   */
+  #recordUnpaced(count: number, first: number, last: number): void {
+    const steps = Math.min(count, UNPACED_SPREAD_STEPS);
+    for (let i = 0; i < steps; i++) {
+      const share = Math.floor(((i + 1) * count) / steps) - Math.floor((i * count) / steps);
+      const at = steps === 1 ? last : first + ((last - first) * i) / (steps - 1);
+      this.#history.record(at, { count: share, granted: false });
     }
   }
 

@@ -108,13 +108,25 @@ const REPORT_COALESCE_MS = 50;
 interface Heard {
   limited: number;
   unpacedStarts: number;
+  /** When the first and the last of `unpacedStarts` started (local clock). */
+  unpacedSince: number | null;
+  unpacedLast: number | null;
   waitUntil: number | null;
   quota: Quota | null;
   remaining: { requests: number; resetMs: number | null; sentAt: number } | null;
   probe: boolean;
 }
 
-const nothingHeard = (): Heard => ({ limited: 0, unpacedStarts: 0, waitUntil: null, quota: null, remaining: null, probe: false });
+const nothingHeard = (): Heard => ({
+  limited: 0,
+  unpacedStarts: 0,
+  unpacedSince: null,
+  unpacedLast: null,
+  waitUntil: null,
+  quota: null,
+  remaining: null,
+  probe: false,
+});
 
 /** Hands out pacing slots in order; see the module comment. */
 export class Pacer {
@@ -232,7 +244,11 @@ export class Pacer {
       const at = leased ?? this.#deps.now();
       const probe = leased !== undefined && this.#probeNext;
       if (probe) this.#probeNext = false;
-      if (leased === undefined) this.#heard.unpacedStarts++;
+      if (leased === undefined) {
+        this.#heard.unpacedStarts++;
+        this.#heard.unpacedSince ??= this.#deps.now();
+        this.#heard.unpacedLast = this.#deps.now();
+      }
       const waiter = this.#waiters.shift()!;
       this.#inFlight++;
       const delay = at - this.#deps.now();
@@ -305,13 +321,16 @@ export class Pacer {
 
   /** What the pacer heard since its last gate call, as the gate takes it; the record starts afresh. */
   #takeHeard(): GateSignal {
-    const { remaining, waitUntil, ...heard } = this.#heard;
+    const { remaining, waitUntil, unpacedSince, unpacedLast, ...heard } = this.#heard;
     this.#heard = nothingHeard();
     if (heard.quota) this.#quotaTold = heard.quota;
     const now = this.#deps.now();
     return {
       ...heard,
       retryAfterMs: waitUntil === null ? null : Math.max(0, waitUntil - now),
+      ...(unpacedSince === null || unpacedLast === null
+        ? {}
+        : { unpacedSinceMs: Math.max(0, now - unpacedSince), unpacedLastMs: Math.max(0, now - unpacedLast) }),
       remaining: remaining && { requests: remaining.requests, resetMs: remaining.resetMs, ageMs: Math.max(0, now - remaining.sentAt) },
     };
   }

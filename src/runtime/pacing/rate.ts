@@ -39,8 +39,15 @@ export const LEARNED_PROBE_PER_SECOND = 0.005;
 export const ISOLATED_429_MS = 5000;
 /** 429s closer together than this lower the rate once. */
 export const DECREASE_DEBOUNCE_MS = 1000;
-/** After a 429, the 429s of the requests already sent are counted for this long before a learned limit is measured. */
-export const LEARN_SETTLE_MS = 300;
+/**
+ * After a 429, a learned limit is measured this long later: the 429s of the
+ * requests already sent are counted by then, and so are the starts of every
+ * caller that started requests unpaced in the second before it (each tells
+ * them with its next call, within its unpaced lease of a second). Measured
+ * sooner (300 ms), only the callers that had called since were counted, and
+ * a provider allowing 50 a second was learned at 31.
+ */
+export const LEARN_SETTLE_MS = 1200;
 /** A learned rate above this is forgotten (the provider is unlimited again). */
 export const LEARNED_RATE_CEILING = 10_000;
 
