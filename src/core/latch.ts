@@ -21,10 +21,11 @@ export class FatalLatch {
     this.#listeners.clear();
   }
 
-  /** Calls `listener` when the latch trips (at once if it has). */
-  onTrip(listener: (error: Error) => void): void {
+  /** Calls `listener` when the latch trips (at once if it has); the answer stops listening. */
+  onTrip(listener: (error: Error) => void): () => void {
     if (this.#error) listener(this.#error);
     else this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
   }
 
   /** Throws the tripping error, counting the call it prevented. */

@@ -73,17 +73,28 @@ export class RemoteChunkExecutor implements ChunkExecutor {
   async #awaitEnd(watch: ReturnType<ExecutorAttempts["watch"]>, name: string, attemptId: string): Promise<AttemptEnd | null> {
     const { signal, silenceMs, now, latch } = this.#deps;
     // A cancel, the runtime limit, or another attempt of the map tripping its latch: this one stops too.
+    // Its listeners go when it ends: a map's signal and latch outlive thousands of attempts.
+    let stopListening = () => {};
     const aborted = new Promise<"aborted">((resolve) => {
+      const onAbort = () => resolve("aborted");
       if (signal.aborted) resolve("aborted");
-      else signal.addEventListener("abort", () => resolve("aborted"), { once: true });
-      latch.onTrip(() => resolve("aborted"));
+      else signal.addEventListener("abort", onAbort, { once: true });
+      const offTrip = latch.onTrip(onAbort);
+      stopListening = () => {
+        signal.removeEventListener("abort", onAbort);
+        offTrip();
+      };
     });
-    for (;;) {
-      const left = watch.heardAt() + silenceMs - now();
-      if (left <= 0) return null;
-      const outcome = await raceTimeout<AttemptEnd | "aborted">([watch.ended, aborted], Math.min(left, 1_000));
-      if (outcome === "aborted") break;
-      if (outcome) return outcome;
+    try {
+      for (;;) {
+        const left = watch.heardAt() + silenceMs - now();
+        if (left <= 0) return null;
+        const outcome = await raceTimeout<AttemptEnd | "aborted">([watch.ended, aborted], Math.min(left, 1_000));
+        if (outcome === "aborted") break;
+        if (outcome) return outcome;
+      }
+    } finally {
+      stopListening();
     }
     // Stopped here: stop it there too, and give its last report (its bills) a moment.
     const reason = signal.aborted ? signal.reason : latch.tripped;
