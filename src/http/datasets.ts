@@ -27,6 +27,14 @@ const DatasetQuery = z
     message: "give offset or cursor, not both",
   });
 
+/** A dataset export as a download named after the dataset. */
+function exported(body: BodyInit, name: string, format: "csv" | "ndjson"): Response {
+  const type = format === "csv" ? "text/csv" : "application/x-ndjson";
+  return new Response(body, {
+    headers: { "Content-Type": `${type}; charset=utf-8`, "Content-Disposition": `attachment; filename="${name}.${format}"` },
+  });
+}
+
 /** Columns every export ends with, after the row's own fields. */
 const META_COLUMNS = ["_key", "_status", "_error"];
 
@@ -43,14 +51,8 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     if (!run) throw runNotFound(runId);
     // A dataset the play declares, before its map starts: no rows yet, not "no such dataset".
     if (!run.links?.datasets?.[name]) throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
-    if (query.format === "csv")
-      return new Response(`${META_COLUMNS.join(",")}\r\n`, {
-        headers: { "Content-Type": "text/csv; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.csv"` },
-      });
-    if (query.format === "ndjson")
-      return new Response("", {
-        headers: { "Content-Type": "application/x-ndjson; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.ndjson"` },
-      });
+    if (query.format === "csv") return exported(`${META_COLUMNS.join(",")}\r\n`, name, "csv");
+    if (query.format === "ndjson") return exported("", name, "ndjson");
     // No cursor was given out for it: any is refused as one that points past its end.
     if (query.cursor !== undefined) decodeDatasetCursor(query.cursor, { runId, dataset: name }, 0);
     return c.json({ rows: [], total: 0, offset: query.offset ?? 0, limit: query.limit, nextCursor: null });
@@ -61,9 +63,7 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     // The first pass runs before the response starts, so a failed read is an error response, not a cut-off file.
     const columns = await datasetColumns(sheets, runId, total);
     const body = csvStream(rowPagesInOrder(sheets, runId, total), columns, { escapeFormulas: query.safe === "1" });
-    return new Response(body, {
-      headers: { "Content-Type": "text/csv; charset=utf-8", "Content-Disposition": `attachment; filename="${name}.csv"` },
-    });
+    return exported(body, name, "csv");
   }
   if (query.format === "ndjson") {
     const pages = rowPagesInOrder(sheets, runId, total);
@@ -73,12 +73,7 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     const body = pagedStream(pages, (rows) => encoder.encode(rows.map((row) => `${JSON.stringify(row)}\n`).join("")), {
       first: first.done ? [] : first.value,
     });
-    return new Response(body, {
-      headers: {
-        "Content-Type": "application/x-ndjson; charset=utf-8",
-        "Content-Disposition": `attachment; filename="${name}.ndjson"`,
-      },
-    });
+    return exported(body, name, "ndjson");
   }
   const scope = { runId, dataset: name };
   const cursorAt = (index: number | null) => (index === null || index >= total ? null : encodeDatasetCursor(scope, index));
