@@ -1,18 +1,21 @@
 // npm run bench:scale: a large upload-fed run of demo-enrich on Troupe's own local server
 // (wrangler.toml, emulated platform limits), against the simulated provider at 0 ms: rows/s per
-// tenth of the run, object RPCs per row, and the local server's memory over time; then a rerun
-// of the completed run (time as a share of the first, provider requests made).
+// tenth of the run, object RPCs per row, and memory over time (the local server's resident memory and
+// its isolate's heap); then a rerun of the completed run (time as a share of the first,
+// provider requests made).
 //
 //   npm run bench:scale                      # 100,000 rows
 //   npm run bench:scale -- --rows 1000000    # a million (long on a laptop)
 //   npm run bench:scale -- --rows 100000 --rows 1000000
 //
-// BENCH_PORT sets the port (default 8797). Only ever talks to 127.0.0.1.
+// BENCH_PORT sets the port (default 8797), BENCH_INSPECTOR_PORT the server's devtools inspector
+// (default 9239). Only ever talks to 127.0.0.1.
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { request } from "node:http";
 import { parseArgs } from "node:util";
+import WebSocket from "ws";
 import { client, startServer, stopServer } from "./local-server.mjs";
 
 const TERMINAL = ["completed", "failed", "cancelled"];
@@ -28,6 +31,7 @@ if (sizes.some((n) => !Number.isInteger(n) || n < 1000 || n > 10_000_000)) {
   process.exit(2);
 }
 const port = Number(process.env.BENCH_PORT ?? 8797);
+const inspectorPort = Number(process.env.BENCH_INSPECTOR_PORT ?? 9239);
 
 /** The CSV of `count` new leads, streamed in pieces (a million rows are ~50 MB: never built whole). */
 function leadsCsv(prefix, count) {
@@ -76,6 +80,42 @@ function serverRss(groupId) {
 }
 
 /**
+ * The memory of the server's isolate in use (its JS heap and array buffers), through its devtools inspector:
+ * what production's 128 MB per isolate limits. Locally every object of the Worker shares this one isolate; the
+ * resident memory above also holds workerd itself and every object's SQLite pages. (workerd does not answer
+ * `HeapProfiler.collectGarbage`, so a sample includes garbage not yet collected.)
+ */
+async function openInspector() {
+  const [target] = await (await fetch(`http://127.0.0.1:${inspectorPort}/json`)).json();
+  if (!target) throw new Error("the local server's inspector lists no isolate");
+  const socket = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    socket.once("open", resolve);
+    socket.once("error", reject);
+  });
+  let last = 0;
+  const waiting = new Map();
+  socket.on("message", (data) => {
+    const message = JSON.parse(String(data));
+    waiting.get(message.id)?.(message);
+    waiting.delete(message.id);
+  });
+  const send = (method) =>
+    new Promise((resolve) => {
+      const id = ++last;
+      waiting.set(id, resolve);
+      socket.send(JSON.stringify({ id, method }));
+    });
+  return {
+    async heapInUse() {
+      const { result } = await send("Runtime.getHeapUsage");
+      return result.usedSize + result.backingStorageSize;
+    },
+    close: () => socket.close(),
+  };
+}
+
+/**
  * GET of the local API with no time limit: while a 0 ms run keeps local workerd's one thread busy, it answers
  * HTTP only between bursts of the run's in-process calls, sometimes minutes apart (fetch gives up after five).
  */
@@ -105,13 +145,23 @@ function patient(method, path, body) {
 }
 
 /**
- * Follows the run until it ends: the server's memory every second (read from /proc by this script), and the
- * rows settled over time from the run's `map.progress` events. At 0 ms the run's in-process calls keep local
- * workerd's event loop so busy that its HTTP answers wait (see the README): the ledger's timestamps do not.
+ * Follows the run until it ends: the server's memory every second (read from /proc by this script), the
+ * isolate's heap every 2 s, and the rows settled over time from the run's `map.progress` events. At 0 ms
+ * the run's in-process calls keep local workerd's event loop so busy that its HTTP answers wait (see the
+ * README): the ledger's timestamps do not.
  */
-async function follow(call, runId, groupId, started) {
+async function follow(call, runId, groupId, started, inspector) {
   const memory = [];
-  const sampler = setInterval(() => memory.push({ seconds: (performance.now() - started) / 1000, rss: serverRss(groupId) }), 1000);
+  const heap = [];
+  const seconds = () => (performance.now() - started) / 1000;
+  const sampler = setInterval(() => memory.push({ seconds: seconds(), rss: serverRss(groupId) }), 1000);
+  let following = true;
+  const heapSampler = (async () => {
+    while (following) {
+      heap.push({ seconds: seconds(), bytes: await inspector.heapInUse() });
+      await sleep(2_000);
+    }
+  })();
   let run;
   try {
     for (;;) {
@@ -121,8 +171,10 @@ async function follow(call, runId, groupId, started) {
     }
   } finally {
     clearInterval(sampler);
+    following = false;
   }
-  memory.push({ seconds: (performance.now() - started) / 1000, rss: serverRss(groupId) });
+  await heapSampler;
+  memory.push({ seconds: seconds(), rss: serverRss(groupId) });
   const progress = [];
   for (let after = 0; ; ) {
     const page = await patientGet(`/v1/runs/${runId}/events?after=${after}&limit=1000`);
@@ -136,7 +188,7 @@ async function follow(call, runId, groupId, started) {
   const t0 = progress[0]?.at ?? 0;
   const samples = progress.map((p) => ({ seconds: (p.at - t0) / 1000, settled: p.settled }));
   if (values.verbose) console.error(JSON.stringify({ samples: samples.length, memory: memory.length }));
-  return { run, samples, memory };
+  return { run, samples, memory, heap };
 }
 
 /** Rows/s in each tenth of the rows: from the first sample at or past each tenth's start to the one at or past its end. */
@@ -152,7 +204,7 @@ function tenths(samples, total) {
   });
 }
 
-async function scaleCase(call, groupId, count) {
+async function scaleCase(call, groupId, inspector, count) {
   await call("POST", "/v1/sim/reset");
   await call("PUT", "/v1/sim/config", { latencyMs: 0, ratePerSecond: null, maxConcurrent: null });
   const prefix = `s${count}-${Date.now()}`;
@@ -160,19 +212,21 @@ async function scaleCase(call, groupId, count) {
   const uploaded = await upload(count, prefix);
   const uploadSeconds = (performance.now() - uploadStarted) / 1000;
   const idleRss = serverRss(groupId);
+  const idleHeap = await inspector.heapInUse();
   const started = performance.now();
   const { runId } = await patient("POST", "/v1/runs", { play: "demo-enrich", input: { upload: uploaded.uploadId } });
-  const { run, samples, memory } = await follow(call, runId, groupId, started);
+  const { run, samples, memory, heap } = await follow(call, runId, groupId, started, inspector);
   const seconds = (performance.now() - started) / 1000;
   const stats = await call("GET", "/v1/sim/stats");
   const rates = tenths(samples, count);
   const peakRss = Math.max(...memory.map((s) => s.rss));
+  const peakHeap = Math.max(...heap.map((s) => s.bytes));
 
   let rerun = null;
   if (run.status === "completed") {
     const rerunStarted = performance.now();
     const { runId: rerunId } = await patient("POST", `/v1/runs/${runId}/rerun`, {});
-    const again = await follow(call, rerunId, groupId, rerunStarted);
+    const again = await follow(call, rerunId, groupId, rerunStarted, inspector);
     const after = await call("GET", "/v1/sim/stats");
     const rerunSeconds = (performance.now() - rerunStarted) / 1000;
     rerun = { status: again.run.status, seconds: rerunSeconds, share: rerunSeconds / seconds, requests: after.calls - stats.calls };
@@ -192,7 +246,12 @@ async function scaleCase(call, groupId, count) {
     memory: {
       idleMb: idleRss / 2 ** 20,
       peakMb: peakRss / 2 ** 20,
-      overTime: samples.filter((_, i) => i % 10 === 0).map((s) => [Math.round(s.seconds), Math.round(s.rss / 2 ** 20)]),
+      overTime: memory.filter((_, i) => i % 30 === 0).map((s) => [Math.round(s.seconds), Math.round(s.rss / 2 ** 20)]),
+    },
+    heap: {
+      idleMb: idleHeap / 2 ** 20,
+      peakMb: peakHeap / 2 ** 20,
+      overTime: heap.filter((_, i) => i % 15 === 0).map((s) => [Math.round(s.seconds), Math.round(s.bytes / 2 ** 20)]),
     },
     rerun,
   };
@@ -209,18 +268,18 @@ function print(results) {
   const f = (n, d = 1) => (n === null || n === undefined ? "-" : n.toFixed(d));
   console.log(`\nnpm run bench:scale (${new Date().toISOString()}): demo-enrich over an uploaded CSV, simulated provider at 0 ms\n`);
   console.log(
-    "| rows | time | rows/s | rows/s per tenth (1st … 10th) | last/first tenth | RPCs/row | server memory idle → peak | rerun (share, calls) |",
+    "| rows | time | rows/s | rows/s per tenth (1st … 10th) | last/first tenth | RPCs/row | server memory idle → peak | isolate heap idle → peak | rerun (share, calls) |",
   );
-  console.log("|---|---|---|---|---|---|---|---|");
+  console.log("|---|---|---|---|---|---|---|---|---|");
   for (const r of results) {
     console.log(
-      `| ${r.rows.toLocaleString("en")} | ${f(r.seconds, 0)} s | ${f(r.rowsPerSecond)} | ${r.tenths.map((t) => f(t, 0)).join(" · ")} | ${f(r.lastTenthShare, 2)} | ${f(r.objectRpcsPerRow, 2)} | ${f(r.memory.idleMb, 0)} → ${f(r.memory.peakMb, 0)} MB | ${r.rerun ? `${f(r.rerun.share * 100)}%, ${r.rerun.requests}` : "-"} |`,
+      `| ${r.rows.toLocaleString("en")} | ${f(r.seconds, 0)} s | ${f(r.rowsPerSecond)} | ${r.tenths.map((t) => f(t, 0)).join(" · ")} | ${f(r.lastTenthShare, 2)} | ${f(r.objectRpcsPerRow, 2)} | ${f(r.memory.idleMb, 0)} → ${f(r.memory.peakMb, 0)} MB | ${f(r.heap.idleMb, 0)} → ${f(r.heap.peakMb, 0)} MB | ${r.rerun ? `${f(r.rerun.share * 100)}%, ${r.rerun.requests}` : "-"} |`,
     );
   }
   if (results.length > 1) {
     const [small, large] = [results[0], results.at(-1)];
     console.log(
-      `\nPeak memory at ${large.rows.toLocaleString("en")} rows is ${f(large.memory.peakMb / small.memory.peakMb, 2)}× that at ${small.rows.toLocaleString("en")} (target ≤ ${TARGETS.memoryGrowth}×).`,
+      `\nAt ${large.rows.toLocaleString("en")} rows, as a multiple of ${small.rows.toLocaleString("en")} (target ≤ ${TARGETS.memoryGrowth}×): peak isolate heap ${f(large.heap.peakMb / small.heap.peakMb, 2)}×, peak server memory ${f(large.memory.peakMb / small.memory.peakMb, 2)}×.`,
     );
   }
   console.log(
@@ -234,17 +293,20 @@ function print(results) {
 }
 
 const stateDir = mkdtempSync(join(tmpdir(), "troupe-bench-scale-"));
-const server = await startServer({ port, stateDir, verbose: values.verbose });
+const server = await startServer({ port, stateDir, verbose: values.verbose, inspectorPort });
+let inspector = null;
 try {
   const call = client(port);
   await warmUp(call);
+  inspector = await openInspector();
   const results = [];
   for (const count of sizes) {
-    results.push(await scaleCase(call, server.pid, count));
+    results.push(await scaleCase(call, server.pid, inspector, count));
     if (values.verbose) console.error(JSON.stringify(results.at(-1)));
   }
   print(results);
 } finally {
+  inspector?.close();
   await stopServer(server);
   rmSync(stateDir, { recursive: true, force: true });
 }

@@ -5,12 +5,14 @@ import { ensureDashboard } from "./build-dashboard.mjs";
 
 /**
  * Starts wrangler dev on `port` with state in `stateDir`, for the Worker of `config` (default: Troupe's
- * wrangler.toml); resolves once it answers HTTP.
+ * wrangler.toml); resolves once it answers HTTP. `inspectorPort` puts its devtools inspector there
+ * (on 127.0.0.1; wrangler's default is 9229).
  */
-export async function startServer({ port, stateDir, verbose = false, config = null }) {
+export async function startServer({ port, stateDir, verbose = false, config = null, inspectorPort = null }) {
   if (config === null) await ensureDashboard();
   await untilPortFree(port);
   const args = ["dev", ...(config === null ? [] : ["--config", config]), "--ip", "127.0.0.1", "--port", String(port)];
+  if (inspectorPort !== null) args.push("--inspector-ip", "127.0.0.1", "--inspector-port", String(inspectorPort));
   const child = spawn("wrangler", [...args, "--persist-to", stateDir, "--log-level", "warn"], {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, WRANGLER_SEND_METRICS: "false" },
