@@ -9,3 +9,16 @@ export function getOrInsert<K extends WeakKey, V>(map: Map<K, V> | WeakMap<K, V>
   }
   return value;
 }
+
+/** Runs `fn` over `items`, at most `limit` at once, in order of starting; `fn` hears each item's index. */
+export async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const index = next++;
+        await fn(items[index]!, index);
+      }
+    }),
+  );
+}

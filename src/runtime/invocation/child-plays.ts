@@ -28,7 +28,7 @@ import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { InfraError } from "./yield";
 import type { WaitPolicy, Waits } from "./waits";
-import { getOrInsert } from "../../core/collections";
+import { forEachLimited, getOrInsert } from "../../core/collections";
 import { isTerminal } from "../../core/statuses";
 import type { Emit } from "../../contracts/events";
 
@@ -345,13 +345,4 @@ class Semaphore {
       else this.#free++;
     }
   }
-}
-
-async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) await fn(items[next++]!);
-    }),
-  );
 }

@@ -15,6 +15,8 @@ import type { ChunkSummary } from "../../contracts/executors";
 export type { ChunkSummary };
 import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "../../core/bulk-queue";
+import { forEachLimited } from "../../core/collections";
+import { withRank } from "../../core/request-rank";
 import type { FatalLatch } from "../../core/latch";
 import type { RuntimePolicy } from "../../core/policy";
 import type { PlannedRow, UploadSlice } from "../../contracts/shards";
@@ -132,12 +134,13 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal: AbortSignal,
   ): Promise<PersistRowsRequest["rows"]> {
     const results: PersistRowsRequest["rows"] = [];
-    await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned) => {
+    await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned, index) => {
       workers.enter();
       this.#deps.onRow?.(chunk, "started");
       let outcome: PersistRowsRequest["rows"][number] | null = null;
       try {
-        outcome = await this.#computeRow(planned, scheduler, signal);
+        // Its requests are paced in row order: the chunk's rows finish one after another, not all at its end.
+        outcome = await withRank(index, () => this.#computeRow(planned, scheduler, signal));
         if (outcome) results.push(outcome);
       } finally {
         workers.leave();
@@ -225,12 +228,4 @@ function jsonSafe(row: Row): Row | null {
     // A field returned something JSON cannot hold (a cycle, a BigInt): keep the input only.
     return null;
   }
-}
-
-async function forEachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) await fn(items[next++]!);
-  });
-  await Promise.all(workers);
 }

@@ -99,6 +99,33 @@ describe("Pacer", () => {
       await p.close();
     }));
 
+  it("serves the lowest rank waiting first, so a row's second request goes before later rows' first", () =>
+    onFakeClock(async () => {
+      const policy = pacingPolicyFor("sim");
+      const { gate } = fakeGate(policy);
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      const starts: string[] = [];
+      // Twelve rows of two requests each, 10 ms apiece, through six units: row r is rank r.
+      await Promise.all(
+        Array.from({ length: 12 }, async (_, row) => {
+          for (const call of ["find", "verify"]) {
+            const slot = await p.slot(signal, row);
+            starts.push(`${call} ${row}`);
+            await new Promise((r) => setTimeout(r, 10));
+            slot.release();
+          }
+        }),
+      );
+      // First come, first served would start every find before any verify. Ranked, the unit row 0's find frees
+      // goes to find 6 (row 0 asks for its verify only after), and each unit freed after that to a verify.
+      expect(starts.slice(0, 12)).toEqual([
+        ...["find 0", "find 1", "find 2", "find 3", "find 4", "find 5", "find 6"],
+        ...["verify 0", "verify 1", "verify 2", "verify 3", "verify 4"],
+      ]);
+      await p.close();
+    }));
+
   it("holds at most an object's six requests' units, and returns them when done", async () => {
     const policy = pacingPolicyFor("sim");
     const { gate, calls, ledger } = fakeGate(policy);

@@ -2,7 +2,8 @@
  * The caller's side of a pacing gate: one `Pacer` per (invocation, provider).
  * Calls wait here for a slot; the pacer leases slots and concurrency units
  * from the gate in bulk (one gate call for many provider requests) and hands
- * them out in order, each at its start time. A pacer holds at most as many
+ * them out, each at its start time, to the lowest rank waiting (a chunk's
+ * rows in order, src/core/request-rank.ts). A pacer holds at most as many
  * units as its object may have requests in flight; with every one busy it
  * asks the gate nothing until one of its requests ends, and it asks once for
  * the several that end about together. What the provider's answers say
@@ -44,6 +45,8 @@ export interface PacerOptions {
 }
 
 interface Waiter {
+  /** Lower goes first; equal ranks in order of arrival. */
+  rank: number;
   resolve(slot: PacerSlot): void;
   reject(error: unknown): void;
   signal: AbortSignal;
@@ -173,11 +176,12 @@ export class Pacer {
     return this.#policy;
   }
 
-  /** Waits for a slot (its start time and a concurrency unit). */
-  slot(signal: AbortSignal): Promise<PacerSlot> {
+  /** Waits for a slot (its start time and a concurrency unit); a lower `rank` is served first. */
+  slot(signal: AbortSignal, rank = Number.POSITIVE_INFINITY): Promise<PacerSlot> {
     signal.throwIfAborted();
     return new Promise<PacerSlot>((resolve, reject) => {
       const waiter: Waiter = {
+        rank,
         resolve,
         reject,
         signal,
@@ -187,7 +191,7 @@ export class Pacer {
         },
       };
       signal.addEventListener("abort", waiter.onAbort, { once: true });
-      this.#waiters.push(waiter);
+      this.#enqueue(waiter, false);
       this.#pump();
     });
   }
@@ -258,6 +262,14 @@ export class Pacer {
     if (this.#inFlight > 0) this.#armRenew();
   }
 
+  /** Queues `waiter` after every lower rank, and after (or, `again`: before) its equals. */
+  #enqueue(waiter: Waiter, again: boolean): void {
+    const after = again ? (w: Waiter) => w.rank >= waiter.rank : (w: Waiter) => w.rank > waiter.rank;
+    const at = this.#waiters.findIndex(after);
+    if (at === -1) this.#waiters.push(waiter);
+    else this.#waiters.splice(at, 0, waiter);
+  }
+
   /** Drops the leased slots whose start is too long past to use (see {@link LATE_SLOT_MS}). */
   #dropLate(): void {
     const late = this.#deps.now() - LATE_SLOT_MS;
@@ -270,7 +282,7 @@ export class Pacer {
   #grant(waiter: Waiter, at: number, probe: boolean): void {
     if (waiter.signal.aborted || at < this.#pausedUntil || this.#deps.now() - at > LATE_SLOT_MS) {
       this.#inFlight--;
-      if (!waiter.signal.aborted) this.#waiters.unshift(waiter);
+      if (!waiter.signal.aborted) this.#enqueue(waiter, true);
       // The probe was never sent: say so, or every caller waits for its answer until the gate gives up on it.
       if (probe) this.#answered(null, at, true);
       this.#pump();

@@ -14,6 +14,7 @@ import { AnswerSignals, readRateLimitSignals } from "../pacing/signals";
 import { messageOf } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import { sleep } from "../../core/time";
+import { currentRank } from "../../core/request-rank";
 import type { ReceiptError } from "../../contracts/shards";
 import type { FaultProbe } from "../../clients/faults";
 import { mayRetry, retryDelayMs, type RetryBudget, type RetryClass, type RetryPolicy } from "../../core/backoff";
@@ -80,7 +81,7 @@ export async function callProvider<T>(
     ctx.signal.throwIfAborted();
     let failure: Failure;
     try {
-      const slot = await ctx.pacer.slot(ctx.signal);
+      const slot = await ctx.pacer.slot(ctx.signal, currentRank());
       const answer = new AnswerSignals();
       try {
         await ctx.faults.check("provider.before", ctx.toolId);
