@@ -4,7 +4,8 @@
  * its own item's result back.
  *
  * A queue sends when every row worker of the chunk is parked (waiting on a
- * queue, on another call's result, or on a backoff): nobody else can add to
+ * queue, on another call's result, or on a backoff) and none of its provider
+ * requests is waiting for a pacing slot or in flight: nobody else can add to
  * the batch then. A timer bounds the wait for stragglers.
  */
 import { getOrInsert } from "./collections";
@@ -27,10 +28,10 @@ interface Pending<Item, Result> {
 
 /**
  * Counts the chunk's row workers that are running and those parked waiting,
- * and the provider requests of the chunk in flight. Listeners hear when
- * everyone is parked and no request is in flight: a request in flight will
- * wake a worker with more to add (its receipt completion), so a bulk call
- * sent before it returns would go out half empty.
+ * and the provider requests of the chunk paced or in flight. Listeners hear
+ * when everyone is parked and no request is out: a request will wake a
+ * worker with more to add (its receipt completion), so a bulk call sent
+ * before it returns would go out half empty.
  */
 export class WorkerBarrier {
   #active = 0;
@@ -58,7 +59,7 @@ export class WorkerBarrier {
     }
   }
 
-  /** Marks a provider request in flight until `promise` settles (its worker stays parked meanwhile). */
+  /** Marks a provider request out (paced or in flight) until `promise` settles (its worker stays parked meanwhile). */
   async external<T>(promise: Promise<T>): Promise<T> {
     this.#external++;
     try {

@@ -116,26 +116,37 @@ export class ToolQueue {
     );
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      const request = withSendStop(this.#services.signal, () => send(controller.signal));
-      return await (this.#workers ? this.#workers.external(request) : request);
+      return await withSendStop(this.#services.signal, () => send(controller.signal));
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  /**
+   * A provider request from its wait for a pacing slot to its answer (its
+   * retries included): the chunk's bulk receipt calls wait for it, as it will
+   * bring its row back with a completion to add. Sending them at every lull
+   * between paced requests sent one or two receipts per call.
+   */
+  #outbound<T>(request: Promise<T>): Promise<T> {
+    return this.#workers ? this.#workers.external(request) : request;
   }
 
   async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
     await this.#window.enter(1, signal);
     try {
-      const result = await callProvider(this.#context(tool), (reportHeaders) =>
-        this.#timed((requestSignal) =>
-          tool.execute(call.input, {
-            idempotencyKey: call.idempotencyKey,
-            signal: requestSignal,
-            env: toolEnv(tool, env),
-            authScopeDigest: call.authScopeDigest,
-            reportHeaders,
-          }),
+      const result = await this.#outbound(
+        callProvider(this.#context(tool), (reportHeaders) =>
+          this.#timed((requestSignal) =>
+            tool.execute(call.input, {
+              idempotencyKey: call.idempotencyKey,
+              signal: requestSignal,
+              env: toolEnv(tool, env),
+              authScopeDigest: call.authScopeDigest,
+              reportHeaders,
+            }),
+          ),
         ),
       );
       return this.#held(result.ok ? { ok: true, output: result.value } : result);
@@ -200,9 +211,11 @@ export class ToolQueue {
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
-      const result = await callProvider(this.#context(tool), (reportHeaders) =>
-        this.#timed((requestSignal) =>
-          strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+      const result = await this.#outbound(
+        callProvider(this.#context(tool), (reportHeaders) =>
+          this.#timed((requestSignal) =>
+            strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+          ),
         ),
       );
       if (!result.ok) outcomes = members.map(() => result);
