@@ -1,7 +1,7 @@
 // npm run bench:scale: a large upload-fed run of demo-enrich on Troupe's own local server
 // (wrangler.toml, emulated platform limits), against the simulated provider at 0 ms: rows/s per
 // tenth of the run, object RPCs per row, and memory over time (the local server's resident memory and
-// its isolate's heap); then a rerun of the completed run (time as a share of the first,
+// its isolate's heap), a CSV export of the completed run, then a rerun of it (time as a share of the first,
 // provider requests made).
 //
 //   npm run bench:scale                      # 100,000 rows
@@ -145,12 +145,51 @@ function patient(method, path, body) {
 }
 
 /**
+ * Streams the run's dataset as CSV (`GET …/datasets/<name>?format=csv`), counting its lines, while the isolate's
+ * heap is sampled every 2 s: an export of any size should hold no more than a page at a time.
+ */
+async function exportCsv(runId, dataset, inspector) {
+  const started = performance.now();
+  const heap = [];
+  let exporting = true;
+  const heapSampler = (async () => {
+    while (exporting) {
+      heap.push(await inspector.heapInUse());
+      await sleep(2_000);
+    }
+  })();
+  try {
+    const { bytes, lines } = await new Promise((resolve, reject) => {
+      const path = `/v1/runs/${runId}/datasets/${dataset}?format=csv`;
+      const req = request({ host: "127.0.0.1", port, path, headers: { Authorization: "Bearer dev-token" } }, (res) => {
+        if (res.statusCode !== 200) return reject(new Error(`GET ${path}: ${res.statusCode}`));
+        let bytes = 0;
+        let lines = 0;
+        res.on("data", (chunk) => {
+          bytes += chunk.length;
+          for (const byte of chunk) if (byte === 10) lines++;
+        });
+        res.on("end", () => resolve({ bytes, lines }));
+        res.on("error", reject);
+      });
+      req.on("error", reject);
+      req.end();
+    });
+    const seconds = (performance.now() - started) / 1000;
+    return { rows: lines - 1, mb: bytes / 2 ** 20, seconds, rowsPerSecond: (lines - 1) / seconds, peakHeapMb: Math.max(...heap) / 2 ** 20 };
+  } finally {
+    exporting = false;
+    await heapSampler;
+  }
+}
+
+/**
  * Follows the run until it ends: the server's memory every second (read from /proc by this script), the
  * isolate's heap every 2 s, and the rows settled over time from the run's `map.progress` events. At 0 ms
  * the run's in-process calls keep local workerd's event loop so busy that its HTTP answers wait (see the
  * README): the ledger's timestamps do not.
  */
-async function follow(call, runId, groupId, started, inspector) {
+async function follow(runId, groupId, started, inspector) {
   const memory = [];
   const heap = [];
   const seconds = () => (performance.now() - started) / 1000;
@@ -215,7 +254,7 @@ async function scaleCase(call, groupId, inspector, count) {
   const idleHeap = await inspector.heapInUse();
   const started = performance.now();
   const { runId } = await patient("POST", "/v1/runs", { play: "demo-enrich", input: { upload: uploaded.uploadId } });
-  const { run, samples, memory, heap } = await follow(call, runId, groupId, started, inspector);
+  const { run, samples, memory, heap } = await follow(runId, groupId, started, inspector);
   const seconds = (performance.now() - started) / 1000;
   const stats = await call("GET", "/v1/sim/stats");
   const rates = tenths(samples, count);
@@ -223,10 +262,12 @@ async function scaleCase(call, groupId, inspector, count) {
   const peakHeap = Math.max(...heap.map((s) => s.bytes));
 
   let rerun = null;
+  let exported = null;
   if (run.status === "completed") {
+    exported = await exportCsv(runId, "leads", inspector);
     const rerunStarted = performance.now();
     const { runId: rerunId } = await patient("POST", `/v1/runs/${runId}/rerun`, {});
-    const again = await follow(call, rerunId, groupId, rerunStarted, inspector);
+    const again = await follow(rerunId, groupId, rerunStarted, inspector);
     const after = await call("GET", "/v1/sim/stats");
     const rerunSeconds = (performance.now() - rerunStarted) / 1000;
     rerun = { status: again.run.status, seconds: rerunSeconds, share: rerunSeconds / seconds, requests: after.calls - stats.calls };
@@ -253,12 +294,13 @@ async function scaleCase(call, groupId, inspector, count) {
       peakMb: peakHeap / 2 ** 20,
       overTime: heap.filter((_, i) => i % 15 === 0).map((s) => [Math.round(s.seconds), Math.round(s.bytes / 2 ** 20)]),
     },
+    exported,
     rerun,
   };
 }
 
 /** An unmeasured small run first: the first case should not pay for a cold server. */
-async function warmUp(call) {
+async function warmUp() {
   const { uploadId } = await upload(500, `warm-${Date.now()}`);
   const { runId } = await patient("POST", "/v1/runs", { play: "demo-enrich", input: { upload: uploadId } });
   while (!TERMINAL.includes((await patientGet(`/v1/runs/${runId}`)).status)) await sleep(500);
@@ -286,6 +328,11 @@ function print(results) {
     `Targets: last tenth ≥ ${TARGETS.lastTenthShare * 100}% of the first; rerun ≤ ${TARGETS.rerunShare * 100}% of the first run's time with 0 calls.`,
   );
   for (const r of results)
+    if (r.exported)
+      console.log(
+        `${r.rows.toLocaleString("en")} rows exported as CSV: ${f(r.exported.mb)} MB in ${f(r.exported.seconds)} s (${f(r.exported.rowsPerSecond, 0)} rows/s), isolate heap at most ${f(r.exported.peakHeapMb, 0)} MB meanwhile.`,
+      );
+  for (const r of results)
     console.log(
       `\n${r.rows} rows, object RPCs per row by kind: ${JSON.stringify(r.objectRpcsByKind, (_, v) => (typeof v === "number" ? Number(v.toFixed(3)) : v))}`,
     );
@@ -297,7 +344,7 @@ const server = await startServer({ port, stateDir, verbose: values.verbose, insp
 let inspector = null;
 try {
   const call = client(port);
-  await warmUp(call);
+  await warmUp();
   inspector = await openInspector();
   const results = [];
   for (const count of sizes) {
