@@ -127,4 +127,20 @@ export const runMigrations = [
   ALTER TABLE run ADD COLUMN retry_unknown INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE run ADD COLUMN outcome_unknown INTEGER NOT NULL DEFAULT 0;
   `,
+  // Spend sums kept as requests are reserved, billed and released, and an index of the bills not yet reported:
+  // a million-row run keeps two million spend rows, and summing them for every progress event, run view and
+  // cap check slowed its coordinator as it grew.
+  `
+  CREATE TABLE spend_totals (
+    tool_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    state TEXT NOT NULL,
+    calls INTEGER NOT NULL,
+    micros INTEGER NOT NULL,
+    PRIMARY KEY (tool_id, provider, state)
+  ) WITHOUT ROWID;
+  INSERT INTO spend_totals (tool_id, provider, state, calls, micros)
+    SELECT tool_id, provider, state, count(*), sum(micros) FROM spend GROUP BY tool_id, provider, state;
+  CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0;
+  `,
 ];

@@ -6,7 +6,9 @@
  * everything reserved or billed, so it holds however many chunks and batches
  * are in flight; a reservation whose request was not billed is released.
  *
- * Credits are kept as integer micro-credits, so sums are exact.
+ * Credits are kept as integer micro-credits, so sums are exact. The sums
+ * per tool, provider and state are kept as the rows change (`spend_totals`):
+ * a large run has millions of rows, too many to add up on every read.
  */
 import type { Sql } from "./sql";
 
@@ -44,6 +46,15 @@ export interface SpendReport {
   days: { day: string; provider: string; micros: number }[];
 }
 
+/** What a spend row counts for in `spend_totals`. */
+interface Counted {
+  tool_id: string;
+  provider: string;
+  micros: number;
+}
+
+type SpendState = "reserved" | "billed";
+
 export class SpendStore {
   #sql: Sql;
   #now: () => number;
@@ -66,25 +77,52 @@ export class SpendStore {
     if (capMicros !== null && this.committedMicros() + micros > capMicros) return false;
     this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
       VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${micros}, 'reserved', ${this.#now()})`;
+    this.#count({ tool_id: request.toolId, provider: request.provider, micros }, "reserved", 1);
     return true;
   }
 
   /** The provider answered the request: its reservation is now spend. Idempotent. */
   bill(requestKey: string): void {
-    this.#sql.write`UPDATE spend SET state = 'billed', at = ${this.#now()} WHERE request_key = ${requestKey} AND state = 'reserved'`;
+    const reserved = this.#reserved(requestKey);
+    if (!reserved) return;
+    this.#sql.write`UPDATE spend SET state = 'billed', at = ${this.#now()} WHERE request_key = ${requestKey}`;
+    this.#count(reserved, "reserved", -1);
+    this.#count(reserved, "billed", 1);
   }
 
   /** The request was billed though its bill was not recorded (see `SpendLedger.recordBilled`): spend, reserved or not. True when this recorded it. */
   recordBilled(request: SpendRequest): boolean {
-    const written = this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
-      VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${toMicros(request.credits)}, 'billed', ${this.#now()})
-      ON CONFLICT (request_key) DO UPDATE SET state = 'billed', at = excluded.at WHERE state = 'reserved'`;
-    return written > 0;
+    const found = this.#sql<{ state: SpendState }>`SELECT state FROM spend WHERE request_key = ${request.requestKey}`[0];
+    if (found?.state === "billed") return false;
+    if (found) {
+      this.bill(request.requestKey);
+      return true;
+    }
+    const micros = toMicros(request.credits);
+    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
+      VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${micros}, 'billed', ${this.#now()})`;
+    this.#count({ tool_id: request.toolId, provider: request.provider, micros }, "billed", 1);
+    return true;
   }
 
   /** The request was not billed (not sent, or refused by the provider): its reservation is freed. */
   release(requestKey: string): void {
-    this.#sql.write`DELETE FROM spend WHERE request_key = ${requestKey} AND state = 'reserved'`;
+    const reserved = this.#reserved(requestKey);
+    if (!reserved) return;
+    this.#sql.write`DELETE FROM spend WHERE request_key = ${requestKey}`;
+    this.#count(reserved, "reserved", -1);
+  }
+
+  #reserved(requestKey: string): Counted | undefined {
+    return this.#sql<Counted & Record<string, SqlStorageValue>>`SELECT tool_id, provider, micros FROM spend
+      WHERE request_key = ${requestKey} AND state = 'reserved'`[0];
+  }
+
+  /** Adds `calls` rows like `row` (negative: removes them) to the sums of `state`. */
+  #count(row: Counted, state: SpendState, calls: number, micros = calls * row.micros): void {
+    this.#sql.write`INSERT INTO spend_totals (tool_id, provider, state, calls, micros)
+      VALUES (${row.tool_id}, ${row.provider}, ${state}, ${calls}, ${micros})
+      ON CONFLICT (tool_id, provider, state) DO UPDATE SET calls = calls + excluded.calls, micros = micros + excluded.micros`;
   }
 
   /**
@@ -96,15 +134,21 @@ export class SpendStore {
   grant(attemptId: string, wantedMicros: number, capMicros: number | null): number {
     const granted = capMicros === null ? wantedMicros : Math.max(0, Math.min(wantedMicros, capMicros - this.committedMicros()));
     if (granted <= 0) return 0;
+    const held = this.#reserved(grantKey(attemptId));
     this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
       VALUES (${grantKey(attemptId)}, '(grant)', '(grant)', ${granted}, 'reserved', ${this.#now()})
       ON CONFLICT (request_key) DO UPDATE SET micros = micros + excluded.micros`;
+    this.#count({ tool_id: "(grant)", provider: "(grant)", micros: granted }, "reserved", held ? 0 : 1, granted);
     return granted;
   }
 
   /** The attempt's bills, `micros` in all, were recorded: its grant shrinks by as much. */
   settleGrant(attemptId: string, micros: number): void {
-    this.#sql.write`UPDATE spend SET micros = max(0, micros - ${micros}) WHERE request_key = ${grantKey(attemptId)} AND state = 'reserved'`;
+    const held = this.#reserved(grantKey(attemptId));
+    if (!held) return;
+    const left = Math.max(0, held.micros - micros);
+    this.#sql.write`UPDATE spend SET micros = ${left} WHERE request_key = ${grantKey(attemptId)}`;
+    this.#count(held, "reserved", 0, left - held.micros);
   }
 
   /** The attempt ended: what it was granted and did not bill is freed. */
@@ -115,26 +159,27 @@ export class SpendStore {
   /** The run ended: reservations of requests that never came back are freed (a later run that completes them pays). */
   releaseAll(): void {
     this.#sql.write`DELETE FROM spend WHERE state = 'reserved'`;
+    this.#sql.write`DELETE FROM spend_totals WHERE state = 'reserved'`;
   }
 
   /** Reserved and billed, in micro-credits: what the cap is checked against. */
   committedMicros(): number {
-    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend`[0]!.n;
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals`[0]!.n;
   }
 
   billedMicros(): number {
-    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend WHERE state = 'billed'`[0]!.n;
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals WHERE state = 'billed'`[0]!.n;
   }
 
   /** Billed requests and micro-credits per tool (a play's history). */
   billedByTool(): { tool: string; calls: number; micros: number }[] {
-    return this.#sql<{ tool: string; calls: number; micros: number }>`SELECT tool_id AS tool, count(*) AS calls, sum(micros) AS micros
-      FROM spend WHERE state = 'billed' GROUP BY tool_id`;
+    return this.#sql<{ tool: string; calls: number; micros: number }>`SELECT tool_id AS tool, sum(calls) AS calls, sum(micros) AS micros
+      FROM spend_totals WHERE state = 'billed' GROUP BY tool_id`;
   }
 
   totals(): SpendTotals {
-    const rows = this.#sql<{ tool_id: string; provider: string; micros: number }>`SELECT tool_id, provider, sum(micros) AS micros
-      FROM spend WHERE state = 'billed' GROUP BY tool_id, provider`;
+    const rows = this.#sql<{ tool_id: string; provider: string; micros: number }>`SELECT tool_id, provider, micros
+      FROM spend_totals WHERE state = 'billed'`;
     const totals: SpendTotals = { total: 0, byProvider: {}, byTool: {} };
     let total = 0;
     for (const row of rows) {
@@ -148,15 +193,18 @@ export class SpendStore {
 
   /** Billed requests not reported to the org yet, summed per UTC day and provider. */
   unreported(): SpendReport | null {
-    const upTo = this.#sql<{ n: number | null }>`SELECT max(rowid) AS n FROM spend WHERE state = 'billed' AND reported = 0`[0]!.n;
+    // Through the index of unreported bills: without it the rowid bound would walk every bill of the run.
+    const upTo = this.#sql<{ n: number | null }>`SELECT max(rowid) AS n FROM spend INDEXED BY spend_unreported
+      WHERE state = 'billed' AND reported = 0`[0]!.n;
     if (upTo === null) return null;
     const days = this.#sql<{ day: string; provider: string; micros: number }>`SELECT strftime('%Y-%m-%d', at / 1000, 'unixepoch') AS day,
-      provider, sum(micros) AS micros FROM spend WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo} GROUP BY day, provider`;
+      provider, sum(micros) AS micros FROM spend INDEXED BY spend_unreported
+      WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo} GROUP BY day, provider`;
     return { upTo, days };
   }
 
   markReported(upTo: number): void {
-    this.#sql.write`UPDATE spend SET reported = 1 WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo}`;
+    this.#sql.write`UPDATE spend INDEXED BY spend_unreported SET reported = 1 WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo}`;
   }
 }
 
