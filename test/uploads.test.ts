@@ -271,7 +271,9 @@ describe("reading an upload's rows by byte range", () => {
     expect(body.rows).toBe(2_600);
     const whole = parse(file, { columns: true, skip_empty_lines: true }) as Record<string, string>[];
     const opened = await new Uploads({ bucket: env.UPLOADS, org: "dev" }).open(body.uploadId);
-    expect(opened!.index.positions).toHaveLength(3);
+    // Every 100th row's position: rows 0, 100, ..., 2,500.
+    expect(opened!.index.positions).toHaveLength(26);
+    expect(opened!.index.every).toBe(100);
     for (const [from, to] of [
       [0, 1],
       [0, 2_600],

@@ -219,7 +219,7 @@ export function shardCountFor(
 /** The most chunks a map is planned in: past it, chunks grow (a 10,000,000-row upload is 10,000 chunks of 1,000). */
 export const MAX_MAP_CHUNKS = 10_000;
 
-/** The most rows in one chunk: an upload's index places every thousandth row, so a chunk reads at most one span twice. */
+/** The most rows in one chunk (an upload's index places every 100th to every 1,600th row: src/uploads/limits.ts). */
 export const MAX_CHUNK_ROWS = 1_000;
 
 /**

@@ -41,8 +41,16 @@ export const MAX_ROW_LINE_BYTES = MAX_ROW_BYTES;
 export const MAX_ROW_DEPTH = 32;
 
 /**
- * The index keeps the byte offset and line of every this-many-th row, so that
- * a reader of rows `[from, to)` reads at most this many rows it does not
- * return; 10,000,000 rows make a 10,000-entry index.
+ * The index keeps the byte offset and line of every this-many-th row, as
+ * many as a map's chunk holds by default (`chunkRows`), so that a chunk of an
+ * upload of up to a million rows is read from exactly where it starts: a reader
+ * of rows `[from, to)` reads at most `every - 1` rows it does not return.
  */
-export const INDEX_EVERY_ROWS = 1_000;
+export const INDEX_EVERY_ROWS = 100;
+
+/**
+ * The most positions an index holds (about 200 KB as JSON): a larger file's
+ * index keeps every other position, twice over if need be, so 10,000,000 rows
+ * are indexed every 1,600th row.
+ */
+export const MAX_INDEX_POSITIONS = 10_000;

@@ -117,7 +117,9 @@ describe("readRows", () => {
     const reads: Array<{ offset: number; length: number }> = [];
     const rows = await readRows(memorySource(bytes, reads), index, { from: 205, to: 212 });
     expect(rows.map((r) => r.row.id)).toEqual(["205", "206", "207", "208", "209", "210", "211"]);
-    expect(reads).toEqual([{ offset: index.positions[20]!.offset, length: index.positions[22]!.offset - index.positions[20]!.offset }]);
+    expect(reads).toEqual([
+      { offset: index.positions.at(20)!.offset, length: index.positions.at(22)!.offset - index.positions.at(20)!.offset },
+    ]);
     expect(reads[0]!.length).toBeLessThan(bytes.length / 10);
   });
 

@@ -1,8 +1,8 @@
 /**
  * An upload's index: what the file holds (format, columns, rows, bytes) and
  * where every `every`-th row starts, as a byte offset and a line. Small
- * enough to read whole (10,000 positions for 10,000,000 rows), so a reader of
- * rows `[from, to)` can ask storage for just the bytes that hold them.
+ * enough to read whole (at most 10,000 positions), so a reader of rows
+ * `[from, to)` can ask storage for just the bytes that hold them.
  */
 import { z } from "zod";
 import type { UploadFormat } from "./limits";
@@ -16,8 +16,40 @@ export interface UploadIndex {
   bytes: number;
   /** Rows between two positions. */
   every: number;
-  /** `positions[i]` is where row `i * every` may be read from: just past the row before it. */
-  positions: FilePosition[];
+  /** `positions.at(i)` is where row `i * every` may be read from: just past the row before it. */
+  positions: Positions;
+}
+
+/** The index's positions: an array of them as a scan builds it, or packed as an index read back holds them. */
+export interface Positions {
+  readonly length: number;
+  at(i: number): FilePosition | undefined;
+}
+
+/**
+ * Positions read back from storage, packed as `[offset, line]` pairs of
+ * doubles: 16 bytes a position instead of an object each, since every
+ * executor that reads an upload keeps its index.
+ */
+class PackedPositions implements Positions {
+  readonly #pairs: Float64Array;
+
+  constructor(pairs: readonly (readonly [number, number])[]) {
+    this.#pairs = new Float64Array(pairs.length * 2);
+    pairs.forEach(([offset, line], i) => {
+      this.#pairs[2 * i] = offset;
+      this.#pairs[2 * i + 1] = line;
+    });
+  }
+
+  get length(): number {
+    return this.#pairs.length / 2;
+  }
+
+  at(i: number): FilePosition | undefined {
+    if (!Number.isInteger(i) || i < 0 || i >= this.length) return undefined;
+    return { offset: this.#pairs[2 * i]!, line: this.#pairs[2 * i + 1]! };
+  }
 }
 
 /** The index as stored: positions as `[offset, line]` pairs. Validated when read back. */
@@ -31,12 +63,16 @@ const StoredIndex = z.object({
 });
 
 export function indexToJson(index: UploadIndex): string {
-  return JSON.stringify({ ...index, positions: index.positions.map((p) => [p.offset, p.line]) });
+  const positions = Array.from({ length: index.positions.length }, (_, i) => {
+    const { offset, line } = index.positions.at(i)!;
+    return [offset, line];
+  });
+  return JSON.stringify({ ...index, positions });
 }
 
 export function indexFromJson(text: string): UploadIndex {
   const stored = StoredIndex.parse(JSON.parse(text));
-  return { ...stored, positions: stored.positions.map(([offset, line]) => ({ offset, line })) };
+  return { ...stored, positions: new PackedPositions(stored.positions) };
 }
 
 /** What to read for rows `[from, to)`: the bytes `[start.offset, end)`, whose first row is row `firstRow`. */
@@ -59,8 +95,8 @@ export function planRead(index: UploadIndex, from: number, to: number): ReadPlan
   const first = Math.floor(from / index.every);
   const last = Math.ceil(to / index.every);
   return {
-    start: index.positions[first]!,
+    start: index.positions.at(first)!,
     firstRow: first * index.every,
-    end: last < index.positions.length ? index.positions[last]!.offset : index.bytes,
+    end: last < index.positions.length ? index.positions.at(last)!.offset : index.bytes,
   };
 }

@@ -44,6 +44,25 @@ describe("UploadScan: CSV", () => {
     expect(await scan("csv", text, 5, 2)).toMatchObject({ every: 2, positions: [{ offset: 8 }, { offset: 29 }] });
   });
 
+  it("keeps at most `maxPositions` positions, doubling `every` as often as that takes", async () => {
+    const text = `id\n${Array.from({ length: 7 }, (_, i) => `${i}\n`).join("")}`;
+    const scanned = async (every: number, maxPositions?: number) => {
+      const scanner = new UploadScan({ format: "csv", every, maxPositions });
+      await scanner.write(encode(text));
+      return scanner.finish();
+    };
+    // Rows 0, 1, 2; then 0, 2, 4; then 0 and 4: the index a scan every 4th row makes.
+    const thinned = await scanned(1, 3);
+    expect(thinned).toEqual(await scanned(4));
+    expect(thinned).toMatchObject({
+      every: 4,
+      positions: [
+        { offset: 3, line: 2 },
+        { offset: 11, line: 6 },
+      ],
+    });
+  });
+
   it("accepts a header without rows, and skips a UTF-8 byte-order mark", async () => {
     expect(await scan("csv", "\ufeffa,b\n")).toMatchObject({ columns: ["a", "b"], rows: 0, positions: [] });
   });

@@ -5,7 +5,7 @@
  */
 import { MalformedUploadError, UploadTooLargeError } from "./errors";
 import { CsvScanner } from "./csv-scanner";
-import { INDEX_EVERY_ROWS, MAX_COLUMNS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
+import { INDEX_EVERY_ROWS, MAX_COLUMNS, MAX_INDEX_POSITIONS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
 import { NdjsonScanner } from "./ndjson-scanner";
 import type { FilePosition, RowPlace, RowScanner } from "./scanning";
 import type { UploadIndex } from "./upload-index";
@@ -13,6 +13,7 @@ import type { UploadIndex } from "./upload-index";
 export class UploadScan {
   #format: UploadFormat;
   #every: number;
+  #maxPositions: number;
   #scanner: RowScanner;
   #columns: string[] | null = null;
   #headerLine = 0;
@@ -24,11 +25,15 @@ export class UploadScan {
   /** The first bytes, until there are enough to tell a UTF-16 file. */
   #head: number[] = [];
 
-  /** `every`: rows between two indexed positions (tests use small ones). */
-  constructor(options: { format: UploadFormat; every?: number }) {
-    const { format, every = INDEX_EVERY_ROWS } = options;
+  /**
+   * `every`: rows between two indexed positions to start with; `maxPositions`: the most the index keeps, past
+   * which `every` doubles (tests use small ones).
+   */
+  constructor(options: { format: UploadFormat; every?: number; maxPositions?: number }) {
+    const { format, every = INDEX_EVERY_ROWS, maxPositions = MAX_INDEX_POSITIONS } = options;
     this.#format = format;
     this.#every = every;
+    this.#maxPositions = Math.max(1, maxPositions);
     this.#scanner =
       format === "csv"
         ? new CsvScanner({ onRow: (fields, place) => this.#csvRow(fields, place) })
@@ -121,7 +126,14 @@ export class UploadScan {
         maxRows: MAX_UPLOAD_ROWS,
       });
     }
-    if (this.#rows % this.#every === 0) this.#positions.push(place.resumeAt);
+    if (this.#rows % this.#every === 0) {
+      if (this.#positions.length === this.#maxPositions) {
+        // Full: keep the positions of rows 0, 2·every, 4·every, ... and index every 2·every-th row from here.
+        this.#positions = this.#positions.filter((_, i) => i % 2 === 0);
+        this.#every *= 2;
+      }
+      if (this.#rows % this.#every === 0) this.#positions.push(place.resumeAt);
+    }
     this.#rows++;
   }
 }

@@ -31,7 +31,7 @@ export interface UploadRowsOptions {
 export class UploadRows {
   #deps: UploadRowsOptions;
   #uploads: Uploads;
-  /** Opened once per upload: its index says where each thousandth row starts. */
+  /** Opened once per upload: its index says where every 100th row (or so) starts. */
   #open: Map<string, Promise<OpenUpload>>;
 
   constructor(options: UploadRowsOptions) {
