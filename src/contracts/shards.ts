@@ -34,7 +34,8 @@ export type ClaimRowsRequest = z.infer<typeof ClaimRowsRequest>;
 
 export type ClaimedRow =
   | { key: string; status: "pending" }
-  | { key: string; status: "completed"; data: Record<string, unknown> }
+  /** Reused: the run's view holds its completed version (read with the run's rows, not sent back here). */
+  | { key: string; status: "completed" }
   | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number };
 
 export const PersistRowsRequest = z.object({

@@ -45,13 +45,11 @@ export const MAX_ROW_DATA_BYTES = 1024 * 1024;
  */
 const MAX_PARAM_CHARS = 512 * 1024;
 
-/** A row's head joined with its latest version. */
+/** A row's head joined with its latest version (its data and error stay in storage: claims and writes never need them). */
 type RowRecord = {
   key: string;
   version: number;
   status: string;
-  data: string;
-  error: string | null;
   input_digest: string | null;
   created_by_run: string | null;
   written_by_attempt: string | null;
@@ -120,7 +118,7 @@ export class SheetStore {
       }
       if (record && reusable(record, row.digest, attempt, recompute)) {
         members.push({ key: row.key, index: row.index, version: record.version });
-        return { key: row.key, status: "completed", data: parseRowData(record.data) };
+        return { key: row.key, status: "completed" };
       }
       let version = record?.version ?? 0;
       if (!record || !resumable(record, row.digest, attempt)) {
@@ -134,7 +132,6 @@ export class SheetStore {
         ...(record ?? newRecord(row.key)),
         version,
         status: "pending",
-        data: row.text,
         input_digest: row.digest,
         created_by_run: attempt.runId,
         lease_attempt_id: attempt.attemptId,
@@ -301,8 +298,7 @@ export class SheetStore {
     const found = new Map<string, RowRecord>();
     for (const batch of batches([...new Set(keys)], (key) => key.length)) {
       for (const row of this
-        .#sql<RowRecord>`SELECT h.key AS key, h.version AS version, v.status AS status, v.data AS data, v.error AS error,
-          v.input_digest AS input_digest, v.created_by_run AS created_by_run, v.written_by_attempt AS written_by_attempt,
+        .#sql<RowRecord>`SELECT h.key AS key, h.version AS version, v.status AS status, v.input_digest AS input_digest, v.created_by_run AS created_by_run, v.written_by_attempt AS written_by_attempt,
           v.written_by_run AS written_by_run, h.lease_attempt_id AS lease_attempt_id, h.lease_run_id AS lease_run_id,
           h.lease_seq AS lease_seq, h.lease_expires_at AS lease_expires_at
           FROM row_heads h JOIN row_versions v ON v.key = h.key AND v.version = h.version
@@ -351,8 +347,6 @@ function newRecord(key: string): RowRecord {
     key,
     version: 0,
     status: "pending",
-    data: "{}",
-    error: null,
     input_digest: null,
     created_by_run: null,
     written_by_attempt: null,
