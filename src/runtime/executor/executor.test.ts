@@ -52,6 +52,20 @@ describe("ExecutorSizer", () => {
     await settle(unbounded);
     expect(unbounded.target()).toBe(64);
   });
+
+  it("runs a map that only reuses rows at the ceiling at once, until it calls a provider", async () => {
+    const now = { t: 0 };
+    const s = sizer({ requestsPerSecond: 100, concurrency: 250 }, now);
+    await s.start();
+    expect(s.target()).toBe(4);
+    s.observeReusedOnly();
+    await settle(s);
+    expect(s.target()).toBe(64);
+    // A provider called after all: its pace sizes the map again (100/s at 50 ms: 5 in flight, one executor, the floor).
+    s.observe(["sim"], { calls: 1, totalMs: 50 });
+    await settle(s);
+    expect(s.target()).toBe(4);
+  });
 });
 
 describe("ExecutorSpend", () => {

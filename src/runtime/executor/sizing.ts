@@ -7,7 +7,10 @@
  * bounds the requests in flight instead); L is the latency the executors
  * observe. Until the first reports arrive the map starts at the floor. The
  * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`
- * (each keeps at least one), renewed with every refresh.
+ * (each keeps at least one), renewed with every refresh. A map whose attempts
+ * end having computed nothing (a rerun: every row reused) and that has called
+ * no provider is bound by its bookkeeping (reading its rows, claiming them),
+ * not by a provider: it runs at the ceiling.
  */
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
@@ -39,6 +42,8 @@ export class ExecutorSizer {
   #refreshing: Promise<void> | null = null;
   /** What the org's bound leaves this map (null until the first lease). */
   #leased: number | null = null;
+  /** An attempt ended having computed no row. */
+  #reusedOnly = false;
 
   constructor(options: SizingOptions) {
     this.#deps = options;
@@ -57,6 +62,14 @@ export class ExecutorSizer {
       // A moving average: a few slow answers do not double the executors at once.
       this.#latencyMs = this.#latencyMs === null ? mean : this.#latencyMs * 0.7 + mean * 0.3;
     }
+  }
+
+  /** An attempt ended having computed none of its rows (all reused): the map may need no provider at all. */
+  observeReusedOnly(): void {
+    if (this.#reusedOnly) return;
+    this.#reusedOnly = true;
+    // Until a provider is seen, this is bookkeeping: lease the ceiling at once.
+    if (this.#providers.size === 0) this.#refreshedAt = Number.NEGATIVE_INFINITY;
   }
 
   /** Takes the map's first lease under the org's bound, before its first chunk goes out. */
@@ -79,6 +92,7 @@ export class ExecutorSizer {
 
   #wanted(): number {
     const { min, max } = this.#deps;
+    if (this.#providers.size === 0 && this.#reusedOnly) return max;
     if (this.#latencyMs === null) return min;
     const latencyS = this.#latencyMs / 1000;
     let inFlight = 0;

@@ -253,6 +253,7 @@ export class MapRunner {
       if (!done && chunk.retries + 1 > policy.blockedRetries)
         outcome.failed(blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked));
       const computed = summary.completed + summary.failed - summary.reused;
+      if (done && computed === 0 && summary.reused > 0) remote?.sizer.observeReusedOnly();
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
         this.#scope.emit("chunk.completed", {
