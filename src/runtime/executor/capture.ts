@@ -62,7 +62,15 @@ export async function captureMap(
   return Promise.race([ctx.captured, ran]);
 }
 
-const NEVER = new Promise<never>(() => {});
+/**
+ * A promise that never settles, made for each replay that parks the play: a
+ * shared one would hold every parked play (its frame, its context, the
+ * attempt they reach) in its reactions for as long as the isolate lives,
+ * where a promise of its own is collected with the replay.
+ */
+function never(): Promise<never> {
+  return new Promise<never>(() => {});
+}
 
 class CaptureContext implements PlayContext {
   readonly runId: string;
@@ -94,7 +102,7 @@ class CaptureContext implements PlayContext {
     return this.#replay("map", name, (call) => {
       if (name === this.target) {
         this.#resolve({ fields, options, asRow: (row, fn) => this.#rows.run(row, fn) });
-        return NEVER;
+        return never();
       }
       return this.#settled(call, () => this.#handle(name));
     });
@@ -153,7 +161,7 @@ class CaptureContext implements PlayContext {
   /** The recorded outcome of `call`: its value, its error, or never (it had not settled, so the play had not gone past it). */
   #settled<T>(call: EffectCall, value: (recorded: unknown) => T): Promise<T> {
     const traced = this.#traced.get(slot(call));
-    if (!traced?.outcome) return NEVER;
+    if (!traced?.outcome) return never();
     const { outcome } = traced;
     if (outcome.ok) return Promise.resolve(value(outcome.value));
     if (outcome.code === UNREPLAYABLE) {
@@ -161,7 +169,7 @@ class CaptureContext implements PlayContext {
         `the play makes a ${call.kind} (${call.name || "unnamed"}) before ctx.map("${this.target}"); ${outcome.message}`,
       );
       this.#reject(error);
-      return NEVER;
+      return never();
     }
     return Promise.reject(new TroupeError(outcome.code ?? "effect_failed", outcome.message));
   }
