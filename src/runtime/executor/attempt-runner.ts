@@ -12,6 +12,7 @@ import type { FaultProbe } from "../../clients/faults";
 import { SheetClient } from "../../clients/shards";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
+import { timeoutSignal } from "../../core/time";
 import type { AttemptEnd, ChunkAssignment } from "../../contracts/executors";
 import type { AnyTool, FieldSet, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore } from "../../stores/executor-store";
@@ -92,8 +93,9 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     return { kind: "failed", message: `could not take the fields of "${assignment.map}": ${messageOf(error)}` };
   }
 
-  const deadline = AbortSignal.timeout(Math.max(0, run.deadlineAt - host.now()));
-  const signal = AbortSignal.any([stop, deadline]);
+  // Cleared when the attempt ends: a pending timer would keep every signal derived from it (one a request) until the run's deadline.
+  const deadline = timeoutSignal(run.deadlineAt - host.now());
+  const signal = AbortSignal.any([stop, deadline.signal]);
   const log = (line: string, code?: Parameters<AttemptReporter["log"]>[1]) => host.reporter.log(line, code);
   const scope: InvocationScope = {
     env: host.env,
@@ -181,7 +183,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     const tripped = guards.latch.tripped;
     if (tripped instanceof ChildNeedsCoordinator) return { kind: "inline", reason: tripped.message };
     if (stop.aborted) return { kind: "stopped", reason: messageOf(stop.reason) };
-    if (deadline.aborted) return { kind: "stopped", reason: "the run reached its runtime limit" };
+    if (deadline.signal.aborted) return { kind: "stopped", reason: "the run reached its runtime limit" };
     if (tripped)
       return {
         kind: "fatal",
@@ -192,6 +194,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
       };
     return { kind: "failed", message: messageOf(error) };
   } finally {
+    deadline.clear();
     await dispatch.pacers.closeAll();
   }
 }

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { blockedIpv6, checkEgressUrl, redactSecrets, safeFetch } from "./egress";
+import { blockedIpv6, checkEgressUrl, DEFAULT_EGRESS, redactSecrets, safeFetch } from "./egress";
 
 const open = { allowHosts: null };
 
@@ -195,5 +195,47 @@ describe("safeFetch follows redirects as browsers do", () => {
     vi.restoreAllMocks();
     fakeNetwork([redirect(304, "https://elsewhere.example/")]);
     expect((await safeFetch("https://api.example.com/")).status).toBe(304);
+  });
+});
+
+describe("safeFetch's timeout", () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  /** A network that answers only when the request is aborted, with its reason. */
+  function silentNetwork() {
+    vi.spyOn(globalThis, "fetch").mockImplementation(
+      (_input, init) =>
+        new Promise((_, reject) => {
+          const signal = init?.signal;
+          signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
+        }),
+    );
+  }
+
+  it("stops a request not answered within the policy's time, saying so, and not one the caller stopped", async () => {
+    silentNetwork();
+    await expect(safeFetch("https://api.example.com/slow", {}, { ...DEFAULT_EGRESS, timeoutMs: 30 })).rejects.toMatchObject({
+      code: "egress_timeout",
+      message: expect.stringContaining("longer than 30 ms"),
+    });
+    const caller = new AbortController();
+    const stopped = safeFetch("https://api.example.com/slow", { signal: caller.signal }, { ...DEFAULT_EGRESS, timeoutMs: 60_000 });
+    caller.abort(new Error("cancelled"));
+    await expect(stopped).rejects.toMatchObject({ code: "egress_failed" });
+  });
+
+  it("leaves no timer behind a request that was answered", async () => {
+    vi.useFakeTimers();
+    try {
+      vi.spyOn(globalThis, "fetch").mockImplementation(async () => new Response("ok"));
+      const res = await safeFetch("https://api.example.com/fast");
+      expect(await res.text()).toBe("ok");
+      // Its timer is cleared once it is answered: one left running would hold the request's signal for the full 15 s.
+      expect(vi.getTimerCount()).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -15,6 +15,7 @@
 import type { SubrequestMeter } from "../../core/meter";
 import { TroupeError } from "../../core/errors";
 import { sendOutbound } from "../../core/outbound";
+import { timeoutSignal } from "../../core/time";
 
 export class EgressError extends TroupeError {
   constructor(code: string, message: string) {
@@ -261,7 +262,9 @@ export async function safeFetch(
     headers: new Headers(init.headers),
     body: body ?? null,
   };
-  const signal = AbortSignal.any([AbortSignal.timeout(policy.timeoutMs), ...(init.signal ? [init.signal] : [])]);
+  // Its timer is cleared when the fetch ends (an `AbortSignal.timeout` would live on, 15 s a request).
+  const timeout = timeoutSignal(policy.timeoutMs);
+  const signal = init.signal ? AbortSignal.any([timeout.signal, init.signal]) : timeout.signal;
   try {
     for (let redirects = 0; ; redirects++) {
       // An outbound request of the object (each hop): under emulated platform limits it may wait for a slot.
@@ -288,6 +291,8 @@ export async function safeFetch(
     if (signal.aborted && !init.signal?.aborted)
       throw new EgressError("egress_timeout", `fetch of ${hop.url.host} took longer than ${policy.timeoutMs} ms`);
     throw new EgressError("egress_failed", redactSecrets(`fetch of ${hop.url.host} failed: ${message}`, secrets));
+  } finally {
+    timeout.clear();
   }
 }
 
