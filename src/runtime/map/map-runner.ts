@@ -290,6 +290,8 @@ export class MapRunner {
             try {
               while (next < queue.length && !stop()) {
                 await dispatch(queue[next++]!);
+                // Wider than the map needs now (the org's lease shrank, or reused chunks gave way to paced ones): one fewer.
+                if (working > width()) break;
                 grow();
               }
             } finally {
