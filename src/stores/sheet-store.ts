@@ -95,15 +95,13 @@ export class SheetStore {
    * when its latest version can be reused (see the module comment), else
    * `pending` with a lease until now + leaseTtlMs on the version this attempt
    * computes (a new one holds the input as data). Throws ValidationError for
-   * an input that is not an object or is over MAX_ROW_DATA_BYTES.
+   * an input to be stored as a new version that is not an object or is over
+   * MAX_ROW_DATA_BYTES.
    */
   claimRows(request: ClaimRowsRequest): ClaimedRow[] {
     const { attempt, recompute } = request;
     const now = this.#now();
-    const inputs = request.rows.map((row) => {
-      const text = serializeRowData(row.key, row.input);
-      return { ...row, text, digest: inputDigest(row.input) };
-    });
+    const inputs = request.rows.map((row) => ({ ...row, digest: inputDigest(row.input) }));
     const current = this.#load(inputs.map((row) => row.key));
     const members: Array<{ key: string; index: number; version: number | null }> = [];
     const leased = new Set<string>();
@@ -123,7 +121,8 @@ export class SheetStore {
       let version = record?.version ?? 0;
       if (!record || !resumable(record, row.digest, attempt)) {
         version += 1;
-        created.set(row.key, { version, text: row.text, digest: row.digest });
+        // Only a new version stores the input (a reused row's matched a stored one, which was checked then).
+        created.set(row.key, { version, text: serializeRowData(row.key, row.input), digest: row.digest });
       }
       leased.add(row.key);
       members.push({ key: row.key, index: row.index, version });
