@@ -20,6 +20,19 @@ describe("timeoutSignal", () => {
     expect(cleared.signal.aborted).toBe(false);
   });
 
+  it("aborts with the reason it is given, made when it fires", () => {
+    vi.useFakeTimers();
+    let made = 0;
+    const timeout = timeoutSignal(500, () => {
+      made++;
+      return new Error("provider_timeout");
+    });
+    expect(made).toBe(0);
+    vi.advanceTimersByTime(500);
+    expect(made).toBe(1);
+    expect(timeout.signal.reason).toMatchObject({ message: "provider_timeout" });
+  });
+
   it("does not fire at once for a time past a timer's range (a deadline weeks away)", () => {
     vi.useFakeTimers();
     const far = timeoutSignal(40 * 24 * 3_600_000);

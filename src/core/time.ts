@@ -18,18 +18,19 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
- * A signal that aborts after `ms` (a `TimeoutError`), and `clear` to drop its
- * timer once the work it bounds is done. `AbortSignal.timeout` has no such
- * thing: its pending timer keeps it alive until it fires, and with it every
- * signal made from it by `AbortSignal.any` (an attempt's run deadline is
- * hours away, and each request of the attempt derives one).
+ * A signal that aborts after `ms` with `reason()` (by default a
+ * `TimeoutError`), and `clear` to drop its timer once the work it bounds is
+ * done. `AbortSignal.timeout` has no such thing: its pending timer keeps it
+ * alive until it fires, and with it every signal made from it by
+ * `AbortSignal.any` (an attempt's run deadline is hours away, and each request
+ * of the attempt derives one).
  */
-export function timeoutSignal(ms: number): { signal: AbortSignal; clear(): void } {
+export function timeoutSignal(
+  ms: number,
+  reason: () => unknown = () => new DOMException(`timed out after ${ms} ms`, "TimeoutError"),
+): { signal: AbortSignal; clear(): void } {
   const controller = new AbortController();
   // Past a timer's range nothing here waits that long: no timer at all.
-  const timer =
-    ms <= MAX_TIMER_MS
-      ? setTimeout(() => controller.abort(new DOMException(`timed out after ${ms} ms`, "TimeoutError")), Math.max(0, ms))
-      : undefined;
+  const timer = ms <= MAX_TIMER_MS ? setTimeout(() => controller.abort(reason()), Math.max(0, ms)) : undefined;
   return { signal: controller.signal, clear: () => clearTimeout(timer) };
 }
