@@ -169,6 +169,32 @@ describe("provider failures", () => {
   });
 });
 
+describe("a provider that does not answer in time", () => {
+  afterEach(async () => {
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+  });
+
+  it("has each request stopped at the provider timeout and retried under the same key; the row fails retryably, billed once", async () => {
+    await simReset();
+    // Every answer comes after 400 ms; the run stops waiting at 100 ms.
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
+    const runId = await startRun("test-calls", { rows: findRows("Hang", 2), dataset: "hang" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    const stored = await datasetRows(runId, "hang");
+    for (const row of stored) expect(row._error).toContain("provider_timeout");
+    // Each row's call went out once and was retried to the policy's limit (4 attempts), never under a new key.
+    expect(run.usage.providerRetries).toBe(2 * 3);
+    // Every attempt reached the provider, which answered them all in the end (nobody was waiting by then): the
+    // first request of each row billed it, the three after it under the same key were replays.
+    const stats = await until(simStats, (s) => s.calls === 8 && s.billed + s.duplicates === 8, "the stopped requests answered");
+    expect(stats.billed).toBe(2);
+    expect(stats.duplicates).toBe(6);
+  });
+});
+
 describe("auth scope", () => {
   it("re-resolves the credentials once when the provider says they changed, and re-claims under the new scope", async () => {
     await simReset();

@@ -168,6 +168,8 @@ export const TestPolicyOverrides = z
     batchGraceMs: z.number().int().min(0).max(10_000),
     receiptWaitMs: z.number().int().min(0).max(600_000),
     blockedRetries: z.number().int().min(0).max(100),
+    /** A provider that answers slower than this has its request stopped and retried (a test's provider hangs for less than a second). */
+    providerTimeoutMs: z.number().int().min(50).max(600_000),
     maxChunkRedispatches: z.number().int().min(0).max(100),
     chunkRows: z.number().int().min(1).max(1000),
     /** Subrequests one coordinator invocation spends before it yields (a test makes a run span invocations). */

@@ -10,6 +10,7 @@
  * `done()` gives the place back once the receipt is written.
  */
 import { withSendStop } from "../../core/outbound";
+import { timeoutSignal } from "../../core/time";
 import { ToolCallError } from "../../play/tool-error";
 import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -106,19 +107,19 @@ export class ToolQueue {
    */
   async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const timeoutMs = this.#services.policy.providerTimeoutMs;
-    const controller = new AbortController();
-    const timer = setTimeout(
-      () =>
-        controller.abort(
-          new ToolCallError({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true }),
-        ),
+    const timeout = timeoutSignal(
       timeoutMs,
+      () => new ToolCallError({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true }),
     );
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      return await withSendStop(this.#services.signal, () => send(controller.signal));
+      return await withSendStop(this.#services.signal, () => send(timeout.signal));
+    } catch (error) {
+      // A stub's fetch rejects with an error of its own (the reason's message, not the reason): the timeout is
+      // the reason, retryable, whatever the request threw.
+      throw timeout.signal.aborted ? timeout.signal.reason : error;
     } finally {
-      clearTimeout(timer);
+      timeout.clear();
     }
   }
 
