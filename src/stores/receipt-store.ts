@@ -49,6 +49,11 @@ export const RECEIPT_MIGRATIONS: readonly string[] = [
      CHECK (status <> 'failed' OR error_code IS NOT NULL)
    ) WITHOUT ROWID;
    CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at);`,
+  // Only running receipts need finding by lease (expiry, the alarm, teardown). Indexing every receipt put each
+  // completed one at a random place in the index (ordered by its digest key): at a million receipts per shard that
+  // index was a fifth of the database and its random writes about a third of each claim's and completion's cost.
+  `DROP INDEX receipts_by_lease;
+   CREATE INDEX receipts_running_by_lease ON receipts (lease_expires_at) WHERE status = 'running';`,
 ];
 
 export type ReceiptStatus = "running" | "completed" | "failed";
