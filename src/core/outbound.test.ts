@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { OutboundGate, sendOutbound, withOutbound, withSendStop } from "./outbound";
+import { OutboundGate, sendOutbound, withOutbound, withSendHooks, withSendStop } from "./outbound";
 
 /** Lets every queued microtask and timer of this turn run. */
 const settle = () => new Promise<void>((resolve) => setTimeout(resolve, 0));
@@ -170,6 +170,44 @@ describe("sendOutbound", () => {
     stop.abort(new Error("cancelled"));
     answer("billed");
     expect(await inFlight).toBe("billed");
+    expect(gate.inFlight).toBe(0);
+  });
+
+  it("tells the hooks around a request when it waits for a slot and when it goes out, outermost first", async () => {
+    const gate = new OutboundGate({ limit: 1 });
+    const heard: string[] = [];
+    const send = (name: string) =>
+      withOutbound({ caller: "Test:hooks", gate }, () =>
+        withSendHooks({ waiting: () => heard.push(`outer waits ${name}`), sent: () => heard.push(`outer sends ${name}`) }, () =>
+          withSendHooks({ waiting: () => heard.push(`inner waits ${name}`), sent: () => heard.push(`inner sends ${name}`) }, () =>
+            sendOutbound(async () => heard.push(`sent ${name}`)),
+          ),
+        ),
+      );
+    const holder = await gate.acquire();
+    const queued = send("a");
+    await settle();
+    expect(heard).toEqual(["outer waits a", "inner waits a"]);
+    holder();
+    await queued;
+    expect(heard.slice(2)).toEqual(["outer sends a", "inner sends a", "sent a"]);
+
+    // A free slot: nothing waits. A `sent` that throws refuses the request; the hooks inside it hear nothing.
+    heard.length = 0;
+    await send("b");
+    expect(heard).toEqual(["outer sends b", "inner sends b", "sent b"]);
+    const refused = withOutbound({ caller: "Test:hooks", gate }, () =>
+      withSendHooks(
+        {
+          sent: () => {
+            throw new Error("Too many subrequests.");
+          },
+        },
+        () => withSendHooks({ sent: () => heard.push("inner sends c") }, () => sendOutbound(async () => heard.push("sent c"))),
+      ),
+    );
+    await expect(refused).rejects.toThrow("Too many subrequests.");
+    expect(heard.slice(3)).toEqual([]);
     expect(gate.inFlight).toBe(0);
   });
 });

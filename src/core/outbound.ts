@@ -48,6 +48,11 @@ export class OutboundGate {
     return this.#queue.length;
   }
 
+  /** Whether a request arriving now would wait for a slot. */
+  get full(): boolean {
+    return this.#held >= this.limit || this.#queue.length > 0;
+  }
+
   /**
    * Takes a slot, waiting behind earlier callers if all are held. Resolves
    * with the slot's release (idempotent); rejects with the signal's reason,
@@ -55,7 +60,7 @@ export class OutboundGate {
    */
   acquire(signal?: AbortSignal): Promise<() => void> {
     if (signal?.aborted) return Promise.reject(signal.reason);
-    if (this.#held < this.limit && this.#queue.length === 0) {
+    if (!this.full) {
       this.#held++;
       return Promise.resolve(this.#release());
     }
@@ -131,16 +136,25 @@ export function withSendStop<T>(stop: AbortSignal, fn: () => T): T {
   return stops.run(stop, fn);
 }
 
-const sendHooks = new AsyncLocalStorage<() => void>();
+/** What hears the requests made under {@link withSendHooks}: as one starts to wait for a slot, and as it goes out. */
+export interface SendHooks {
+  /** The object's six slots are held: it waits for one (under emulated limits only). */
+  waiting?(): void;
+  /** It goes out now (after any wait), just before it is sent; may throw to refuse it (the subrequest cap). */
+  sent?(): void;
+}
+
+const sendHooks = new AsyncLocalStorage<readonly SendHooks[]>();
 
 /**
- * Runs `fn` so that `onSend` is called as each request it makes actually
- * goes out (after its wait for a slot), just before it is sent; `onSend` may
- * throw to refuse it (the subrequest cap). A provider request is counted
- * there, so a request dropped while it waited is not counted as made.
+ * Runs `fn` so that `hooks` hear each request it makes wait for a slot and go
+ * out. Hooks of enclosing calls hear them too, outermost first; a `sent` that
+ * throws refuses the request, and the hooks inside it hear nothing. A provider
+ * request is counted as it goes out, so one dropped while it waited is not
+ * counted as made; its timeout does not run while it waits.
  */
-export function withSendHook<T>(onSend: () => void, fn: () => T): T {
-  return sendHooks.run(onSend, fn);
+export function withSendHooks<T>(hooks: SendHooks, fn: () => T): T {
+  return sendHooks.run([...(sendHooks.getStore() ?? []), hooks], fn);
 }
 
 /**
@@ -155,9 +169,9 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
   const outbound = current.getStore();
   const stop = stops.getStore();
   const caller = outbound?.caller ?? null;
-  const onSend = sendHooks.getStore();
+  const hooks = sendHooks.getStore() ?? [];
   const timed = async () => {
-    onSend?.();
+    for (const hook of hooks) hook.sent?.();
     const startedAt = Date.now();
     try {
       return await send(caller);
@@ -169,6 +183,7 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
     stop?.throwIfAborted();
     return timed();
   }
+  if (outbound.gate.full) for (const hook of hooks) hook.waiting?.();
   // While it waits, the stop or its own signal takes it out of the queue; once granted, only its own signal governs it.
   return outbound.gate.hold(timed, stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
 }

@@ -33,6 +33,27 @@ describe("timeoutSignal", () => {
     expect(timeout.signal.reason).toMatchObject({ message: "provider_timeout" });
   });
 
+  it("does not count the time it is paused, and keeps the time left when resumed", () => {
+    vi.useFakeTimers();
+    const timeout = timeoutSignal(1_000);
+    vi.advanceTimersByTime(400);
+    timeout.pause();
+    vi.advanceTimersByTime(5_000);
+    expect(timeout.signal.aborted).toBe(false);
+    timeout.resume();
+    vi.advanceTimersByTime(599);
+    expect(timeout.signal.aborted).toBe(false);
+    vi.advanceTimersByTime(1);
+    expect(timeout.signal.reason).toMatchObject({ name: "TimeoutError" });
+
+    // Cleared, it stays cleared: a late resume arms nothing.
+    const done = timeoutSignal(1_000);
+    done.pause();
+    done.clear();
+    done.resume();
+    expect(vi.getTimerCount()).toBe(0);
+  });
+
   it("does not fire at once for a time past a timer's range (a deadline weeks away)", () => {
     vi.useFakeTimers();
     const far = timeoutSignal(40 * 24 * 3_600_000);

@@ -23,14 +23,42 @@ const MAX_TIMER_MS = 2 ** 31 - 1;
  * done. `AbortSignal.timeout` has no such thing: its pending timer keeps it
  * alive until it fires, and with it every signal made from it by
  * `AbortSignal.any` (an attempt's run deadline is hours away, and each request
- * of the attempt derives one).
+ * of the attempt derives one). `pause` stops its clock and `resume` starts it
+ * again with the time that was left: a request's timeout does not count its
+ * wait for an outbound slot.
  */
 export function timeoutSignal(
   ms: number,
   reason: () => unknown = () => new DOMException(`timed out after ${ms} ms`, "TimeoutError"),
-): { signal: AbortSignal; clear(): void } {
+): { signal: AbortSignal; clear(): void; pause(): void; resume(): void } {
   const controller = new AbortController();
+  let left = ms;
+  let since = Date.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let state: "running" | "paused" | "cleared" = "running";
   // Past a timer's range nothing here waits that long: no timer at all.
-  const timer = ms <= MAX_TIMER_MS ? setTimeout(() => controller.abort(reason()), Math.max(0, ms)) : undefined;
-  return { signal: controller.signal, clear: () => clearTimeout(timer) };
+  const arm = () => {
+    since = Date.now();
+    timer = left <= MAX_TIMER_MS ? setTimeout(() => controller.abort(reason()), Math.max(0, left)) : undefined;
+  };
+  arm();
+  return {
+    signal: controller.signal,
+    clear: () => {
+      clearTimeout(timer);
+      state = "cleared";
+    },
+    pause: () => {
+      if (state !== "running") return;
+      clearTimeout(timer);
+      left -= Date.now() - since;
+      state = "paused";
+    },
+    resume: () => {
+      if (state !== "paused") return;
+      state = "running";
+      if (controller.signal.aborted) return;
+      arm();
+    },
+  };
 }

@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { OutboundGate, withOutbound } from "../../core/outbound";
 import { blockedIpv6, checkEgressUrl, DEFAULT_EGRESS, redactSecrets, safeFetch } from "./egress";
 
 const open = { allowHosts: null };
@@ -224,6 +225,31 @@ describe("safeFetch's timeout", () => {
     const stopped = safeFetch("https://api.example.com/slow", { signal: caller.signal }, { ...DEFAULT_EGRESS, timeoutMs: 60_000 });
     caller.abort(new Error("cancelled"));
     await expect(stopped).rejects.toMatchObject({ code: "egress_failed" });
+  });
+
+  it("does not count a wait for one of the object's outbound slots", async () => {
+    vi.useFakeTimers();
+    try {
+      // Each request is answered 100 ms after it is sent; one slot, so the second waits 100 ms for the first.
+      vi.spyOn(globalThis, "fetch").mockImplementation(
+        (_input, init) =>
+          new Promise((resolve, reject) => {
+            const timer = setTimeout(() => resolve(new Response("ok")), 100);
+            init?.signal?.addEventListener("abort", () => (clearTimeout(timer), reject(init.signal!.reason)), { once: true });
+          }),
+      );
+      const policy = { ...DEFAULT_EGRESS, timeoutMs: 150 };
+      const [first, second] = withOutbound({ caller: "Test:egress", gate: new OutboundGate({ limit: 1 }) }, () => [
+        safeFetch("https://api.example.com/a", {}, policy),
+        safeFetch("https://api.example.com/b", {}, policy),
+      ]);
+      await vi.advanceTimersByTimeAsync(200);
+      // The second was answered 200 ms after it was asked for, 100 ms after it was sent: within its 150 ms.
+      expect(await (await first).text()).toBe("ok");
+      expect(await (await second).text()).toBe("ok");
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("leaves no timer behind a request that was answered", async () => {

@@ -14,7 +14,7 @@
  */
 import type { SubrequestMeter } from "../../core/meter";
 import { TroupeError } from "../../core/errors";
-import { sendOutbound } from "../../core/outbound";
+import { sendOutbound, withSendHooks } from "../../core/outbound";
 import { timeoutSignal } from "../../core/time";
 
 export class EgressError extends TroupeError {
@@ -262,7 +262,9 @@ export async function safeFetch(
     headers: new Headers(init.headers),
     body: body ?? null,
   };
-  // Its timer is cleared when the fetch ends (an `AbortSignal.timeout` would live on, 15 s a request).
+  // Its timer is cleared when the fetch ends (an `AbortSignal.timeout` would live on, 15 s a request). Its clock
+  // stops while a hop waits for one of the object's outbound slots: a wait behind the object's other requests is
+  // not this site being slow.
   const timeout = timeoutSignal(policy.timeoutMs);
   const signal = init.signal ? AbortSignal.any([timeout.signal, init.signal]) : timeout.signal;
   try {
@@ -270,9 +272,11 @@ export async function safeFetch(
       // An outbound request of the object (each hop): under emulated platform limits it may wait for a slot.
       // Each hop is a subrequest of the invocation (counted, and refused past the platform's cap).
       if (meter) meter.fetches++;
-      const response = await sendOutbound(
-        () => fetch(hop.url, { ...init, method: hop.method, headers: hop.headers, body: hop.body, redirect: "manual", signal }),
-        signal,
+      const response = await withSendHooks({ waiting: timeout.pause, sent: timeout.resume }, () =>
+        sendOutbound(
+          () => fetch(hop.url, { ...init, method: hop.method, headers: hop.headers, body: hop.body, redirect: "manual", signal }),
+          signal,
+        ),
       );
       const location = response.headers.get("Location");
       if (REDIRECT_STATUSES.has(response.status) && location !== null) {

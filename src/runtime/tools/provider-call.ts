@@ -6,7 +6,7 @@
  * process with escalating delays within the run's retry budget. Every retry
  * and every 429 is counted on the meter.
  */
-import { withSendHook } from "../../core/outbound";
+import { withSendHooks } from "../../core/outbound";
 import { ToolCallError } from "../../play/tool-error";
 import type { SubrequestMeter } from "../../core/meter";
 import type { Pacer } from "../pacing/pacer";
@@ -93,7 +93,7 @@ export async function callProvider<T>(
           counted = true;
           ctx.meter.provider++;
         };
-        const value = await withSendHook(count, () => send((headers) => answer.add(headers)));
+        const value = await withSendHooks({ sent: count }, () => send((headers) => answer.add(headers)));
         count();
         await ctx.faults.check("provider.after", ctx.toolId);
         // Storage (and JSON itself) cannot hold a value nested this deep: the call fails, not the run's receipts.

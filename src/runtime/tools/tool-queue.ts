@@ -9,7 +9,7 @@
  * Each caller gets its outcome together with its place in the window:
  * `done()` gives the place back once the receipt is written.
  */
-import { withSendStop } from "../../core/outbound";
+import { withSendHooks, withSendStop } from "../../core/outbound";
 import { timeoutSignal } from "../../core/time";
 import { ToolCallError } from "../../play/tool-error";
 import type { BatchMember, AnyTool } from "../../play/types";
@@ -113,7 +113,11 @@ export class ToolQueue {
     );
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      return await withSendStop(this.#services.signal, () => send(timeout.signal));
+      // Its clock stops while it waits for one of the object's six slots (a pacer holds six units per provider, but
+      // an executor calling two providers, or fetching too, shares its six): that wait is not the provider being slow.
+      return await withSendStop(this.#services.signal, () =>
+        withSendHooks({ waiting: timeout.pause, sent: timeout.resume }, () => send(timeout.signal)),
+      );
     } catch (error) {
       // A stub's fetch rejects with an error of its own (the reason's message, not the reason): the timeout is
       // the reason, retryable, whatever the request threw.
