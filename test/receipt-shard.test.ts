@@ -368,3 +368,40 @@ describe("scale and durability", () => {
     ]);
   });
 });
+
+describe("a shard whose lease index held every receipt (schema version 1)", () => {
+  it("is upgraded in place: its completed receipts are still reused, and a dead owner's running one still expires", async () => {
+    const stub = shard();
+    const a = attempt(`run-${crypto.randomUUID()}`);
+    // Long enough that its own alarm cannot fire before it is postponed below.
+    const leaseTtlMs = 500;
+    await claim(stub, a, ["done", "left"], { leaseTtlMs });
+    await stub.complete({ attempt: a, items: [{ key: "done", output: { email: "a@x.com" } }] });
+    await postponeAlarm(stub);
+    // Back to version 1: the index of every receipt by (status, lease expiry).
+    await runInDurableObject(stub, (_shard, state) => {
+      state.storage.sql.exec("DROP INDEX receipts_running_by_lease");
+      state.storage.sql.exec("CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at)");
+      state.storage.sql.exec("UPDATE _schema SET version = 1");
+    });
+    await evictDurableObject(stub);
+
+    // Restarted, the constructor migrated it: only running receipts are indexed by lease.
+    const indexes = await runInDurableObject(stub, (_shard, state) =>
+      state.storage.sql
+        .exec<{ name: string; sql: string }>(
+          "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'receipts' AND sql IS NOT NULL",
+        )
+        .toArray(),
+    );
+    expect(indexes.map((index) => index.name)).toEqual(["receipts_running_by_lease"]);
+    expect(indexes[0]!.sql).toContain("WHERE status = 'running'");
+    await sleep(leaseTtlMs + 50);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await stub.get({ key: "left" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
+    expect(await claim(stub, attempt(`run-${crypto.randomUUID()}`), ["done", "left"])).toMatchObject([
+      { key: "done", disposition: "reused", output: { email: "a@x.com" } },
+      { key: "left", disposition: "claimed", takeover: true, unknownOutcome: true },
+    ]);
+  });
+});
