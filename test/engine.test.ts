@@ -115,6 +115,36 @@ describe("durability of the coordinator", () => {
     }
   });
 
+  it("reruns rows in hand in sweeps, in executors and in the coordinator: no call, the same rows, few claims", async () => {
+    for (const [from, testPolicy] of [
+      [4000, {}],
+      [5000, { maxExecutors: 0 }],
+    ] as const) {
+      // 12 chunks of 50 rows, keyed by a function: rows in hand are keyed before any chunk goes out.
+      const rows = Array.from({ length: 600 }, (_, i) => person(from + i));
+      const first = await waitForRun(await startRun("test-map", { rows, keyMode: "function" }, { testPolicy }));
+      expect(first.status).toBe("completed");
+      const billed = (await simStats()).billed;
+
+      const again = await waitForRun(await startRun("test-map", { rows, keyMode: "function" }, { testPolicy }));
+      expect(again.status).toBe("completed");
+      expect(again.result).toMatchObject({ total: 600, completed: 600, failed: 0 });
+      expect(again.usage.providerRequests).toBe(0);
+      expect((await simStats()).billed).toBe(billed);
+      // Each chunk claims once per shard it touches; after the first wholly reused chunks, the rest share one claim per shard.
+      const byKind: Record<string, number> = again.usage.objectRpcsByKind;
+      expect(byKind["sheet.claimRows"]).toBeLessThan(first.usage.objectRpcsByKind["sheet.claimRows"] / 2);
+      if (testPolicy.maxExecutors === 0) expect(byKind["executor.sweep"]).toBeUndefined();
+      else expect(byKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
+      const stored = await datasetRows(again.runId, "items");
+      expect(stored.map((row) => row._key)).toEqual(rows.map((row) => `keys.test/${row.name}`));
+      for (const [i, row] of stored.entries()) {
+        const email = expectedEmail(`Person ${from + i}`, "keys.test");
+        expect(row).toMatchObject({ _status: "completed", email, shout: email.toUpperCase() });
+      }
+    }
+  });
+
   it("cancels a run: it ends cancelled, and a rerun completes every row", async () => {
     await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 30 } });
     try {

@@ -21,12 +21,13 @@ function claim(
   stub: Shard,
   by: AttemptRef,
   keys: string[],
-  options: { leaseTtlMs?: number; recompute?: boolean; firstIndex?: number } = {},
+  options: { leaseTtlMs?: number; recompute?: boolean; firstIndex?: number; reuseOnly?: boolean } = {},
 ) {
   return stub.claimRows({
     attempt: by,
     leaseTtlMs: options.leaseTtlMs ?? LONG_TTL_MS,
     recompute: options.recompute ?? false,
+    reuseOnly: options.reuseOnly,
     rows: keys.map((key, i) => ({ key, index: (options.firstIndex ?? 0) + i, input: { name: key } })),
   });
 }
@@ -106,6 +107,31 @@ describe("claim and persist", () => {
     expect((await claim(stub, attempt("run-c"), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
     expect(await readAll(stub, "run-c")).toEqual([{ index: 0, key: "k1", status: "completed", data: { email: "a@x.io" }, error: null }]);
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
+  });
+
+  it("records only reused rows under reuseOnly: the others are answered but neither leased, versioned nor in the run's view", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["done", "leased"]);
+    await complete(stub, a, ["done"], () => ({ email: "a@x.io" }));
+
+    const b = attempt("run-b");
+    expect((await claim(stub, b, ["done", "leased", "new"], { reuseOnly: true })).rows).toEqual([
+      { key: "done", status: "completed" },
+      { key: "leased", status: "blocked", owner: a, leaseExpiresAt: expect.any(Number) },
+      { key: "new", status: "pending" },
+    ]);
+    // The sweep's run sees its reused row, and nothing of the rows it left.
+    expect(await readAll(stub, "run-b")).toEqual([{ index: 0, key: "done", status: "completed", data: { email: "a@x.io" }, error: null }]);
+    expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 1, completed: 1, failed: 0, pending: 0 });
+    // "new" got no lease and no version: another run claims it as pending at once, in its first version.
+    const c = attempt("run-c");
+    expect((await claim(stub, c, ["new"])).rows).toEqual([{ key: "new", status: "pending" }]);
+    expect(
+      await runInDurableObject(stub, (_o, state) => state.storage.sql.exec("SELECT version FROM row_versions WHERE key = 'new'").toArray()),
+    ).toEqual([{ version: 1 }]);
+    // And "leased" is still run-a's: its write lands.
+    expect(await complete(stub, a, ["leased"])).toEqual({ written: ["leased"], rejected: [] });
   });
 
   it("re-executes a failed row in a new version, leaving the failed run's view as it ended", async () => {

@@ -7,7 +7,18 @@
  * keep their guarantees.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { apiJson, datasetRows, expectedEmail, expectedVerdict, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  apiJson,
+  datasetRows,
+  expectedEmail,
+  expectedVerdict,
+  runView,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 import { clearFaults, coordinator, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -94,6 +105,59 @@ describe("a run over an upload", () => {
     expect(again.result).toEqual({ rows: valid.length, failed });
     expect(again.usage.providerRequests).toBe(0);
     expect((await simStats()).billed).toBe(stats.billed);
+  });
+
+  it("reruns in sweeps: after a wholly reused chunk the next go out twenty at a time, with no call and the same rows", async () => {
+    await simReset();
+    const person = (prefix: string, i: number): Lead => ({
+      id: `${prefix}-${i}`,
+      name: `${prefix} Person ${i}`,
+      domain: `example${i % 9}.com`,
+    });
+    const csvOf = (list: Lead[]) => `id,name,domain\n${list.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`;
+    const rows = Array.from({ length: 1200 }, (_, i) => person("sweep", i));
+    const runId = await startRun("demo-enrich", { upload: await upload(csvOf(rows)) });
+    const run = await waitForRun(runId, { timeoutMs: 90_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    const billed = (await simStats()).billed;
+
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: {} });
+    const again = await waitForRun(rerun.body.runId, { timeoutMs: 90_000 });
+    expect(again.status).toBe("completed");
+    expect(again.result).toEqual({ rows: 1200, failed: 0 });
+    expect(again.progress.maps.leads).toMatchObject({ total: 1200, completed: 1200, failed: 0 });
+    expect(again.usage.providerRequests).toBe(0);
+    expect((await simStats()).billed).toBe(billed);
+    // 24 chunks of 50 rows: the first few went out as attempts, the rest in sweeps of up to 1,000 rows.
+    const byKind: Record<string, number> = again.usage.objectRpcsByKind;
+    expect(byKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
+    expect(byKind["executor.assign"] ?? 0).toBeLessThan(24);
+    const chunks = (await allEvents(rerun.body.runId)).flatMap((e) => (e.type === "chunk.completed" ? [e] : []));
+    expect(chunks.map((e) => e.chunk).sort((a, b) => a - b)).toEqual([...Array(24).keys()]);
+    for (const e of chunks) expect(e).toMatchObject({ completed: 50, failed: 0, reused: 50 });
+    const stored = await datasetRows(rerun.body.runId, "leads");
+    expect(stored.map((row) => row._key)).toEqual(rows.map((lead) => lead.id));
+    stored.forEach((row, i) => {
+      const email = expectedEmail(rows[i]!.name, rows[i]!.domain);
+      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+    });
+
+    // The same rows with 300 new ones among them: chunks holding new rows come back from their sweep, and only those rows are paid for.
+    const added = Array.from({ length: 300 }, (_, i) => person("sweep-new", i));
+    const mixed = [...rows.slice(0, 600), ...added, ...rows.slice(600)];
+    const mixedRun = await waitForRun(await startRun("demo-enrich", { upload: await upload(csvOf(mixed)) }), { timeoutMs: 90_000 });
+    expect(mixedRun.status, JSON.stringify(mixedRun.error)).toBe("completed");
+    expect(mixedRun.result).toEqual({ rows: 1500, failed: 0 });
+    expect(mixedRun.usage.objectRpcsByKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(billed + added.length + new Set(added.map((lead) => expectedEmail(lead.name, lead.domain))).size);
+    const all = await datasetRows(mixedRun.runId, "leads");
+    expect(all.map((row) => row._key)).toEqual(mixed.map((lead) => lead.id));
+    all.forEach((row, i) => {
+      const email = expectedEmail(mixed[i]!.name, mixed[i]!.domain);
+      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+    });
   });
 
   it("survives an executor killed after reading its rows: each row once, each call billed once", async () => {

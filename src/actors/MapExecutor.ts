@@ -1,14 +1,14 @@
 import { DurableObject } from "cloudflare:workers";
 import { type CaptureSource, CoordinatorLink } from "../clients/executors";
 import { faultProbeFor } from "../clients/faults";
-import type { ChunkAssignment } from "../contracts/executors";
+import type { ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "../contracts/executors";
 import { TroupeError } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
 import { MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import { playRegistry } from "../plays";
-import { AttemptReporter } from "../runtime/executor/attempt-reporter";
-import { runAttempt } from "../runtime/executor/attempt-runner";
+import { AttemptReporter, usageOf } from "../runtime/executor/attempt-reporter";
+import { runAttempt, runSweep } from "../runtime/executor/attempt-runner";
 import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
@@ -67,6 +67,15 @@ export class MapExecutor extends DurableObject<Env> {
     if (this.#current?.attemptId === attemptId) this.#current.stop.abort(new TroupeError("stopped", reason));
   }
 
+  /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */
+  async sweep(sweep: ChunkSweepAssignment): Promise<ChunkSweepResult> {
+    const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
+    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: sweep.dataset.play });
+    const host = { env: this.env, plays: playRegistry(this.env), meter, faults, uploads: this.#uploads };
+    const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
+    return { reused, usage: usageOf(meter) };
+  }
+
   override async alarm(): Promise<void> {
     if (this.#looping) return;
     this.#looping = true;
@@ -91,7 +100,7 @@ export class MapExecutor extends DurableObject<Env> {
     // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
     let budget = YIELD_AFTER_SUBREQUESTS;
     const link = new CoordinatorLink({ env: this.env, runId, meter });
-    const caller = `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
+    const caller = this.#caller();
     for (let held = this.#store.held(); held; held = this.#store.held()) {
       if (meter.total >= budget || Date.now() - startedAt >= YIELD_AFTER_MS) {
         await this.ctx.storage.setAlarm(Date.now());
@@ -143,6 +152,11 @@ export class MapExecutor extends DurableObject<Env> {
       }
       this.#store.finish(assignment.attempt.attemptId);
     }
+  }
+
+  /** This object as the simulated provider and the outbound gate name it. */
+  #caller(): string {
+    return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }
 
   #source(link: CoordinatorLink, attemptSeq: number): Promise<CaptureSource | null> {

@@ -4,7 +4,15 @@
  * executor asks its run's coordinator for what it needs and reports to it
  * (`CoordinatorLink`). Every call is counted by the caller's meter.
  */
-import type { AttemptReport, ChunkAssignment, SpendGrant, TracedEffect, TracedMap } from "../contracts/executors";
+import type {
+  AttemptReport,
+  ChunkAssignment,
+  ChunkSweepAssignment,
+  ChunkSweepResult,
+  SpendGrant,
+  TracedEffect,
+  TracedMap,
+} from "../contracts/executors";
 import type { SubrequestMeter } from "../core/meter";
 import type { RuntimePolicy } from "../core/policy";
 import type { RunRecord } from "../stores/run-store";
@@ -37,6 +45,7 @@ interface CoordinatorRpc {
 interface ExecutorRpc {
   assign(assignment: ChunkAssignment): Promise<boolean>;
   stop(attemptId: string, reason: string): Promise<void>;
+  sweep(sweep: ChunkSweepAssignment): Promise<ChunkSweepResult>;
 }
 
 /** The name of a run's executor in `slot`. */
@@ -66,6 +75,11 @@ export class ExecutorClient {
   /** Stops the attempt if the executor still runs it: nothing more is sent for it. */
   stop(name: string, attemptId: string, reason: string): Promise<void> {
     return this.#stub(name, "stop").stop(attemptId, reason);
+  }
+
+  /** Has the executor `name` record which of the sweep's chunks are wholly reused, and answer in the call. */
+  sweep(name: string, sweep: ChunkSweepAssignment): Promise<ChunkSweepResult> {
+    return this.#stub(name, "sweep").sweep(sweep);
   }
 
   #stub(name: string, method: string): ExecutorRpc {

@@ -92,6 +92,8 @@ export class SheetClient {
     rows: readonly PlannedRow[];
     recompute: boolean;
     leaseTtlMs: number;
+    /** Record only the rows that are reused; lease nothing (see SheetStore.claimRows). */
+    reuseOnly?: boolean;
   }): Promise<Map<string, ClaimedRow>> {
     const claimed = new Map<string, ClaimedRow>();
     const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
@@ -101,6 +103,7 @@ export class SheetClient {
           attempt: options.attempt,
           leaseTtlMs: options.leaseTtlMs,
           recompute: options.recompute,
+          reuseOnly: options.reuseOnly,
           rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
         });
         for (const row of result.rows) claimed.set(row.key, row as ClaimedRow);

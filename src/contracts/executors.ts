@@ -29,6 +29,33 @@ export interface ChunkAssignment {
   dataset: AssignedDataset;
 }
 
+/**
+ * Consecutive chunks of a map that a rerun probably finds done (a chunk
+ * before them had every row reused): the executor reads their rows once and
+ * records, in one claim per shard, only the rows that are reused. Nothing is
+ * leased or computed; a chunk with any other row is dispatched as usual.
+ */
+export interface ChunkSweepAssignment {
+  runId: string;
+  map: string;
+  /** The coordinator's epoch (no attempt of its own: it leases nothing). */
+  attempt: AttemptRef;
+  /** The chunks, in order, and how many rows each holds: `rows` (or the slice's rows) are theirs one after another. */
+  chunks: { chunk: number; rows: number }[];
+  rows: PlannedRow[];
+  slice: UploadSlice | null;
+  /** The map's `key` option, when the rows come from the slice (a function key is never swept). */
+  key: string | null;
+  recompute: boolean;
+  dataset: AssignedDataset;
+}
+
+/** Which chunks of a sweep had every row reused (now recorded in the run's view), and the executor's usage doing it. */
+export interface ChunkSweepResult {
+  reused: number[];
+  usage: UsageDelta;
+}
+
 /** One play-level effect the coordinator's invocation made, as the executor replays it (see capture.ts). */
 export interface TracedEffect {
   kind: string;

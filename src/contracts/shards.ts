@@ -29,6 +29,8 @@ export const ClaimRowsRequest = z.object({
   /** `force`: rows completed by another run are recomputed instead of reused. */
   recompute: z.boolean(),
   rows: z.array(z.object({ key: Key, index: z.number().int().nonnegative(), input: Json })).max(1000),
+  /** Records only the rows that are reused; the others are answered as they stand and left alone (no lease, no version). */
+  reuseOnly: z.boolean().optional(),
 });
 export type ClaimRowsRequest = z.infer<typeof ClaimRowsRequest>;
 

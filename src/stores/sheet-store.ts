@@ -96,7 +96,8 @@ export class SheetStore {
    * `pending` with a lease until now + leaseTtlMs on the version this attempt
    * computes (a new one holds the input as data). Throws ValidationError for
    * an input to be stored as a new version that is not an object or is over
-   * MAX_ROW_DATA_BYTES.
+   * MAX_ROW_DATA_BYTES. With `reuseOnly`, only the reused rows are recorded:
+   * the others are answered but neither leased nor versioned (a rerun's sweep).
    */
   claimRows(request: ClaimRowsRequest): ClaimedRow[] {
     const { attempt, recompute } = request;
@@ -110,6 +111,7 @@ export class SheetStore {
       const record = current.get(row.key);
       const blocker = record && blockingLease(record, attempt, now);
       if (blocker) {
+        if (request.reuseOnly) return { key: row.key, status: "blocked", ...blocker };
         // Not the run's row yet: its view gets a version once a claim succeeds.
         members.push({ key: row.key, index: row.index, version: null });
         return { key: row.key, status: "blocked", ...blocker };
@@ -118,6 +120,7 @@ export class SheetStore {
         members.push({ key: row.key, index: row.index, version: record.version });
         return { key: row.key, status: "completed" };
       }
+      if (request.reuseOnly) return { key: row.key, status: "pending" };
       let version = record?.version ?? 0;
       if (!record || !resumable(record, row.digest, attempt)) {
         version += 1;

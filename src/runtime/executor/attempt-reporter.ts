@@ -154,7 +154,8 @@ export class AttemptReporter {
   }
 }
 
-function usageOf(meter: SubrequestMeter): UsageDelta {
+/** The meter's counts as a report carries them. */
+export function usageOf(meter: SubrequestMeter): UsageDelta {
   return {
     rpc: meter.rpc,
     provider: meter.provider,

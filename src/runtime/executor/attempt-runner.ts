@@ -13,12 +13,13 @@ import { SheetClient } from "../../clients/shards";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import { timeoutSignal } from "../../core/time";
-import type { AttemptEnd, ChunkAssignment } from "../../contracts/executors";
+import type { AttemptEnd, ChunkAssignment, ChunkSweepAssignment } from "../../contracts/executors";
+import type { PlannedRow } from "../../contracts/shards";
 import type { AnyTool, FieldSet, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
-import { InProcessChunkExecutor } from "../map/chunk-executor";
+import { InProcessChunkExecutor, sweepReused } from "../map/chunk-executor";
 import { UploadRows } from "../map/upload-rows";
 import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
@@ -197,6 +198,36 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     deadline.clear();
     await dispatch.pacers.closeAll();
   }
+}
+
+/**
+ * A rerun's sweep of several chunks (chunk-executor.ts, sweepReused): their
+ * rows read once (from the upload: its index opened once per executor, each
+ * row checked against the play's schema as an attempt would), the reused
+ * ones recorded. Answers the chunks whose every row was reused; throws when
+ * it cannot tell (the coordinator then dispatches them one by one).
+ */
+export async function runSweep(
+  host: Pick<AttemptHost, "env" | "plays" | "meter" | "faults" | "uploads">,
+  sweep: ChunkSweepAssignment,
+): Promise<number[]> {
+  const { dataset } = sweep;
+  let rows: readonly PlannedRow[] = sweep.rows;
+  if (sweep.slice) {
+    const play = host.plays.get(dataset.play);
+    if (!play) throw new TroupeError("play_not_found", `play ${dataset.play} is not in this Worker`);
+    const uploadRows = new UploadRows({
+      bucket: host.env.UPLOADS,
+      org: dataset.org,
+      key: sweep.key ?? undefined,
+      schema: rowSchemaOf(play.input),
+      faults: host.faults,
+      opened: host.uploads,
+    });
+    rows = await uploadRows.read(sweep.slice);
+  }
+  const sheets = new SheetClient({ env: host.env, location: dataset, meter: host.meter, faults: host.faults });
+  return sweepReused(sheets, sweep, rows, sweep.recompute);
 }
 
 /** The captured fields, each run as its row with the executor's row context. */

@@ -10,10 +10,10 @@
 import { type ExecutorClient, executorName } from "../../clients/executors";
 import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import type { FatalLatch } from "../../core/latch";
-import type { AssignedDataset, AttemptEnd, AttemptReport, ChunkSummary } from "../../contracts/executors";
+import type { AssignedDataset, AttemptEnd, AttemptReport, ChunkSummary, UsageDelta } from "../../contracts/executors";
 import { SpendCapReached } from "../tools/spend";
 import { sleep } from "../../core/time";
-import type { ChunkAttempt, ChunkExecutor } from "../map/chunk-executor";
+import type { ChunkAttempt, ChunkExecutor, ChunkSweep } from "../map/chunk-executor";
 import type { ExecutorAttempts } from "./executor-attempts";
 
 /** The executor's attempt cannot run there (a row starts a child play, say): run it in the coordinator. */
@@ -36,8 +36,12 @@ export interface RemoteExecutorOptions {
   silenceMs: number;
   /** After a stop, how long its last report is awaited. */
   stopWaitMs: number;
+  /** `force`: a sweep then reuses only rows this run wrote. */
+  recompute: boolean;
   /** Hears each report of each attempt (latency, providers: the sizing). */
   observe(report: AttemptReport): void;
+  /** What an executor's sweep used (its reports carry their own). */
+  addUsage(usage: UsageDelta): void;
   now(): number;
 }
 
@@ -66,6 +70,20 @@ export class RemoteChunkExecutor implements ChunkExecutor {
       return this.#summaryOf(end);
     } finally {
       watch.close();
+      this.#busy.delete(slot);
+    }
+  }
+
+  /** Sweeps in an executor's own invocation (its subrequests and CPU), answered in the call. */
+  async sweep(sweep: ChunkSweep): Promise<number[]> {
+    const { client, signal, runId, dataset, recompute } = this.#deps;
+    const slot = this.#takeSlot();
+    try {
+      signal.throwIfAborted();
+      const result = await client.sweep(executorName(runId, slot), { ...sweep, runId, rows: [...sweep.rows], recompute, dataset });
+      this.#deps.addUsage(result.usage);
+      return result.reused;
+    } finally {
       this.#busy.delete(slot);
     }
   }

@@ -36,8 +36,53 @@ export interface ChunkAttempt {
   slice?: UploadSlice | null;
 }
 
+/**
+ * Consecutive chunks a rerun probably finds done: their rows are read once
+ * and only the reused ones recorded (see {@link sweepReused}).
+ */
+export interface ChunkSweep {
+  map: string;
+  /** The coordinator's epoch; the sweep leases nothing under it. */
+  attempt: AttemptRef;
+  /** The chunks in order, each with its row count: `rows` (or the slice's rows) are theirs one after another. */
+  chunks: { chunk: number; rows: number }[];
+  rows: readonly PlannedRow[];
+  slice: UploadSlice | null;
+  /** The map's `key` option when it is a field name (a map keyed by a function is not swept from an upload). */
+  key: string | null;
+}
+
 export interface ChunkExecutor {
   execute(chunk: ChunkAttempt): Promise<ChunkSummary>;
+  /** The chunks of `sweep` whose every row was reused, now recorded in the run's view; the others are left as they were. */
+  sweep(sweep: ChunkSweep): Promise<number[]>;
+}
+
+/**
+ * A rerun's shortcut: one claim per shard for several chunks' rows that
+ * records only the reused rows (nothing is leased, nothing computed), then
+ * says which chunks had every row reused. Each of those is done as its
+ * attempt would have left it; any other chunk is dispatched as usual (its
+ * attempt claims the reused rows again, which changes nothing).
+ */
+export async function sweepReused(
+  sheets: SheetClient,
+  sweep: Pick<ChunkSweep, "attempt" | "chunks">,
+  rows: readonly PlannedRow[],
+  recompute: boolean,
+): Promise<number[]> {
+  const total = sweep.chunks.reduce((sum, chunk) => sum + chunk.rows, 0);
+  if (rows.length !== total) throw new Error(`a sweep of ${total} rows was given ${rows.length}`);
+  // The lease's length is never used: a sweep leases nothing.
+  const claims = await sheets.claimRows({ attempt: sweep.attempt, rows, recompute, leaseTtlMs: 1, reuseOnly: true });
+  const reused: number[] = [];
+  let at = 0;
+  for (const { chunk, rows: count } of sweep.chunks) {
+    const own = rows.slice(at, at + count);
+    at += count;
+    if (own.every((row) => claims.get(row.key)?.status === "completed")) reused.push(chunk);
+  }
+  return reused;
 }
 
 export interface InProcessExecutorOptions {
@@ -111,6 +156,16 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
     return summary;
+  }
+
+  async sweep(sweep: ChunkSweep): Promise<number[]> {
+    const { readSlice, sheets, recompute } = this.#deps;
+    let rows = sweep.rows;
+    if (sweep.slice) {
+      if (!readSlice) throw new Error(`chunks of upload ${sweep.slice.upload} given to an executor that cannot read uploads`);
+      rows = await readSlice(sweep.slice);
+    }
+    return sweepReused(sheets, sweep, rows, recompute);
   }
 
   /** The slice's rows from the upload; an upload that is gone trips the latch (every attempt would fail the same). */

@@ -22,7 +22,7 @@ import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
 import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
-import { type ChunkAttempt, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
+import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import type { FatalLatch } from "../../core/latch";
 import { ExecutorClient } from "../../clients/executors";
 import { pacingGate } from "../../clients/pacing-gates";
@@ -33,6 +33,8 @@ import { OrgClient } from "../../clients/orgs";
 
 /** How long a map's lease of executors under its org's bound lasts unless renewed (every few seconds while it runs). */
 const EXECUTOR_LEASE_MS = 30_000;
+/** At most this many rows in one sweep of a rerun's chunks: a shard's claim takes at most 1,000 (ClaimRowsRequest). */
+const SWEEP_ROWS = 1_000;
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
@@ -192,8 +194,17 @@ export class MapRunner {
     const remote = this.#remote(record, latch, () => grow());
     await remote?.sizer.start();
     const queue = store.chunks(record.name).filter((c) => c.state !== "done");
+    let next = 0;
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
+    const rowsOf = (idx: number) => Math.min(record.total, (idx + 1) * record.chunkRows) - idx * record.chunkRows;
+    // A rerun: once a chunk had every row reused, the chunks after it go out several at a time as sweeps (sweepReused).
+    const sweepable = !(run.force || run.forceToolRefresh) && (input.kind === "rows" || typeof options.key !== "function");
+    let sweeping = false;
+    /** Chunks a sweep left (some row was not reused): dispatched before the rest of the queue. */
+    const returned: ChunkRecord[] = [];
+
+    const executorOf = (): ChunkExecutor => (remote && !this.#inline.has(record.name) ? remote.executor : inProcess);
 
     /** Runs the attempt in an executor, or here when the map cannot run there (a row starts a child play). */
     const execute = async (attempt: ChunkAttempt): Promise<ChunkSummary> => {
@@ -253,7 +264,10 @@ export class MapRunner {
       if (!done && chunk.retries + 1 > policy.blockedRetries)
         outcome.failed(blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked));
       const computed = summary.completed + summary.failed - summary.reused;
-      if (done && computed === 0 && summary.reused > 0) remote?.sizer.observeReusedOnly();
+      if (done && computed === 0 && summary.reused > 0) {
+        remote?.sizer.observeReusedOnly();
+        sweeping = sweepable;
+      }
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
         this.#scope.emit("chunk.completed", {
@@ -269,6 +283,68 @@ export class MapRunner {
       this.#progress(record.name, false);
     };
 
+    /** Records the chunks of `group` a sweep found wholly reused, as their attempts would have; the rest go back for dispatch. */
+    const sweep = async (group: ChunkRecord[]) => {
+      const attemptSeq = store.run()!.runAttempt;
+      const first = group[0]!.idx;
+      const from = first * record.chunkRows;
+      const to = from + group.reduce((sum, chunk) => sum + rowsOf(chunk.idx), 0);
+      let reused: number[] = [];
+      try {
+        reused = await executorOf().sweep({
+          map: record.name,
+          attempt: { attemptId: `${run.runId}/${record.name}/sweep-${first}/${attemptSeq}`, runId: run.runId, attemptSeq },
+          chunks: group.map((chunk) => ({ chunk: chunk.idx, rows: rowsOf(chunk.idx) })),
+          rows: input.kind === "rows" ? input.rows.slice(from, to) : [],
+          slice: input.kind === "upload" ? { upload: input.upload, from, to } : null,
+          key: typeof options.key === "string" ? options.key : null,
+        });
+      } catch (error) {
+        // Nothing was leased: each chunk's own attempt finds out what went wrong, and says so.
+        if (!signal.aborted)
+          this.#scope.log(
+            `sweep of "${record.name}" chunks ${first}–${group.at(-1)!.idx} failed (${messageOf(error)}); they run one by one`,
+          );
+      }
+      const wholly = new Set(reused);
+      for (const chunk of group) {
+        if (!wholly.has(chunk.idx)) {
+          returned.push(chunk);
+          continue;
+        }
+        const rows = rowsOf(chunk.idx);
+        store.startChunk(record.name, chunk.idx, attemptSeq);
+        store.finishChunk(record.name, chunk.idx, {
+          done: true,
+          completed: rows,
+          failed: 0,
+          reused: rows,
+          blocked: [],
+          failureSamples: [],
+        });
+        this.#scope.emit("chunk.completed", { map: record.name, chunk: chunk.idx, completed: rows, failed: 0, reused: rows, attemptSeq });
+      }
+      // Some rows need work: the rest of the map is not a plain rerun, so its chunks go out one by one again.
+      if (wholly.size < group.length) sweeping = false;
+      this.#progress(record.name, false);
+    };
+
+    /** The next chunks to run: one for an attempt, or up to SWEEP_ROWS rows of consecutive ones for a sweep. */
+    const take = (): ChunkRecord[] => {
+      const back = returned.shift();
+      if (back) return [back];
+      const group = [queue[next++]!];
+      while (
+        sweeping &&
+        next < queue.length &&
+        queue[next]!.idx === group.at(-1)!.idx + 1 &&
+        (group.length + 1) * record.chunkRows <= SWEEP_ROWS
+      )
+        group.push(queue[next++]!);
+      return group;
+    };
+    const hasWork = () => returned.length > 0 || next < queue.length;
+
     const stop = () =>
       outcome.stopped({
         subrequests: this.#scope.meter.total,
@@ -279,17 +355,18 @@ export class MapRunner {
     // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), or K in the coordinator.
     const width = () =>
       remote && !this.#inline.has(record.name) ? remote.sizer.target() : Math.min(policy.chunkConcurrency, queue.length);
-    let next = 0;
     let working = 0;
     const workers: Promise<void>[] = [];
     grow = () => {
-      while (working < width() && next < queue.length && !stop()) {
+      while (working < width() && hasWork() && !stop()) {
         working++;
         workers.push(
           (async () => {
             try {
-              while (next < queue.length && !stop()) {
-                await dispatch(queue[next++]!);
+              while (hasWork() && !stop()) {
+                const group = take();
+                if (group.length > 1) await sweep(group);
+                else await dispatch(group[0]!);
                 // Wider than the map needs now (the org's lease shrank, or reused chunks gave way to paced ones): one fewer.
                 if (working > width()) break;
                 grow();
@@ -352,6 +429,8 @@ export class MapRunner {
       // Its leases have lapsed by then; but a report may be late on a loaded machine, and an end heard is better than a guess.
       silenceMs: Math.max(policy.rowLeaseTtlMs, 5_000),
       stopWaitMs: policy.executorStopWaitMs,
+      recompute: run.force || run.forceToolRefresh,
+      addUsage: (usage) => this.#deps.store.addUsage(usage),
       observe: (report) => {
         sizer.observe(
           report.bills.map((bill) => bill.provider),
