@@ -19,7 +19,7 @@ import {
   startRun,
   waitForRun,
 } from "./helpers";
-import { clearFaults, coordinator, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { clearFaults, coordinator, faultState, logLines, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await clearFaults();
@@ -156,6 +156,32 @@ describe("a run over an upload", () => {
     expect(all.map((row) => row._key)).toEqual(mixed.map((lead) => lead.id));
     all.forEach((row, i) => {
       const email = expectedEmail(mixed[i]!.name, mixed[i]!.domain);
+      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+    });
+  });
+
+  it("survives an executor killed in a sweep: its chunks run as attempts, with no call and every row", async () => {
+    await simReset();
+    const rows = Array.from({ length: 600 }, (_, i) => ({ id: `kill-${i}`, name: `Kill Person ${i}`, domain: `example${i % 9}.com` }));
+    const uploadId = await upload(`id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`);
+    const first = await waitForRun(await startRun("demo-enrich", { upload: uploadId }), { timeoutMs: 90_000 });
+    expect(first.status, JSON.stringify(first.error)).toBe("completed");
+    const billed = (await simStats()).billed;
+
+    // One executor at first: chunk 0 is the only attempt (read #1); every read after it is a sweep's, and the first kills its executor.
+    await setFaults([{ point: "upload.read", fromCall: 2, times: 1, crash: true }]);
+    const runId = await startRun("demo-enrich", { upload: uploadId }, { testPolicy: { minExecutors: 1 } });
+    const again = await waitForRun(runId, { timeoutMs: 90_000 });
+    expect(again.status, JSON.stringify(again.error)).toBe("completed");
+    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(2);
+    expect((await logLines(runId)).some((line) => /^sweep of "leads" chunks \d+–\d+ failed/.test(line))).toBe(true);
+    expect(again.result).toEqual({ rows: 600, failed: 0 });
+    expect(again.usage.providerRequests).toBe(0);
+    expect((await simStats()).billed).toBe(billed);
+    const stored = await datasetRows(runId, "leads");
+    expect(stored.map((row) => row._key)).toEqual(rows.map((lead) => lead.id));
+    stored.forEach((row, i) => {
+      const email = expectedEmail(rows[i]!.name, rows[i]!.domain);
       expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
     });
   });
