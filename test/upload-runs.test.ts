@@ -160,6 +160,31 @@ describe("a run over an upload", () => {
     });
   });
 
+  it("sweeps a rerun of an upload keyed by a function of the row, taking the key from the play", async () => {
+    await simReset();
+    const rows = Array.from({ length: 600 }, (_, i) => ({ name: `Keyed Person ${i}`, domain: `keyed${i % 7}.test` }));
+    const uploadId = await upload(`name,domain\n${rows.map((r) => `${r.name},${r.domain}`).join("\n")}\n`);
+    const first = await waitForRun(await startRun("test-keyed-rows", { upload: uploadId }), { timeoutMs: 90_000 });
+    expect(first.status, JSON.stringify(first.error)).toBe("completed");
+    expect(first.result).toEqual({ total: 600, completed: 600, failed: 0 });
+    const billed = (await simStats()).billed;
+    expect(billed).toBe(600);
+
+    const again = await waitForRun(await startRun("test-keyed-rows", { upload: uploadId }), { timeoutMs: 90_000 });
+    expect(again.status, JSON.stringify(again.error)).toBe("completed");
+    expect(again.result).toEqual({ total: 600, completed: 600, failed: 0 });
+    expect(again.usage.providerRequests).toBe(0);
+    expect((await simStats()).billed).toBe(billed);
+    // 12 chunks of 50: after the first attempts, sweeps (each replays the play once per epoch to take the key function).
+    expect(again.usage.objectRpcsByKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
+    expect(again.usage.objectRpcsByKind["executor.assign"] ?? 0).toBeLessThan(12);
+    const stored = await datasetRows(again.runId, "items");
+    expect(stored.map((row) => row._key)).toEqual(rows.map((r) => `${r.domain}/${r.name}`));
+    stored.forEach((row, i) => {
+      expect(row).toMatchObject({ _status: "completed", email: expectedEmail(rows[i]!.name, rows[i]!.domain) });
+    });
+  });
+
   it("survives an executor killed in a sweep: its chunks run as attempts, with no call and every row", async () => {
     await simReset();
     const rows = Array.from({ length: 600 }, (_, i) => ({ id: `kill-${i}`, name: `Kill Person ${i}`, domain: `example${i % 9}.com` }));

@@ -71,7 +71,15 @@ export class MapExecutor extends DurableObject<Env> {
   async sweep(sweep: ChunkSweepAssignment): Promise<ChunkSweepResult> {
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: sweep.dataset.play });
-    const host = { env: this.env, plays: playRegistry(this.env), meter, faults, uploads: this.#uploads };
+    const link = new CoordinatorLink({ env: this.env, runId: sweep.runId, meter });
+    const host = {
+      env: this.env,
+      plays: playRegistry(this.env),
+      meter,
+      faults,
+      uploads: this.#uploads,
+      source: (attemptSeq: number) => this.#source(link, attemptSeq),
+    };
     const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
     return { reused, usage: usageOf(meter) };
   }

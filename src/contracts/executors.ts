@@ -44,8 +44,10 @@ export interface ChunkSweepAssignment {
   chunks: { chunk: number; rows: number }[];
   rows: PlannedRow[];
   slice: UploadSlice | null;
-  /** The map's `key` option, when the rows come from the slice (a function key is never swept). */
+  /** The map's `key` option when the rows come from the slice and it is a field name... */
   key: string | null;
+  /** ...or true when it is a function: the executor replays the play to the map's call to take it. */
+  keyInPlay: boolean;
   recompute: boolean;
   dataset: AssignedDataset;
 }

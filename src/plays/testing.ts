@@ -1,6 +1,6 @@
 /** Plays that exist only under the test runner (TROUPE_TEST_MODE), to exercise the engine's edges. */
 import { z } from "zod";
-import { definePlay } from "../play/define";
+import { definePlay, rowsInput } from "../play/define";
 import type { MapOptions, Row } from "../play/types";
 
 const TestRow = z.object({
@@ -232,4 +232,32 @@ export const testFetch = definePlay({
   },
 });
 
-export const testPlays = [testMap, testTool, testCalls, testLeaf, testParent, testNest, testMapChildren, testWaits, testSleep, testFetch];
+/** A map over rows (an upload's, or in hand) keyed by a function of the row: only the play knows that key. */
+export const testKeyedRows = definePlay({
+  name: "test-keyed-rows",
+  description: "test only: ctx.map over rowsInput keyed by a function of the row",
+  input: rowsInput(z.object({ name: z.string().min(1), domain: z.string().min(1) }).loose()),
+  async run(ctx, input) {
+    const items = await ctx.map(
+      "items",
+      input.rows,
+      { email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email },
+      { key: (row) => `${String(row.domain)}/${String(row.name)}` },
+    );
+    return { total: items.total, completed: items.completed, failed: items.failed };
+  },
+});
+
+export const testPlays = [
+  testMap,
+  testTool,
+  testCalls,
+  testLeaf,
+  testParent,
+  testNest,
+  testMapChildren,
+  testWaits,
+  testSleep,
+  testFetch,
+  testKeyedRows,
+];

@@ -15,7 +15,7 @@ import type { SubrequestMeter } from "../../core/meter";
 import { timeoutSignal } from "../../core/time";
 import type { AttemptEnd, ChunkAssignment, ChunkSweepAssignment } from "../../contracts/executors";
 import type { PlannedRow } from "../../contracts/shards";
-import type { AnyTool, FieldSet, PlayDefinition, RowContext } from "../../play/types";
+import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
@@ -71,24 +71,9 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   if (!play) return { kind: "failed", message: `play ${run.play} is not in this Worker` };
   const sheets = new SheetClient({ env: host.env, location: assignment.dataset, meter: host.meter, faults: host.faults });
 
-  let captured: Awaited<ReturnType<typeof captureMap>>;
+  let captured: Captured;
   try {
-    captured = await withTimeout(
-      captureMap(play, source, assignment.map, (map, offset, limit) =>
-        readPage(
-          new SheetClient({
-            env: host.env,
-            location: { ...assignment.dataset, dataset: map.name, shardCount: map.shardCount },
-            meter: host.meter,
-          }),
-          run.runId,
-          offset,
-          limit,
-        ),
-      ),
-      CAPTURE_TIMEOUT_MS,
-      `the play did not reach ctx.map("${assignment.map}") within ${CAPTURE_TIMEOUT_MS / 1000} s when replayed`,
-    );
+    captured = await capture(host, source, play, assignment);
   } catch (error) {
     if (error instanceof CaptureUnsupported) return { kind: "inline", reason: error.message };
     return { kind: "failed", message: `could not take the fields of "${assignment.map}": ${messageOf(error)}` };
@@ -200,15 +185,39 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   }
 }
 
+type Captured = Awaited<ReturnType<typeof captureMap>>;
+
+/** The map's field functions and options, from the play replayed up to its `ctx.map` call (capture.ts). */
+function capture(
+  host: Pick<AttemptHost, "env" | "meter">,
+  source: CaptureSource,
+  play: PlayDefinition,
+  at: { map: string; dataset: ChunkAssignment["dataset"] },
+): Promise<Captured> {
+  return withTimeout(
+    captureMap(play, source, at.map, (map, offset, limit) =>
+      readPage(
+        new SheetClient({ env: host.env, location: { ...at.dataset, dataset: map.name, shardCount: map.shardCount }, meter: host.meter }),
+        source.run.runId,
+        offset,
+        limit,
+      ),
+    ),
+    CAPTURE_TIMEOUT_MS,
+    `the play did not reach ctx.map("${at.map}") within ${CAPTURE_TIMEOUT_MS / 1000} s when replayed`,
+  );
+}
+
 /**
  * A rerun's sweep of several chunks (chunk-executor.ts, sweepReused): their
  * rows read once (from the upload: its index opened once per executor, each
- * row checked against the play's schema as an attempt would), the reused
+ * row checked against the play's schema and keyed as an attempt would; a key
+ * function is taken from the play, replayed as for an attempt), the reused
  * ones recorded. Answers the chunks whose every row was reused; throws when
  * it cannot tell (the coordinator then dispatches them one by one).
  */
 export async function runSweep(
-  host: Pick<AttemptHost, "env" | "plays" | "meter" | "faults" | "uploads">,
+  host: Pick<AttemptHost, "env" | "plays" | "meter" | "faults" | "uploads" | "source">,
   sweep: ChunkSweepAssignment,
 ): Promise<number[]> {
   const { dataset } = sweep;
@@ -216,10 +225,16 @@ export async function runSweep(
   if (sweep.slice) {
     const play = host.plays.get(dataset.play);
     if (!play) throw new TroupeError("play_not_found", `play ${dataset.play} is not in this Worker`);
+    let key: MapOptions["key"] = sweep.key ?? undefined;
+    if (sweep.keyInPlay) {
+      const source = await host.source(sweep.attempt.attemptSeq);
+      if (!source) throw new TroupeError("stopped", "the coordinator's invocation that assigned it has ended");
+      key = (await capture(host, source, play, sweep)).options.key;
+    }
     const uploadRows = new UploadRows({
       bucket: host.env.UPLOADS,
       org: dataset.org,
-      key: sweep.key ?? undefined,
+      key,
       schema: rowSchemaOf(play.input),
       faults: host.faults,
       opened: host.uploads,

@@ -48,8 +48,9 @@ export interface ChunkSweep {
   chunks: { chunk: number; rows: number }[];
   rows: readonly PlannedRow[];
   slice: UploadSlice | null;
-  /** The map's `key` option when it is a field name (a map keyed by a function is not swept from an upload). */
+  /** The map's `key` option when it is a field name; `keyInPlay` when it is a function (an executor takes it from the play). */
   key: string | null;
+  keyInPlay: boolean;
 }
 
 export interface ChunkExecutor {

@@ -199,7 +199,7 @@ export class MapRunner {
     const outcome = new DrainOutcome(record.name, latch, signal);
     const rowsOf = (idx: number) => Math.min(record.total, (idx + 1) * record.chunkRows) - idx * record.chunkRows;
     // A rerun: once a chunk had every row reused, the chunks after it go out several at a time as sweeps (sweepReused).
-    const sweepable = !(run.force || run.forceToolRefresh) && (input.kind === "rows" || typeof options.key !== "function");
+    const sweepable = !(run.force || run.forceToolRefresh);
     let sweeping = false;
     /** Chunks a sweep left (some row was not reused): dispatched before the rest of the queue. */
     const returned: ChunkRecord[] = [];
@@ -298,6 +298,7 @@ export class MapRunner {
           rows: input.kind === "rows" ? input.rows.slice(from, to) : [],
           slice: input.kind === "upload" ? { upload: input.upload, from, to } : null,
           key: typeof options.key === "string" ? options.key : null,
+          keyInPlay: typeof options.key === "function",
         });
       } catch (error) {
         // Nothing was leased: each chunk's own attempt finds out what went wrong, and says so.
