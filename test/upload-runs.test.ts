@@ -43,7 +43,19 @@ function leads(prefix: string, count: number): { csv: string; rows: Lead[] } {
     name: `${prefix} Person ${i}`,
     domain: i % 40 === 23 ? `${"x".repeat(300)}.com` : `example${i % 9}.com`,
   }));
-  return { csv: `id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`, rows };
+  return { csv: csvOf(rows), rows };
+}
+
+const csvOf = (rows: Lead[]) => `id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`;
+
+/** The run's dataset holds `rows`, in order, each completed with its email and verdict. */
+async function expectEnriched(runId: string, rows: Lead[]): Promise<void> {
+  const stored = await datasetRows(runId, "leads");
+  expect(stored.map((row) => row._key)).toEqual(rows.map((lead) => lead.id));
+  stored.forEach((row, i) => {
+    const email = expectedEmail(rows[i]!.name, rows[i]!.domain);
+    expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+  });
 }
 
 const invalid = (i: number) => i % 40 === 11 || i % 40 === 23;
@@ -114,7 +126,6 @@ describe("a run over an upload", () => {
       name: `${prefix} Person ${i}`,
       domain: `example${i % 9}.com`,
     });
-    const csvOf = (list: Lead[]) => `id,name,domain\n${list.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`;
     const rows = Array.from({ length: 1200 }, (_, i) => person("sweep", i));
     const runId = await startRun("demo-enrich", { upload: await upload(csvOf(rows)) });
     const run = await waitForRun(runId, { timeoutMs: 90_000 });
@@ -135,12 +146,7 @@ describe("a run over an upload", () => {
     const chunks = (await allEvents(rerun.body.runId)).flatMap((e) => (e.type === "chunk.completed" ? [e] : []));
     expect(chunks.map((e) => e.chunk).sort((a, b) => a - b)).toEqual([...Array(24).keys()]);
     for (const e of chunks) expect(e).toMatchObject({ completed: 50, failed: 0, reused: 50 });
-    const stored = await datasetRows(rerun.body.runId, "leads");
-    expect(stored.map((row) => row._key)).toEqual(rows.map((lead) => lead.id));
-    stored.forEach((row, i) => {
-      const email = expectedEmail(rows[i]!.name, rows[i]!.domain);
-      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
-    });
+    await expectEnriched(rerun.body.runId, rows);
 
     // The same rows with 300 new ones among them: chunks holding new rows come back from their sweep, and only those rows are paid for.
     const added = Array.from({ length: 300 }, (_, i) => person("sweep-new", i));
@@ -152,12 +158,7 @@ describe("a run over an upload", () => {
     const stats = await simStats();
     expect(stats.duplicates).toBe(0);
     expect(stats.billed).toBe(billed + added.length + new Set(added.map((lead) => expectedEmail(lead.name, lead.domain))).size);
-    const all = await datasetRows(mixedRun.runId, "leads");
-    expect(all.map((row) => row._key)).toEqual(mixed.map((lead) => lead.id));
-    all.forEach((row, i) => {
-      const email = expectedEmail(mixed[i]!.name, mixed[i]!.domain);
-      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
-    });
+    await expectEnriched(mixedRun.runId, mixed);
   });
 
   it("sweeps a rerun of an upload keyed by a function of the row, taking the key from the play", async () => {
@@ -188,7 +189,7 @@ describe("a run over an upload", () => {
   it("survives an executor killed in a sweep: its chunks run as attempts, with no call and every row", async () => {
     await simReset();
     const rows = Array.from({ length: 600 }, (_, i) => ({ id: `kill-${i}`, name: `Kill Person ${i}`, domain: `example${i % 9}.com` }));
-    const uploadId = await upload(`id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`);
+    const uploadId = await upload(csvOf(rows));
     const first = await waitForRun(await startRun("demo-enrich", { upload: uploadId }), { timeoutMs: 90_000 });
     expect(first.status, JSON.stringify(first.error)).toBe("completed");
     const billed = (await simStats()).billed;
@@ -203,12 +204,7 @@ describe("a run over an upload", () => {
     expect(again.result).toEqual({ rows: 600, failed: 0 });
     expect(again.usage.providerRequests).toBe(0);
     expect((await simStats()).billed).toBe(billed);
-    const stored = await datasetRows(runId, "leads");
-    expect(stored.map((row) => row._key)).toEqual(rows.map((lead) => lead.id));
-    stored.forEach((row, i) => {
-      const email = expectedEmail(rows[i]!.name, rows[i]!.domain);
-      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
-    });
+    await expectEnriched(runId, rows);
   });
 
   it("survives an executor killed after reading its rows: each row once, each call billed once", async () => {
