@@ -33,12 +33,11 @@ import { OrgClient } from "../../clients/orgs";
 
 /** How long a map's lease of executors under its org's bound lasts unless renewed (every few seconds while it runs). */
 const EXECUTOR_LEASE_MS = 30_000;
-/** At most this many rows in one sweep of a rerun's chunks: a shard's claim takes at most 1,000 (ClaimRowsRequest). */
-const SWEEP_ROWS = 1_000;
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
+import { ChunkQueue } from "./chunk-queue";
 import type { LiveRows } from "./live-rows";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
@@ -193,16 +192,12 @@ export class MapRunner {
     let grow = () => {};
     const remote = this.#remote(record, latch, () => grow());
     await remote?.sizer.start();
-    const queue = store.chunks(record.name).filter((c) => c.state !== "done");
-    let next = 0;
+    const queue = new ChunkQueue(
+      store.chunks(record.name).filter((c) => c.state !== "done"),
+      { sweepable: !(run.force || run.forceToolRefresh) },
+    );
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
-    const rowsOf = (idx: number) => Math.min(record.total, (idx + 1) * record.chunkRows) - idx * record.chunkRows;
-    // A rerun: once a chunk had every row reused, the chunks after it go out several at a time as sweeps (sweepReused).
-    const sweepable = !(run.force || run.forceToolRefresh);
-    let sweeping = false;
-    /** Chunks a sweep left (some row was not reused): dispatched before the rest of the queue. */
-    const returned: ChunkRecord[] = [];
 
     const executorOf = (): ChunkExecutor => (remote && !this.#inline.has(record.name) ? remote.executor : inProcess);
 
@@ -266,7 +261,7 @@ export class MapRunner {
       const computed = summary.completed + summary.failed - summary.reused;
       if (done && computed === 0 && summary.reused > 0) {
         remote?.sizer.observeReusedOnly();
-        sweeping = sweepable;
+        queue.reusedOnly();
       }
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
@@ -288,13 +283,13 @@ export class MapRunner {
       const attemptSeq = store.run()!.runAttempt;
       const first = group[0]!.idx;
       const from = first * record.chunkRows;
-      const to = from + group.reduce((sum, chunk) => sum + rowsOf(chunk.idx), 0);
+      const to = from + group.reduce((sum, chunk) => sum + chunk.rows, 0);
       let reused: number[] = [];
       try {
         reused = await executorOf().sweep({
           map: record.name,
           attempt: { attemptId: `${run.runId}/${record.name}/sweep-${first}/${attemptSeq}`, runId: run.runId, attemptSeq },
-          chunks: group.map((chunk) => ({ chunk: chunk.idx, rows: rowsOf(chunk.idx) })),
+          chunks: group.map((chunk) => ({ chunk: chunk.idx, rows: chunk.rows })),
           rows: input.kind === "rows" ? input.rows.slice(from, to) : [],
           slice: input.kind === "upload" ? { upload: input.upload, from, to } : null,
           key: typeof options.key === "string" ? options.key : null,
@@ -308,14 +303,11 @@ export class MapRunner {
           );
       }
       const wholly = new Set(reused);
-      for (const chunk of group) {
-        if (!wholly.has(chunk.idx)) {
-          returned.push(chunk);
-          continue;
-        }
-        const rows = rowsOf(chunk.idx);
-        store.startChunk(record.name, chunk.idx, attemptSeq);
-        store.finishChunk(record.name, chunk.idx, {
+      // Some rows need work: the rest of the map is not a plain rerun.
+      queue.giveBack(group.filter((chunk) => !wholly.has(chunk.idx)));
+      for (const { idx, rows } of group.filter((chunk) => wholly.has(chunk.idx))) {
+        store.startChunk(record.name, idx, attemptSeq);
+        store.finishChunk(record.name, idx, {
           done: true,
           completed: rows,
           failed: 0,
@@ -323,28 +315,10 @@ export class MapRunner {
           blocked: [],
           failureSamples: [],
         });
-        this.#scope.emit("chunk.completed", { map: record.name, chunk: chunk.idx, completed: rows, failed: 0, reused: rows, attemptSeq });
+        this.#scope.emit("chunk.completed", { map: record.name, chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq });
       }
-      // Some rows need work: the rest of the map is not a plain rerun, so its chunks go out one by one again.
-      if (wholly.size < group.length) sweeping = false;
       this.#progress(record.name, false);
     };
-
-    /** The next chunks to run: one for an attempt, or up to SWEEP_ROWS rows of consecutive ones for a sweep. */
-    const take = (): ChunkRecord[] => {
-      const back = returned.shift();
-      if (back) return [back];
-      const group = [queue[next++]!];
-      while (
-        sweeping &&
-        next < queue.length &&
-        queue[next]!.idx === group.at(-1)!.idx + 1 &&
-        (group.length + 1) * record.chunkRows <= SWEEP_ROWS
-      )
-        group.push(queue[next++]!);
-      return group;
-    };
-    const hasWork = () => returned.length > 0 || next < queue.length;
 
     const stop = () =>
       outcome.stopped({
@@ -354,18 +328,17 @@ export class MapRunner {
         maxElapsedMs: policy.invocationWallMs,
       });
     // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), or K in the coordinator.
-    const width = () =>
-      remote && !this.#inline.has(record.name) ? remote.sizer.target() : Math.min(policy.chunkConcurrency, queue.length);
+    const width = () => (remote && !this.#inline.has(record.name) ? remote.sizer.target() : Math.min(policy.chunkConcurrency, queue.size));
     let working = 0;
     const workers: Promise<void>[] = [];
     grow = () => {
-      while (working < width() && hasWork() && !stop()) {
+      while (working < width() && queue.hasWork() && !stop()) {
         working++;
         workers.push(
           (async () => {
             try {
-              while (hasWork() && !stop()) {
-                const group = take();
+              while (queue.hasWork() && !stop()) {
+                const group = queue.take();
                 if (group.length > 1) await sweep(group);
                 else await dispatch(group[0]!);
                 // Wider than the map needs now (the org's lease shrank, or reused chunks gave way to paced ones): one fewer.
