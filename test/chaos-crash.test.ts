@@ -10,6 +10,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { allEvents, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
@@ -59,9 +60,11 @@ describe("an executor dies mid-chunk", () => {
       expect(codes).toContain("invocation_resumed");
       if (point === "provider.after") {
         expect(codes).toContain("call_recovered");
-        // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart.
+        // Asking the provider for a result is a lookup, not a request it counts: usage counts them apart (50 lookups here:
+        // counted as requests they would pass the provider's count by far). A request counts as sent when it leaves; the
+        // crash may cut off a few of the executor's (at most its six in flight) before the provider has read them.
         expect(run.usage.providerLookups).toBeGreaterThan(0);
-        expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls);
+        expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls + MAX_OUTBOUND_IN_FLIGHT);
       }
       await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
     },
