@@ -57,7 +57,8 @@ async function untilStatus(page: Page, statuses: string[]): Promise<string> {
 
 async function openRun(page: Page, runId: string): Promise<void> {
   await page.goto(`${BASE}/#/runs/${runId}`);
-  await page.getByTestId("run-status").waitFor({ timeout: WAIT_MS });
+  // This run's page: a change of hash returns before the app swaps pages, and the run shown before has a status too.
+  await page.locator(`[data-testid="run-page"][data-run-id="${runId}"] [data-testid="run-status"]`).waitFor({ timeout: WAIT_MS });
 }
 
 describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
