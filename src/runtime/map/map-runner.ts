@@ -23,16 +23,10 @@ import { createMapGuards, type DispatchServices, type MapGuards } from "../tools
 import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
-import type { FatalLatch } from "../../core/latch";
-import { ExecutorClient } from "../../clients/executors";
-import { pacingGate } from "../../clients/pacing-gates";
 import type { ExecutorAttempts } from "../executor/executor-attempts";
-import { RemoteChunkExecutor, RunInline } from "../executor/remote-executor";
-import { ExecutorSizer } from "../executor/sizing";
-import { OrgClient } from "../../clients/orgs";
+import { mapExecutors } from "../executor/map-executors";
+import { RunInline } from "../executor/remote-executor";
 
-/** How long a map's lease of executors under its org's bound lasts unless renewed (every few seconds while it runs). */
-const EXECUTOR_LEASE_MS = 30_000;
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
@@ -190,7 +184,17 @@ export class MapRunner {
     });
     // Each report may change what the map needs (a provider's latency): the pool grows as it does.
     let grow = () => {};
-    const remote = this.#remote(record, latch, () => grow());
+    const remote = mapExecutors({
+      scope: this.#scope,
+      attempts: this.#deps.executors,
+      store,
+      dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
+      latch,
+      onReport: () => {
+        this.#progress(record.name, false);
+        grow();
+      },
+    });
     await remote?.sizer.start();
     const queue = new ChunkQueue(
       store.chunks(record.name).filter((c) => c.state !== "done"),
@@ -368,54 +372,6 @@ export class MapRunner {
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
     outcome.throwIfUnfinished(left, this.#scope.now(), blockedUntil);
     await this.#finalize(record, sheets);
-  }
-
-  /** The map's executors, sized from its providers; null when chunk attempts run here (`maxExecutors: 0`). */
-  #remote(record: MapRecord, latch: FatalLatch, onReport: () => void): { executor: RemoteChunkExecutor; sizer: ExecutorSizer } | null {
-    const { env, run, policy, meter, signal, now } = this.#scope;
-    const attempts = this.#deps.executors;
-    if (!attempts || policy.maxExecutors === 0) return null;
-    const sizer = new ExecutorSizer({
-      min: Math.min(policy.minExecutors, policy.maxExecutors),
-      max: policy.maxExecutors,
-      now,
-      pace: async (provider) => {
-        const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);
-        return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
-      },
-      lease: (wanted) => {
-        meter.countRpc("org.leaseExecutors");
-        return new OrgClient({ env, org: run.org }).leaseExecutors({
-          runId: run.runId,
-          wanted,
-          limit: policy.maxExecutorsPerOrg,
-          ttlMs: EXECUTOR_LEASE_MS,
-        });
-      },
-    });
-    const executor = new RemoteChunkExecutor({
-      runId: run.runId,
-      dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
-      client: new ExecutorClient({ env, meter }),
-      attempts,
-      latch,
-      signal,
-      // Its leases have lapsed by then; but a report may be late on a loaded machine, and an end heard is better than a guess.
-      silenceMs: Math.max(policy.rowLeaseTtlMs, 5_000),
-      stopWaitMs: policy.executorStopWaitMs,
-      recompute: run.force || run.forceToolRefresh,
-      addUsage: (usage) => this.#deps.store.addUsage(usage),
-      observe: (report) => {
-        sizer.observe(
-          report.bills.map((bill) => bill.provider),
-          report.latency[0] ?? null,
-        );
-        this.#progress(record.name, false);
-        onReport();
-      },
-      now,
-    });
-    return { executor, sizer };
   }
 
   /**

@@ -1,0 +1,79 @@
+/**
+ * A map's executors as its coordinator's invocation drives them: the sizer
+ * (how many the map's providers need, leased under the org's bound) and the
+ * remote chunk executor that hands attempts and sweeps to them. Each report
+ * feeds the sizer, then `onReport` (progress, and growing the pool).
+ */
+import { ExecutorClient } from "../../clients/executors";
+import { OrgClient } from "../../clients/orgs";
+import { pacingGate } from "../../clients/pacing-gates";
+import type { AssignedDataset } from "../../contracts/executors";
+import type { FatalLatch } from "../../core/latch";
+import type { RunStore } from "../../stores/run-store";
+import type { InvocationScope } from "../invocation/scope";
+import type { ExecutorAttempts } from "./executor-attempts";
+import { RemoteChunkExecutor } from "./remote-executor";
+import { ExecutorSizer } from "./sizing";
+
+/** How long a map's lease of executors under its org's bound lasts unless renewed (every few seconds while it runs). */
+const EXECUTOR_LEASE_MS = 30_000;
+
+export interface MapExecutors {
+  executor: RemoteChunkExecutor;
+  sizer: ExecutorSizer;
+}
+
+/** The map's executors, sized from its providers; null when chunk attempts run in the coordinator (`maxExecutors: 0`). */
+export function mapExecutors(options: {
+  scope: InvocationScope;
+  /** The coordinator's executors' reports; null runs every attempt in the coordinator. */
+  attempts: ExecutorAttempts | null;
+  store: RunStore;
+  dataset: AssignedDataset;
+  latch: FatalLatch;
+  onReport(): void;
+}): MapExecutors | null {
+  const { scope, attempts, store, dataset, latch, onReport } = options;
+  const { env, run, policy, meter, signal, now } = scope;
+  if (!attempts || policy.maxExecutors === 0) return null;
+  const sizer = new ExecutorSizer({
+    min: Math.min(policy.minExecutors, policy.maxExecutors),
+    max: policy.maxExecutors,
+    now,
+    pace: async (provider) => {
+      const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);
+      return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
+    },
+    lease: (wanted) => {
+      meter.countRpc("org.leaseExecutors");
+      return new OrgClient({ env, org: run.org }).leaseExecutors({
+        runId: run.runId,
+        wanted,
+        limit: policy.maxExecutorsPerOrg,
+        ttlMs: EXECUTOR_LEASE_MS,
+      });
+    },
+  });
+  const executor = new RemoteChunkExecutor({
+    runId: run.runId,
+    dataset,
+    client: new ExecutorClient({ env, meter }),
+    attempts,
+    latch,
+    signal,
+    // Its leases have lapsed by then; but a report may be late on a loaded machine, and an end heard is better than a guess.
+    silenceMs: Math.max(policy.rowLeaseTtlMs, 5_000),
+    stopWaitMs: policy.executorStopWaitMs,
+    recompute: run.force || run.forceToolRefresh,
+    addUsage: (usage) => store.addUsage(usage),
+    observe: (report) => {
+      sizer.observe(
+        report.bills.map((bill) => bill.provider),
+        report.latency[0] ?? null,
+      );
+      onReport();
+    },
+    now,
+  });
+  return { executor, sizer };
+}
