@@ -79,6 +79,22 @@ describe("PLATFORM_LIMITS=emulate", () => {
     expect(stats).toMatchObject({ billed: 80, duplicates: 0 });
   });
 
+  it("holds an executor's receipt calls while its six connections have requests waiting: a few large calls, not one or two per request", async () => {
+    await updateSimConfig(env, { latencyMs: 200 });
+    // One chunk of 100 rows in one executor: 100 lookups wait for six connections from the start.
+    const rows = Array.from({ length: 100 }, (_, i) => ({ id: `${id()}-${i}`, name: `Hold Person ${i}`, domain: "example.com" }));
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect((await datasetRows(runId, "leads")).every((row) => row._status === "completed" && row.verdict)).toBe(true);
+    const stats = await simStats(env);
+    expect(stats).toMatchObject({ billed: 200, duplicates: 0 });
+    // Sent at every 200 ms lull instead (no hold), the claims and completions were about 75 for about 105 requests;
+    // held, about 28: each call carries the receipts of many requests.
+    const { "receipt.claim": claims = 0, "receipt.complete": completes = 0 } = run.usage.objectRpcsByKind;
+    expect(claims + completes).toBeLessThanOrEqual(stats.calls / 2);
+  });
+
   it("spreads a run over executors past one object's six, as many as its org's bound leaves it", async () => {
     await updateSimConfig(env, { latencyMs: 100 });
     const rows = Array.from({ length: 200 }, (_, i) => ({ id: `${id()}-${i}`, name: `Ada Person ${i}`, domain: "example.com" }));

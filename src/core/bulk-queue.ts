@@ -6,7 +6,10 @@
  * A queue sends when every row worker of the chunk is parked (waiting on a
  * queue, on another call's result, or on a backoff) and none of its provider
  * requests is waiting for a pacing slot or in flight: nobody else can add to
- * the batch then. A timer bounds the wait for stragglers.
+ * the batch then. A timer bounds the wait for stragglers; while the sender
+ * still has work in hand (`hold`), the wait stretches, so that a chunk whose
+ * requests keep every connection busy sends its receipts in a few large
+ * calls rather than one or two per request.
  */
 import { getOrInsert } from "./collections";
 export interface BulkQueueOptions<Item, Result> {
@@ -16,6 +19,12 @@ export interface BulkQueueOptions<Item, Result> {
   maxBatch: number;
   /** Tracks whether every row worker is parked; absent means timer-only. */
   workers?: WorkerBarrier;
+  /**
+   * While `busy()` says the sender has enough work in hand that nothing
+   * waits on these items yet, a queue whose `maxWaitMs` is up keeps
+   * collecting, up to `maxMs` from its first item, or until {@link BulkQueue.nudge}.
+   */
+  hold?: { busy(): boolean; maxMs: number };
   /** Sends one group; returns one result per item, in order. */
   send(group: string, items: Item[]): Promise<Result[]>;
 }
@@ -88,6 +97,10 @@ export class BulkQueue<Item, Result> {
   #options: BulkQueueOptions<Item, Result>;
   #groups = new Map<string, Pending<Item, Result>[]>();
   #timer: ReturnType<typeof setTimeout> | null = null;
+  /** When the oldest item still queued arrived (null: nothing queued since the last send). */
+  #since: number | null = null;
+  /** The timer is running only because of `hold`: a nudge sends at once. */
+  #holding = false;
 
   constructor(options: BulkQueueOptions<Item, Result>) {
     this.#options = options;
@@ -98,8 +111,9 @@ export class BulkQueue<Item, Result> {
     const result = new Promise<Result>((resolve, reject) => {
       const pending = getOrInsert(this.#groups, group, () => []);
       pending.push({ item, resolve, reject });
+      this.#since ??= Date.now();
       if (pending.length >= this.#options.maxBatch) this.#send(group);
-      else this.#timer ??= setTimeout(() => this.flush(), this.#options.maxWaitMs);
+      else this.#timer ??= setTimeout(() => this.#due(), this.#options.maxWaitMs);
     });
     return this.#options.workers ? this.#options.workers.park(result) : result;
   }
@@ -108,12 +122,33 @@ export class BulkQueue<Item, Result> {
   flush(): void {
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
+    this.#holding = false;
+    this.#since = null;
     for (const group of [...this.#groups.keys()]) this.#send(group);
+  }
+
+  /** The sender's work in hand ran low: what was only held for company goes now. */
+  nudge(): void {
+    if (this.#holding) this.flush();
+  }
+
+  /** `maxWaitMs` is up: send, unless the sender is busy enough to hold on (up to `hold.maxMs` in all). */
+  #due(): void {
+    this.#timer = null;
+    const hold = this.#options.hold;
+    const left = hold && this.#since !== null ? this.#since + hold.maxMs - Date.now() : 0;
+    if (left > 0 && hold!.busy()) {
+      this.#holding = true;
+      this.#timer = setTimeout(() => this.flush(), left);
+      return;
+    }
+    this.flush();
   }
 
   #send(group: string): void {
     const pending = this.#groups.get(group);
     this.#groups.delete(group);
+    if (this.#groups.size === 0) this.#since = null;
     if (!pending?.length) return;
     this.#options
       .send(

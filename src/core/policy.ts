@@ -39,6 +39,11 @@ export interface RuntimePolicy {
    * or after this long: one call per shard per phase.
    */
   receiptMaxWaitMs: number;
+  /**
+   * How long they may wait in all while the attempt has requests enough
+   * ready to keep its connections busy (src/core/bulk-queue.ts `hold`).
+   */
+  receiptHoldMs: number;
   /** In-process attempts of a retryable provider failure (the first included). */
   providerAttempts: number;
   /** In-process attempts of a call answered 429. */
@@ -111,6 +116,7 @@ const production: RuntimePolicy = {
   heartbeatIntervalMs: 60_000,
   receiptWaitMs: 30_000,
   receiptMaxWaitMs: 200,
+  receiptHoldMs: 1_000,
   providerAttempts: 4,
   rateLimitAttempts: 10,
   providerRetryBaseMs: 250,

@@ -42,6 +42,8 @@ export interface HeldOutcome {
 
 interface Pending {
   call: QueuedCall;
+  /** The call's request left (or never will): it is no longer work in hand. Idempotent. */
+  sent(): void;
   resolve(held: HeldOutcome): void;
   reject(error: unknown): void;
 }
@@ -52,6 +54,8 @@ export interface ToolQueueOptions {
   window: DispatchWindow;
   /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
   workers?: WorkerBarrier;
+  /** Hears each time {@link ToolQueue.ready} goes down. */
+  onSent?: () => void;
 }
 
 /** One chunk attempt's queue of owned calls; see the module comment. */
@@ -62,19 +66,44 @@ export class ToolQueue {
   #pending = new Map<string, Pending[]>();
   #timers = new Map<string, ReturnType<typeof setTimeout>>();
   #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
+  #ready = 0;
+  #onSent: (() => void) | undefined;
 
   constructor(options: ToolQueueOptions) {
     this.#services = options.services;
     this.#window = options.window;
     this.#workers = options.workers;
+    this.#onSent = options.onSent;
+  }
+
+  /**
+   * Calls submitted whose request has not left yet (waiting for company, a
+   * place in the window, a pacing slot or a connection): the work this
+   * attempt has in hand before its connections would go idle.
+   */
+  get ready(): number {
+    return this.#ready;
+  }
+
+  /** Counts one call as ready until the returned function says its request left (idempotent). */
+  #readyUntilSent(): () => void {
+    this.#ready++;
+    let sent = false;
+    return () => {
+      if (sent) return;
+      sent = true;
+      this.#ready--;
+      this.#onSent?.();
+    };
   }
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
-    if (!tool.batch) return this.#single(tool, call);
+    const sent = this.#readyUntilSent();
+    if (!tool.batch) return this.#single(tool, call, sent);
     return new Promise<HeldOutcome>((resolve, reject) => {
       const pending = getOrInsert(this.#pending, tool.id, () => []);
-      pending.push({ call, resolve, reject });
+      pending.push({ call, sent, resolve, reject });
       if (pending.length >= tool.batch!.maxMembers) this.#flush(tool);
       else if (!this.#timers.has(tool.id))
         this.#timers.set(
@@ -137,20 +166,27 @@ export class ToolQueue {
     return this.#workers ? this.#workers.external(request) : request;
   }
 
-  async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
+  async #single(tool: AnyTool, call: QueuedCall, sent: () => void): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
-    await this.#window.enter(1, signal);
+    try {
+      await this.#window.enter(1, signal);
+    } catch (error) {
+      sent();
+      throw error;
+    }
     try {
       const result = await this.#outbound(
-        callProvider(this.#context(tool), (reportHeaders) =>
-          this.#timed((requestSignal) =>
-            tool.execute(call.input, {
-              idempotencyKey: call.idempotencyKey,
-              signal: requestSignal,
-              env: toolEnv(tool, env),
-              authScopeDigest: call.authScopeDigest,
-              reportHeaders,
-            }),
+        this.#sending([sent], () =>
+          callProvider(this.#context(tool), (reportHeaders) =>
+            this.#timed((requestSignal) =>
+              tool.execute(call.input, {
+                idempotencyKey: call.idempotencyKey,
+                signal: requestSignal,
+                env: toolEnv(tool, env),
+                authScopeDigest: call.authScopeDigest,
+                reportHeaders,
+              }),
+            ),
           ),
         ),
       );
@@ -158,6 +194,18 @@ export class ToolQueue {
     } catch (error) {
       this.#window.leave(1);
       throw error;
+    }
+  }
+
+  /** Runs a request for `members`, telling each when it leaves (a tool that sends some other way: when it ends). */
+  async #sending<T>(members: (() => void)[], request: () => Promise<T>): Promise<T> {
+    const sent = () => {
+      for (const member of members) member();
+    };
+    try {
+      return await withSendHooks({ sent }, request);
+    } finally {
+      sent();
     }
   }
 
@@ -181,7 +229,7 @@ export class ToolQueue {
     this.#pending.delete(tool.id);
     if (pending.length === 1) {
       const [only] = pending;
-      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
+      this.#single(tool, only!.call, only!.sent).then(only!.resolve, only!.reject);
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
@@ -210,17 +258,24 @@ export class ToolQueue {
     try {
       await this.#window.enter(members.length, signal);
     } catch (error) {
-      for (const member of members) member.reject(error);
+      for (const member of members) {
+        member.sent();
+        member.reject(error);
+      }
       return;
     }
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
       const result = await this.#outbound(
-        callProvider(this.#context(tool), (reportHeaders) =>
-          this.#timed((requestSignal) =>
-            strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
-          ),
+        this.#sending(
+          members.map((m) => m.sent),
+          () =>
+            callProvider(this.#context(tool), (reportHeaders) =>
+              this.#timed((requestSignal) =>
+                strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+              ),
+            ),
         ),
       );
       if (!result.ok) outcomes = members.map(() => result);

@@ -20,6 +20,7 @@ import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from 
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
 import { recoverCall } from "./recovery";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
 /** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
 export interface ToolSchedulerOptions {
@@ -70,7 +71,14 @@ export class ToolScheduler {
     this.#services = options.services;
     const { receipts, policy } = options.services;
     const { attempt } = options;
-    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
+    // Held while the attempt has a connection's worth of requests ready to go: they, not these receipts, decide
+    // when its connections are next free, so waiting longer costs no throughput and saves calls.
+    // Never for long against the receipt lease: a completion held past it could find its receipt taken over.
+    const hold = {
+      busy: () => this.#queue.ready >= MAX_OUTBOUND_IN_FLIGHT,
+      maxMs: Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4),
+    };
+    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers, hold };
     const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
       const ok = new Set(result.accepted);
       return items.map((i) => ok.has(i.key));
@@ -96,7 +104,17 @@ export class ToolScheduler {
       ...common,
       send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
-    this.#queue = new ToolQueue({ services: this.#services, window: options.guards.window, workers: options.workers });
+    this.#queue = new ToolQueue({
+      services: this.#services,
+      window: options.guards.window,
+      workers: options.workers,
+      onSent: () => {
+        if (this.#queue.ready >= MAX_OUTBOUND_IN_FLIGHT) return;
+        this.#claims.nudge();
+        this.#completes.nudge();
+        this.#fails.nudge();
+      },
+    });
     this.#rescopes = new AuthScopeChange({ scopes: this.#services.scopes, log: this.#services.log });
   }
 
