@@ -21,13 +21,21 @@ describe("ExecutorSizer", () => {
   const sizer = (pace: { requestsPerSecond: number | null; concurrency: number | null }, now = { t: 0 }) =>
     new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, lease: async (wanted) => wanted, now: () => now.t });
 
-  it("starts at the floor, then keeps rate × latency / 6 executors once a provider's pace and latency are known", async () => {
+  it("starts at the floor, then keeps rate × latency × 1.5 / 6 executors once a provider's pace and latency are known", async () => {
     const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
     expect(s.target()).toBe(4);
+    s.observe(["sim"], { calls: 10, totalMs: 5_000 });
+    await settle(s);
+    // 100 requests/s at 500 ms: 50 in flight, 75 with the headroom, 13 executors of six.
+    expect(s.target()).toBe(13);
+  });
+
+  it("never sizes past the provider's concurrency, headroom included", async () => {
+    const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
     s.observe(["sim"], { calls: 10, totalMs: 20_000 });
     await settle(s);
-    // 100 requests/s at 2 s: 200 in flight, 34 executors of six.
-    expect(s.target()).toBe(34);
+    // 100 requests/s at 2 s: 200 in flight, 300 with the headroom, but 250 at once at most: 42 executors.
+    expect(s.target()).toBe(42);
   });
 
   it("keeps to what the org's directory leases it", async () => {

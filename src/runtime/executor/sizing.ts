@@ -5,7 +5,8 @@
  * calls, between the policy's floor and ceiling. R is the provider's declared
  * or learned rate from its pacing gate (without one, its gate's concurrency
  * bounds the requests in flight instead); L is the latency the executors
- * observe. Until the first reports arrive the map starts at the floor. The
+ * observe; half as many again ({@link HEADROOM}), never past the provider's
+ * concurrency. Until the first reports arrive the map starts at the floor. The
  * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`
  * (each keeps at least one), renewed with every refresh. A map whose attempts
  * end having computed nothing (a rerun: every row reused) and that has called
@@ -30,6 +31,16 @@ export interface SizingOptions {
   lease(wanted: number): Promise<number>;
   now(): number;
 }
+
+/**
+ * Executors past R × L / 6: an executor's six connections are not busy all
+ * the time (a connection waits for the gate's next slot after each answer,
+ * and a map's last chunks leave some executors idle while the others
+ * finish), so exactly R × L / 6 kept a local 500 ms run at 65% of R; half as
+ * many again reached 74%. The gate still keeps every request to the rate,
+ * so the extra executors only fill the gaps.
+ */
+const HEADROOM = 1.5;
 
 /** How often the providers' pace is asked again. */
 const REFRESH_MS = 5_000;
@@ -99,7 +110,8 @@ export class ExecutorSizer {
     for (const pace of this.#providers.values()) {
       if (!pace) continue;
       const concurrency = pace.concurrency ?? Number.POSITIVE_INFINITY;
-      inFlight += pace.requestsPerSecond === null ? concurrency : Math.min(concurrency, pace.requestsPerSecond * latencyS);
+      // Never past the provider's concurrency: executors beyond it would only take units from each other.
+      inFlight += pace.requestsPerSecond === null ? concurrency : Math.min(concurrency, pace.requestsPerSecond * latencyS * HEADROOM);
     }
     if (inFlight === 0) return min;
     return Math.max(min, Math.min(max, Math.ceil(inFlight / MAX_OUTBOUND_IN_FLIGHT)));
