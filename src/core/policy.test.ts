@@ -30,13 +30,28 @@ describe("shardCountFor", () => {
 });
 
 describe("chunkRowsFor", () => {
+  const fixed = { chunkRows: 100, spreadChunks: 0 };
+  const spread = { chunkRows: 100, spreadChunks: 128 };
+
   it("keeps the policy's chunk size while a map has at most 10,000 chunks of it", () => {
-    for (const rows of [0, 1, 1_000_000]) expect(chunkRowsFor(rows, { chunkRows: 100 })).toBe(100);
+    for (const rows of [0, 1, 1_000_000]) expect(chunkRowsFor(rows, fixed)).toBe(100);
+    for (const rows of [12_800, 100_000, 1_000_000]) expect(chunkRowsFor(rows, spread)).toBe(100);
+  });
+
+  it("cuts a map of few rows into at least spreadChunks chunks, down to 50 rows each", () => {
+    expect(chunkRowsFor(5_900, spread)).toBe(50);
+    expect(chunkRowsFor(0, spread)).toBe(50);
+    expect(chunkRowsFor(10_000, spread)).toBe(79);
+    expect(chunkRowsFor(12_799, spread)).toBe(100);
+    // Never past the policy's own size, nor below it when that is smaller.
+    expect(chunkRowsFor(500, { chunkRows: 20, spreadChunks: 128 })).toBe(20);
   });
 
   it("grows chunks past 10,000 of them, up to 1,000 rows", () => {
-    expect(chunkRowsFor(1_000_001, { chunkRows: 100 })).toBe(101);
-    expect(chunkRowsFor(10_000_000, { chunkRows: 100 })).toBe(1_000);
-    expect(chunkRowsFor(50_000_000, { chunkRows: 100 })).toBe(1_000);
+    for (const policy of [fixed, spread]) {
+      expect(chunkRowsFor(1_000_001, policy)).toBe(101);
+      expect(chunkRowsFor(10_000_000, policy)).toBe(1_000);
+      expect(chunkRowsFor(50_000_000, policy)).toBe(1_000);
+    }
   });
 });
