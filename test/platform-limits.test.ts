@@ -83,7 +83,13 @@ describe("PLATFORM_LIMITS=emulate", () => {
     await updateSimConfig(env, { latencyMs: 200 });
     // One chunk of 100 rows in one executor: 100 lookups wait for six connections from the start.
     const rows = Array.from({ length: 100 }, (_, i) => ({ id: `${id()}-${i}`, name: `Hold Person ${i}`, domain: "example.com" }));
-    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 100 } });
+    const runId = await startRun(
+      "demo-enrich",
+      { rows },
+      {
+        testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 100, dispatchWaveSize: 100 },
+      },
+    );
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     expect((await datasetRows(runId, "leads")).every((row) => row._status === "completed" && row.verdict)).toBe(true);

@@ -189,6 +189,8 @@ export const TestPolicyOverrides = z
     providerTimeoutMs: z.number().int().min(50).max(600_000),
     maxChunkRedispatches: z.number().int().min(0).max(100),
     chunkRows: z.number().int().min(1).max(1000),
+    /** Billed-but-unpersisted calls per map (25 under the test runner; production's 100 lets a test's receipts wait for company). */
+    dispatchWaveSize: z.number().int().min(1).max(10_000),
     /** Subrequests one coordinator invocation spends before it yields (a test makes a run span invocations). */
     invocationSubrequestBudget: z.number().int().min(5).max(8_000),
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */

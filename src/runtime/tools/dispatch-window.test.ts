@@ -26,6 +26,21 @@ describe("DispatchWindow", () => {
     expect(window.inFlight).toBe(2);
   });
 
+  it("says when an entry would wait, and how many wait", async () => {
+    const window = new DispatchWindow({ size: 3, latch: new FatalLatch() });
+    expect(window.wouldWait(3)).toBe(false);
+    await window.enter(2, live());
+    expect(window.wouldWait(1)).toBe(false);
+    expect(window.wouldWait(2)).toBe(true);
+    const waiting = window.enter(2, live());
+    expect(window.waiting).toBe(1);
+    // Behind a waiting entrant, even a call that fits waits.
+    expect(window.wouldWait(1)).toBe(true);
+    window.leave(2);
+    await waiting;
+    expect(window.waiting).toBe(0);
+  });
+
   it("lets a batch larger than the window in alone once it is empty", async () => {
     const window = new DispatchWindow({ size: 2, latch: new FatalLatch() });
     await window.enter(1, live());

@@ -43,6 +43,16 @@ export class DispatchWindow {
     return this.#inFlight;
   }
 
+  /** Whether `weight` calls entering now would wait for room (or behind others waiting). */
+  wouldWait(weight: number): boolean {
+    return this.#queue.length > 0 || !this.#fits(weight);
+  }
+
+  /** Calls waiting for room: only written receipts make it. */
+  get waiting(): number {
+    return this.#queue.length;
+  }
+
   /**
    * Waits for room for `weight` calls. Throws the latch's error (counting the
    * calls as prevented) if it has tripped or trips while waiting.

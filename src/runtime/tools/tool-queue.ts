@@ -22,6 +22,7 @@ import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
 import { toolEnv } from "../../play/define";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
 /** One owned call, ready to send: its validated input and keys. */
 export interface QueuedCall {
@@ -42,8 +43,6 @@ export interface HeldOutcome {
 
 interface Pending {
   call: QueuedCall;
-  /** The call's request left (or never will): it is no longer work in hand. Idempotent. */
-  sent(): void;
   resolve(held: HeldOutcome): void;
   reject(error: unknown): void;
 }
@@ -54,8 +53,10 @@ export interface ToolQueueOptions {
   window: DispatchWindow;
   /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
   workers?: WorkerBarrier;
-  /** Hears each time {@link ToolQueue.ready} goes down. */
-  onSent?: () => void;
+  /** Hears when {@link ToolQueue.ready} falls below a connection's worth. */
+  onReadyLow?: () => void;
+  /** Hears when a call must wait for a place in the dispatch window, which only written receipts free. */
+  onWindowFull?: () => void;
 }
 
 /** One chunk attempt's queue of owned calls; see the module comment. */
@@ -67,43 +68,60 @@ export class ToolQueue {
   #timers = new Map<string, ReturnType<typeof setTimeout>>();
   #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
   #ready = 0;
-  #onSent: (() => void) | undefined;
+  #onReadyLow: (() => void) | undefined;
+  #onWindowFull: (() => void) | undefined;
 
   constructor(options: ToolQueueOptions) {
     this.#services = options.services;
     this.#window = options.window;
     this.#workers = options.workers;
-    this.#onSent = options.onSent;
+    this.#onReadyLow = options.onReadyLow;
+    this.#onWindowFull = options.onWindowFull;
   }
 
   /**
-   * Calls submitted whose request has not left yet (waiting for company, a
-   * place in the window, a pacing slot or a connection): the work this
-   * attempt has in hand before its connections would go idle.
+   * Calls with a place in the dispatch window whose request has not left
+   * yet (waiting for a pacing slot or a connection): work this attempt has
+   * in hand that needs nothing more from its receipts.
    */
   get ready(): number {
     return this.#ready;
   }
 
-  /** Counts one call as ready until the returned function says its request left (idempotent). */
-  #readyUntilSent(): () => void {
-    this.#ready++;
+  /** A connection's worth of requests is ready: the attempt's connections stay busy without more. */
+  get busy(): boolean {
+    return this.#ready >= MAX_OUTBOUND_IN_FLIGHT;
+  }
+
+  /** Calls wait for a place in the dispatch window: only written receipts free one. */
+  get windowFull(): boolean {
+    return this.#window.waiting > 0;
+  }
+
+  /** Enters the window for `weight` calls; one that must wait for room says so first (held receipts make room). */
+  async #enter(weight: number, signal: AbortSignal): Promise<void> {
+    if (this.#window.wouldWait(weight)) this.#onWindowFull?.();
+    await this.#window.enter(weight, signal);
+  }
+
+  /** Counts `weight` calls as ready until the returned function says their request left (idempotent). */
+  #readyUntilSent(weight: number): () => void {
+    this.#ready += weight;
     let sent = false;
     return () => {
       if (sent) return;
       sent = true;
-      this.#ready--;
-      this.#onSent?.();
+      this.#ready -= weight;
+      if (this.#ready < MAX_OUTBOUND_IN_FLIGHT) this.#onReadyLow?.();
     };
   }
 
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
-    const sent = this.#readyUntilSent();
-    if (!tool.batch) return this.#single(tool, call, sent);
+    if (!tool.batch) return this.#single(tool, call);
     return new Promise<HeldOutcome>((resolve, reject) => {
       const pending = getOrInsert(this.#pending, tool.id, () => []);
-      pending.push({ call, sent, resolve, reject });
+      pending.push({ call, resolve, reject });
       if (pending.length >= tool.batch!.maxMembers) this.#flush(tool);
       else if (!this.#timers.has(tool.id))
         this.#timers.set(
@@ -166,17 +184,12 @@ export class ToolQueue {
     return this.#workers ? this.#workers.external(request) : request;
   }
 
-  async #single(tool: AnyTool, call: QueuedCall, sent: () => void): Promise<HeldOutcome> {
+  async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
-    try {
-      await this.#window.enter(1, signal);
-    } catch (error) {
-      sent();
-      throw error;
-    }
+    await this.#enter(1, signal);
     try {
       const result = await this.#outbound(
-        this.#sending([sent], () =>
+        this.#sending(1, () =>
           callProvider(this.#context(tool), (reportHeaders) =>
             this.#timed((requestSignal) =>
               tool.execute(call.input, {
@@ -197,11 +210,9 @@ export class ToolQueue {
     }
   }
 
-  /** Runs a request for `members`, telling each when it leaves (a tool that sends some other way: when it ends). */
-  async #sending<T>(members: (() => void)[], request: () => Promise<T>): Promise<T> {
-    const sent = () => {
-      for (const member of members) member();
-    };
+  /** Runs a request for `weight` calls, ready until it leaves (a tool that sends some other way: until it ends). */
+  async #sending<T>(weight: number, request: () => Promise<T>): Promise<T> {
+    const sent = this.#readyUntilSent(weight);
     try {
       return await withSendHooks({ sent }, request);
     } finally {
@@ -229,7 +240,7 @@ export class ToolQueue {
     this.#pending.delete(tool.id);
     if (pending.length === 1) {
       const [only] = pending;
-      this.#single(tool, only!.call, only!.sent).then(only!.resolve, only!.reject);
+      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
@@ -256,26 +267,21 @@ export class ToolQueue {
     const strategy = tool.batch!;
     const { signal, env } = this.#services;
     try {
-      await this.#window.enter(members.length, signal);
+      await this.#enter(members.length, signal);
     } catch (error) {
-      for (const member of members) {
-        member.sent();
-        member.reject(error);
-      }
+      for (const member of members) member.reject(error);
       return;
     }
     let outcomes: CallOutcome[];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
       const result = await this.#outbound(
-        this.#sending(
-          members.map((m) => m.sent),
-          () =>
-            callProvider(this.#context(tool), (reportHeaders) =>
-              this.#timed((requestSignal) =>
-                strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
-              ),
+        this.#sending(members.length, () =>
+          callProvider(this.#context(tool), (reportHeaders) =>
+            this.#timed((requestSignal) =>
+              strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
             ),
+          ),
         ),
       );
       if (!result.ok) outcomes = members.map(() => result);

@@ -20,7 +20,6 @@ import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from 
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
 import { recoverCall } from "./recovery";
-import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
 /** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
 export interface ToolSchedulerOptions {
@@ -71,20 +70,20 @@ export class ToolScheduler {
     this.#services = options.services;
     const { receipts, policy } = options.services;
     const { attempt } = options;
-    // Held while the attempt has a connection's worth of requests ready to go: they, not these receipts, decide
-    // when its connections are next free, so waiting longer costs no throughput and saves calls.
+    // Held while the attempt has a connection's worth of requests ready to go: those requests, not these receipts,
+    // decide when its connections are next free, so waiting longer costs no throughput and saves calls. Completions
+    // and failures are not held while a call waits for a window place (only a written receipt frees one).
     // Never for long against the receipt lease: a completion held past it could find its receipt taken over.
-    const hold = {
-      busy: () => this.#queue.ready >= MAX_OUTBOUND_IN_FLIGHT,
-      maxMs: Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4),
-    };
-    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers, hold };
+    const maxMs = Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4);
+    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
+    const writes = { ...common, hold: { busy: () => this.#queue.busy && !this.#queue.windowFull, maxMs } };
     const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
       const ok = new Set(result.accepted);
       return items.map((i) => ok.has(i.key));
     };
     this.#claims = new BulkQueue({
       ...common,
+      hold: { busy: () => this.#queue.busy, maxMs },
       send: async (group, items) => {
         const [shard, refresh] = group.split(":");
         return receipts.claim(Number(shard), {
@@ -97,20 +96,23 @@ export class ToolScheduler {
       },
     });
     this.#completes = new BulkQueue({
-      ...common,
+      ...writes,
       send: async (shard, items) => accepted(items, await receipts.complete(Number(shard), { attempt, items })),
     });
     this.#fails = new BulkQueue({
-      ...common,
+      ...writes,
       send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
     this.#queue = new ToolQueue({
       services: this.#services,
       window: options.guards.window,
       workers: options.workers,
-      onSent: () => {
-        if (this.#queue.ready >= MAX_OUTBOUND_IN_FLIGHT) return;
+      onReadyLow: () => {
         this.#claims.nudge();
+        this.#completes.nudge();
+        this.#fails.nudge();
+      },
+      onWindowFull: () => {
         this.#completes.nudge();
         this.#fails.nudge();
       },
