@@ -53,7 +53,7 @@ export interface ToolQueueOptions {
   window: DispatchWindow;
   /** The chunk's row workers: requests in flight hold its bulk receipt calls back until they return. */
   workers?: WorkerBarrier;
-  /** Hears when {@link ToolQueue.ready} falls below a connection's worth. */
+  /** Hears when the calls ready (see {@link ToolQueue.busy}) fall below a connection's worth. */
   onReadyLow?: () => void;
   /** Hears when a call must wait for a place in the dispatch window, which only written receipts free. */
   onWindowFull?: () => void;
@@ -80,15 +80,11 @@ export class ToolQueue {
   }
 
   /**
-   * Calls with a place in the dispatch window whose request has not left
-   * yet (waiting for a pacing slot or a connection): work this attempt has
-   * in hand that needs nothing more from its receipts.
+   * A connection's worth of calls is ready: they have a place in the
+   * dispatch window and their requests have not left yet (they wait for a
+   * pacing slot or a connection), so the attempt's connections stay busy
+   * without anything more from its receipts.
    */
-  get ready(): number {
-    return this.#ready;
-  }
-
-  /** A connection's worth of requests is ready: the attempt's connections stay busy without more. */
   get busy(): boolean {
     return this.#ready >= MAX_OUTBOUND_IN_FLIGHT;
   }
