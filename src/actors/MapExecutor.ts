@@ -131,7 +131,7 @@ export class MapExecutor extends DurableObject<Env> {
       this.#current = { attemptId: assignment.attempt.attemptId, stop, reporter };
       const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
       try {
-        const end = await withOutbound({ caller, gate: this.#gate, observe: (ms) => reporter.observe(ms) }, () =>
+        const end = await withOutbound({ caller, gate: this.#gate }, () =>
           runAttempt(
             {
               env: this.env,

@@ -111,8 +111,6 @@ export interface Outbound {
   /** The object, as `<Class>:<name>` (`RunCoordinator:<runId>`): what the simulated provider records peaks under. */
   readonly caller: string;
   readonly gate: OutboundGate | null;
-  /** Hears how long each request took from its start (its slot, under the gate) to its answer: executors are sized from it. */
-  readonly observe?: (ms: number) => void;
 }
 
 const current = new AsyncLocalStorage<Outbound>();
@@ -170,20 +168,15 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
   const stop = stops.getStore();
   const caller = outbound?.caller ?? null;
   const hooks = sendHooks.getStore() ?? [];
-  const timed = async () => {
+  const go = () => {
     for (const hook of hooks) hook.sent?.();
-    const startedAt = Date.now();
-    try {
-      return await send(caller);
-    } finally {
-      outbound?.observe?.(Date.now() - startedAt);
-    }
+    return send(caller);
   };
   if (!outbound?.gate) {
     stop?.throwIfAborted();
-    return timed();
+    return go();
   }
   if (outbound.gate.full) for (const hook of hooks) hook.waiting?.();
   // While it waits, the stop or its own signal takes it out of the queue; once granted, only its own signal governs it.
-  return outbound.gate.hold(timed, stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
+  return outbound.gate.hold(go, stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
 }

@@ -11,6 +11,7 @@ import type { CoordinatorLink } from "../../clients/executors";
 import type { AttemptEnd, AttemptReport, UsageDelta } from "../../contracts/executors";
 import type { NoticeCode } from "../../api/responses";
 import { messageOf } from "../../core/errors";
+import { getOrInsert } from "../../core/collections";
 import type { SubrequestMeter } from "../../core/meter";
 import type { ExecutorStore } from "../../stores/executor-store";
 
@@ -29,7 +30,7 @@ export class AttemptReporter {
   #rows: Counters = { started: 0, completed: 0, failed: 0, stopped: 0 };
   #logs: AttemptReport["logs"] = [];
   #droppedLogs = 0;
-  #latency = { calls: 0, totalMs: 0 };
+  #latency = new Map<string, { calls: number; totalMs: number }>();
   /** The meter's counts last reported (at first, when the attempt began: the meter is the invocation's). */
   #reportedUsage: UsageDelta;
   #timer: ReturnType<typeof setInterval> | null = null;
@@ -58,10 +59,11 @@ export class AttemptReporter {
     else this.#logs.push(code ? { line, code } : { line });
   }
 
-  /** A provider request took `ms` from its start to its answer. */
-  observe(ms: number): void {
-    this.#latency.calls++;
-    this.#latency.totalMs += ms;
+  /** A request to `provider` took `ms` from leaving to its answer. */
+  observe(provider: string, ms: number, calls = 1): void {
+    const seen = getOrInsert(this.#latency, provider, () => ({ calls: 0, totalMs: 0 }));
+    seen.calls += calls;
+    seen.totalMs += ms;
   }
 
   /**
@@ -128,7 +130,7 @@ export class AttemptReporter {
     this.#rows = { started: 0, completed: 0, failed: 0, stopped: 0 };
     this.#logs = [];
     this.#droppedLogs = 0;
-    this.#latency = { calls: 0, totalMs: 0 };
+    this.#latency = new Map();
     const report: AttemptReport = {
       ...this.#base,
       rows,
@@ -136,7 +138,7 @@ export class AttemptReporter {
       bills: outbox.flatMap((entry) => (entry.kind === "bill" ? [entry.bill] : [])),
       salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
       usage: minus(usage, this.#reportedUsage),
-      latency: latency.calls ? [{ provider: "*", ...latency }] : [],
+      latency: [...latency].map(([provider, seen]) => ({ provider, ...seen })),
       end,
     };
     try {
@@ -145,8 +147,7 @@ export class AttemptReporter {
       // Not heard: the deltas go out with the next report (the outbox keeps its entries).
       for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
       this.#logs.unshift(...logs.slice(0, LOGS_PER_REPORT - this.#logs.length));
-      this.#latency.calls += latency.calls;
-      this.#latency.totalMs += latency.totalMs;
+      for (const [provider, seen] of latency) this.observe(provider, seen.totalMs, seen.calls);
       throw error;
     }
     this.#reportedUsage = usage;

@@ -106,6 +106,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     // Durable in this object before the call's error propagates; reported with the next report.
     salvage: (entry) => host.store.addSalvage(entry),
     spend,
+    observeLatency: (provider, ms) => host.reporter.observe(provider, ms),
   });
   const secrets = new SecretValues();
   const egress = new PlayFetch({ env: host.env, org: run.org, signal, secrets, meter: host.meter });

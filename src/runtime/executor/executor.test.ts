@@ -30,6 +30,20 @@ describe("ExecutorSizer", () => {
     expect(s.target()).toBe(13);
   });
 
+  it("sizes the map as soon as the first latency arrives, not a refresh after the provider was first seen", async () => {
+    const now = { t: 0 };
+    const s = sizer({ requestsPerSecond: 100, concurrency: 250 }, now);
+    await s.start();
+    // The first report names the provider before any of its requests has answered: no latency, the floor.
+    s.observe(["sim"], null);
+    await settle(s);
+    expect(s.target()).toBe(4);
+    now.t = 1_000;
+    s.observe(["sim"], { calls: 10, totalMs: 5_000 });
+    await settle(s);
+    expect(s.target()).toBe(13);
+  });
+
   it("never sizes past the provider's concurrency, headroom included", async () => {
     const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
     s.observe(["sim"], { calls: 10, totalMs: 20_000 });

@@ -7,7 +7,7 @@
 import { ExecutorClient } from "../../clients/executors";
 import { OrgClient } from "../../clients/orgs";
 import { pacingGate } from "../../clients/pacing-gates";
-import type { AssignedDataset } from "../../contracts/executors";
+import type { AssignedDataset, AttemptReport } from "../../contracts/executors";
 import type { FatalLatch } from "../../core/latch";
 import type { RunStore } from "../../stores/run-store";
 import type { InvocationScope } from "../invocation/scope";
@@ -67,13 +67,21 @@ export function mapExecutors(options: {
     recompute: run.force || run.forceToolRefresh,
     addUsage: (usage) => store.addUsage(usage),
     observe: (report) => {
-      sizer.observe(
-        report.bills.map((bill) => bill.provider),
-        report.latency[0] ?? null,
-      );
+      sizer.observe([...report.bills.map((bill) => bill.provider), ...report.latency.map((seen) => seen.provider)], latencyOf(report));
       onReport();
     },
     now,
   });
   return { executor, sizer };
+}
+
+/** A report's provider latency over all its providers (the sizer sizes by one latency), or null without any. */
+function latencyOf(report: AttemptReport): { calls: number; totalMs: number } | null {
+  let calls = 0;
+  let totalMs = 0;
+  for (const seen of report.latency) {
+    calls += seen.calls;
+    totalMs += seen.totalMs;
+  }
+  return calls > 0 ? { calls, totalMs } : null;
 }

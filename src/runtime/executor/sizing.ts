@@ -70,6 +70,8 @@ export class ExecutorSizer {
     }
     if (latency && latency.calls > 0) {
       const mean = latency.totalMs / latency.calls;
+      // The first latency sizes the map at once: until now it ran at the floor (a refresh had no latency to size by).
+      if (this.#latencyMs === null) this.#refreshedAt = Number.NEGATIVE_INFINITY;
       // A moving average: a few slow answers do not double the executors at once.
       this.#latencyMs = this.#latencyMs === null ? mean : this.#latencyMs * 0.7 + mean * 0.3;
     }

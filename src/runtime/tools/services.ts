@@ -36,6 +36,8 @@ export interface DispatchServices extends InvocationScope {
   salvage(entry: SalvageEntry): void;
   /** The run's billable requests: reserved before they are sent, then billed or released. */
   spend: SpendLedger;
+  /** A provider request of `provider` took `ms` from leaving to its answer (an executor reports it for sizing). */
+  observeLatency(provider: string, ms: number): void;
 }
 
 /** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */
@@ -50,6 +52,7 @@ export interface DispatchParts {
   tools: ReadonlyMap<string, AnyTool>;
   salvage(entry: SalvageEntry): void;
   spend: SpendLedger;
+  observeLatency?(provider: string, ms: number): void;
 }
 
 /** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends. */
@@ -69,6 +72,7 @@ export function createDispatchServices(scope: InvocationScope, parts: DispatchPa
     tools: parts.tools,
     salvage: parts.salvage,
     spend: parts.spend,
+    observeLatency: parts.observeLatency ?? (() => {}),
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
     pacers: new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
     budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),

@@ -185,7 +185,7 @@ export class ToolQueue {
     await this.#enter(1, signal);
     try {
       const result = await this.#outbound(
-        this.#sending(1, () =>
+        this.#sending(tool, 1, () =>
           callProvider(this.#context(tool), (reportHeaders) =>
             this.#timed((requestSignal) =>
               tool.execute(call.input, {
@@ -206,13 +206,24 @@ export class ToolQueue {
     }
   }
 
-  /** Runs a request for `weight` calls, ready until it leaves (a tool that sends some other way: until it ends). */
-  async #sending<T>(weight: number, request: () => Promise<T>): Promise<T> {
-    const sent = this.#readyUntilSent(weight);
+  /**
+   * Runs a request of `tool` for `weight` calls: ready until it leaves (a
+   * tool that sends some other way: until it ends), and timed from its last
+   * send (a retry sends again) to its answer: the latency executors are
+   * sized by.
+   */
+  async #sending<T>(tool: AnyTool, weight: number, request: () => Promise<T>): Promise<T> {
+    const ready = this.#readyUntilSent(weight);
+    let sentAt: number | null = null;
+    const sent = () => {
+      sentAt = Date.now();
+      ready();
+    };
     try {
       return await withSendHooks({ sent }, request);
     } finally {
-      sent();
+      ready();
+      if (sentAt !== null) this.#services.observeLatency(tool.provider, Date.now() - sentAt);
     }
   }
 
@@ -272,7 +283,7 @@ export class ToolQueue {
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
       const result = await this.#outbound(
-        this.#sending(members.length, () =>
+        this.#sending(tool, members.length, () =>
           callProvider(this.#context(tool), (reportHeaders) =>
             this.#timed((requestSignal) =>
               strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
