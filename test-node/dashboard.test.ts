@@ -74,14 +74,20 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     // The dashboard as the source is now, also when this file is run on its own.
     await buildDashboard();
     server = await startServer({ port: PORT, stateDir: state });
-    // Slow provider calls, so a run of a few hundred rows is watched while it runs: with the platform's six
-    // requests in flight per coordinator (PLATFORM_LIMITS=emulate), 500 rows take seconds even at 50 ms.
+    // Slow provider calls, paced at 50 requests/s: a run of a few hundred rows lasts seconds (500 rows at least
+    // ten), so the page watches it while it runs however many executors fan its calls out.
     const res = await fetch(`${BASE}/v1/sim/config`, {
       method: "PUT",
       headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" },
       body: JSON.stringify({ latencyMs: 50 }),
     });
     expect(res.status).toBe(200);
+    const paced = await fetch(`${BASE}/v1/pacing/sim`, {
+      method: "PUT",
+      headers: { Authorization: "Bearer dev-token", "Content-Type": "application/json" },
+      body: JSON.stringify({ requestsPerSecond: 50 }),
+    });
+    expect(paced.status).toBe(200);
     context = await chromium.launchPersistentContext(profile, {
       executablePath: (browser as { path: string }).path,
       headless: true,
@@ -124,7 +130,7 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
   });
 
   it("follows a demo-enrich run live: the bar moves, the log fills, the run ends completed", async () => {
-    // Two chunks (400 and 100 rows): the bar stands part-way while the larger one runs.
+    // Paced at 50 requests/s (beforeAll), its 500 rows take ten seconds or more: the bar stands part-way meanwhile.
     const total = 500;
     const started = await api.submit({ play: "demo-enrich", input: { rows: leads("live", total) } });
     // The list updates by itself; the new run is opened from it.
