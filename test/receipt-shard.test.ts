@@ -3,6 +3,7 @@ import { env } from "cloudflare:workers";
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { AttemptRef } from "../src/contracts/shards";
+import type { ReceiptShard } from "../src/actors/ReceiptShard";
 
 const LONG_LEASE_MS = 60_000;
 
@@ -17,17 +18,25 @@ function attempt(runId: string, attemptSeq = 0, attemptId = `${runId}:a${attempt
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A lease short enough to expire during a test, long enough to postpone its alarm first. */
+/** A lease short enough to expire during a test (its own alarm held back by thenPostpone). */
 const SHORT_LEASE_MS = 100;
 const PAST_SHORT_LEASE_MS = 150;
 
 /**
- * Alarms fire on their own under the test runner. Holding this one back makes
- * the test the one that delivers it (`runDurableObjectAlarm`), so it asserts
- * what the handler did rather than racing it.
+ * Alarms fire on their own under the test runner. Holding one back makes the
+ * test the one that delivers it (`runDurableObjectAlarm`), so it asserts what
+ * the handler did rather than racing it. `op` (which leaves a short lease)
+ * runs on the shard itself and the alarm is postponed in the same event:
+ * postponed by a later call, the short lease's own alarm could fire in
+ * between on a loaded machine, and its handler, ending with nothing left
+ * running, deleted the postponed alarm.
  */
-async function postponeAlarm(stub: Shard) {
-  await runInDurableObject(stub, (_shard, state) => state.storage.setAlarm(Date.now() + 3_600_000));
+async function thenPostpone<T>(stub: Shard, op: (shard: ReceiptShard, state: DurableObjectState) => Promise<T>): Promise<T> {
+  return runInDurableObject(stub, async (instance: ReceiptShard, state) => {
+    const result = await op(instance, state);
+    await state.storage.setAlarm(Date.now() + 3_600_000);
+    return result;
+  });
 }
 
 async function scheduledAlarm(stub: Shard) {
@@ -43,7 +52,12 @@ async function rejection(promise: PromiseLike<unknown>): Promise<Error> {
   throw new Error("expected the call to reject");
 }
 
-async function claim(stub: Shard, who: AttemptRef, keys: string[], options: { refresh?: boolean; leaseTtlMs?: number } = {}) {
+async function claim(
+  stub: Shard | ReceiptShard,
+  who: AttemptRef,
+  keys: string[],
+  options: { refresh?: boolean; leaseTtlMs?: number } = {},
+) {
   const { results } = await stub.claim({
     attempt: who,
     leaseTtlMs: options.leaseTtlMs ?? LONG_LEASE_MS,
@@ -54,7 +68,7 @@ async function claim(stub: Shard, who: AttemptRef, keys: string[], options: { re
 }
 
 /** A receipt completed by run `a` and deliberately re-billed by run `b`: generation 1, running, owned by `b`. */
-async function atGenerationOne(stub: Shard, key: string, b: AttemptRef, leaseTtlMs = LONG_LEASE_MS) {
+async function atGenerationOne(stub: Shard | ReceiptShard, key: string, b: AttemptRef, leaseTtlMs = LONG_LEASE_MS) {
   const a = attempt(`run-a-${crypto.randomUUID()}`);
   await claim(stub, a, [key]);
   expect(await stub.complete({ attempt: a, items: [{ key, output: { email: "old@x.com" } }] })).toEqual({ accepted: [key], rejected: [] });
@@ -215,8 +229,7 @@ describe("dead owners", () => {
   it("expires a dead owner's lease by alarm, then another run reclaims it at the same generation", async () => {
     const stub = shard();
     const dead = attempt("run-b");
-    await atGenerationOne(stub, "k1", dead, SHORT_LEASE_MS);
-    await postponeAlarm(stub);
+    await thenPostpone(stub, (shard) => atGenerationOne(shard, "k1", dead, SHORT_LEASE_MS));
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
@@ -236,8 +249,7 @@ describe("dead owners", () => {
   it("reclaims an expired lease at claim time, before any alarm ran", async () => {
     const stub = shard();
     const dead = attempt("run-b");
-    await atGenerationOne(stub, "k1", dead, SHORT_LEASE_MS);
-    await postponeAlarm(stub);
+    await thenPostpone(stub, (shard) => atGenerationOne(shard, "k1", dead, SHORT_LEASE_MS));
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: dead });
     const c = attempt("run-c");
@@ -251,8 +263,7 @@ describe("dead owners", () => {
   it("keeps a late result from the expired owner when nobody took the receipt over", async () => {
     const stub = shard();
     const slow = attempt("run-b");
-    await claim(stub, slow, ["k1"], { leaseTtlMs: SHORT_LEASE_MS });
-    await postponeAlarm(stub);
+    await thenPostpone(stub, (shard) => claim(shard, slow, ["k1"], { leaseTtlMs: SHORT_LEASE_MS }));
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
@@ -265,10 +276,12 @@ describe("dead owners", () => {
   it("re-arms the alarm for the next lease and leaves live leases alone", async () => {
     const stub = shard();
     const a = attempt("run-a");
-    await claim(stub, a, ["short"], { leaseTtlMs: SHORT_LEASE_MS });
-    await claim(stub, a, ["long"], { leaseTtlMs: LONG_LEASE_MS });
-    expect(await scheduledAlarm(stub)).toBe((await stub.get({ key: "short" }))!.leaseExpiresAt);
-    await postponeAlarm(stub);
+    const armed = await thenPostpone(stub, async (shard, state) => {
+      await claim(shard, a, ["short"], { leaseTtlMs: SHORT_LEASE_MS });
+      await claim(shard, a, ["long"], { leaseTtlMs: LONG_LEASE_MS });
+      return { alarm: await state.storage.getAlarm(), short: (await shard.get({ key: "short" }))!.leaseExpiresAt };
+    });
+    expect(armed.alarm).toBe(armed.short);
     await sleep(PAST_SHORT_LEASE_MS);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await stub.get({ key: "short" })).toMatchObject({ status: "failed", error: { code: "lease_expired" } });
@@ -353,8 +366,7 @@ describe("scale and durability", () => {
     const a = attempt("run-a");
     await claim(stub, a, ["done", "dying"]);
     await stub.complete({ attempt: a, items: [{ key: "done", output: { ok: true } }] });
-    await stub.renew({ attempt: a, keys: ["dying"], leaseTtlMs: SHORT_LEASE_MS });
-    await postponeAlarm(stub);
+    await thenPostpone(stub, (shard) => shard.renew({ attempt: a, keys: ["dying"], leaseTtlMs: SHORT_LEASE_MS }));
 
     await evictDurableObject(stub);
     await sleep(PAST_SHORT_LEASE_MS);
@@ -373,11 +385,11 @@ describe("a shard whose lease index held every receipt (schema version 1)", () =
   it("is upgraded in place: its completed receipts are still reused, and a dead owner's running one still expires", async () => {
     const stub = shard();
     const a = attempt(`run-${crypto.randomUUID()}`);
-    // Long enough that its own alarm cannot fire before it is postponed below.
     const leaseTtlMs = 500;
-    await claim(stub, a, ["done", "left"], { leaseTtlMs });
-    await stub.complete({ attempt: a, items: [{ key: "done", output: { email: "a@x.com" } }] });
-    await postponeAlarm(stub);
+    await thenPostpone(stub, async (shard) => {
+      await claim(shard, a, ["done", "left"], { leaseTtlMs });
+      await shard.complete({ attempt: a, items: [{ key: "done", output: { email: "a@x.com" } }] });
+    });
     // Back to version 1: the index of every receipt by (status, lease expiry).
     await runInDurableObject(stub, (_shard, state) => {
       state.storage.sql.exec("DROP INDEX receipts_running_by_lease");
