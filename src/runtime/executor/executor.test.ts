@@ -20,14 +20,18 @@ async function settle(sizer: ExecutorSizer): Promise<void> {
 describe("ExecutorSizer", () => {
   const sizer = (pace: { requestsPerSecond: number | null; concurrency: number | null }, now = { t: 0 }) =>
     new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, lease: async (wanted) => wanted, now: () => now.t });
+  /** A fresh sizer's target once a report named the provider with `calls` answered in `totalMs`. */
+  const sizedFor = async (pace: Parameters<typeof sizer>[0], latency: { calls: number; totalMs: number }) => {
+    const s = sizer(pace);
+    s.observe(["sim"], latency);
+    await settle(s);
+    return s.target();
+  };
 
   it("starts at the floor, then keeps rate × latency × 1.5 / 6 executors once a provider's pace and latency are known", async () => {
-    const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
-    expect(s.target()).toBe(4);
-    s.observe(["sim"], { calls: 10, totalMs: 5_000 });
-    await settle(s);
+    expect(sizer({ requestsPerSecond: 100, concurrency: 250 }).target()).toBe(4);
     // 100 requests/s at 500 ms: 50 in flight, 75 with the headroom, 13 executors of six.
-    expect(s.target()).toBe(13);
+    expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 5_000 })).toBe(13);
   });
 
   it("sizes the map as soon as the first latency arrives, not a refresh after the provider was first seen", async () => {
@@ -45,11 +49,8 @@ describe("ExecutorSizer", () => {
   });
 
   it("never sizes past the provider's concurrency, headroom included", async () => {
-    const s = sizer({ requestsPerSecond: 100, concurrency: 250 });
-    s.observe(["sim"], { calls: 10, totalMs: 20_000 });
-    await settle(s);
     // 100 requests/s at 2 s: 200 in flight, 300 with the headroom, but 250 at once at most: 42 executors.
-    expect(s.target()).toBe(42);
+    expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 20_000 })).toBe(42);
   });
 
   it("keeps to what the org's directory leases it", async () => {
@@ -65,14 +66,8 @@ describe("ExecutorSizer", () => {
   });
 
   it("is bounded by the provider's concurrency without a rate, and by the ceiling", async () => {
-    const s = sizer({ requestsPerSecond: null, concurrency: 30 });
-    s.observe(["sim"], { calls: 1, totalMs: 5_000 });
-    await settle(s);
-    expect(s.target()).toBe(5);
-    const unbounded = sizer({ requestsPerSecond: null, concurrency: null });
-    unbounded.observe(["sim"], { calls: 1, totalMs: 50 });
-    await settle(unbounded);
-    expect(unbounded.target()).toBe(64);
+    expect(await sizedFor({ requestsPerSecond: null, concurrency: 30 }, { calls: 1, totalMs: 5_000 })).toBe(5);
+    expect(await sizedFor({ requestsPerSecond: null, concurrency: null }, { calls: 1, totalMs: 50 })).toBe(64);
   });
 
   it("runs a map that only reuses rows at the ceiling at once, until it calls a provider", async () => {
