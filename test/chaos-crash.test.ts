@@ -132,6 +132,7 @@ describe("a stale coordinator", () => {
       rows: rows.slice(0, 50).map((input, index) => ({ key: input.id, index, input: { ...input } })),
       slice: null,
       dataset: { org: "dev", play: "test-calls", dataset: "stale-coordinator", shardCount: 4 },
+      alongside: null,
     };
     // Executor 0 takes an attempt of epoch 1 (a redispatched chunk goes to the lowest free slot) ...
     const executor0 = env.MAP_EXECUTOR.getByName(`${runId}#0`);

@@ -7,9 +7,10 @@ import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
 import { MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import { playRegistry } from "../plays";
-import { AttemptReporter, usageOf } from "../runtime/executor/attempt-reporter";
+import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
+import { PacerRegistry } from "../runtime/pacing/pacers";
 import { runAttempt, runSweep } from "../runtime/executor/attempt-runner";
-import { EXECUTOR_MIGRATIONS, ExecutorStore } from "../stores/executor-store";
+import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
 import type { OpenUpload } from "../uploads/uploads";
@@ -19,26 +20,43 @@ const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
 /** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
 const YIELD_AFTER_MS = 5 * 60_000;
 
+/** What the attempts of one alarm invocation share: its meter and subrequest budget, its link, its pacers. */
+interface Invocation {
+  meter: SubrequestMeter;
+  budget: number;
+  link: CoordinatorLink;
+  usage: MeterReports;
+  pacers: PacerRegistry;
+}
+
 /**
  * One executor of one run (named `<runId>#<slot>`): it runs the chunk
- * attempts its run's coordinator assigns, one at a time, in its own alarm
- * invocation, so each has this object's six outbound connections, its own
- * subrequests and its own CPU (DESIGN.md, "Where chunk work runs").
+ * attempts its run's coordinator assigns, in its own alarm invocation, so
+ * each has this object's six outbound connections, its own subrequests and
+ * its own CPU (DESIGN.md, "Where chunk work runs"). It runs one attempt, or
+ * two while the older one drains: the coordinator assigns the next one
+ * `alongside` it once it says so, and the newer one takes only the
+ * connections the older one leaves idle (they share this invocation's
+ * pacers, which serve older chunks first), so no connection idles between
+ * attempts.
  *
- * `assign` only stores the attempt and arms the alarm. A newer assignment
- * replaces an older one and stops it; one from an older epoch than this
- * executor has seen (a stale coordinator's) is dropped. An attempt found `running` when the
- * alarm starts was cut off by a restart: it is reported stopped (with the
- * outbox of what it billed), and the coordinator redispatches its chunk under
- * a new epoch; fencing makes anything it left in flight harmless.
+ * `assign` only stores the attempt and wakes the alarm. A newer assignment
+ * replaces every held attempt but the one it runs alongside, and stops
+ * them; one from an older epoch than this executor has seen (a stale
+ * coordinator's) is dropped. An attempt found `running` when the alarm
+ * starts was cut off by a restart: it is reported stopped (with the outbox
+ * of what it billed), and the coordinator redispatches its chunk under a new
+ * epoch; fencing makes anything it left in flight harmless.
  */
 export class MapExecutor extends DurableObject<Env> {
   #store: ExecutorStore;
   #gate: OutboundGate | null;
-  /** The attempt running in this instance, its stop and its reporter. */
-  #current: { attemptId: string; stop: AbortController; reporter: AttemptReporter } | null = null;
-  /** An alarm is running the held attempts: a new assignment is its next. */
+  /** The attempts running in this instance, each with its stop and its reporter. */
+  #running = new Map<string, { stop: AbortController; reporter: AttemptReporter }>();
+  /** An alarm is running the held attempts... */
   #looping = false;
+  /** ...and waits: a new assignment wakes it. */
+  #wake = () => {};
   /** What each epoch's invocation of the run had done, asked once per epoch. */
   #sources = new Map<number, Promise<CaptureSource | null>>();
   /** The run's upload, opened once (its index) for all the attempts this instance runs. */
@@ -55,16 +73,18 @@ export class MapExecutor extends DurableObject<Env> {
   async assign(assignment: ChunkAssignment): Promise<boolean> {
     // A stale coordinator's assignment (an older epoch) is dropped: its attempt would be fenced off anyway.
     if (!this.ctx.storage.transactionSync(() => this.#store.assign(assignment))) return false;
-    const current = this.#current;
-    if (current && current.attemptId !== assignment.attempt.attemptId)
-      current.stop.abort(new TroupeError("superseded", `attempt ${current.attemptId} was replaced by ${assignment.attempt.attemptId}`));
-    // A running alarm takes it next (it reads what is held before it returns, with no await between); else wake one.
-    if (!this.#looping) await this.ctx.storage.setAlarm(Date.now());
+    const held = new Set(this.#store.held().map((h) => h.assignment.attempt.attemptId));
+    for (const [attemptId, running] of this.#running)
+      if (!held.has(attemptId))
+        running.stop.abort(new TroupeError("superseded", `attempt ${attemptId} was replaced by ${assignment.attempt.attemptId}`));
+    // A running alarm starts it at once; else wake one.
+    if (this.#looping) this.#wake();
+    else await this.ctx.storage.setAlarm(Date.now());
     return true;
   }
 
   async stop(attemptId: string, reason: string): Promise<void> {
-    if (this.#current?.attemptId === attemptId) this.#current.stop.abort(new TroupeError("stopped", reason));
+    this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason));
   }
 
   /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */
@@ -92,74 +112,114 @@ export class MapExecutor extends DurableObject<Env> {
     } finally {
       this.#looping = false;
     }
+    // Left for a fresh invocation (see #runHeld), or assigned while this one closed its pacers: a new alarm takes it.
+    if (this.#store.held().length > 0) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /**
-   * Runs what is held, one attempt after another, until nothing is; or, past
-   * half of an invocation's subrequests or five minutes, hands the rest to a
-   * new alarm (a fresh invocation), so that a busy executor never meets the
-   * platform's subrequest cap or its 15 minutes per alarm between attempts.
+   * Runs what is held, each attempt as soon as it is, until nothing is; or,
+   * past half of an invocation's subrequests or five minutes, starts nothing
+   * more and returns once what runs has ended, leaving the rest to a new
+   * alarm (a fresh invocation), so that a busy executor never meets the
+   * platform's subrequest cap or its 15 minutes per alarm. Throws when an
+   * attempt's end could not be reported, once the others have ended: the
+   * alarm's retry reports it stopped.
    */
   async #runHeld(): Promise<void> {
-    const runId = this.#store.held()?.assignment.runId;
-    if (!runId) return;
+    const first = this.#store.held()[0]?.assignment;
+    if (!first) return;
     const startedAt = Date.now();
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
-    // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
-    let budget = YIELD_AFTER_SUBREQUESTS;
-    const link = new CoordinatorLink({ env: this.env, runId, meter });
-    const caller = this.#caller();
-    for (let held = this.#store.held(); held; held = this.#store.held()) {
-      if (meter.total >= budget || Date.now() - startedAt >= YIELD_AFTER_MS) {
-        await this.ctx.storage.setAlarm(Date.now());
-        return;
-      }
-      const { assignment } = held;
-      const reporter = new AttemptReporter({
-        link,
-        store: this.#store,
+    const invocation: Invocation = {
+      meter,
+      // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
+      budget: YIELD_AFTER_SUBREQUESTS,
+      link: new CoordinatorLink({ env: this.env, runId: first.runId, meter }),
+      usage: new MeterReports(meter),
+      pacers: new PacerRegistry({
+        env: this.env,
+        org: first.dataset.org,
+        caller: `${first.runId}/${this.#caller()}/${crypto.randomUUID()}`,
         meter,
-        report: { executor: caller, attemptId: assignment.attempt.attemptId, map: assignment.map, chunk: assignment.chunk },
-      });
-      if (held.state === "running" || !this.#store.markRunning(assignment.attempt.attemptId)) {
-        // Cut off by a restart of this object: the coordinator redispatches it.
-        await reporter.end({ kind: "stopped", reason: "its executor restarted while it ran" });
-        this.#store.finish(assignment.attempt.attemptId);
-        continue;
+        // A pacer's notices go to the newest attempt running.
+        log: (line) => [...this.#running.values()].at(-1)?.reporter.log(line),
+        now: Date.now,
+      }),
+    };
+    const started = new Map<string, Promise<void>>();
+    const failures: unknown[] = [];
+    try {
+      for (;;) {
+        const yielding = failures.length > 0 || meter.total >= invocation.budget || Date.now() - startedAt >= YIELD_AFTER_MS;
+        const held = this.#store.held();
+        for (const each of yielding ? [] : held) {
+          const attemptId = each.assignment.attempt.attemptId;
+          if (started.has(attemptId)) continue;
+          // A failure waits for the others: the alarm's retry must not find them running.
+          const run = this.#runOne(each, invocation).catch((error: unknown) => void failures.push(error));
+          started.set(
+            attemptId,
+            run.finally(() => started.delete(attemptId)),
+          );
+        }
+        if (started.size === 0) break;
+        await Promise.race([...started.values(), new Promise<void>((resolve) => (this.#wake = resolve))]);
       }
-      const stop = new AbortController();
-      this.#current = { attemptId: assignment.attempt.attemptId, stop, reporter };
-      const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
-      try {
-        const end = await withOutbound({ caller, gate: this.#gate }, () =>
-          runAttempt(
-            {
-              env: this.env,
-              store: this.#store,
-              plays: playRegistry(this.env),
-              tools: toolRegistry(this.env),
-              link,
-              meter,
-              faults,
-              reporter,
-              uploads: this.#uploads,
-              source: async (attemptSeq) => {
-                const source = await this.#source(link, attemptSeq);
-                if (source) budget = Math.min(budget, source.policy.invocationSubrequestBudget);
-                return source;
-              },
-              now: Date.now,
-            },
-            assignment,
-            stop.signal,
-          ),
-        );
-        await reporter.end(end);
-      } finally {
-        this.#current = null;
-      }
-      this.#store.finish(assignment.attempt.attemptId);
+    } finally {
+      await invocation.pacers.closeAll();
     }
+    if (failures.length > 0) throw failures[0];
+  }
+
+  /** Runs one held attempt to its end, and reports it. */
+  async #runOne({ assignment, state }: HeldAssignment, invocation: Invocation): Promise<void> {
+    const { attemptId } = assignment.attempt;
+    const caller = this.#caller();
+    const reporter = new AttemptReporter({
+      link: invocation.link,
+      store: this.#store,
+      usage: invocation.usage,
+      report: { executor: caller, attemptId, map: assignment.map, chunk: assignment.chunk },
+    });
+    if (state === "running" || !this.#store.markRunning(attemptId)) {
+      // Cut off by a restart of this object: the coordinator redispatches it.
+      await reporter.end({ kind: "stopped", reason: "its executor restarted while it ran" });
+      this.#store.finish(attemptId);
+      return;
+    }
+    const stop = new AbortController();
+    this.#running.set(attemptId, { stop, reporter });
+    const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
+    try {
+      const end = await withOutbound({ caller, gate: this.#gate }, () =>
+        runAttempt(
+          {
+            env: this.env,
+            store: this.#store,
+            plays: playRegistry(this.env),
+            tools: toolRegistry(this.env),
+            link: invocation.link,
+            meter: invocation.meter,
+            faults,
+            reporter,
+            pacers: invocation.pacers,
+            uploads: this.#uploads,
+            source: async (attemptSeq) => {
+              const source = await this.#source(invocation.link, attemptSeq);
+              if (source) invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
+              return source;
+            },
+            now: Date.now,
+          },
+          assignment,
+          stop.signal,
+        ),
+      );
+      await reporter.end(end);
+    } finally {
+      this.#running.delete(attemptId);
+    }
+    this.#store.finish(attemptId);
   }
 
   /** This object as the simulated provider and the outbound gate name it. */
@@ -185,8 +245,10 @@ export class MapExecutor extends DurableObject<Env> {
    * stops here and reports nothing more.
    */
   #crash(reason: string): never {
-    this.#current?.reporter.kill();
-    this.#current?.stop.abort(new Error(reason));
+    for (const { reporter, stop } of this.#running.values()) {
+      reporter.kill();
+      stop.abort(new Error(reason));
+    }
     this.ctx.abort(reason);
     throw new Error(reason);
   }

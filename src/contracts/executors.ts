@@ -27,6 +27,12 @@ export interface ChunkAssignment {
   rows: PlannedRow[];
   slice: UploadSlice | null;
   dataset: AssignedDataset;
+  /**
+   * The attempt this one runs alongside: the executor's current attempt,
+   * which said it drains (AttemptReport.draining). Every other attempt the
+   * executor holds is replaced by this one; null replaces them all.
+   */
+  alongside: string | null;
 }
 
 /**
@@ -144,6 +150,12 @@ export interface AttemptReport {
   usage: UsageDelta;
   /** Provider latency observed since the last report, per provider: calls answered and their total time. */
   latency: { provider: string; calls: number; totalMs: number }[];
+  /**
+   * Its last few rows are all it has left: its executor's connections would
+   * soon idle, and the coordinator may give the executor its next attempt
+   * to run alongside (ChunkAssignment.alongside). Stays true once said.
+   */
+  draining: boolean;
   end: AttemptEnd | null;
 }
 

@@ -22,17 +22,44 @@ const LOGS_PER_REPORT = 200;
 
 type Counters = AttemptReport["rows"];
 
+/**
+ * An executor invocation's meter as its attempts report it: attempts may run
+ * side by side on the one meter, so each count goes out in exactly one
+ * report, whichever attempt's it is.
+ */
+export class MeterReports {
+  #meter: SubrequestMeter;
+  #reported: UsageDelta;
+
+  constructor(meter: SubrequestMeter) {
+    this.#meter = meter;
+    this.#reported = usageOf(meter);
+  }
+
+  /** What the meter counted since the last take. */
+  take(): UsageDelta {
+    const usage = usageOf(this.#meter);
+    const delta = minus(usage, this.#reported);
+    this.#reported = usage;
+    return delta;
+  }
+
+  /** A report carrying `delta` was not heard: it goes out with the next take. */
+  giveBack(delta: UsageDelta): void {
+    this.#reported = minus(this.#reported, delta);
+  }
+}
+
 export class AttemptReporter {
   #link: CoordinatorLink;
   #store: ExecutorStore;
-  #meter: SubrequestMeter;
+  #usage: MeterReports;
   #base: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
   #rows: Counters = { started: 0, completed: 0, failed: 0, stopped: 0 };
   #logs: AttemptReport["logs"] = [];
   #droppedLogs = 0;
   #latency = new Map<string, { calls: number; totalMs: number }>();
-  /** The meter's counts last reported (at first, when the attempt began: the meter is the invocation's). */
-  #reportedUsage: UsageDelta;
+  #draining = false;
   #timer: ReturnType<typeof setInterval> | null = null;
   #sending: Promise<void> = Promise.resolve();
   #killed = false;
@@ -40,14 +67,13 @@ export class AttemptReporter {
   constructor(options: {
     link: CoordinatorLink;
     store: ExecutorStore;
-    meter: SubrequestMeter;
+    usage: MeterReports;
     report: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
   }) {
     this.#link = options.link;
     this.#store = options.store;
-    this.#meter = options.meter;
+    this.#usage = options.usage;
     this.#base = options.report;
-    this.#reportedUsage = usageOf(options.meter);
   }
 
   row(event: "started" | "completed" | "failed" | "stopped"): void {
@@ -57,6 +83,13 @@ export class AttemptReporter {
   log(line: string, code?: NoticeCode): void {
     if (this.#logs.length >= LOGS_PER_REPORT) this.#droppedLogs++;
     else this.#logs.push(code ? { line, code } : { line });
+  }
+
+  /** Only its last few rows are left: the coordinator hears it now (see AttemptReport.draining). */
+  draining(): void {
+    if (this.#draining) return;
+    this.#draining = true;
+    void this.flush(null).catch(() => {});
   }
 
   /** A request to `provider` took `ms` from leaving to its answer. */
@@ -125,7 +158,7 @@ export class AttemptReporter {
     const logs = this.#logs;
     const latency = this.#latency;
     if (this.#droppedLogs) logs.push({ line: `${this.#droppedLogs} more log lines of this attempt were left out` });
-    const usage = usageOf(this.#meter);
+    const usage = this.#usage.take();
     const outbox = this.#store.outbox(OUTBOX_PER_REPORT);
     this.#rows = { started: 0, completed: 0, failed: 0, stopped: 0 };
     this.#logs = [];
@@ -137,8 +170,9 @@ export class AttemptReporter {
       logs,
       bills: outbox.flatMap((entry) => (entry.kind === "bill" ? [entry.bill] : [])),
       salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
-      usage: minus(usage, this.#reportedUsage),
+      usage,
       latency: [...latency].map(([provider, seen]) => ({ provider, ...seen })),
+      draining: this.#draining,
       end,
     };
     try {
@@ -148,9 +182,9 @@ export class AttemptReporter {
       for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
       this.#logs.unshift(...logs.slice(0, LOGS_PER_REPORT - this.#logs.length));
       for (const [provider, seen] of latency) this.observe(provider, seen.totalMs, seen.calls);
+      this.#usage.giveBack(usage);
       throw error;
     }
-    this.#reportedUsage = usage;
     if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
   }
 }

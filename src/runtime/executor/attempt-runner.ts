@@ -27,6 +27,7 @@ import { PlayFetch, SecretValues } from "../invocation/play-fetch";
 import { safeStringify } from "../invocation/play-context";
 import type { InvocationScope } from "../invocation/scope";
 import { createDispatchServices, createMapGuards } from "../tools/services";
+import type { PacerRegistry } from "../pacing/pacers";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { AttemptReporter } from "./attempt-reporter";
 import { CaptureUnsupported, captureMap } from "./capture";
@@ -46,6 +47,8 @@ export interface AttemptHost {
   meter: SubrequestMeter;
   faults: FaultProbe;
   reporter: AttemptReporter;
+  /** The executor invocation's pacers, shared by the attempts it runs side by side (they share its connections). */
+  pacers: PacerRegistry;
   /** Uploads this executor has opened (their indexes), kept across its attempts. */
   uploads: Map<string, Promise<OpenUpload>>;
   /** What the coordinator's invocation of epoch `attemptSeq` had done (asked once per epoch), or null when it is gone. */
@@ -107,6 +110,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     salvage: (entry) => host.store.addSalvage(entry),
     spend,
     observeLatency: (provider, ms) => host.reporter.observe(provider, ms),
+    pacers: host.pacers,
   });
   const secrets = new SecretValues();
   const egress = new PlayFetch({ env: host.env, org: run.org, signal, secrets, meter: host.meter });
@@ -156,6 +160,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
       }),
     readSlice: (slice) => uploadRows.read(slice),
     onRow: (_chunk, event) => host.reporter.row(event),
+    onDraining: () => host.reporter.draining(),
   });
   try {
     const summary = await executor.execute({
@@ -182,7 +187,6 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     return { kind: "failed", message: messageOf(error) };
   } finally {
     deadline.clear();
-    await dispatch.pacers.closeAll();
   }
 }
 

@@ -32,8 +32,10 @@ export function mapExecutors(options: {
   dataset: AssignedDataset;
   latch: FatalLatch;
   onReport(): void;
+  /** An executor became busy (1) or idle (-1). */
+  onSlot(delta: 1 | -1): void;
 }): MapExecutors | null {
-  const { scope, attempts, store, dataset, latch, onReport } = options;
+  const { scope, attempts, store, dataset, latch, onReport, onSlot } = options;
   const { env, run, policy, meter, signal, now } = scope;
   if (!attempts || policy.maxExecutors === 0) return null;
   const sizer = new ExecutorSizer({
@@ -70,6 +72,8 @@ export function mapExecutors(options: {
       sizer.observe([...report.bills.map((bill) => bill.provider), ...report.latency.map((seen) => seen.provider)], latencyOf(report));
       onReport();
     },
+    target: () => sizer.target(),
+    onSlot,
     now,
   });
   return { executor, sizer };

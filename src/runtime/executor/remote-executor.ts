@@ -6,6 +6,11 @@
  * the chunk is redispatched under a new epoch, which fences off whatever the
  * old attempt still does. A cancel (or the run's limit) stops the attempt in
  * its executor at once, then waits a moment for its last report (its bills).
+ *
+ * An attempt whose last rows are all it has left says it drains: its
+ * executor's slot is then spare, and the map's next attempt goes there,
+ * alongside it (the executor runs both, the newer on the connections the
+ * older leaves idle), rather than to a new executor.
  */
 import { type ExecutorClient, executorName } from "../../clients/executors";
 import { messageOf, TerminalError, TroupeError } from "../../core/errors";
@@ -42,49 +47,73 @@ export interface RemoteExecutorOptions {
   observe(report: AttemptReport): void;
   /** What an executor's sweep used (its reports carry their own). */
   addUsage(usage: UsageDelta): void;
+  /** How many executors the map should have now (sizing.ts): past that many, attempts go alongside draining ones. */
+  target(): number;
+  /** An executor became busy (1) or idle (-1). */
+  onSlot?(delta: 1 | -1): void;
   now(): number;
 }
 
 export class RemoteChunkExecutor implements ChunkExecutor {
   #deps: RemoteExecutorOptions;
-  #busy = new Set<number>();
+  /** The executors in use, by slot: what each runs, oldest first (a sweep's entry is its attempt id). */
+  #slots = new Map<number, string[]>();
+  /** Attempts that said they drain. */
+  #draining = new Set<string>();
 
   constructor(options: RemoteExecutorOptions) {
     this.#deps = options;
   }
 
-  /** Chunk attempts running in executors now. */
-  get running(): number {
-    return this.#busy.size;
+  /** Executors whose only attempt drains: the map may run one more attempt per spare executor, alongside. */
+  get spare(): number {
+    let spare = 0;
+    for (const held of this.#slots.values()) if (held.length === 1 && this.#draining.has(held[0]!)) spare++;
+    return spare;
   }
 
   async execute({ map, chunk, attempt, rows, slice }: ChunkAttempt): Promise<ChunkSummary> {
     const { client, attempts, signal, runId } = this.#deps;
-    const slot = this.#takeSlot();
+    const { attemptId } = attempt;
+    const { slot, alongside } = this.#take(attemptId);
     const name = executorName(runId, slot);
-    const watch = attempts.watch(attempt.attemptId, map, chunk, this.#deps.observe);
+    const watch = attempts.watch(attemptId, map, chunk, (report) => {
+      if (report.draining) this.#draining.add(attemptId);
+      this.#deps.observe(report);
+    });
     try {
       signal.throwIfAborted();
-      await client.assign(name, { runId, map, chunk, attempt, rows: [...rows], slice: slice ?? null, dataset: this.#deps.dataset });
-      const end = await this.#awaitEnd(watch, name, attempt.attemptId);
+      await client.assign(name, {
+        runId,
+        map,
+        chunk,
+        attempt,
+        rows: [...rows],
+        slice: slice ?? null,
+        dataset: this.#deps.dataset,
+        alongside,
+      });
+      const end = await this.#awaitEnd(watch, name, attemptId);
       return this.#summaryOf(end);
     } finally {
       watch.close();
-      this.#busy.delete(slot);
+      this.#draining.delete(attemptId);
+      this.#release(slot, attemptId);
     }
   }
 
   /** Sweeps in an executor's own invocation (its subrequests and CPU), answered in the call. */
   async sweep(sweep: ChunkSweep): Promise<number[]> {
     const { client, signal, runId, dataset, recompute } = this.#deps;
-    const slot = this.#takeSlot();
+    const { attemptId } = sweep.attempt;
+    const slot = this.#free(attemptId);
     try {
       signal.throwIfAborted();
       const result = await client.sweep(executorName(runId, slot), { ...sweep, runId, rows: [...sweep.rows], recompute, dataset });
       this.#deps.addUsage(result.usage);
       return result.reused;
     } finally {
-      this.#busy.delete(slot);
+      this.#release(slot, attemptId);
     }
   }
 
@@ -152,11 +181,31 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     }
   }
 
-  #takeSlot(): number {
+  /** Where the attempt runs: alongside a draining attempt once the map has all the executors it should, else in an idle executor. */
+  #take(attemptId: string): { slot: number; alongside: string | null } {
+    if (this.#slots.size >= this.#deps.target())
+      for (const [slot, held] of this.#slots)
+        if (held.length === 1 && this.#draining.has(held[0]!)) {
+          held.push(attemptId);
+          return { slot, alongside: held[0]! };
+        }
+    return { slot: this.#free(attemptId), alongside: null };
+  }
+
+  /** The lowest idle executor's slot, now busy with `attemptId`. */
+  #free(attemptId: string): number {
     let slot = 0;
-    while (this.#busy.has(slot)) slot++;
-    this.#busy.add(slot);
+    while (this.#slots.has(slot)) slot++;
+    this.#slots.set(slot, [attemptId]);
+    this.#deps.onSlot?.(1);
     return slot;
+  }
+
+  #release(slot: number, attemptId: string): void {
+    const held = this.#slots.get(slot)?.filter((id) => id !== attemptId) ?? [];
+    if (held.length > 0) return void this.#slots.set(slot, held);
+    this.#slots.delete(slot);
+    this.#deps.onSlot?.(-1);
   }
 }
 

@@ -16,7 +16,8 @@ export type { ChunkSummary };
 import { AttemptLeases } from "./attempt-leases";
 import { WorkerBarrier } from "../../core/bulk-queue";
 import { forEachLimited } from "../../core/collections";
-import { withRank } from "../../core/request-rank";
+import { rowRank, withRank } from "../../core/request-rank";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 import type { FatalLatch } from "../../core/latch";
 import type { RuntimePolicy } from "../../core/policy";
 import type { PlannedRow, UploadSlice } from "../../contracts/shards";
@@ -103,9 +104,19 @@ export interface InProcessExecutorOptions {
   readSlice?(slice: UploadSlice): Promise<PlannedRow[]>;
   /** A row of `chunk` started computing, or settled: its fields all returned (completed or failed), or it was stopped. */
   onRow?(chunk: number, event: "started" | "completed" | "failed" | "stopped"): void;
+  /** Only {@link DRAIN_ROWS} rows of the attempt or fewer are left to settle (said once). */
+  onDraining?(): void;
   log(line: string): void;
   now(): number;
 }
+
+/**
+ * An attempt with this many rows left to settle drains: soon it has fewer
+ * requests than its executor's connections (a row's calls go one after
+ * another). Twice the connections, so that the next attempt, run alongside,
+ * has its rows and receipts claimed by the time they idle.
+ */
+const DRAIN_ROWS = 2 * MAX_OUTBOUND_IN_FLIGHT;
 
 /** Runs chunk attempts inside the calling invocation. */
 export class InProcessChunkExecutor implements ChunkExecutor {
@@ -190,17 +201,20 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     signal: AbortSignal,
   ): Promise<PersistRowsRequest["rows"]> {
     const results: PersistRowsRequest["rows"] = [];
+    let left = pending.length;
+    if (left > 0 && left <= DRAIN_ROWS) this.#deps.onDraining?.();
     await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned, index) => {
       workers.enter();
       this.#deps.onRow?.(chunk, "started");
       let outcome: PersistRowsRequest["rows"][number] | null = null;
       try {
-        // Its requests are paced in row order: the chunk's rows finish one after another, not all at its end.
-        outcome = await withRank(index, () => this.#computeRow(planned, scheduler, signal));
+        // Its requests are paced in row order (after older chunks'): the chunk's rows finish one after another, not all at its end.
+        outcome = await withRank(rowRank(chunk, index), () => this.#computeRow(planned, scheduler, signal));
         if (outcome) results.push(outcome);
       } finally {
         workers.leave();
         this.#deps.onRow?.(chunk, outcome?.status ?? "stopped");
+        if (--left === DRAIN_ROWS) this.#deps.onDraining?.();
       }
     });
     return results;

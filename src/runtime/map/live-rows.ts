@@ -18,10 +18,10 @@ interface ChunkRows {
 
 export class LiveRows {
   #maps = new Map<string, Map<number, ChunkRows>>();
-  /** Chunk attempts of each map running in executors now. */
+  /** Executors of each map busy now. */
   #remote = new Map<string, number>();
 
-  /** A chunk attempt of `map` went to an executor (+1) or came back from one (-1). */
+  /** An executor of `map` became busy (+1) or idle (-1). */
   remote(map: string, delta: 1 | -1): void {
     const count = (this.#remote.get(map) ?? 0) + delta;
     if (count > 0) this.#remote.set(map, count);

@@ -194,6 +194,7 @@ export class MapRunner {
         this.#progress(record.name, false);
         grow();
       },
+      onSlot: (delta) => this.#deps.live.remote(record.name, delta),
     });
     await remote?.sizer.start();
     const queue = new ChunkQueue(
@@ -208,15 +209,12 @@ export class MapRunner {
     /** Runs the attempt in an executor, or here when the map cannot run there (a row starts a child play). */
     const execute = async (attempt: ChunkAttempt): Promise<ChunkSummary> => {
       if (!remote || this.#inline.has(record.name)) return inProcess.execute(attempt);
-      this.#deps.live.remote(record.name, 1);
       try {
         return await remote.executor.execute(attempt);
       } catch (error) {
         if (!(error instanceof RunInline)) throw error;
         this.#inline.add(record.name);
         this.#scope.log(`map "${record.name}" runs in the coordinator from now on: ${error.message}`);
-      } finally {
-        this.#deps.live.remote(record.name, -1);
       }
       // The same attempt, here: its rows' and receipts' leases are its own.
       this.#deps.live.ended(record.name, attempt.chunk);
@@ -331,8 +329,12 @@ export class MapRunner {
         elapsedMs: this.#scope.now() - this.#startedAt,
         maxElapsedMs: policy.invocationWallMs,
       });
-    // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), or K in the coordinator.
-    const width = () => (remote && !this.#inline.has(record.name) ? remote.sizer.target() : Math.min(policy.chunkConcurrency, queue.size));
+    // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), and one more
+    // per executor whose attempt drains (its next runs alongside); or K in the coordinator.
+    const width = () =>
+      remote && !this.#inline.has(record.name)
+        ? remote.sizer.target() + remote.executor.spare
+        : Math.min(policy.chunkConcurrency, queue.size);
     let working = 0;
     const workers: Promise<void>[] = [];
     grow = () => {

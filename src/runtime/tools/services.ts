@@ -53,9 +53,11 @@ export interface DispatchParts {
   salvage(entry: SalvageEntry): void;
   spend: SpendLedger;
   observeLatency?(provider: string, ms: number): void;
+  /** The pacers to use, when several attempts of one invocation share its connections (an executor's); else new ones. */
+  pacers?: PacerRegistry;
 }
 
-/** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends. */
+/** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends (unless `parts.pacers` are another's). */
 export function createDispatchServices(scope: InvocationScope, parts: DispatchParts): DispatchServices {
   const { env, run, policy, meter, faults, now, log } = scope;
   const runs = new RunClient({ env, org: run.org, meter });
@@ -74,7 +76,7 @@ export function createDispatchServices(scope: InvocationScope, parts: DispatchPa
     spend: parts.spend,
     observeLatency: parts.observeLatency ?? (() => {}),
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
-    pacers: new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
+    pacers: parts.pacers ?? new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
     budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),
     scopes: new AuthScopes({ env }),
     owners: new OwnerLiveness({

@@ -1,0 +1,107 @@
+/**
+ * An executor runs its next attempt alongside the one that drains (src/actors/MapExecutor.ts):
+ * the coordinator assigns it once the older attempt's last rows are all it has left, and every
+ * held attempt but that one is replaced.
+ */
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ChunkAssignment } from "../src/contracts/executors";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
+import { ExecutorStore } from "../src/stores/executor-store";
+import { createSql } from "../src/stores/sql";
+import { datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { until } from "./chaos-helpers";
+import { updateSimConfig } from "../src/sim/client";
+
+let unique = 0;
+const id = () => `ov${Date.now().toString(36)}${unique++}`;
+
+afterEach(async () => {
+  await updateSimConfig(env, { latencyMs: 0 });
+});
+
+/** What executor `name` holds: each attempt's chunk and the attempt it runs alongside, oldest first. */
+function heldBy(name: string) {
+  return runInDurableObject(env.MAP_EXECUTOR.getByName(name), (_object: unknown, state: DurableObjectState) =>
+    state.storage.sql
+      .exec<{ body: string }>("SELECT body FROM held ORDER BY seq")
+      .toArray()
+      .map((row) => {
+        const { chunk, attempt, alongside } = JSON.parse(row.body) as ChunkAssignment;
+        return { chunk, attemptId: attempt.attemptId, alongside };
+      }),
+  );
+}
+
+describe("attempts alongside", () => {
+  it("gives an executor its next chunk while its current one drains, on the same six connections, and runs every row once", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 300 });
+    // One executor, three chunks of 50 rows, one call each: about 2.5 s a chunk, its last 12 rows the last 0.6 s.
+    const rows = Array.from({ length: 150 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Overlap Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun("test-calls", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50 } });
+    const executor = `${runId}#0`;
+
+    const both = await until(
+      () => heldBy(executor),
+      (held) => held.length === 2,
+      "executor 0 to hold two attempts",
+    );
+    // The newer one runs alongside the older, which goes on: it was not replaced.
+    expect(both[1]!.alongside).toBe(both[0]!.attemptId);
+    expect(both[1]!.chunk).toBeGreaterThan(both[0]!.chunk);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(150);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+    const stats = await simStats();
+    // The two attempts shared the one executor's six connections; each call billed once.
+    expect(stats.maxInFlightByCaller).toEqual({ [`MapExecutor:${executor}`]: MAX_OUTBOUND_IN_FLIGHT });
+    expect(stats).toMatchObject({ calls: 150, billed: 150, duplicates: 0 });
+  });
+
+  it("replaces every held attempt but the one a new assignment runs alongside, and drops an older epoch's", async () => {
+    const runId = `run_${id()}`;
+    const assignment = (chunk: number, attemptSeq: number, alongside: string | null): ChunkAssignment => ({
+      runId,
+      map: "m",
+      chunk,
+      attempt: { attemptId: `${runId}/m/${chunk}/${attemptSeq}`, runId, attemptSeq },
+      rows: [],
+      slice: null,
+      dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+      alongside,
+    });
+    const held = await runInDurableObject(env.MAP_EXECUTOR.getByName(`${runId}#0`), (_object: unknown, state: DurableObjectState) => {
+      const store = new ExecutorStore({ sql: createSql(state.storage) });
+      const ids = () => store.held().map((h) => h.assignment.attempt.attemptId);
+      const seen: Record<string, unknown> = {};
+      store.assign(assignment(0, 1, null));
+      store.assign(assignment(1, 1, `${runId}/m/0/1`));
+      seen.alongside = ids();
+      // A third alongside chunk 1: chunk 0 (not named) is replaced.
+      store.assign(assignment(2, 1, `${runId}/m/1/1`));
+      seen.third = ids();
+      seen.stale = store.assign(assignment(3, 0, null));
+      seen.afterStale = ids();
+      // A new epoch's, alongside nothing: it replaces them all.
+      store.assign(assignment(0, 2, null));
+      seen.newEpoch = ids();
+      return seen;
+    });
+    expect(held).toEqual({
+      alongside: [`${runId}/m/0/1`, `${runId}/m/1/1`],
+      third: [`${runId}/m/1/1`, `${runId}/m/2/1`],
+      stale: false,
+      afterStale: [`${runId}/m/1/1`, `${runId}/m/2/1`],
+      newEpoch: [`${runId}/m/0/2`],
+    });
+  });
+});
