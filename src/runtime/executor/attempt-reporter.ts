@@ -60,6 +60,8 @@ export class AttemptReporter {
   #droppedLogs = 0;
   #latency = new Map<string, { calls: number; totalMs: number }>();
   #draining = false;
+  /** No report of this attempt has carried latency yet: the first does not wait for rows to settle. */
+  #latencyNew = true;
   #timer: ReturnType<typeof setInterval> | null = null;
   #sending: Promise<void> = Promise.resolve();
   #killed = false;
@@ -115,8 +117,10 @@ export class AttemptReporter {
 
   #hasNews(): boolean {
     const rows = this.#rows;
-    // Latency and bills ride along with the next report: they need no report of their own.
-    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
+    // Latency and bills ride along with the next report: they need no report of their own, but for the attempt's
+    // first latency (the coordinator sizes the map's executors by it, and at 2 s a row's first settle can be 4 s away).
+    const firstLatency = this.#latencyNew && this.#latency.size > 0;
+    return firstLatency || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
   /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
@@ -186,6 +190,7 @@ export class AttemptReporter {
       throw error;
     }
     if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
+    if (latency.size > 0) this.#latencyNew = false;
   }
 }
 
