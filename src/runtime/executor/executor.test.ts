@@ -48,6 +48,24 @@ describe("ExecutorSizer", () => {
     expect(s.target()).toBe(13);
   });
 
+  it("says when a refresh in the background changed the target, so the map widens without waiting for a report", async () => {
+    const resized: number[] = [];
+    const s = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      pace: async () => ({ requestsPerSecond: 100, concurrency: 250 }),
+      lease: async (wanted) => wanted,
+      onResized: () => resized.push(s.target()),
+      now: () => 0,
+    });
+    await s.start();
+    s.observe(["sim"], { calls: 10, totalMs: 5_000 });
+    // One ask starts the refresh; nothing asks again.
+    expect(s.target()).toBe(4);
+    await new Promise((r) => setTimeout(r, 10));
+    expect(resized).toEqual([13]);
+  });
+
   it("never sizes past the provider's concurrency, headroom included", async () => {
     // 100 requests/s at 2 s: 200 in flight, 300 with the headroom, but 250 at once at most: 42 executors.
     expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 20_000 })).toBe(42);

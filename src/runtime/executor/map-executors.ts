@@ -55,6 +55,8 @@ export function mapExecutors(options: {
         ttlMs: EXECUTOR_LEASE_MS,
       });
     },
+    // The first latency's sizing (a refresh in the background) widens the map at once, not at the next report.
+    onResized: onReport,
   });
   const executor = new RemoteChunkExecutor({
     runId: run.runId,

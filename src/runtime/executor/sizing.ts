@@ -29,6 +29,8 @@ export interface SizingOptions {
   pace(provider: string): Promise<ProviderPace>;
   /** Leases up to `wanted` executors under the org's bound, for a while: answers how many (at least one). */
   lease(wanted: number): Promise<number>;
+  /** A refresh changed {@link ExecutorSizer.target}: the map widens (or narrows) now, not at its next report. */
+  onResized?(): void;
   now(): number;
 }
 
@@ -127,6 +129,7 @@ export class ExecutorSizer {
     const now = this.#deps.now();
     if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS) return;
     this.#refreshedAt = now;
+    const before = Math.min(this.#wanted(), this.#leased ?? Number.POSITIVE_INFINITY);
     this.#refreshing = Promise.all(
       [...this.#providers.keys()].map(async (provider) => {
         const pace = await this.#deps.pace(provider).catch(() => null);
@@ -136,6 +139,7 @@ export class ExecutorSizer {
       .then(() => this.#lease(this.#wanted()))
       .finally(() => {
         this.#refreshing = null;
+        if (this.target() !== before) this.#deps.onResized?.();
       });
   }
 
