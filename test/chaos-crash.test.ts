@@ -19,6 +19,7 @@ import {
   crash,
   expectExactlyOnce,
   faultState,
+  heldBy,
   setFaults,
   setSim,
   SIM_DEFAULTS,
@@ -69,6 +70,29 @@ describe("an executor dies mid-chunk", () => {
       await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
     },
   );
+
+  it("is evicted holding two attempts, the next alongside the one that drains: both chunks are redispatched, each row once", async () => {
+    await simReset();
+    await setSim({ latencyMs: 300 });
+    const rows = callRows("EvictedAlongside", 150);
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "evicted-alongside" },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50 } },
+    );
+    await until(
+      () => heldBy(`${runId}#0`),
+      (held) => held.length === 2,
+      "the executor to hold two attempts",
+    );
+    await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+    expect(await notices(runId)).toContain("invocation_resumed");
+    await expectExactlyOnce(runId, "evicted-alongside", rows);
+  });
 
   it("is evicted with calls in flight at the provider: its chunk is redispatched and their results recovered", async () => {
     await simReset();

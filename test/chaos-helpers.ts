@@ -7,6 +7,7 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { expect } from "vitest";
+import type { ChunkAssignment } from "../src/contracts/executors";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, runView, simStats } from "./helpers";
 
 /** One row of the `test-calls` play: one tool call, its output lands in `out`. */
@@ -117,6 +118,19 @@ export function billedCredits(stats: { byTool: Record<string, { billed: number }
 /** The stub of a run's coordinator. */
 export function coordinator(runId: string) {
   return env.RUN_COORDINATOR.getByName(runId);
+}
+
+/** What executor `name` holds: each attempt's chunk and the attempt it runs alongside, oldest first. */
+export function heldBy(name: string): Promise<{ chunk: number; attemptId: string; alongside: string | null }[]> {
+  return runInDurableObject(env.MAP_EXECUTOR.getByName(name), (_object: unknown, state: DurableObjectState) =>
+    state.storage.sql
+      .exec<{ body: string }>("SELECT body FROM held ORDER BY seq")
+      .toArray()
+      .map((row) => {
+        const { chunk, attempt, alongside } = JSON.parse(row.body) as ChunkAssignment;
+        return { chunk, attemptId: attempt.attemptId, alongside };
+      }),
+  );
 }
 
 /** Aborts one object as a crash or eviction would: whatever it was running dies; its storage stays. */

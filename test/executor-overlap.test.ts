@@ -11,7 +11,7 @@ import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
 import { createSql } from "../src/stores/sql";
 import { datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { until } from "./chaos-helpers";
+import { heldBy, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
 
 let unique = 0;
@@ -20,19 +20,6 @@ const id = () => `ov${Date.now().toString(36)}${unique++}`;
 afterEach(async () => {
   await updateSimConfig(env, { latencyMs: 0 });
 });
-
-/** What executor `name` holds: each attempt's chunk and the attempt it runs alongside, oldest first. */
-function heldBy(name: string) {
-  return runInDurableObject(env.MAP_EXECUTOR.getByName(name), (_object: unknown, state: DurableObjectState) =>
-    state.storage.sql
-      .exec<{ body: string }>("SELECT body FROM held ORDER BY seq")
-      .toArray()
-      .map((row) => {
-        const { chunk, attempt, alongside } = JSON.parse(row.body) as ChunkAssignment;
-        return { chunk, attemptId: attempt.attemptId, alongside };
-      }),
-  );
-}
 
 describe("attempts alongside", () => {
   it("gives an executor its next chunk while its current one drains, on the same six connections, and runs every row once", async () => {
