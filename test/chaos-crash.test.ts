@@ -75,6 +75,8 @@ describe("an executor dies mid-chunk", () => {
     await simReset();
     await setSim({ latencyMs: 300 });
     const rows = callRows("EvictedAlongside", 150);
+    // The first chunk's persist waits: its attempt has drained, and the executor holds it and the next one until the crash.
+    await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
     const runId = await startRun(
       "test-calls",
       { rows, dataset: "evicted-alongside" },
@@ -86,6 +88,8 @@ describe("an executor dies mid-chunk", () => {
       "the executor to hold two attempts",
     );
     await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
+    // The held persist belonged to the aborted instance: letting it go reaches nothing.
+    await env.FAULTS!.getByName("faults").release(0);
 
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");

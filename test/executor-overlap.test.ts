@@ -11,13 +11,17 @@ import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
 import { createSql } from "../src/stores/sql";
 import { datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { heldBy, until } from "./chaos-helpers";
+import { clearFaults, heldBy, setFaults, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
 
 let unique = 0;
 const id = () => `ov${Date.now().toString(36)}${unique++}`;
 
+const faults = () => env.FAULTS!.getByName("faults");
+
 afterEach(async () => {
+  await faults().release(0);
+  await clearFaults();
   await updateSimConfig(env, { latencyMs: 0 });
 });
 
@@ -25,7 +29,10 @@ describe("attempts alongside", () => {
   it("gives an executor its next chunk while its current one drains, on the same six connections, and runs every row once", async () => {
     await simReset();
     await updateSimConfig(env, { latencyMs: 300 });
-    // One executor, three chunks of 50 rows, one call each: about 2.5 s a chunk, its last 12 rows the last 0.6 s.
+    // One executor, three chunks of 50 rows, one call each. The first chunk's persist waits for the test: its attempt
+    // has drained by then, so the window in which the executor holds it and the next one stays open however slow the
+    // machine (left to timing, a late drain report on a loaded machine can arrive after the attempt ended).
+    await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
     const rows = Array.from({ length: 150 }, (_, i) => ({
       id: `${id()}-${i}`,
       tool: "sim_find_email",
@@ -34,6 +41,7 @@ describe("attempts alongside", () => {
     const runId = await startRun("test-calls", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50 } });
     const executor = `${runId}#0`;
 
+    await faults().held(0);
     const both = await until(
       () => heldBy(executor),
       (held) => held.length === 2,
@@ -42,6 +50,7 @@ describe("attempts alongside", () => {
     // The newer one runs alongside the older, which goes on: it was not replaced.
     expect(both[1]!.alongside).toBe(both[0]!.attemptId);
     expect(both[1]!.chunk).toBeGreaterThan(both[0]!.chunk);
+    expect(await faults().release(0)).toBe(1);
 
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
