@@ -102,6 +102,11 @@ export class ExecutorSizer {
   /** The executors the map should have now: what its providers need, within the policy and the org's lease. */
   target(): number {
     this.#refresh();
+    return this.#sized();
+  }
+
+  /** What the providers need, within the policy and the org's lease, as last refreshed. */
+  #sized(): number {
     return Math.min(this.#wanted(), this.#leased ?? Number.POSITIVE_INFINITY);
   }
 
@@ -129,7 +134,7 @@ export class ExecutorSizer {
     const now = this.#deps.now();
     if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS) return;
     this.#refreshedAt = now;
-    const before = Math.min(this.#wanted(), this.#leased ?? Number.POSITIVE_INFINITY);
+    const before = this.#sized();
     this.#refreshing = Promise.all(
       [...this.#providers.keys()].map(async (provider) => {
         const pace = await this.#deps.pace(provider).catch(() => null);
@@ -139,7 +144,7 @@ export class ExecutorSizer {
       .then(() => this.#lease(this.#wanted()))
       .finally(() => {
         this.#refreshing = null;
-        if (this.target() !== before) this.#deps.onResized?.();
+        if (this.#sized() !== before) this.#deps.onResized?.();
       });
   }
 
