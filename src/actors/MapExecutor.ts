@@ -180,6 +180,7 @@ export class MapExecutor extends DurableObject<Env> {
       store: this.#store,
       usage: invocation.usage,
       report: { executor: caller, attemptId, map: assignment.map, chunk: assignment.chunk },
+      sizing: assignment.sizing ?? false,
     });
     if (state === "running" || !this.#store.markRunning(attemptId)) {
       // Cut off by a restart of this object: the coordinator redispatches it.

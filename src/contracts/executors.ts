@@ -33,6 +33,13 @@ export interface ChunkAssignment {
    * executor holds is replaced by this one; null replaces them all.
    */
   alongside: string | null;
+  /**
+   * The map has no provider latency to size its executors by yet: the
+   * attempt reports its first latency at once, and until then, twice a
+   * second, how long its oldest unanswered request has waited
+   * (AttemptReport.waiting). Absent in assignments stored before it existed.
+   */
+  sizing?: boolean;
 }
 
 /**
@@ -150,6 +157,13 @@ export interface AttemptReport {
   usage: UsageDelta;
   /** Provider latency observed since the last report, per provider: calls answered and their total time. */
   latency: { provider: string; calls: number; totalMs: number }[];
+  /**
+   * Sizing (ChunkAssignment.sizing) before any answer: per provider, how
+   * long the oldest request still unanswered has waited. The latency is at
+   * least that: at 2 s the map widens during its first two seconds instead
+   * of after them.
+   */
+  waiting: { provider: string; oldestMs: number }[];
   /**
    * Its last few rows are all it has left: its executor's connections would
    * soon idle, and the coordinator may give the executor its next attempt

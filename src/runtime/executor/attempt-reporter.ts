@@ -2,7 +2,9 @@
  * What an executor tells its run's coordinator about an attempt, in bulk:
  * about once a second while it runs (rows started and settled, log lines,
  * usage, provider latency, and the outbox of bills and salvage), and once at
- * the end with how it ended. A report also says the executor is alive: the
+ * the end with how it ended. An attempt of a map not yet sized (no latency
+ * known: ChunkAssignment.sizing) also reports its first latency at once, and
+ * until then how long its requests have waited. A report also says the executor is alive: the
  * coordinator gives up on an attempt it has not heard from for a lease's
  * length. Deltas of a report that failed go out with the next one; outbox
  * entries leave the outbox only once a report carrying them was answered.
@@ -19,6 +21,8 @@ import type { ExecutorStore } from "../../stores/executor-store";
 const OUTBOX_PER_REPORT = 500;
 /** Log lines one report carries at most; more are counted and summarized. */
 const LOGS_PER_REPORT = 200;
+/** While the map is unsized and no request of the attempt has been answered, how often it says how long they waited. */
+const WAITING_REPORT_MS = 500;
 
 type Counters = AttemptReport["rows"];
 
@@ -60,9 +64,13 @@ export class AttemptReporter {
   #droppedLogs = 0;
   #latency = new Map<string, { calls: number; totalMs: number }>();
   #draining = false;
-  /** No report of this attempt has carried latency yet: the first does not wait for rows to settle. */
-  #latencyNew = true;
+  /** The map is unsized (ChunkAssignment.sizing) and no report of this attempt has carried latency yet. */
+  #sizing: boolean;
+  /** Requests sent and not yet answered, per provider, in the order sent: each one's send time. */
+  #waiting = new Map<string, Map<number, number>>();
+  #sent = 0;
   #timer: ReturnType<typeof setInterval> | null = null;
+  #waitingTimer: ReturnType<typeof setInterval> | null = null;
   #sending: Promise<void> = Promise.resolve();
   #killed = false;
 
@@ -71,7 +79,10 @@ export class AttemptReporter {
     store: ExecutorStore;
     usage: MeterReports;
     report: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
+    /** The coordinator sizes the map by this attempt's first answers (ChunkAssignment.sizing). */
+    sizing?: boolean;
   }) {
+    this.#sizing = options.sizing ?? false;
     this.#link = options.link;
     this.#store = options.store;
     this.#usage = options.usage;
@@ -94,11 +105,43 @@ export class AttemptReporter {
     void this.flush(null).catch(() => {});
   }
 
-  /** A request to `provider` took `ms` from leaving to its answer. */
-  observe(provider: string, ms: number, calls = 1): void {
+  /**
+   * A request to `provider` leaves now; call what this returns when it ends: `timed`, its time to the answer is
+   * the latency reported; else (it is sent again) it is forgotten.
+   */
+  sent(provider: string): (timed: boolean) => void {
+    const id = this.#sent++;
+    const sentAt = Date.now();
+    getOrInsert(this.#waiting, provider, () => new Map()).set(id, sentAt);
+    if (this.#sizing) this.#waitingTimer ??= setInterval(() => this.#reportWaiting(), WAITING_REPORT_MS);
+    let ended = false;
+    return (timed) => {
+      if (ended) return;
+      ended = true;
+      this.#waiting.get(provider)?.delete(id);
+      if (timed) this.#observe(provider, Date.now() - sentAt);
+    };
+  }
+
+  #observe(provider: string, ms: number, calls = 1): void {
     const seen = getOrInsert(this.#latency, provider, () => ({ calls: 0, totalMs: 0 }));
     seen.calls += calls;
     seen.totalMs += ms;
+    if (!this.#sizing) return;
+    // The map waits for this to size its executors: it goes now, not with the next rows (at 2 s, four seconds on).
+    this.#sizing = false;
+    this.#stopWaiting();
+    void this.flush(null).catch(() => {});
+  }
+
+  /** Unsized, and nothing answered yet: how long requests have waited already says what the latency is at least. */
+  #reportWaiting(): void {
+    if ([...this.#waiting.values()].some((sent) => sent.size > 0)) void this.flush(null).catch(() => {});
+  }
+
+  #stopWaiting(): void {
+    if (this.#waitingTimer) clearInterval(this.#waitingTimer);
+    this.#waitingTimer = null;
   }
 
   /**
@@ -115,18 +158,17 @@ export class AttemptReporter {
     }, intervalMs);
   }
 
+  /** Latency and bills ride along with the next report: they need no report of their own (but see {@link sent}). */
   #hasNews(): boolean {
     const rows = this.#rows;
-    // Latency and bills ride along with the next report: they need no report of their own, but for the attempt's
-    // first latency (the coordinator sizes the map's executors by it, and at 2 s a row's first settle can be 4 s away).
-    const firstLatency = this.#latencyNew && this.#latency.size > 0;
-    return firstLatency || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
+    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
   /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
   async end(end: AttemptEnd): Promise<void> {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = null;
+    this.#stopWaiting();
     let failure: unknown = null;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
@@ -147,6 +189,7 @@ export class AttemptReporter {
     this.#killed = true;
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = null;
+    this.#stopWaiting();
   }
 
   /** Sends what happened since the last report (one report at a time). */
@@ -176,6 +219,7 @@ export class AttemptReporter {
       salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
       usage,
       latency: [...latency].map(([provider, seen]) => ({ provider, ...seen })),
+      waiting: this.#sizing ? this.#oldestWaiting() : [],
       draining: this.#draining,
       end,
     };
@@ -185,12 +229,25 @@ export class AttemptReporter {
       // Not heard: the deltas go out with the next report (the outbox keeps its entries).
       for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
       this.#logs.unshift(...logs.slice(0, LOGS_PER_REPORT - this.#logs.length));
-      for (const [provider, seen] of latency) this.observe(provider, seen.totalMs, seen.calls);
+      for (const [provider, seen] of latency) this.#observe(provider, seen.totalMs, seen.calls);
       this.#usage.giveBack(usage);
       throw error;
     }
     if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
-    if (latency.size > 0) this.#latencyNew = false;
+  }
+
+  /** Per provider, how long the oldest request still unanswered has waited. */
+  #oldestWaiting(): AttemptReport["waiting"] {
+    const now = Date.now();
+    const waiting: AttemptReport["waiting"] = [];
+    for (const [provider, sent] of this.#waiting) {
+      // Kept in the order sent: the first is the oldest.
+      for (const sentAt of sent.values()) {
+        waiting.push({ provider, oldestMs: now - sentAt });
+        break;
+      }
+    }
+    return waiting;
   }
 }
 

@@ -109,7 +109,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     // Durable in this object before the call's error propagates; reported with the next report.
     salvage: (entry) => host.store.addSalvage(entry),
     spend,
-    observeLatency: (provider, ms) => host.reporter.observe(provider, ms),
+    observeRequest: (provider) => host.reporter.sent(provider),
     pacers: host.pacers,
   });
   const secrets = new SecretValues();

@@ -48,6 +48,26 @@ describe("ExecutorSizer", () => {
     expect(s.target()).toBe(13);
   });
 
+  it("sizes by how long the oldest request has waited until the first latency is known, then by the latency", async () => {
+    const now = { t: 0 };
+    const s = sizer({ requestsPerSecond: 100, concurrency: 250 }, now);
+    await s.start();
+    expect(s.sizing).toBe(true);
+    // Waited 0.8 s already: 100 × 0.8 × 1.5 / 6 = 20 executors, leased at once (no refresh interval to wait out).
+    s.observe(["sim"], null, 800);
+    await settle(s);
+    expect(s.target()).toBe(20);
+    // A shorter wait seen later lowers nothing; an answer in 500 ms replaces the bound.
+    s.observe(["sim"], null, 300);
+    await settle(s);
+    expect(s.target()).toBe(20);
+    now.t = 1_000;
+    s.observe(["sim"], { calls: 6, totalMs: 3_000 });
+    await settle(s);
+    expect(s.target()).toBe(13);
+    expect(s.sizing).toBe(false);
+  });
+
   it("says when a refresh in the background changed the target, so the map widens without waiting for a report", async () => {
     const resized: number[] = [];
     const s = new ExecutorSizer({

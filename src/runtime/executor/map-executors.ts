@@ -71,10 +71,12 @@ export function mapExecutors(options: {
     recompute: run.force || run.forceToolRefresh,
     addUsage: (usage) => store.addUsage(usage),
     observe: (report) => {
-      sizer.observe([...report.bills.map((bill) => bill.provider), ...report.latency.map((seen) => seen.provider)], latencyOf(report));
+      const providers = [...report.bills, ...report.latency, ...report.waiting].map((seen) => seen.provider);
+      sizer.observe(providers, latencyOf(report), Math.max(0, ...report.waiting.map((w) => w.oldestMs)));
       onReport();
     },
     target: () => sizer.target(),
+    sizing: () => sizer.sizing,
     onSlot,
     now,
   });

@@ -49,6 +49,8 @@ export interface RemoteExecutorOptions {
   addUsage(usage: UsageDelta): void;
   /** How many executors the map should have now (sizing.ts): past that many, attempts go alongside draining ones. */
   target(): number;
+  /** The map has no provider latency to size by yet: its attempts report their first answers early (ChunkAssignment.sizing). */
+  sizing(): boolean;
   /** An executor became busy (1) or idle (-1). */
   onSlot?(delta: 1 | -1): void;
   now(): number;
@@ -92,6 +94,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
         slice: slice ?? null,
         dataset: this.#deps.dataset,
         alongside,
+        sizing: this.#deps.sizing(),
       });
       const end = await this.#awaitEnd(watch, name, attemptId);
       return this.#summaryOf(end);

@@ -6,7 +6,9 @@
  * or learned rate from its pacing gate (without one, its gate's concurrency
  * bounds the requests in flight instead); L is the latency the executors
  * observe; half as many again ({@link HEADROOM}), never past the provider's
- * concurrency. Until the first reports arrive the map starts at the floor. The
+ * concurrency. Until the first reports arrive the map starts at the floor;
+ * before the first answer, the age of the oldest request still waiting is
+ * the latency it sizes by (the latency is at least that). The
  * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`
  * (each keeps at least one), renewed with every refresh. A map whose attempts
  * end having computed nothing (a rerun: every row reused) and that has called
@@ -51,6 +53,10 @@ export class ExecutorSizer {
   #deps: SizingOptions;
   #providers = new Map<string, ProviderPace | null>();
   #latencyMs: number | null = null;
+  /** Until a latency is known: the longest a request was seen waiting for its answer. */
+  #waitedMs = 0;
+  /** What the last lease asked the org for. */
+  #asked = 0;
   #refreshedAt = -Infinity;
   #refreshing: Promise<void> | null = null;
   /** What the org's bound leaves this map (null until the first lease). */
@@ -62,8 +68,11 @@ export class ExecutorSizer {
     this.#deps = options;
   }
 
-  /** A report's observations: providers billed through, and the latency of its requests. */
-  observe(providers: Iterable<string>, latency: { calls: number; totalMs: number } | null): void {
+  /**
+   * A report's observations: providers billed through or called, the latency of its requests, and how long its
+   * oldest request still unanswered has waited (ChunkAssignment.sizing).
+   */
+  observe(providers: Iterable<string>, latency: { calls: number; totalMs: number } | null, waitedMs = 0): void {
     for (const provider of providers) {
       if (this.#providers.has(provider)) continue;
       this.#providers.set(provider, null);
@@ -76,7 +85,16 @@ export class ExecutorSizer {
       if (this.#latencyMs === null) this.#refreshedAt = Number.NEGATIVE_INFINITY;
       // A moving average: a few slow answers do not double the executors at once.
       this.#latencyMs = this.#latencyMs === null ? mean : this.#latencyMs * 0.7 + mean * 0.3;
+    } else if (this.#latencyMs === null && waitedMs > this.#waitedMs) {
+      this.#waitedMs = waitedMs;
+      // Slower than the map was sized for so far: lease more at once.
+      if (this.#wanted() > this.#asked) this.#refreshedAt = Number.NEGATIVE_INFINITY;
     }
+  }
+
+  /** No latency is known yet: the map's attempts report their first answers early, and their waits until then. */
+  get sizing(): boolean {
+    return this.#latencyMs === null;
   }
 
   /** An attempt ended having computed none of its rows (all reused): the map may need no provider at all. */
@@ -113,8 +131,9 @@ export class ExecutorSizer {
   #wanted(): number {
     const { min, max } = this.#deps;
     if (this.#providers.size === 0 && this.#reusedOnly) return max;
-    if (this.#latencyMs === null) return min;
-    const latencyS = this.#latencyMs / 1000;
+    const latencyMs = this.#latencyMs ?? this.#waitedMs;
+    if (latencyMs === 0) return min;
+    const latencyS = latencyMs / 1000;
     let inFlight = 0;
     for (const pace of this.#providers.values()) {
       if (!pace) continue;
@@ -150,6 +169,7 @@ export class ExecutorSizer {
 
   /** A lease the directory could not give keeps the last one (or none: the policy alone bounds the map). */
   async #lease(wanted: number): Promise<void> {
+    this.#asked = wanted;
     const leased = await this.#deps.lease(wanted).catch(() => null);
     if (leased !== null) this.#leased = leased;
   }

@@ -36,8 +36,12 @@ export interface DispatchServices extends InvocationScope {
   salvage(entry: SalvageEntry): void;
   /** The run's billable requests: reserved before they are sent, then billed or released. */
   spend: SpendLedger;
-  /** A provider request of `provider` took `ms` from leaving to its answer (an executor reports it for sizing). */
-  observeLatency(provider: string, ms: number): void;
+  /**
+   * A provider request of `provider` leaves now; the function it returns is called when the request ends, `timed`
+   * unless it is sent again. An executor reports the time between (the latency) and, before any answer, the age of
+   * the oldest request: both size the map's executors.
+   */
+  observeRequest(provider: string): (timed: boolean) => void;
 }
 
 /** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */
@@ -52,7 +56,7 @@ export interface DispatchParts {
   tools: ReadonlyMap<string, AnyTool>;
   salvage(entry: SalvageEntry): void;
   spend: SpendLedger;
-  observeLatency?(provider: string, ms: number): void;
+  observeRequest?(provider: string): (timed: boolean) => void;
   /** The pacers to use, when several attempts of one invocation share its connections (an executor's); else new ones. */
   pacers?: PacerRegistry;
 }
@@ -74,7 +78,7 @@ export function createDispatchServices(scope: InvocationScope, parts: DispatchPa
     tools: parts.tools,
     salvage: parts.salvage,
     spend: parts.spend,
-    observeLatency: parts.observeLatency ?? (() => {}),
+    observeRequest: parts.observeRequest ?? (() => () => {}),
     receipts: new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults }),
     pacers: parts.pacers ?? new PacerRegistry({ env, org: run.org, caller: `${run.runId}/${crypto.randomUUID()}`, meter, log, now }),
     budget: new RetryBudget({ remaining: policy.runRetryBudget - run.usage.providerRetries }),

@@ -214,16 +214,18 @@ export class ToolQueue {
    */
   async #sending<T>(tool: AnyTool, weight: number, request: () => Promise<T>): Promise<T> {
     const ready = this.#readyUntilSent(weight);
-    let sentAt: number | null = null;
+    let ended = null as ((timed: boolean) => void) | null;
     const sent = () => {
-      sentAt = Date.now();
+      // A retry sends again: the clock starts over.
+      ended?.(false);
+      ended = this.#services.observeRequest(tool.provider);
       ready();
     };
     try {
       return await withSendHooks({ sent }, request);
     } finally {
       ready();
-      if (sentAt !== null) this.#services.observeLatency(tool.provider, Date.now() - sentAt);
+      ended?.(true);
     }
   }
 
