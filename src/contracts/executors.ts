@@ -35,9 +35,11 @@ export interface ChunkAssignment {
   alongside: string | null;
   /**
    * The map has no provider latency to size its executors by yet: the
-   * attempt reports its first latency at once, and until then, twice a
-   * second, how long its oldest unanswered request has waited
-   * (AttemptReport.waiting). Absent in assignments stored before it existed.
+   * attempt reports its first latency without waiting for a row to settle,
+   * and until its first answer, twice a second, how long its oldest
+   * unanswered request has waited, once that is a second or more
+   * (AttemptReport.waiting). Absent in
+   * assignments stored before it existed.
    */
   sizing?: boolean;
 }

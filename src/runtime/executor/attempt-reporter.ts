@@ -3,8 +3,9 @@
  * about once a second while it runs (rows started and settled, log lines,
  * usage, provider latency, and the outbox of bills and salvage), and once at
  * the end with how it ended. An attempt of a map not yet sized (no latency
- * known: ChunkAssignment.sizing) also reports its first latency at once, and
- * until then how long its requests have waited. A report also says the executor is alive: the
+ * known: ChunkAssignment.sizing) reports its first latency at the next tick
+ * even with no row settled, and until its first answer, twice a second, how
+ * long its requests have waited. A report also says the executor is alive: the
  * coordinator gives up on an attempt it has not heard from for a lease's
  * length. Deltas of a report that failed go out with the next one; outbox
  * entries leave the outbox only once a report carrying them was answered.
@@ -23,6 +24,13 @@ const OUTBOX_PER_REPORT = 500;
 const LOGS_PER_REPORT = 200;
 /** While the map is unsized and no request of the attempt has been answered, how often it says how long they waited. */
 const WAITING_REPORT_MS = 500;
+/**
+ * A wait shorter than this is not reported: the first answers come within a
+ * report's interval then, and say the latency itself. (The oldest request is
+ * the slowest of a burst: at 500 ms its wait sized a map at 17 executors
+ * where the answers' latency sizes it at 13.)
+ */
+const WAITING_MIN_MS = 1_000;
 
 type Counters = AttemptReport["rows"];
 
@@ -113,7 +121,7 @@ export class AttemptReporter {
     const id = this.#sent++;
     const sentAt = Date.now();
     getOrInsert(this.#waiting, provider, () => new Map()).set(id, sentAt);
-    if (this.#sizing) this.#waitingTimer ??= setInterval(() => this.#reportWaiting(), WAITING_REPORT_MS);
+    if (this.#sizing && this.#latency.size === 0) this.#waitingTimer ??= setInterval(() => this.#reportWaiting(), WAITING_REPORT_MS);
     let ended = false;
     return (timed) => {
       if (ended) return;
@@ -127,16 +135,17 @@ export class AttemptReporter {
     const seen = getOrInsert(this.#latency, provider, () => ({ calls: 0, totalMs: 0 }));
     seen.calls += calls;
     seen.totalMs += ms;
-    if (!this.#sizing) return;
-    // The map waits for this to size its executors: it goes now, not with the next rows (at 2 s, four seconds on).
-    this.#sizing = false;
+    // An answer says more than a wait: the next tick carries it (see #hasNews).
     this.#stopWaiting();
-    void this.flush(null).catch(() => {});
   }
 
   /** Unsized, and nothing answered yet: how long requests have waited already says what the latency is at least. */
   #reportWaiting(): void {
-    if ([...this.#waiting.values()].some((sent) => sent.size > 0)) void this.flush(null).catch(() => {});
+    if (!this.#sizing || this.#latency.size > 0) {
+      this.#stopWaiting();
+      return;
+    }
+    if (this.#oldestWaiting().length > 0) void this.flush(null).catch(() => {});
   }
 
   #stopWaiting(): void {
@@ -158,10 +167,12 @@ export class AttemptReporter {
     }, intervalMs);
   }
 
-  /** Latency and bills ride along with the next report: they need no report of their own (but see {@link sent}). */
   #hasNews(): boolean {
     const rows = this.#rows;
-    return rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
+    // Latency and bills ride along with the next report: they need no report of their own, but for the first latency
+    // of an unsized map (its executors are sized by it, and at 2 s a row's first settle can be 4 s away).
+    const firstLatency = this.#sizing && this.#latency.size > 0;
+    return firstLatency || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
   /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
@@ -234,16 +245,20 @@ export class AttemptReporter {
       throw error;
     }
     if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
+    if (latency.size > 0) {
+      this.#sizing = false;
+      this.#stopWaiting();
+    }
   }
 
-  /** Per provider, how long the oldest request still unanswered has waited. */
+  /** Per provider, how long the oldest request still unanswered has waited, if at least {@link WAITING_MIN_MS}. */
   #oldestWaiting(): AttemptReport["waiting"] {
     const now = Date.now();
     const waiting: AttemptReport["waiting"] = [];
     for (const [provider, sent] of this.#waiting) {
       // Kept in the order sent: the first is the oldest.
       for (const sentAt of sent.values()) {
-        waiting.push({ provider, oldestMs: now - sentAt });
+        if (now - sentAt >= WAITING_MIN_MS) waiting.push({ provider, oldestMs: now - sentAt });
         break;
       }
     }
