@@ -322,6 +322,65 @@ describe("refresh (forceToolRefresh)", () => {
   });
 });
 
+describe("write: completions, failures and claims in one call", () => {
+  it("writes them in that order in one transaction, answering each part, the claims per refresh group", async () => {
+    const stub = shard();
+    const a = attempt(`run-a-${crypto.randomUUID()}`);
+    await claim(stub, a, ["done", "broken"]);
+    const other = attempt(`run-o-${crypto.randomUUID()}`);
+    await claim(stub, other, ["theirs"]);
+    const error = { code: "not_found", message: "no such domain" };
+    const result = await stub.write({
+      attempt: a,
+      complete: [
+        { key: "done", output: { email: "ada@x.com" } },
+        { key: "theirs", output: { email: "not ours" } },
+      ],
+      fail: [{ key: "broken", error, retryable: false }],
+      claims: [
+        // "done" is completed by this same call before its claim: reused; "fresh" is new.
+        {
+          leaseTtlMs: LONG_LEASE_MS,
+          refresh: false,
+          items: [
+            { key: "fresh", toolId: "email.verify" },
+            { key: "done", toolId: "email.find" },
+          ],
+        },
+        { leaseTtlMs: LONG_LEASE_MS, refresh: true, items: [{ key: "broken", toolId: "email.find" }] },
+      ],
+    });
+    expect(result.completed).toEqual({ accepted: ["done"], rejected: ["theirs"] });
+    expect(result.failed).toEqual({ accepted: ["broken"], rejected: [] });
+    expect(result.claims).toEqual([
+      [
+        { key: "fresh", disposition: "claimed", generation: 0 },
+        { key: "done", disposition: "reused", output: { email: "ada@x.com" }, generation: 0, finishedByRun: a.runId },
+      ],
+      [{ key: "broken", disposition: "failed", error }],
+    ]);
+    expect(await stub.get({ key: "fresh" })).toMatchObject({ status: "running", owner: a });
+    expect(await stub.get({ key: "theirs" })).toMatchObject({ status: "running", owner: other });
+  });
+
+  it("refuses the whole call, writing nothing, when any part is malformed", async () => {
+    const stub = shard();
+    const a = attempt(`run-a-${crypto.randomUUID()}`);
+    await claim(stub, a, ["k1"]);
+    const failure = await rejection(
+      stub.write({
+        attempt: a,
+        complete: [{ key: "k1", output: { ok: true } }],
+        fail: [],
+        claims: [{ leaseTtlMs: 0, refresh: false, items: [{ key: "k2", toolId: "email.find" }] }],
+      }),
+    );
+    expect(codeOf(failure)).toBe("invalid_request");
+    expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running" });
+    expect(await stub.get({ key: "k2" })).toBeNull();
+  });
+});
+
 describe("teardown", () => {
   it("releaseRun makes the run's running receipts reclaimable at once", async () => {
     const stub = shard();

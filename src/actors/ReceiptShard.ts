@@ -9,6 +9,8 @@ import {
   type LeaseResult,
   type ReceiptWriteResult,
   ReleaseRequest,
+  WriteReceiptsRequest,
+  type WriteReceiptsResult,
 } from "../contracts/shards";
 import { OUTCOME_UNKNOWN, RECEIPT_MIGRATIONS, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../stores/receipt-store";
 import { createSql, migrate } from "../stores/sql";
@@ -63,6 +65,19 @@ export class ReceiptShard extends DurableObject<Env> {
   async fail(input: FailReceiptsRequest): Promise<ReceiptWriteResult> {
     const request = parseRpcInput(FailReceiptsRequest, input);
     const result = this.ctx.storage.transactionSync(() => this.#store.fail(request));
+    await this.#armNextAlarm();
+    return result;
+  }
+
+  /** Completions, failures, then claims of one attempt, in one transaction (see WriteReceiptsRequest). */
+  async write(input: WriteReceiptsRequest): Promise<WriteReceiptsResult<StoredReceiptClaim>> {
+    const { attempt, complete, fail, claims } = parseRpcInput(WriteReceiptsRequest, input);
+    const none: ReceiptWriteResult = { accepted: [], rejected: [] };
+    const result = this.ctx.storage.transactionSync(() => ({
+      completed: complete.length ? this.#store.complete({ attempt, items: complete }) : none,
+      failed: fail.length ? this.#store.fail({ attempt, items: fail }) : none,
+      claims: claims.map((group) => this.#store.claim({ ...group, attempt })),
+    }));
     await this.#armNextAlarm();
     return result;
   }

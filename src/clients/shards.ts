@@ -20,6 +20,8 @@ import type {
   ReceiptClaim,
   ReceiptWriteResult,
   SheetRow,
+  WriteReceiptsRequest,
+  WriteReceiptsResult,
 } from "../contracts/shards";
 import { MAX_READ_ROWS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
@@ -277,6 +279,26 @@ export class ReceiptClient {
     );
     await this.#faults.check("receipt.claimed");
     return results;
+  }
+
+  /**
+   * Completions, failures and claims in one call (WriteReceiptsRequest), each
+   * passing the fault points its own call would.
+   */
+  async write(shard: number, request: WriteReceiptsRequest): Promise<WriteReceiptsResult> {
+    const claiming = request.claims.length > 0;
+    if (request.complete.length) await this.#faults.check("receipt.complete");
+    if (request.fail.length) await this.#faults.check("receipt.fail");
+    if (claiming) await this.#faults.check("receipt.claim");
+    this.#finishing(shard, [...request.complete, ...request.fail]);
+    const result = (await this.#stub(shard, "write").write(request)) as WriteReceiptsResult;
+    this.#leases?.claimed(
+      shard,
+      result.claims.flatMap((group) => group.filter((r) => r.disposition === "claimed").map((r) => r.key)),
+    );
+    if (request.complete.length) await this.#faults.check("receipt.completed");
+    if (claiming) await this.#faults.check("receipt.claimed");
+    return result;
   }
 
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {

@@ -171,6 +171,27 @@ export const FailReceiptsRequest = z.object({
 });
 export type FailReceiptsRequest = z.infer<typeof FailReceiptsRequest>;
 
+/**
+ * An attempt's completions, failures and claims on one shard, written in one
+ * call and one transaction, in that order: the receipts a chunk's rows finish
+ * and those they start next (a row's verify after its find) go together.
+ * Claims come as one group per `refresh` value.
+ */
+export const WriteReceiptsRequest = z.object({
+  attempt: AttemptRef,
+  complete: CompleteReceiptsRequest.shape.items,
+  fail: FailReceiptsRequest.shape.items,
+  claims: z.array(ClaimReceiptsRequest.omit({ attempt: true })).max(2),
+});
+export type WriteReceiptsRequest = z.infer<typeof WriteReceiptsRequest>;
+
+/** One result per part of a {@link WriteReceiptsRequest}: `claims` in the request's groups and order. */
+export interface WriteReceiptsResult<Claim = ReceiptClaim> {
+  completed: ReceiptWriteResult;
+  failed: ReceiptWriteResult;
+  claims: Claim[][];
+}
+
 export interface ReceiptWriteResult {
   /** Keys written (or already in that state by this attempt: a repeat is harmless). */
   accepted: string[];

@@ -41,7 +41,7 @@ export class SubrequestMeter {
   }
 
   /**
-   * Counts one stub call of `kind` (`<object>.<method>`: `"sheet.claimRows"`, `"receipt.complete"`, `"pacing"`),
+   * Counts one stub call of `kind` (`<object>.<method>`: `"sheet.claimRows"`, `"receipt.write"`, `"pacing"`),
    * in `rpc` and in its breakdown {@link rpcByKind}.
    */
   countRpc(kind: string): void {

@@ -16,8 +16,9 @@ import { OUTCOME_UNKNOWN } from "../../stores/receipt-store";
 import type { ToolCallOptions, AnyTool } from "../../play/types";
 import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
-import type { AttemptRef, ReceiptClaim, ReceiptError, ReceiptWriteResult } from "../../contracts/shards";
+import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
+import { getOrInsert } from "../../core/collections";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
 import { recoverCall } from "./recovery";
 
@@ -35,6 +36,13 @@ export interface ToolSchedulerOptions {
 }
 
 type ClaimItem = { key: string; toolId: string; takeover: boolean };
+type CompleteItem = { key: string; output: unknown };
+type FailItem = { key: string; error: ReceiptError; retryable: boolean };
+/** One receipt write of the attempt's bulk queue: a shard's writes go in one call (ReceiptClient.write). */
+type ReceiptOp =
+  | { kind: "claim"; refresh: boolean; item: ClaimItem }
+  | { kind: "complete"; item: CompleteItem }
+  | { kind: "fail"; item: FailItem };
 
 /** One call this attempt owns: what it needs to claim, execute and persist it. */
 interface OwnedCall {
@@ -59,9 +67,8 @@ export class ToolScheduler {
   #deps: ToolSchedulerOptions;
   #services: DispatchServices;
   #inflight = new Map<string, Promise<unknown>>();
-  #claims: BulkQueue<ClaimItem, ReceiptClaim>;
-  #completes: BulkQueue<{ key: string; output: unknown }, boolean>;
-  #fails: BulkQueue<{ key: string; error: ReceiptError; retryable: boolean }, boolean>;
+  /** Claims, completions and failures, one call per shard: the result of a claim, or whether a write was accepted. */
+  #writes: BulkQueue<ReceiptOp, ReceiptClaim | boolean>;
   #queue: ToolQueue;
   #rescopes: AuthScopeChange;
 
@@ -71,51 +78,55 @@ export class ToolScheduler {
     const { receipts, policy } = options.services;
     const { attempt } = options;
     // Held while the attempt has a connection's worth of requests ready to go: those requests, not these receipts,
-    // decide when its connections are next free, so waiting longer costs no throughput and saves calls. Completions
-    // and failures are not held while a call waits for a window place (only a written receipt frees one).
+    // decide when its connections are next free, so waiting longer costs no throughput and saves calls. Not held
+    // while a call waits for a window place (only a written receipt frees one). Claims go with the completions and
+    // failures: a row's next call is claimed as its last one completes, and both go in one call per shard.
     // Never for long against the receipt lease: a completion held past it could find its receipt taken over.
     const maxMs = Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4);
-    const common = { maxWaitMs: policy.receiptMaxWaitMs, maxBatch: 500, workers: options.workers };
-    const writes = { ...common, hold: { busy: () => this.#queue.busy && !this.#queue.windowFull, maxMs } };
-    const accepted = (items: { key: string }[], result: ReceiptWriteResult) => {
-      const ok = new Set(result.accepted);
-      return items.map((i) => ok.has(i.key));
-    };
-    this.#claims = new BulkQueue({
-      ...common,
-      hold: { busy: () => this.#queue.busy, maxMs },
-      send: async (group, items) => {
-        const [shard, refresh] = group.split(":");
-        return receipts.claim(Number(shard), {
+    this.#writes = new BulkQueue<ReceiptOp, ReceiptClaim | boolean>({
+      maxWaitMs: policy.receiptMaxWaitMs,
+      maxBatch: 500,
+      workers: options.workers,
+      hold: { busy: () => this.#queue.busy && !this.#queue.windowFull, maxMs },
+      send: async (shard, ops) => {
+        const complete: CompleteItem[] = [];
+        const fail: FailItem[] = [];
+        const claims = new Map<boolean, ClaimItem[]>();
+        for (const op of ops) {
+          if (op.kind === "complete") complete.push(op.item);
+          else if (op.kind === "fail") fail.push(op.item);
+          else getOrInsert(claims, op.refresh, () => []).push(op.item);
+        }
+        const groups = [...claims];
+        const written = await receipts.write(Number(shard), {
           attempt,
-          leaseTtlMs: policy.receiptLeaseTtlMs,
-          refresh: refresh === "1",
-          retryUnknown: options.retryUnknown,
-          items,
+          complete,
+          fail,
+          claims: groups.map(([refresh, items]) => ({
+            leaseTtlMs: policy.receiptLeaseTtlMs,
+            refresh,
+            retryUnknown: options.retryUnknown,
+            items,
+          })),
+        });
+        const completed = new Set(written.completed.accepted);
+        const failed = new Set(written.failed.accepted);
+        const claimed = new Map(groups.map(([refresh], i) => [refresh, written.claims[i]!.values()]));
+        return ops.map((op) => {
+          if (op.kind === "complete") return completed.has(op.item.key);
+          if (op.kind === "fail") return failed.has(op.item.key);
+          const result = claimed.get(op.refresh)!.next();
+          if (result.done) throw new Error(`receipt claims: fewer results than items on shard ${shard}`);
+          return result.value;
         });
       },
-    });
-    this.#completes = new BulkQueue({
-      ...writes,
-      send: async (shard, items) => accepted(items, await receipts.complete(Number(shard), { attempt, items })),
-    });
-    this.#fails = new BulkQueue({
-      ...writes,
-      send: async (shard, items) => accepted(items, await receipts.fail(Number(shard), { attempt, items })),
     });
     this.#queue = new ToolQueue({
       services: this.#services,
       window: options.guards.window,
       workers: options.workers,
-      onReadyLow: () => {
-        this.#claims.nudge();
-        this.#completes.nudge();
-        this.#fails.nudge();
-      },
-      onWindowFull: () => {
-        this.#completes.nudge();
-        this.#fails.nudge();
-      },
+      onReadyLow: () => this.#writes.nudge(),
+      onWindowFull: () => this.#writes.nudge(),
     });
     this.#rescopes = new AuthScopeChange({ scopes: this.#services.scopes, log: this.#services.log });
   }
@@ -163,6 +174,14 @@ export class ToolScheduler {
     return owned;
   }
 
+  async #claim(shard: number, refresh: boolean, item: ClaimItem): Promise<ReceiptClaim> {
+    return (await this.#writes.push(String(shard), { kind: "claim", refresh, item })) as ReceiptClaim;
+  }
+
+  async #fail(shard: number, item: FailItem): Promise<boolean> {
+    return (await this.#writes.push(String(shard), { kind: "fail", item })) as boolean;
+  }
+
   /** A follower or a backoff waits without holding up the chunk's bulk calls. */
   #park<T>(promise: Promise<T>): Promise<T> {
     return this.#deps.workers ? this.#deps.workers.park(promise) : promise;
@@ -184,11 +203,9 @@ export class ToolScheduler {
       signal.throwIfAborted();
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
       this.#deps.guards.latch.guard();
-      const claim = await this.#claims
-        .push(`${shard}:${refresh ? 1 : 0}`, { key: call.key, toolId: call.tool.id, takeover })
-        .catch((error: unknown) => {
-          throw this.#fatal(new ReceiptStoreError("claim", error));
-        });
+      const claim = await this.#claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover }).catch((error: unknown) => {
+        throw this.#fatal(new ReceiptStoreError("claim", error));
+      });
       takeover = false;
       switch (claim.disposition) {
         case "reused":
@@ -255,7 +272,7 @@ export class ToolScheduler {
       code: OUTCOME_UNKNOWN,
       message: `${call.tool.id}: an earlier attempt may have sent this request and did not say how it ended; its provider ignores idempotency keys, so it was not sent again (rerun with retryUnknown: true to send it)`,
     };
-    await this.#fails.push(String(shard), { key: call.key, error, retryable: false }).catch((failure: unknown) => {
+    await this.#fail(shard, { key: call.key, error, retryable: false }).catch((failure: unknown) => {
       throw this.#fatal(new ReceiptStoreError("fail", failure));
     });
     this.#services.meter.outcomeUnknown++;
@@ -317,11 +334,11 @@ export class ToolScheduler {
       if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) throw error;
       refusal = error;
     }
-    await this.#fails
-      .push(String(shard), { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true })
-      .catch((error: unknown) => {
+    await this.#fail(shard, { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true }).catch(
+      (error: unknown) => {
         throw this.#fatal(new ReceiptStoreError("fail", error));
-      });
+      },
+    );
     throw refusal instanceof SpendCapReached ? this.#fatal(refusal) : refusal;
   }
 
@@ -338,11 +355,9 @@ export class ToolScheduler {
         return outcome.output;
       }
       const rescope = outcome.error.code === AUTH_SCOPE_CHANGED && !call.rescoped;
-      await this.#fails
-        .push(String(shard), { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope })
-        .catch((error: unknown) => {
-          throw this.#fatal(new ReceiptStoreError("fail", error));
-        });
+      await this.#fail(shard, { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope }).catch((error: unknown) => {
+        throw this.#fatal(new ReceiptStoreError("fail", error));
+      });
       if (!rescope) throw new ToolCallError({ ...outcome.error, retryable: outcome.retryable });
     } finally {
       held.done();
@@ -360,7 +375,7 @@ export class ToolScheduler {
     let accepted: boolean;
     try {
       accepted = await this.#deps.guards.ladder.run({
-        attempt: () => this.#completes.push(String(shard), { key: call.key, output }),
+        attempt: async () => (await this.#writes.push(String(shard), { kind: "complete", item: { key: call.key, output } })) as boolean,
         // The first failure trips the latch: nothing new is billed into a store that may be broken.
         onFailure: (error) => this.#deps.guards.latch.trip(new ReceiptStoreError("complete", error)),
         sleep: (ms) => this.#park(sleep(ms, signal)),

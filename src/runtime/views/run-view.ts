@@ -19,7 +19,7 @@ export interface RunView {
   error: RunRecord["error"];
   /**
    * What the run used; `spend` in credits actually billed to it (reused receipts cost nothing);
-   * `objectRpcsByKind` breaks `objectRpcs` down by `<object>.<method>` (`sheet.claimRows`, `receipt.complete`, `pacing.acquire`).
+   * `objectRpcsByKind` breaks `objectRpcs` down by `<object>.<method>` (`sheet.claimRows`, `receipt.write`, `pacing.acquire`).
    */
   usage: RunRecord["usage"] & { objectRpcsByKind: Record<string, number>; spend: SpendTotals };
   /** The run's spend cap in credits, or null. */
