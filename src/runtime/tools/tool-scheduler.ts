@@ -69,6 +69,8 @@ export class ToolScheduler {
   #inflight = new Map<string, Promise<unknown>>();
   /** Claims, completions and failures, one call per shard: the result of a claim, or whether a write was accepted. */
   #writes: BulkQueue<ReceiptOp, ReceiptClaim | boolean>;
+  /** Completions and failures queued in {@link #writes}, not sent yet: a call waiting for a window place waits for them. */
+  #unwritten = 0;
   #queue: ToolQueue;
   #rescopes: AuthScopeChange;
 
@@ -79,15 +81,16 @@ export class ToolScheduler {
     const { attempt } = options;
     // Held while the attempt has a connection's worth of requests ready to go: those requests, not these receipts,
     // decide when its connections are next free, so waiting longer costs no throughput and saves calls. Not held
-    // while a call waits for a window place (only a written receipt frees one). Claims go with the completions and
-    // failures: a row's next call is claimed as its last one completes, and both go in one call per shard.
+    // while a call waits for a window place and a completion or failure is queued (only a written receipt frees
+    // one). Claims go with the completions and failures, one call per shard: other rows' next calls are claimed as
+    // these complete.
     // Never for long against the receipt lease: a completion held past it could find its receipt taken over.
     const maxMs = Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4);
     this.#writes = new BulkQueue<ReceiptOp, ReceiptClaim | boolean>({
       maxWaitMs: policy.receiptMaxWaitMs,
       maxBatch: 500,
       workers: options.workers,
-      hold: { busy: () => this.#queue.busy && !this.#queue.windowFull, maxMs },
+      hold: { busy: () => this.#queue.busy && !(this.#queue.windowFull && this.#unwritten > 0), maxMs },
       send: async (shard, ops) => {
         const complete: CompleteItem[] = [];
         const fail: FailItem[] = [];
@@ -97,6 +100,7 @@ export class ToolScheduler {
           else if (op.kind === "fail") fail.push(op.item);
           else getOrInsert(claims, op.refresh, () => []).push(op.item);
         }
+        this.#unwritten -= complete.length + fail.length;
         const groups = [...claims];
         const written = await receipts.write(Number(shard), {
           attempt,
@@ -126,7 +130,9 @@ export class ToolScheduler {
       window: options.guards.window,
       workers: options.workers,
       onReadyLow: () => this.#writes.nudge(),
-      onWindowFull: () => this.#writes.nudge(),
+      onWindowFull: () => {
+        if (this.#unwritten > 0) this.#writes.nudge();
+      },
     });
     this.#rescopes = new AuthScopeChange({ scopes: this.#services.scopes, log: this.#services.log });
   }
@@ -178,8 +184,14 @@ export class ToolScheduler {
     return (await this.#writes.push(String(shard), { kind: "claim", refresh, item })) as ReceiptClaim;
   }
 
-  async #fail(shard: number, item: FailItem): Promise<boolean> {
-    return (await this.#writes.push(String(shard), { kind: "fail", item })) as boolean;
+  #fail(shard: number, item: FailItem): Promise<boolean> {
+    return this.#write(shard, { kind: "fail", item });
+  }
+
+  /** Queues a completion or a failure: true when the receipt took it. */
+  async #write(shard: number, op: Exclude<ReceiptOp, { kind: "claim" }>): Promise<boolean> {
+    this.#unwritten++;
+    return (await this.#writes.push(String(shard), op)) as boolean;
   }
 
   /** A follower or a backoff waits without holding up the chunk's bulk calls. */
@@ -375,7 +387,7 @@ export class ToolScheduler {
     let accepted: boolean;
     try {
       accepted = await this.#deps.guards.ladder.run({
-        attempt: async () => (await this.#writes.push(String(shard), { kind: "complete", item: { key: call.key, output } })) as boolean,
+        attempt: () => this.#write(shard, { kind: "complete", item: { key: call.key, output } }),
         // The first failure trips the latch: nothing new is billed into a store that may be broken.
         onFailure: (error) => this.#deps.guards.latch.trip(new ReceiptStoreError("complete", error)),
         sleep: (ms) => this.#park(sleep(ms, signal)),
