@@ -7,9 +7,7 @@ import { shardOf } from "../core/hash";
 import type {
   AttemptRef,
   ClaimedRow,
-  ClaimReceiptsRequest,
   CompleteReceiptsRequest,
-  FailReceiptsRequest,
   LeaseRequest,
   LeaseResult,
   PeekedReceipt,
@@ -17,7 +15,6 @@ import type {
   PersistRowsResult,
   PlannedRow,
   ReadRunRowsRequest,
-  ReceiptClaim,
   ReceiptWriteResult,
   SheetRow,
   WriteReceiptsRequest,
@@ -270,17 +267,6 @@ export class ReceiptClient {
     return found;
   }
 
-  async claim(shard: number, request: ClaimReceiptsRequest): Promise<ReceiptClaim[]> {
-    await this.#faults.check("receipt.claim");
-    const results = (await this.#stub(shard, "claim").claim(request)).results as ReceiptClaim[];
-    this.#leases?.claimed(
-      shard,
-      results.filter((r) => r.disposition === "claimed").map((r) => r.key),
-    );
-    await this.#faults.check("receipt.claimed");
-    return results;
-  }
-
   /**
    * Completions, failures and claims in one call (WriteReceiptsRequest), each
    * passing the fault points its own call would.
@@ -307,12 +293,6 @@ export class ReceiptClient {
     const written = await this.#stub(shard, "complete").complete(request);
     await this.#faults.check("receipt.completed");
     return written;
-  }
-
-  async fail(shard: number, request: FailReceiptsRequest): Promise<ReceiptWriteResult> {
-    await this.#faults.check("receipt.fail");
-    this.#finishing(shard, request.items);
-    return this.#stub(shard, "fail").fail(request);
   }
 
   /** Heartbeat: extends the attempt's running receipts on one shard; the others come back lost. */
