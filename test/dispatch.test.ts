@@ -50,6 +50,30 @@ describe("batching", () => {
     for (const [i, row] of stored.entries()) expect(row.out).toEqual({ email: emails[i], verdict: expectedVerdict(emails[i]!) });
   });
 
+  it("gathers a chunk's verifications while its finds still answer: one batch of 50, not one per grace window", async () => {
+    await simReset();
+    // Six connections per executor at 300 ms: a chunk's 50 finds answer over ~2.5 s, ten grace windows.
+    await setSim({ latencyMs: 300 });
+    const rows = Array.from({ length: 100 }, (_, i) => ({ id: `g${i}`, name: `Gather Person ${i}`, domain: `gather${i % 7}.example` }));
+    const runId = await startRun(
+      "demo-enrich",
+      { rows },
+      // Leases long enough that a batch may gather for the whole chunk (a quarter of them).
+      { testPolicy: { chunkRows: 50, rowLeaseTtlMs: 20_000, receiptLeaseTtlMs: 20_000 } },
+    );
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ rows: 100, failed: 0 });
+    const stats = await simStats();
+    expect(stats.batchCalls).toBe(2);
+    expect(stats.byTool).toMatchObject({ sim_find_email: { calls: 100, billed: 100 }, sim_verify_email: { billed: 100 } });
+    expect(stats.duplicates).toBe(0);
+    for (const row of await datasetRows(runId, "leads")) {
+      const email = expectedEmail(row.name as string, row.domain as string);
+      expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+    }
+  });
+
   it("fails only the members of a batch the provider refuses", async () => {
     await simReset();
     // A batch larger than the provider now accepts is a 400 for the whole batch; a lone call still succeeds.

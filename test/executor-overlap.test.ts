@@ -63,6 +63,41 @@ describe("attempts alongside", () => {
     expect(stats).toMatchObject({ calls: 150, billed: 150, duplicates: 0 });
   });
 
+  it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 300 });
+    // demo-enrich: each row finds, then verifies (batchable). A chunk's verifications gather while its finds answer
+    // and go out as one batch, which the test holds at the provider: the chunk's rows cannot settle before it
+    // returns, so only rows that wait in the batch counting as drained let the next chunk come alongside.
+    await setFaults([{ point: "provider.before", tool: "sim_verify_email", play: "demo-enrich", hold: true, times: 1 }]);
+    const prefix = id();
+    const rows = Array.from({ length: 100 }, (_, i) => ({ id: `${prefix}-${i}`, name: `Gathered Person ${i}`, domain: "example.com" }));
+    const runId = await startRun(
+      "demo-enrich",
+      { rows },
+      // Leases long enough that a batch may gather for the whole chunk (a quarter of them).
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, rowLeaseTtlMs: 20_000, receiptLeaseTtlMs: 20_000 } },
+    );
+    const executor = `${runId}#0`;
+
+    await faults().held(0);
+    const both = await until(
+      () => heldBy(executor),
+      (held) => held.length === 2,
+      "executor 0 to hold its next chunk while the first one's batch is held",
+    );
+    expect(both.map((held) => held.chunk)).toEqual([0, 1]);
+    expect(await faults().release(0)).toBe(1);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ rows: 100, failed: 0 });
+    const stats = await simStats();
+    expect(stats).toMatchObject({ batchCalls: 2, duplicates: 0 });
+    expect(stats.byTool).toMatchObject({ sim_find_email: { calls: 100, billed: 100 }, sim_verify_email: { billed: 100 } });
+  });
+
   it("replaces every held attempt but the one a new assignment runs alongside, and drops an older epoch's", async () => {
     const runId = `run_${id()}`;
     const assignment = (chunk: number, attemptSeq: number, alongside: string | null): ChunkAssignment => ({

@@ -46,7 +46,9 @@ export class WorkerBarrier {
   #active = 0;
   #parked = 0;
   #external = 0;
+  #gathered = 0;
   #listeners = new Set<() => void>();
+  #onGathered: (() => void) | null = null;
 
   enter(): void {
     this.#active++;
@@ -77,6 +79,25 @@ export class WorkerBarrier {
       this.#external--;
       this.#check();
     }
+  }
+
+  /**
+   * `delta` calls joined (or, negative, left) a batch that gathers company
+   * (tool-queue.ts): between them they will make one request.
+   */
+  gather(delta: number): void {
+    this.#gathered += delta;
+    if (delta > 0) this.#onGathered?.();
+  }
+
+  /** Calls waiting in batches that gather company. */
+  get gathered(): number {
+    return this.#gathered;
+  }
+
+  /** Hears each call that joins a gathering batch (one listener: the chunk's drain check). */
+  onGathered(listener: () => void): void {
+    this.#onGathered = listener;
   }
 
   get allParked(): boolean {

@@ -104,7 +104,7 @@ export interface InProcessExecutorOptions {
   readSlice?(slice: UploadSlice): Promise<PlannedRow[]>;
   /** A row of `chunk` started computing, or settled: its fields all returned (completed or failed), or it was stopped. */
   onRow?(chunk: number, event: "started" | "completed" | "failed" | "stopped"): void;
-  /** Only {@link DRAIN_ROWS} rows of the attempt or fewer are left to settle (said once). */
+  /** Only {@link DRAIN_ROWS} rows of the attempt or fewer are left to settle or to gather in a batch (said once). */
   onDraining?(): void;
   log(line: string): void;
   now(): number;
@@ -113,8 +113,10 @@ export interface InProcessExecutorOptions {
 /**
  * An attempt with this many rows left to settle drains: soon it has fewer
  * requests than its executor's connections (a row's calls go one after
- * another). Twice the connections, so that the next attempt, run alongside,
- * has its rows and receipts claimed by the time they idle.
+ * another; rows waiting in a batch that gathers company make one request
+ * between them, so they are not counted). Twice the connections, so that the
+ * next attempt, run alongside, has its rows and receipts claimed by the time
+ * they idle.
  */
 const DRAIN_ROWS = 2 * MAX_OUTBOUND_IN_FLIGHT;
 
@@ -202,7 +204,14 @@ export class InProcessChunkExecutor implements ChunkExecutor {
   ): Promise<PersistRowsRequest["rows"]> {
     const results: PersistRowsRequest["rows"] = [];
     let left = pending.length;
-    if (left > 0 && left <= DRAIN_ROWS) this.#deps.onDraining?.();
+    let drained = false;
+    const drain = () => {
+      if (drained || left === 0 || left - workers.gathered > DRAIN_ROWS) return;
+      drained = true;
+      this.#deps.onDraining?.();
+    };
+    workers.onGathered(drain);
+    drain();
     await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned, index) => {
       workers.enter();
       this.#deps.onRow?.(chunk, "started");
@@ -214,7 +223,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       } finally {
         workers.leave();
         this.#deps.onRow?.(chunk, outcome?.status ?? "stopped");
-        if (--left === DRAIN_ROWS) this.#deps.onDraining?.();
+        left--;
+        drain();
       }
     });
     return results;

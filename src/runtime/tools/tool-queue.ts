@@ -1,7 +1,9 @@
 /**
  * Where a chunk's owned calls wait for the provider. Calls of a batchable tool
- * queue for a short grace window (or until a full batch is waiting), are cut
- * into batches, and go out as batch requests, at most the provider's
+ * gather for a short grace window, and past it for as long as other calls of
+ * the attempt are still on their way (each may join when it returns; bounded
+ * by `batchHoldMs`), or until a full batch is waiting; they are cut into
+ * batches and go out as batch requests, at most the provider's
  * `batchParallelism` at once; other calls go out one by one. Every request
  * first enters the map's dispatch window (bounded waves; the latch is read
  * there) and then takes a pacing slot.
@@ -47,6 +49,15 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+/** A batchable tool's calls waiting for company: past its grace, a batch waits only for calls that may still join. */
+interface Gathering {
+  tool: AnyTool;
+  members: Pending[];
+  graceOver: boolean;
+  timers: ReturnType<typeof setTimeout>[];
+  onAbort: () => void;
+}
+
 /** The invocation's services, the map's window, and the chunk's row workers. */
 export interface ToolQueueOptions {
   services: DispatchServices;
@@ -64,8 +75,12 @@ export class ToolQueue {
   #services: DispatchServices;
   #window: DispatchWindow;
   #workers: WorkerBarrier | undefined;
-  #pending = new Map<string, Pending[]>();
-  #timers = new Map<string, ReturnType<typeof setTimeout>>();
+  #gatherings = new Map<string, Gathering>();
+  /** Members of all gatherings. */
+  #gathered = 0;
+  /** Calls of the attempt on their way to an outcome ({@link ToolQueue.began}), gathered members included. */
+  #running = 0;
+  #review: ReturnType<typeof setTimeout> | null = null;
   #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
   #ready = 0;
   #onReadyLow: (() => void) | undefined;
@@ -112,19 +127,67 @@ export class ToolQueue {
     };
   }
 
+  /**
+   * A call of the attempt is on its way to an outcome until the returned
+   * function is called (idempotent): a batch past its grace waits for it,
+   * as its row may call the batchable tool next. A follower of another call
+   * is not one.
+   */
+  began(): () => void {
+    this.#running++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.#running--;
+      if (this.#gatherings.size > 0) this.#reviewSoon();
+    };
+  }
+
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     if (!tool.batch) return this.#single(tool, call);
     return new Promise<HeldOutcome>((resolve, reject) => {
-      const pending = getOrInsert(this.#pending, tool.id, () => []);
-      pending.push({ call, resolve, reject });
-      if (pending.length >= tool.batch!.maxMembers) this.#flush(tool);
-      else if (!this.#timers.has(tool.id))
-        this.#timers.set(
-          tool.id,
-          setTimeout(() => this.#flush(tool), this.#services.policy.batchGraceMs),
-        );
+      const gathering = getOrInsert(this.#gatherings, tool.id, () => this.#gather(tool));
+      gathering.members.push({ call, resolve, reject });
+      this.#gathered++;
+      this.#workers?.gather(1);
+      if (gathering.members.length >= tool.batch!.maxMembers) this.#flush(tool);
+      else if (gathering.graceOver) this.#reviewSoon();
     });
+  }
+
+  /** Starts gathering `tool`'s calls: its grace, its hold (a quarter of the leases at most), and a cancel sending it on. */
+  #gather(tool: AnyTool): Gathering {
+    const { policy, signal } = this.#services;
+    const holdMs = Math.max(policy.batchGraceMs, Math.min(policy.batchHoldMs, policy.rowLeaseTtlMs / 4, policy.receiptLeaseTtlMs / 4));
+    const gathering: Gathering = { tool, members: [], graceOver: false, timers: [], onAbort: () => this.#flush(tool) };
+    gathering.timers.push(
+      setTimeout(() => {
+        gathering.graceOver = true;
+        this.#reviewSoon();
+      }, policy.batchGraceMs),
+      setTimeout(() => this.#flush(tool), holdMs),
+    );
+    // Aborted: the batch goes to the window at once, which refuses it, so its members hear it now.
+    signal.addEventListener("abort", gathering.onAbort, { once: true });
+    return gathering;
+  }
+
+  /**
+   * Once the rows whose calls just returned have made their next call (a
+   * macrotask later), sends every batch past its grace that no call of the
+   * attempt can join any more: every call still on its way is a gathered
+   * member.
+   */
+  #reviewSoon(): void {
+    if (this.#review) return;
+    this.#review = setTimeout(() => {
+      this.#review = null;
+      const aborted = this.#services.signal.aborted;
+      if (this.#running > this.#gathered && !aborted) return;
+      for (const gathering of [...this.#gatherings.values()]) if (gathering.graceOver || aborted) this.#flush(gathering.tool);
+    }, 0);
   }
 
   #context(tool: AnyTool): ProviderCallContext {
@@ -242,11 +305,14 @@ export class ToolQueue {
   }
 
   #flush(tool: AnyTool): void {
-    const timer = this.#timers.get(tool.id);
-    if (timer) clearTimeout(timer);
-    this.#timers.delete(tool.id);
-    const pending = this.#pending.get(tool.id) ?? [];
-    this.#pending.delete(tool.id);
+    const gathering = this.#gatherings.get(tool.id);
+    if (!gathering) return;
+    this.#gatherings.delete(tool.id);
+    for (const timer of gathering.timers) clearTimeout(timer);
+    this.#services.signal.removeEventListener("abort", gathering.onAbort);
+    const pending = gathering.members;
+    this.#gathered -= pending.length;
+    this.#workers?.gather(-pending.length);
     if (pending.length === 1) {
       const [only] = pending;
       this.#single(tool, only!.call).then(only!.resolve, only!.reject);

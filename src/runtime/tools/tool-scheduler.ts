@@ -139,6 +139,15 @@ export class ToolScheduler {
 
   /** Calls a tool durably; identical calls in this attempt share one execution. */
   async call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
+    const ended = this.#queue.began();
+    try {
+      return await this.#call(toolId, input, options, ended);
+    } finally {
+      ended();
+    }
+  }
+
+  async #call(toolId: string, input: unknown, options: ToolCallOptions, ended: () => void): Promise<unknown> {
     const tool = this.#services.tools.get(toolId);
     if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
     const parsed = tool.input.safeParse(input);
@@ -150,14 +159,10 @@ export class ToolScheduler {
       });
     }
     const scope = await this.#services.scopes.digest(tool);
-    return this.#dedupe({
-      key: await this.#keyOf(tool, parsed.data, scope, options),
-      tool,
-      input: parsed.data,
-      scope,
-      options,
-      rescoped: false,
-    });
+    return this.#dedupe(
+      { key: await this.#keyOf(tool, parsed.data, scope, options), tool, input: parsed.data, scope, options, rescoped: false },
+      ended,
+    );
   }
 
   #keyOf(tool: AnyTool, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
@@ -172,9 +177,13 @@ export class ToolScheduler {
     });
   }
 
-  #dedupe(call: OwnedCall): Promise<unknown> {
+  /** Owns the call, or follows its owner in this attempt (`follows` says so to the queue: it will not call the provider). */
+  #dedupe(call: OwnedCall, follows: () => void): Promise<unknown> {
     const owner = this.#inflight.get(call.key);
-    if (owner) return this.#park(owner);
+    if (owner) {
+      follows();
+      return this.#park(owner);
+    }
     const owned = this.#own(call);
     this.#inflight.set(call.key, owned);
     return owned;
@@ -375,7 +384,10 @@ export class ToolScheduler {
       held.done();
     }
     const next = await this.#rescopes.rescope(call.tool, call.scope, outcome.error);
-    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
+    return this.#dedupe(
+      { ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true },
+      () => {},
+    );
   }
 
   /**
