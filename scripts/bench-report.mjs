@@ -45,7 +45,7 @@ function verdict(misses, measured = true) {
  * The whole printout. `troupe` and `baselines`: one entry per latency, in the
  * same order (either may be missing: its rows then say n/a).
  */
-export function report({ rate, concurrency, troupe, baselines }) {
+export function report({ rate, concurrency, requestsPerRow, troupe, baselines }) {
   const latencies = [...new Set([...troupe.map((t) => t.latencyMs), ...baselines.map((b) => b.latencyMs)])];
   const boundAt = (ms) => Math.min(rate, concurrency / (ms / 1000));
   const t = (ms) => troupe.find((x) => x.latencyMs === ms);
@@ -87,6 +87,17 @@ export function report({ rate, concurrency, troupe, baselines }) {
       (ms) => throughput(t(ms), boundAt(ms)),
       `>= ${pct(TARGETS.share)}`,
       verdict(shareMisses, troupe.length > 0),
+    ],
+    [
+      `  rows/s (share of the bound's rows at ${requestsPerRow} requests each); requests per row`,
+      (ms) => {
+        const x = t(ms);
+        if (!x) return "n/a";
+        const share = (x.rowsPerSecond * requestsPerRow) / boundAt(ms);
+        return `${x.rowsPerSecond.toFixed(1)} (${pct(share)}); ${fixed(x.providerRequestsPerRow, 2)}`;
+      },
+      "",
+      "",
     ],
     ["  rows settled / of, in", (ms) => (t(ms) ? `${t(ms).settledRows}/${t(ms).rows} in ${t(ms).seconds.toFixed(1)} s` : "n/a"), "", ""],
     [
@@ -133,6 +144,7 @@ export function report({ rate, concurrency, troupe, baselines }) {
   const lines = [
     `Provider: ${rate} requests/s, ${concurrency} at once; bound min(R, concurrency / L) = ${latencies.map((ms) => `${boundAt(ms)}/s at ${latencyLabel(ms)}`).join(", ")}.`,
     "Local wrangler dev, PLATFORM_LIMITS=emulate (6 requests in flight per invocation or object). Requests/s: requests the provider admitted (not 429) over each run's wall time.",
+    `Rows/s: rows settled over the same time; at ${requestsPerRow} requests per row (full batches) they would use the whole bound, so their share counts only useful requests (half-empty batches count in requests/s, not there).`,
     "* stopped at its time cap (Troupe: cancelled); ! the invocation failed (see the JSON line)",
     "",
     grid(header, body),

@@ -64,7 +64,7 @@ const baselines =
         verbose: VERBOSE,
       });
 
-console.log(report({ rate: RATE, concurrency: CONCURRENCY, troupe, baselines }));
+console.log(report({ rate: RATE, concurrency: CONCURRENCY, requestsPerRow: REQUESTS_PER_ROW, troupe, baselines }));
 console.log(`(bench took ${((performance.now() - started) / 1000).toFixed(0)} s)`);
 const forJson = troupe.map(({ live, ...rest }) => ({
   ...rest,
