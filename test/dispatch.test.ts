@@ -10,6 +10,7 @@ import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { receiptShardName } from "../src/clients/shards";
 import { shardOf } from "../src/core/hash";
 import { simFindEmail } from "../src/tools/sim-tools";
+import { until } from "./chaos-helpers";
 import { api, apiJson, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const RECEIPT_SHARDS = 4;
@@ -72,6 +73,34 @@ describe("batching", () => {
       const email = expectedEmail(row.name as string, row.domain as string);
       expect(row).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
     }
+  });
+
+  it("sends nothing that was still gathering when the run is cancelled; a rerun verifies every row once", async () => {
+    await simReset();
+    // Six finds at a time, 500 ms each: the last finds answer 2 s or more after the 30th is sent, when the cancel goes.
+    await setSim({ latencyMs: 500 });
+    const rows = Array.from({ length: 50 }, (_, i) => ({ id: `c${i}`, name: `Cancel Gather ${i}`, domain: "gather.example" }));
+    const testPolicy = { chunkRows: 50, rowLeaseTtlMs: 20_000, receiptLeaseTtlMs: 20_000 };
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy });
+    // Many finds answered: their rows' verifications gather, waiting for the chunk's other finds.
+    await until(
+      () => simStats(),
+      (stats) => (stats.byTool.sim_find_email?.calls ?? 0) >= 30,
+      "30 finds sent",
+    );
+    expect((await api(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+    const cancelled = await waitForRun(runId);
+    expect(cancelled.status).toBe("cancelled");
+    const afterCancel = await simStats();
+    expect(afterCancel.batchCalls).toBe(0);
+    expect(afterCancel.byTool.sim_verify_email ?? { calls: 0, billed: 0 }).toEqual({ calls: 0, billed: 0 });
+
+    const rerun = await waitForRun(await startRun("demo-enrich", { rows }, { testPolicy }));
+    expect(rerun.result).toEqual({ rows: 50, failed: 0 });
+    const stats = await simStats();
+    // The finds the cancelled run paid for are reused; each row is found and verified once in all.
+    expect(stats.byTool).toMatchObject({ sim_find_email: { billed: 50 }, sim_verify_email: { billed: 50 } });
+    expect(stats.duplicates).toBe(0);
   });
 
   it("fails only the members of a batch the provider refuses", async () => {
