@@ -75,6 +75,24 @@ describe("batching", () => {
     }
   });
 
+  it("holds a gathering no longer than batchHoldMs: a chunk whose finds outlast it verifies in several batches", async () => {
+    await simReset();
+    // 50 finds six at a time at 300 ms: 2.7 s at least, past a 1 s hold twice.
+    await setSim({ latencyMs: 300 });
+    const rows = Array.from({ length: 50 }, (_, i) => ({ id: `h${i}`, name: `Hold Person ${i}`, domain: "hold.example" }));
+    const runId = await startRun(
+      "demo-enrich",
+      { rows },
+      { testPolicy: { chunkRows: 50, rowLeaseTtlMs: 20_000, receiptLeaseTtlMs: 20_000, batchHoldMs: 1_000 } },
+    );
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ rows: 50, failed: 0 });
+    const stats = await simStats();
+    expect(stats.batchCalls).toBeGreaterThanOrEqual(2);
+    expect(stats.byTool).toMatchObject({ sim_find_email: { calls: 50, billed: 50 }, sim_verify_email: { billed: 50 } });
+    expect(stats.duplicates).toBe(0);
+  });
+
   it("sends nothing that was still gathering when the run is cancelled; a rerun verifies every row once", async () => {
     await simReset();
     // Six finds at a time, 500 ms each: the last finds answer 2 s or more after the 30th is sent, when the cancel goes.
