@@ -53,6 +53,8 @@ interface OwnedCall {
   options: ToolCallOptions;
   /** Already re-claimed once under a new auth scope. */
   rescoped: boolean;
+  /** Tells the tool queue the call will not reach the provider itself (it follows another): see ToolQueue.began. */
+  follows(): void;
 }
 
 /** Receipt persistence failed: the run must stop (never bill into a broken store). */
@@ -159,10 +161,8 @@ export class ToolScheduler {
       });
     }
     const scope = await this.#services.scopes.digest(tool);
-    return this.#dedupe(
-      { key: await this.#keyOf(tool, parsed.data, scope, options), tool, input: parsed.data, scope, options, rescoped: false },
-      ended,
-    );
+    const key = await this.#keyOf(tool, parsed.data, scope, options);
+    return this.#dedupe({ key, tool, input: parsed.data, scope, options, rescoped: false, follows: ended });
   }
 
   #keyOf(tool: AnyTool, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
@@ -177,11 +177,11 @@ export class ToolScheduler {
     });
   }
 
-  /** Owns the call, or follows its owner in this attempt (`follows` says so to the queue: it will not call the provider). */
-  #dedupe(call: OwnedCall, follows: () => void): Promise<unknown> {
+  /** Owns the call, or follows its owner in this attempt (and says so to the queue: it will not call the provider). */
+  #dedupe(call: OwnedCall): Promise<unknown> {
     const owner = this.#inflight.get(call.key);
     if (owner) {
-      follows();
+      call.follows();
       return this.#park(owner);
     }
     const owned = this.#own(call);
@@ -384,10 +384,7 @@ export class ToolScheduler {
       held.done();
     }
     const next = await this.#rescopes.rescope(call.tool, call.scope, outcome.error);
-    return this.#dedupe(
-      { ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true },
-      () => {},
-    );
+    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
   }
 
   /**
