@@ -211,11 +211,16 @@ describe("a crash loop", () => {
     await setFaults([{ point: "sheet.claimed", fromCall: 1, crash: true }]);
     const rows = callRows("CrashLoop", 60);
     // The coordinator runs the chunks (no executors), so the crash kills its invocations; an executor's would cost its chunk a redispatch.
-    const runId = await startRun("test-calls", { rows, dataset: "crash-loop" }, { testPolicy: { maxExecutors: 0 } });
+    // Two interrupted invocations in a row are a loop here: each waits out the alarm's retry backoff (2 s, 4 s, 8 s...).
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "crash-loop" },
+      { testPolicy: { maxExecutors: 0, maxInterruptedInvocations: 1 } },
+    );
     const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("crash_loop");
-    expect(run.error.message).toContain("invocations in a row died with chunks in flight");
+    expect(run.error.message).toContain("2 invocations in a row died with chunks in flight");
 
     await clearFaults();
     const rerun = await waitForRun(await startRun("test-calls", { rows, dataset: "crash-loop" }));

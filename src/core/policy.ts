@@ -209,6 +209,8 @@ export const TestPolicyOverrides = z
     dispatchWaveSize: z.number().int().min(1).max(10_000),
     /** Subrequests one coordinator invocation spends before it yields (a test makes a run span invocations). */
     invocationSubrequestBudget: z.number().int().min(5).max(8_000),
+    /** Invocations in a row that may die with chunks in flight before the run fails `crash_loop` (each waits out the platform's alarm retry backoff). */
+    maxInterruptedInvocations: z.number().int().min(1).max(100),
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */
     maxExecutors: z.number().int().min(0).max(64),
     minExecutors: z.number().int().min(1).max(64),
