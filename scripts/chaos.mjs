@@ -5,6 +5,7 @@
 // completes with every row right, every provider call billed once, and no call
 // sent twice with a billed key (duplicates 0: a call the killed process had
 // sent is recovered from the provider, not repeated).
+// CHAOS_LATENCY_MS (30) and CHAOS_RATE (none) set the simulated provider.
 // Only ever talks to 127.0.0.1; bounded in time; stops by itself.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +13,9 @@ import { join } from "node:path";
 import { client, startServer, stopServer } from "./local-server.mjs";
 
 const PORT = Number(process.env.CHAOS_PORT ?? 8798);
+// The simulated provider's latency, and its rate limit per second (none by default).
+const LATENCY_MS = Number(process.env.CHAOS_LATENCY_MS ?? 30);
+const RATE = process.env.CHAOS_RATE ? Number(process.env.CHAOS_RATE) : null;
 const ROWS = 1000;
 const TIMEOUT_MS = 5 * 60_000;
 const call = client(PORT);
@@ -24,7 +28,7 @@ const stateDir = mkdtempSync(join(tmpdir(), "troupe-chaos-"));
 let server = await startServer({ port: PORT, stateDir });
 const failures = [];
 try {
-  await call("PUT", "/v1/sim/config", { latencyMs: 30, ratePerSecond: null });
+  await call("PUT", "/v1/sim/config", { latencyMs: LATENCY_MS, ratePerSecond: RATE });
   await call("POST", "/v1/sim/reset");
   const rows = Array.from({ length: ROWS }, (_, i) => ({ id: `c${i}`, name: `Chaos Person ${i}`, domain: `chaos${i % 13}.example` }));
   const { runId } = await call("POST", "/v1/runs", { play: "demo-enrich", input: { rows } });
