@@ -98,6 +98,14 @@ export interface BilledRequest {
   toolId: string;
   provider: string;
   credits: number;
+  /**
+   * The attempt whose spend grant the request was reserved under: its grant
+   * shrinks by the bill. Absent for a request billed under no grant (the run
+   * has no cap, or the bill was found already made). An executor's outbox is
+   * shared by the attempts it runs side by side, and any of their reports may
+   * carry it: the reporting attempt is not the one that spent.
+   */
+  grantOf?: string;
 }
 
 /** Counters an executor's invocation adds to the run's usage. */

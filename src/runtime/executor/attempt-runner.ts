@@ -100,6 +100,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   };
   const guards = createMapGuards({ policy, deadlineAt: run.deadlineAt, now: host.now });
   const spend = new ExecutorSpend({
+    attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
     keep: (bill) => host.store.addBill(bill),

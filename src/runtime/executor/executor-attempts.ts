@@ -100,11 +100,15 @@ export class ExecutorAttempts {
   apply(report: AttemptReport): void {
     const store = this.#store;
     let billed = 0;
+    // Each bill shrinks the grant it was reserved under, whichever attempt's report carries it.
+    const settled = new Map<string, number>();
     for (const bill of report.bills) {
       if (!store.spend.recordBilled(bill)) continue;
-      billed += toMicros(bill.credits);
+      const micros = toMicros(bill.credits);
+      billed += micros;
+      if (bill.grantOf) settled.set(bill.grantOf, (settled.get(bill.grantOf) ?? 0) + micros);
     }
-    if (billed > 0) store.spend.settleGrant(report.attemptId, billed);
+    for (const [attemptId, micros] of settled) store.spend.settleGrant(attemptId, micros);
     for (const entry of report.salvage) store.salvage.add(entry);
     store.addUsage(report.usage);
     for (const { line, code } of report.logs) this.#emit("log.appended", code ? { line, code } : { line });

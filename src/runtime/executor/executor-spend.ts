@@ -14,6 +14,8 @@ import { type BillableRequest, SpendCapReached, type SpendLedger } from "../tool
 const GRANT_MULTIPLE = 25;
 
 export interface ExecutorSpendOptions {
+  /** The attempt spending: its bills name it as the grant they used. */
+  attemptId: string;
   /** Whether the run has a cap (without one, nothing is asked). */
   capped: boolean;
   /** Asks the coordinator for up to `wantedMicros` more. */
@@ -72,7 +74,7 @@ export class ExecutorSpend implements SpendLedger {
     if (!request) return;
     this.#reserved.delete(requestKey);
     this.#billed.add(requestKey);
-    this.#deps.keep(request);
+    this.#deps.keep(this.#deps.capped ? { ...request, grantOf: this.#deps.attemptId } : request);
   }
 
   release(requestKey: string): void {
@@ -88,6 +90,7 @@ export class ExecutorSpend implements SpendLedger {
       this.bill(request.requestKey);
       return;
     }
+    // Reserved under no grant of this attempt: it shrinks none.
     this.#billed.add(request.requestKey);
     this.#deps.keep(request);
   }

@@ -1,6 +1,13 @@
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { CaptureSource } from "../../clients/executors";
-import type { SpendGrant } from "../../contracts/executors";
+import type { AttemptReport, BilledRequest, SpendGrant } from "../../contracts/executors";
+import { createSql } from "../../stores/sql";
+import { RunStore } from "../../stores/run-store";
+import { toMicros } from "../../stores/spend-store";
+import { LiveRows } from "../map/live-rows";
+import { ExecutorAttempts } from "./executor-attempts";
 import { definePlay } from "../../play/define";
 import type { RowContext } from "../../play/types";
 import { z } from "zod";
@@ -131,12 +138,17 @@ describe("ExecutorSpend", () => {
     const grants = [25_000_000, 0];
     const asked: number[] = [];
     const ledger = new ExecutorSpend({
+      attemptId: "a1",
       capped: true,
       grant: async (wanted): Promise<SpendGrant> => {
         asked.push(wanted);
         return { grantedMicros: grants.shift() ?? 0, spentCredits: 25, cap: { credits: 25, reason: "maxSpend" } };
       },
-      keep: (bill) => kept.push(bill.requestKey),
+      keep: (bill) => {
+        kept.push(bill.requestKey);
+        // Reserved under this attempt's grant: the bill says so (the coordinator shrinks that grant by it).
+        expect(bill.grantOf).toBe("a1");
+      },
     });
     // 25 requests of one credit fit the first grant, asked once by all of them together.
     await Promise.all(Array.from({ length: 25 }, (_, n) => ledger.reserve(request(n))));
@@ -150,9 +162,73 @@ describe("ExecutorSpend", () => {
   });
 
   it("asks nothing without a cap", async () => {
-    const ledger = new ExecutorSpend({ capped: false, grant: async () => expect.fail("no cap, no grant"), keep: () => {} });
+    const ledger = new ExecutorSpend({
+      attemptId: "a1",
+      capped: false,
+      grant: async () => expect.fail("no cap, no grant"),
+      keep: () => {},
+    });
     await ledger.reserve(request(1, 1000));
     ledger.release("k1");
+  });
+
+  it("names no grant for a request billed without its reservation", () => {
+    const kept: BilledRequest[] = [];
+    const ledger = new ExecutorSpend({
+      attemptId: "a1",
+      capped: true,
+      grant: async () => expect.fail("nothing reserved"),
+      keep: (b) => kept.push(b),
+    });
+    ledger.recordBilled(request(7));
+    expect(kept).toEqual([request(7)]);
+  });
+});
+
+describe("ExecutorAttempts, spend under a cap", () => {
+  const report = (attemptId: string, bills: BilledRequest[], end: AttemptReport["end"] = null): AttemptReport => ({
+    executor: "e0",
+    attemptId,
+    map: "m",
+    chunk: 0,
+    rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
+    logs: [],
+    bills,
+    salvage: [],
+    usage: { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} },
+    latency: [],
+    waiting: [],
+    draining: false,
+    end,
+  });
+  const bill = (n: number, grantOf: string): BilledRequest => ({ requestKey: `k${n}`, toolId: "t", provider: "p", credits: 1, grantOf });
+
+  it("shrinks the grant each bill was reserved under, when another attempt of the executor reports it", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`grants-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateBill: () => {} });
+      const cap = toMicros(50);
+      // A draining attempt and the next one alongside it on the same executor: 25 credits each, the whole cap.
+      expect(store.spend.grant("a", toMicros(25), cap)).toBe(toMicros(25));
+      expect(store.spend.grant("b", toMicros(25), cap)).toBe(toMicros(25));
+      // b's report carries the five bills a made (the executor's one outbox), then a ends.
+      attempts.apply(
+        report(
+          "b",
+          [1, 2, 3, 4, 5].map((n) => bill(n, "a")),
+        ),
+      );
+      attempts.apply(
+        report("a", [], {
+          kind: "summary",
+          summary: { completed: 5, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] },
+        }),
+      );
+      // b has spent nothing of its 25: with a's 5 billed, 20 are left for a third attempt, not 25.
+      expect(store.spend.committedMicros()).toBe(toMicros(30));
+      expect(store.spend.grant("c", toMicros(25), cap)).toBe(toMicros(20));
+    });
   });
 });
 
