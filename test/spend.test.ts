@@ -171,6 +171,23 @@ describe("a request whose outcome is unknown", () => {
     expect(retried.result).toEqual({ total: 6, completed: 6, failed: 0 });
     expect(retried.usage.providerRequests).toBe(unknown.length);
   });
+
+  it("is not sent again when its provider's lookup of past results fails: the row fails outcome_unknown", async () => {
+    await simReset();
+    const rows = Array.from({ length: 6 }, (_, i) => ({
+      id: `b${i}`,
+      tool: "test_unkeyed_blind_find",
+      input: { name: `Blind Person ${i}`, domain: "blind.test" },
+    }));
+    await setFaults([{ point: "provider.after", tool: "test_unkeyed_blind_find", fromCall: 1, times: 1, crash: true }]);
+    const run = await waitForRun(await submitWith({ rows, dataset: "blind" }, {}));
+    expect(run.status).toBe("completed");
+    const unknown = (await datasetRows(run.runId, "blind")).filter((r) => r._status === "failed");
+    expect(unknown.length).toBeGreaterThan(0);
+    for (const row of unknown) expect(row._error).toContain("outcome_unknown");
+    // Sent again with the same key, the simulator would count a duplicate (a provider ignoring keys would bill it twice).
+    expect((await simStats()).duplicates).toBe(0);
+  });
 });
 
 describe("POST /v1/runs/estimate", () => {

@@ -29,6 +29,20 @@ export const testUnkeyedFind = defineTool({
 });
 
 /**
+ * As {@link testUnkeyedFind}, from a provider that can be asked for a past
+ * result but whose lookup is down: not knowing how a taken-over request
+ * ended must not send it again either.
+ */
+export const testUnkeyedBlindFind = defineTool({
+  ...simFindEmail,
+  id: "test_unkeyed_blind_find",
+  idempotent: false,
+  recover: async () => {
+    throw new ToolCallError({ code: "lookup_unavailable", message: "the provider's lookup is down", retryable: true });
+  },
+});
+
+/**
  * `sim_find_email` from a provider that answers 403 when rate limited (as
  * Hunter does): the simulator's 429 comes back as a permanent-looking 403
  * `too_many_requests`, which only the tool's `isRateLimit` reads as "slow down".
@@ -51,4 +65,4 @@ export const testForbiddenWhenLimitedFind = defineTool({
   isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",
 });
 
-export const testTools = [testScopedFind, testUnkeyedFind, testForbiddenWhenLimitedFind];
+export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testForbiddenWhenLimitedFind];

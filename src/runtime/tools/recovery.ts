@@ -35,12 +35,19 @@ const POLL_MS = [25, 50, 100, 200, 400];
 const recoveries = new WeakMap<object, number>();
 
 /**
- * The provider's answer to the dead attempt's request, or null when it has
- * none (or the tool cannot tell): then the call is executed, with the same key.
+ * What the provider says of the dead attempt's request: its answer
+ * (`found`); that it never got it (`known`: the call may go out again); or
+ * nothing sure (`known: false`: the tool cannot tell, the lookup failed, or
+ * the request was still being answered when the wait ran out). The caller
+ * decides what nothing sure allows: a provider that honours idempotency keys
+ * replays a call sent again with the same key; one that ignores them would
+ * execute and bill it twice.
  */
-export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unknown } | null> {
+export type Recovered = { found: true; output: unknown } | { found: false; known: boolean };
+
+export async function recoverCall(o: RecoverCallOptions): Promise<Recovered> {
   const recover = o.tool.recover;
-  if (!recover) return null;
+  if (!recover) return { found: false, known: false };
   const until = o.now() + o.waitMs;
   for (let poll = 0; ; poll++) {
     o.signal.throwIfAborted();
@@ -55,11 +62,8 @@ export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unkn
         input: o.input,
       });
     } catch (error) {
-      // Not knowing is not fatal: the call goes out again under the same key, which the provider replays.
-      o.log(
-        `${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)}); calling it again with the same idempotency key`,
-      );
-      return null;
+      o.log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
+      return { found: false, known: false };
     }
     if (answer.found) {
       const count = (recoveries.get(o.log) ?? 0) + 1;
@@ -70,10 +74,11 @@ export async function recoverCall(o: RecoverCallOptions): Promise<{ output: unkn
           "call_recovered",
         );
       }
-      return { output: answer.output };
+      return { found: true, output: answer.output };
     }
+    if (!answer.inFlight) return { found: false, known: true };
     const left = until - o.now();
-    if (!answer.inFlight || left <= 0) return null;
+    if (left <= 0) return { found: false, known: false };
     await sleep(Math.min(left, POLL_MS[Math.min(poll, POLL_MS.length - 1)]!), o.signal);
   }
 }

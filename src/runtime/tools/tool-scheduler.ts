@@ -267,7 +267,7 @@ export class ToolScheduler {
         case "claimed":
           if (claim.unknownOutcome && !this.#deps.retryUnknown && call.tool.idempotent === false && !call.tool.recover)
             return this.#unknownOutcome(call, shard);
-          return this.#execute(call, shard, claim.generation, claim.takeover === true);
+          return this.#execute(call, shard, claim.generation, claim.takeover === true, claim.unknownOutcome === true);
       }
     }
   }
@@ -300,7 +300,7 @@ export class ToolScheduler {
     throw new ToolCallError({ ...error, retryable: false });
   }
 
-  async #execute(call: OwnedCall, shard: number, generation: number, takeover = false): Promise<unknown> {
+  async #execute(call: OwnedCall, shard: number, generation: number, takeover = false, unknownOutcome = false): Promise<unknown> {
     const key = await idempotencyKey(call.key, generation);
     // Reserved before anything can bill; a request the cap refuses is never sent.
     await this.#reserve(call, key, shard);
@@ -324,10 +324,14 @@ export class ToolScheduler {
             log,
           }),
         );
-        if (recovered) {
+        if (recovered.found) {
           billed = await this.#complete(call, shard, key, recovered.output);
           return recovered.output;
         }
+        // The lookup failed, or the request is still being answered: sent again, a provider that ignores
+        // idempotency keys would execute it twice.
+        if (!recovered.known && unknownOutcome && !this.#deps.retryUnknown && call.tool.idempotent === false)
+          return await this.#unknownOutcome(call, shard);
       }
       return await this.#send(call, shard, key, (accepted) => (billed = accepted));
     } finally {
