@@ -153,7 +153,8 @@ export class ToolQueue {
       this.#gathered++;
       this.#workers?.gather(1);
       if (gathering.members.length >= tool.batch!.maxMembers) this.#flush(tool);
-      else if (gathering.graceOver) this.#reviewSoon();
+      // This call may have been the last one running: any gathering past its grace (this tool's or another's) may go.
+      else this.#reviewSoon();
     });
   }
 
