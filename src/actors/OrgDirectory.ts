@@ -44,9 +44,9 @@ export class OrgDirectory extends DurableObject<Env> {
     return this.#store.list(request);
   }
 
-  /** A run's billed spend since its last report (idempotent: a repeated report adds nothing). */
-  async recordSpend(report: SpendReportMessage): Promise<void> {
-    this.ctx.storage.transactionSync(() => this.#spend.record(SpendReportMessage.parse(report)));
+  /** A run's bills past its last report, counted once; answers the place its bills are counted up to (OrgSpendStore.record). */
+  async recordSpend(report: SpendReportMessage): Promise<number> {
+    return this.ctx.storage.transactionSync(() => this.#spend.record(SpendReportMessage.parse(report)));
   }
 
   /** The org's credits per day and provider, from `from` to `to` (YYYY-MM-DD). */

@@ -26,7 +26,7 @@ export class OrgClient {
     return this.#stub.spendBudget(now);
   }
 
-  recordSpend(report: SpendReportMessage): Promise<void> {
+  recordSpend(report: SpendReportMessage): Promise<number> {
     return this.#stub.recordSpend(report);
   }
 

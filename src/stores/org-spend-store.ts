@@ -17,9 +17,15 @@ export const orgSpendMigration = `
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 
-/** A coordinator's report: its billed spend past its last report, up to `upTo` (its ledger position). */
+/**
+ * A coordinator's report: its bills at places `from` (exclusive) to `upTo`
+ * in the order it billed them, summed by day and provider. `from` is where it
+ * believes the org's count of its bills is (absent from coordinators before
+ * places: the report then only has to reach past it).
+ */
 export const SpendReportMessage = z.object({
   runId: z.string().min(1).max(100),
+  from: z.number().int().nonnegative().optional(),
   upTo: z.number().int().nonnegative(),
   days: z
     .array(z.object({ day: z.string().regex(DAY), provider: z.string().min(1).max(64), micros: z.number().int().nonnegative() }))
@@ -63,16 +69,23 @@ export class OrgSpendStore {
     this.#sql = options.sql;
   }
 
-  /** Adds a run's report once: a report at or below the run's last position changes nothing. */
-  record(report: SpendReportMessage): void {
-    const last = this.#sql<{ up_to: number }>`SELECT up_to FROM spend_reports WHERE run_id = ${report.runId}`[0]?.up_to ?? -1;
-    if (report.upTo <= last) return;
+  /**
+   * Adds a run's report once, and answers the place the org has counted the
+   * run's bills up to. A report that ends at or below it changes nothing
+   * (repeated after its answer was lost); one that starts below it is
+   * refused, as part of it was counted already: the coordinator sends the
+   * bills past the answer again.
+   */
+  record(report: SpendReportMessage): number {
+    const last = this.#sql<{ up_to: number }>`SELECT up_to FROM spend_reports WHERE run_id = ${report.runId}`[0]?.up_to ?? 0;
+    if (report.upTo <= last || (report.from !== undefined && report.from < last)) return last;
     for (const { day, provider, micros } of report.days) {
       this.#sql.write`INSERT INTO spend_days (day, provider, micros) VALUES (${day}, ${provider}, ${micros})
         ON CONFLICT (day, provider) DO UPDATE SET micros = micros + excluded.micros`;
     }
     this.#sql.write`INSERT INTO spend_reports (run_id, up_to) VALUES (${report.runId}, ${report.upTo})
       ON CONFLICT (run_id) DO UPDATE SET up_to = excluded.up_to`;
+    return report.upTo;
   }
 
   /** Days from `from` to `to` (inclusive, YYYY-MM-DD), oldest first; days without spend are absent. */

@@ -143,4 +143,16 @@ export const runMigrations = [
     SELECT tool_id, provider, state, count(*), sum(micros) FROM spend GROUP BY tool_id, provider, state;
   CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0;
   `,
+  // Bills reported to the org by the order they were billed in (billed_seq), not by rowid: a request reserved
+  // early and billed late, or billed while a report was on its way, was marked reported without being counted.
+  // The org keeps the position each run reached, so a report whose answer was lost is not added twice.
+  // Bills already billed keep their rowid as their place; what was marked reported is up to the last such.
+  `
+  ALTER TABLE spend ADD COLUMN billed_seq INTEGER;
+  UPDATE spend SET billed_seq = rowid WHERE state = 'billed';
+  CREATE INDEX spend_billed_seq ON spend (billed_seq) WHERE billed_seq IS NOT NULL;
+  CREATE TABLE spend_report (id INTEGER PRIMARY KEY CHECK (id = 1), up_to INTEGER NOT NULL);
+  INSERT INTO spend_report (id, up_to) SELECT 1, coalesce(max(rowid), 0) FROM spend WHERE state = 'billed' AND reported = 1;
+  DROP INDEX spend_unreported;
+  `,
 ];

@@ -72,18 +72,28 @@ describe("SpendStore", () => {
     const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
       const spend = new SpendStore({ sql: createSql(state.storage), now: () => Date.UTC(2026, 11, 3, 12) });
+      // Reserved before the others were billed, billed after the report: the next report carries it.
+      spend.reserve(call("early"), null);
       for (const key of ["a", "b", "c"]) spend.recordBilled(call(key));
-      // Reserved before the report and billed after it: the next report carries it.
-      spend.reserve(call("late"), null);
       const first = spend.unreported()!;
-      expect(first.days).toEqual([{ day: "2026-12-03", provider: "sim", micros: toMicros(1.5) }]);
+      expect(first).toMatchObject({ from: 0, days: [{ day: "2026-12-03", provider: "sim", micros: toMicros(1.5) }] });
+      // Billed while the report is on its way: not marked with it.
+      spend.recordBilled(call("during"));
       spend.markReported(first.upTo);
-      expect(spend.unreported()).toBeNull();
-      spend.bill("late");
       const second = spend.unreported()!;
-      expect(second.days).toEqual([{ day: "2026-12-03", provider: "sim", micros: toMicros(0.5) }]);
+      expect(second).toMatchObject({ from: first.upTo, days: [{ day: "2026-12-03", provider: "sim", micros: toMicros(0.5) }] });
+      spend.bill("early");
       spend.markReported(second.upTo);
+      const third = spend.unreported()!;
+      expect(third).toMatchObject({ from: second.upTo, days: [{ day: "2026-12-03", provider: "sim", micros: toMicros(0.5) }] });
+      expect(spend.unreportedMicros()).toBe(toMicros(0.5));
+      spend.markReported(third.upTo);
       expect(spend.unreported()).toBeNull();
+      expect(spend.unreportedMicros()).toBe(0);
+      // The org answered a place past the run's last bill (it counted more than this coordinator knows of): a new bill is still new.
+      spend.markReported(third.upTo + 10);
+      spend.recordBilled(call("after"));
+      expect(spend.unreported()).toMatchObject({ from: third.upTo + 10, upTo: third.upTo + 11 });
     });
   });
 
@@ -92,8 +102,9 @@ describe("SpendStore", () => {
     await runInDurableObject(stub, (_object, state) => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
-        "DROP TABLE spend_totals; DROP INDEX spend_unreported; UPDATE _schema SET version = ?",
-        runMigrations.length - 1,
+        `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        UPDATE _schema SET version = ?`,
+        runMigrations.length - 2,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -102,6 +113,26 @@ describe("SpendStore", () => {
       const spend = new SpendStore({ sql, now: () => 0 });
       expect(kept(spend)).toEqual(summed(sql));
       expect(spend.committedMicros()).toBe(1_250_000);
+      // Its bills were never reported: they are, in one report.
+      expect(spend.unreported()).toMatchObject({ from: 0, days: [{ day: "1970-01-01", provider: "sim", micros: 750_000 }] });
+    });
+  });
+
+  it("keeps what a coordinator had reported when its bills take places: the org's position was their rowid", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      state.storage.sql.exec(
+        `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; UPDATE _schema SET version = ?`,
+        runMigrations.length - 1,
+      );
+      const sql = createSql(state.storage);
+      sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES
+        ('a', 'find', 'sim', 500000, 'billed', 0, 1), ('b', 'find', 'sim', 500000, 'billed', 0, 1), ('c', 'verify', 'sim', 250000, 'billed', 0, 0)`;
+      migrate(state.storage, runMigrations);
+      const spend = new SpendStore({ sql, now: () => 0 });
+      expect(spend.reportedUpTo()).toBe(2);
+      expect(spend.unreported()).toEqual({ from: 2, upTo: 3, days: [{ day: "1970-01-01", provider: "sim", micros: 250_000 }] });
     });
   });
 });

@@ -9,6 +9,11 @@
  * Credits are kept as integer micro-credits, so sums are exact. The sums
  * per tool, provider and state are kept as the rows change (`spend_totals`):
  * a large run has millions of rows, too many to add up on every read.
+ *
+ * Each bill takes the next place in the order of billing (`billed_seq`); the
+ * org is told of bills by range of places (`spend_report.up_to`: the place it
+ * has counted up to), so a report repeated after its answer was lost, or a
+ * bill made while a report was on its way, is counted exactly once.
  */
 import type { Sql } from "./sql";
 
@@ -40,8 +45,9 @@ export interface SpendTotals {
   byTool: Record<string, number>;
 }
 
-/** Billed spend not yet added to the org's daily totals, by day and provider, and the position it reaches. */
+/** Billed spend not yet added to the org's daily totals: the bills at places `from` (exclusive) to `upTo`, by day and provider. */
 export interface SpendReport {
+  from: number;
   upTo: number;
   days: { day: string; provider: string; micros: number }[];
 }
@@ -85,7 +91,8 @@ export class SpendStore {
   bill(requestKey: string): void {
     const reserved = this.#reserved(requestKey);
     if (!reserved) return;
-    this.#sql.write`UPDATE spend SET state = 'billed', at = ${this.#now()} WHERE request_key = ${requestKey}`;
+    this.#sql
+      .write`UPDATE spend SET state = 'billed', at = ${this.#now()}, billed_seq = ${this.#nextSeq()} WHERE request_key = ${requestKey}`;
     this.#count(reserved, "reserved", -1);
     this.#count(reserved, "billed", 1);
   }
@@ -99,8 +106,8 @@ export class SpendStore {
       return true;
     }
     const micros = toMicros(request.credits);
-    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at)
-      VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${micros}, 'billed', ${this.#now()})`;
+    this.#sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, billed_seq)
+      VALUES (${request.requestKey}, ${request.toolId}, ${request.provider}, ${micros}, 'billed', ${this.#now()}, ${this.#nextSeq()})`;
     this.#count({ tool_id: request.toolId, provider: request.provider, micros }, "billed", 1);
     return true;
   }
@@ -191,20 +198,44 @@ export class SpendStore {
     return totals;
   }
 
-  /** Billed requests not reported to the org yet, summed per UTC day and provider. */
+  /** Billed requests not reported to the org yet (past its place), summed per UTC day and provider. */
   unreported(): SpendReport | null {
-    // Through the index of unreported bills: without it the rowid bound would walk every bill of the run.
-    const upTo = this.#sql<{ n: number | null }>`SELECT max(rowid) AS n FROM spend INDEXED BY spend_unreported
-      WHERE state = 'billed' AND reported = 0`[0]!.n;
-    if (upTo === null) return null;
+    const from = this.reportedUpTo();
+    const upTo = this.#lastSeq();
+    if (upTo <= from) return null;
     const days = this.#sql<{ day: string; provider: string; micros: number }>`SELECT strftime('%Y-%m-%d', at / 1000, 'unixepoch') AS day,
-      provider, sum(micros) AS micros FROM spend INDEXED BY spend_unreported
-      WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo} GROUP BY day, provider`;
-    return { upTo, days };
+      provider, sum(micros) AS micros FROM spend INDEXED BY spend_billed_seq
+      WHERE billed_seq > ${from} AND billed_seq <= ${upTo} GROUP BY day, provider`;
+    return { from, upTo, days };
   }
 
+  /** Micro-credits billed and not yet counted by the org. */
+  unreportedMicros(): number {
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend INDEXED BY spend_billed_seq
+      WHERE billed_seq > ${this.reportedUpTo()}`[0]!.n;
+  }
+
+  /** The place the org has counted this run's bills up to. */
+  reportedUpTo(): number {
+    return this.#sql<{ up_to: number }>`SELECT up_to FROM spend_report WHERE id = 1`[0]?.up_to ?? 0;
+  }
+
+  /** The org has counted the bills up to place `upTo` (it only grows). */
   markReported(upTo: number): void {
-    this.#sql.write`UPDATE spend INDEXED BY spend_unreported SET reported = 1 WHERE state = 'billed' AND reported = 0 AND rowid <= ${upTo}`;
+    this.#sql.write`INSERT INTO spend_report (id, up_to) VALUES (1, ${upTo})
+      ON CONFLICT (id) DO UPDATE SET up_to = max(up_to, excluded.up_to)`;
+  }
+
+  #lastSeq(): number {
+    return (
+      this.#sql<{ n: number | null }>`SELECT max(billed_seq) AS n FROM spend INDEXED BY spend_billed_seq WHERE billed_seq IS NOT NULL`[0]!
+        .n ?? 0
+    );
+  }
+
+  /** The next bill's place: past every bill, and past any place the org has counted (a new bill is never taken as counted). */
+  #nextSeq(): number {
+    return Math.max(this.#lastSeq(), this.reportedUpTo()) + 1;
   }
 }
 

@@ -28,8 +28,10 @@ export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<Sp
     return own;
   }
   if (budget.dailyCredits === null) return own;
+  // The org's day lacks this run's bills a failed report left out: what the day leaves is smaller by them.
+  const left = toMicros(budget.dailyCredits - budget.spentToday) - store.spend.unreportedMicros();
   const daily: SpendCap = {
-    credits: toCredits(store.spend.committedMicros() + Math.max(0, toMicros(budget.dailyCredits - budget.spentToday))),
+    credits: toCredits(store.spend.committedMicros() + Math.max(0, left)),
     reason: "daily",
     limit: budget.dailyCredits,
   };
@@ -53,17 +55,26 @@ export async function recordPlayHistory(env: DirectoryEnv, store: RunStore): Pro
   }
 }
 
-/** Adds the run's newly billed spend to the org's daily totals; false if that could not be done now. */
+/**
+ * Adds the run's newly billed spend to the org's daily totals; false if that
+ * could not be done now. The org answers the place it has counted the run's
+ * bills up to: past an earlier report whose answer was lost, the bills after
+ * it go again.
+ */
 export async function reportSpend(env: DirectoryEnv, store: RunStore): Promise<boolean> {
-  const report = store.spend.unreported();
-  if (!report) return true;
   const run = store.run()!;
-  try {
-    await new OrgClient({ env, org: run.org }).recordSpend({ runId: run.runId, ...report });
-  } catch (error) {
-    console.warn(`run ${run.runId}: could not report its spend to the org`, error);
-    return false;
+  const org = new OrgClient({ env, org: run.org });
+  for (let round = 0; round < 3; round++) {
+    const report = store.spend.unreported();
+    if (!report) return true;
+    let counted: number;
+    try {
+      counted = await org.recordSpend({ runId: run.runId, ...report });
+    } catch (error) {
+      console.warn(`run ${run.runId}: could not report its spend to the org`, error);
+      return false;
+    }
+    store.spend.markReported(counted);
   }
-  store.spend.markReported(report.upTo);
-  return true;
+  return store.spend.unreported() === null;
 }
