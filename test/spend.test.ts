@@ -190,6 +190,29 @@ describe("a request whose outcome is unknown", () => {
   });
 });
 
+describe("a call its row left behind", () => {
+  it("ends under its attempt, billed to the run and stored: a rerun of the call sends nothing", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 200 });
+    const rows = leads("Stray", 10);
+    // Each row's field rejects at once (invalid input) while its valid call waits 200 ms for the provider.
+    const run = await waitForRun(await startRun("test-stray-calls", { rows }));
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ total: 10, completed: 0, failed: 10 });
+    expect((await simStats()).billed).toBe(10);
+    expect(run.usage.spend.total).toBe(10);
+    // The calls' receipts were completed: the same calls again are answered from them.
+    const again = await waitForRun(
+      await startRun("test-calls", {
+        rows: rows.map((r) => ({ id: r.id, tool: "sim_find_email", input: { name: r.name, domain: r.domain } })),
+        dataset: "stray-again",
+      }),
+    );
+    expect(again.result).toEqual({ total: 10, completed: 10, failed: 0 });
+    expect(again.usage.providerRequests).toBe(0);
+  });
+});
+
 describe("POST /v1/runs/estimate", () => {
   it("is exact where every call's input is known, a range from past runs otherwise, and matches what the run then bills", async () => {
     await simReset();

@@ -248,6 +248,34 @@ export const testKeyedRows = definePlay({
   },
 });
 
+/**
+ * A row whose field rejects at its first failing call while its other call is
+ * still on its way (`Promise.all`): the call left behind must still end under
+ * the attempt, stored and billed to the run.
+ */
+export const testStrayCalls = definePlay({
+  name: "test-stray-calls",
+  description: "test only: each row's field fails at once, leaving a valid call behind",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    const rows = await ctx.map(
+      "stray",
+      input.rows,
+      {
+        out: async (row, c) => {
+          const [, found] = await Promise.all([
+            c.tool("sim_find_email", { name: "", domain: "" }),
+            c.tool("sim_find_email", { name: row.name, domain: row.domain }),
+          ]);
+          return found;
+        },
+      },
+      { key: "id" },
+    );
+    return { total: rows.total, completed: rows.completed, failed: rows.failed };
+  },
+});
+
 export const testPlays = [
   testMap,
   testTool,
@@ -260,4 +288,5 @@ export const testPlays = [
   testSleep,
   testFetch,
   testKeyedRows,
+  testStrayCalls,
 ];

@@ -160,6 +160,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       const workers = new WorkerBarrier();
       const scheduler = this.#deps.scheduler(attempt, workers, leases);
       const results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal);
+      // Calls a row left behind when it settled (its field rejected while they ran) end under the attempt's leases.
+      await scheduler.settled();
       if (results.length) await this.#persist(attempt, leases, results, summary);
     } finally {
       await leases.stop();

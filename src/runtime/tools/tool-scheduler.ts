@@ -69,6 +69,8 @@ export class ToolScheduler {
   #deps: ToolSchedulerOptions;
   #services: DispatchServices;
   #inflight = new Map<string, Promise<unknown>>();
+  /** Calls made through {@link call} not settled yet. */
+  #unsettled = new Set<Promise<unknown>>();
   /** Claims, completions and failures, one call per shard: the result of a claim, or whether a write was accepted. */
   #writes: BulkQueue<ReceiptOp, ReceiptClaim | boolean>;
   /** Completions and failures queued in {@link #writes}, not sent yet: a call waiting for a window place waits for them. */
@@ -140,13 +142,25 @@ export class ToolScheduler {
   }
 
   /** Calls a tool durably; identical calls in this attempt share one execution. */
-  async call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
+  call(toolId: string, input: unknown, options: ToolCallOptions = {}): Promise<unknown> {
     const ended = this.#queue.began();
-    try {
-      return await this.#call(toolId, input, options, ended);
-    } finally {
+    const call = this.#call(toolId, input, options, ended).finally(() => {
       ended();
-    }
+      this.#unsettled.delete(call);
+    });
+    this.#unsettled.add(call);
+    return call;
+  }
+
+  /**
+   * Resolves once every call made so far has settled, and every call made
+   * meanwhile. A row settles when its fields do, which need not wait for
+   * all of its calls (`Promise.all` rejects at its first failure): the
+   * attempt waits for the others before it persists and gives its leases
+   * up, so none is sent, billed or stored after the attempt ended.
+   */
+  async settled(): Promise<void> {
+    while (this.#unsettled.size > 0) await Promise.allSettled([...this.#unsettled]);
   }
 
   async #call(toolId: string, input: unknown, options: ToolCallOptions, ended: () => void): Promise<unknown> {
