@@ -8,7 +8,7 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS } from "./chaos-helpers";
+import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 import { allEvents, apiJson, eventsOfType, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
@@ -170,6 +170,23 @@ describe("a request whose outcome is unknown", () => {
     expect(retried.status).toBe("completed");
     expect(retried.result).toEqual({ total: 6, completed: 6, failed: 0 });
     expect(retried.usage.providerRequests).toBe(unknown.length);
+  });
+
+  it("is not taken over from a live run still waiting for its answer, past the receipt wait: both runs get the one result", async () => {
+    await simReset();
+    // The provider answers in 2.5 s; the test policy's receipt wait is 1 s.
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 2_500 });
+    const row = (id: string) => ({ id, tool: "test_unkeyed_find", input: { name: "Shared Person", domain: "shared.test" } });
+    const first = await submitWith({ rows: [row("s1")], dataset: "shared-a" }, {});
+    await until(simStats, (s) => s.calls >= 1, "the first run's request at the provider");
+    const second = await submitWith({ rows: [row("s2")], dataset: "shared-b" }, {});
+    const [a, b] = [await waitForRun(first), await waitForRun(second)];
+    expect(a.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    expect(b.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const stats = await simStats();
+    expect(stats.billed).toBe(1);
+    expect(stats.duplicates).toBe(0);
+    expect((await datasetRows(second, "shared-b"))[0].out).toEqual((await datasetRows(first, "shared-a"))[0].out);
   });
 
   it("is not sent again when its provider's lookup of past results fails: the row fails outcome_unknown", async () => {

@@ -267,6 +267,13 @@ export class ToolScheduler {
             continue;
           }
           const left = waitUntil - this.#services.now();
+          // A provider that ignores idempotency keys would execute the call twice if both sent it: its live owner is
+          // waited for until it finishes, dies, or its lease lapses (then the receipt is this call's to claim).
+          const backoffMs = 50 * 2 ** Math.min(poll, 4);
+          if (left <= 0 && call.tool.idempotent === false) {
+            await this.#park(sleep(backoffMs, signal));
+            continue;
+          }
           if (left <= 0) {
             this.#services.log(
               `${call.tool.id}: receipt ${call.key.slice(0, 14)}… is still running in ${claim.owner.runId} after the call's receipt wait; taking it over`,
@@ -275,7 +282,7 @@ export class ToolScheduler {
             takeover = true;
             continue;
           }
-          await this.#park(sleep(Math.min(left, 50 * 2 ** Math.min(poll, 4)), signal));
+          await this.#park(sleep(Math.min(left, backoffMs), signal));
           continue;
         }
         case "claimed":
