@@ -184,6 +184,29 @@ describe("claim and persist", () => {
     expect((await readAll(stub, "run-c"))[0]!.data).toEqual({ id: "cust-17", domain: "fixed.com", email: "ann@fixed.com" });
   });
 
+  it("claims a key repeated in one chunk with another input once the first occurrence is written: each keeps its own output", async () => {
+    const stub = shard();
+    const a = attempt("run-dup");
+    const rows = [
+      { key: "cust-9", index: 10, input: { id: "cust-9", domain: "first.com" } },
+      { key: "cust-9", index: 11, input: { id: "cust-9", domain: "second.com" } },
+    ];
+    const claimRows = () => stub.claimRows({ attempt: a, leaseTtlMs: LONG_TTL_MS, recompute: false, rows });
+    const first = await claimRows();
+    expect(first.rows.map((r) => r.status)).toEqual(["pending", "blocked"]);
+    await complete(stub, a, ["cust-9"], () => ({ id: "cust-9", domain: "first.com", email: "x@first.com" }));
+    // The chunk claimed again: the first is done, the second gets a version of its own.
+    const again = await claimRows();
+    expect(again.rows.map((r) => r.status)).toEqual(["completed", "pending"]);
+    await complete(stub, a, ["cust-9"], () => ({ id: "cust-9", domain: "second.com", email: "x@second.com" }));
+    const view = await readAll(stub, "run-dup");
+    expect(view.map((r) => r.data)).toEqual([
+      { id: "cust-9", domain: "first.com", email: "x@first.com" },
+      { id: "cust-9", domain: "second.com", email: "x@second.com" },
+    ]);
+    expect(view.map((r) => r.status)).toEqual(["completed", "completed"]);
+  });
+
   it("never changes a finished run's view: force recomputes into a new version, and a pending row of an ended run stays its own", async () => {
     const stub = shard();
     const a = attempt("run-a");

@@ -267,6 +267,23 @@ describe("a run over an upload", () => {
     expect(stats.duplicates).toBe(0);
   });
 
+  it("computes a key repeated in one chunk with another input after the first: each line gets its own input's result", async () => {
+    await simReset();
+    const rows: Lead[] = [
+      { id: "dup-1", name: "First Person", domain: "first.example" },
+      { id: "dup-0", name: "Other Person", domain: "other.example" },
+      { id: "dup-1", name: "Second Person", domain: "second.example" },
+    ];
+    const runId = await startRun("demo-enrich", { upload: await upload(csvOf(rows)) });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ rows: 3, failed: 0 });
+    // The run's view has each line, in file order, with what its own input gave.
+    const stored = await datasetRows(runId, "leads");
+    expect(stored.map((row) => [row._key, row.email])).toEqual(rows.map((lead) => [lead.id, expectedEmail(lead.name, lead.domain)]));
+    expect((await simStats()).duplicates).toBe(0);
+  });
+
   it("fails the run upload_not_found when its upload is deleted while it reads it", async () => {
     await simReset();
     await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });

@@ -93,8 +93,9 @@ export class SheetClient {
     leaseTtlMs: number;
     /** Record only the rows that are reused; lease nothing (see SheetStore.claimRows). */
     reuseOnly?: boolean;
-  }): Promise<Map<string, ClaimedRow>> {
-    const claimed = new Map<string, ClaimedRow>();
+  }): Promise<Map<number, ClaimedRow>> {
+    // By row index: a key repeated with another input is answered for each occurrence (SheetStore.claimRows).
+    const claimed = new Map<number, ClaimedRow>();
     const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].map(async ([shard, rows]) => {
@@ -105,7 +106,7 @@ export class SheetClient {
           reuseOnly: options.reuseOnly,
           rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
         });
-        for (const row of result.rows) claimed.set(row.key, row as ClaimedRow);
+        result.rows.forEach((row, i) => claimed.set(rows[i]!.index, row as ClaimedRow));
       }),
     );
     await this.#faults.check("sheet.claimed");

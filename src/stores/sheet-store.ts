@@ -121,6 +121,13 @@ export class SheetStore {
         return { key: row.key, status: "completed" };
       }
       if (request.reuseOnly) return { key: row.key, status: "pending" };
+      if (leased.has(row.key) && record!.input_digest !== row.digest) {
+        // The key again with another input: it gets its own version once this attempt persisted the first (the
+        // chunk is claimed again at once). Given one now, the first's version would never be written, and the row
+        // the attempt wrote first would hold its output under the other input.
+        members.push({ key: row.key, index: row.index, version: null });
+        return { key: row.key, status: "blocked", owner: attempt, leaseExpiresAt: now };
+      }
       let version = record?.version ?? 0;
       if (!record || !resumable(record, row.digest, attempt)) {
         version += 1;

@@ -82,7 +82,7 @@ export async function sweepReused(
   for (const { chunk, rows: count } of sweep.chunks) {
     const own = rows.slice(at, at + count);
     at += count;
-    if (own.every((row) => claims.get(row.key)?.status === "completed")) reused.push(chunk);
+    if (own.every((row) => claims.get(row.index)?.status === "completed")) reused.push(chunk);
   }
   return reused;
 }
@@ -135,7 +135,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
     for (const row of rows) {
-      const claim = claims.get(row.key);
+      const claim = claims.get(row.index);
       if (!claim) throw new Error(`claimRows returned no answer for row ${row.key}`);
       if (claim.status === "completed") {
         summary.completed++;
