@@ -106,7 +106,7 @@ export class SheetClient {
           reuseOnly: options.reuseOnly,
           rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
         });
-        result.rows.forEach((row, i) => claimed.set(rows[i]!.index, row as ClaimedRow));
+        for (const [i, row] of result.rows.entries()) claimed.set(rows[i]!.index, row as ClaimedRow);
       }),
     );
     await this.#faults.check("sheet.claimed");
