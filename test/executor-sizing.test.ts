@@ -4,7 +4,7 @@
  * map during its first answer's wait, not after it.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { callRows, SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -36,5 +36,23 @@ describe("executor sizing", () => {
 
     expect((await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
     expect((await waitForRun(runId)).status).toBe("cancelled");
+  });
+});
+
+describe("two maps at once", () => {
+  it("run on executors of their own: neither stops the other's attempts, and every row is computed once", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
+    const rows = Array.from({ length: 300 }, (_, i) => ({ id: `two-${i}`, name: `Two Person ${i}`, domain: "two.test" }));
+    const runId = await startRun("test-two-maps", { rows }, { testPolicy: { minExecutors: 2, maxExecutors: 4 } });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ left: 300, right: 300 });
+    // The two maps make the same 300 calls: the second of each is answered from the first's receipt, or follows it.
+    expect((await simStats()).billed).toBe(300);
+    expect(await notices(runId)).not.toContain("attempt_redispatched");
+    expect(
+      (await allEvents(runId)).filter((e) => e.type === "log.appended" && String((e as { line?: string }).line).includes("superseded")),
+    ).toEqual([]);
   });
 });

@@ -46,8 +46,10 @@ export interface ToolCallOptions {
    * How long to wait for the same call that another live run is executing
    * before taking it over (default: the runtime's `receiptWaitMs`). A call
    * whose owner is dead (its run ended, or moved to a newer attempt) is taken
-   * over at once. A tool with `idempotent: false` is never taken over from a
-   * live owner: both would send it, and its provider would bill it twice.
+   * over at once. A call another chunk of the same run is executing is
+   * waited for until it ends, and so is any live owner's call of a tool with
+   * `idempotent: false` (both would send it, and its provider would bill it
+   * twice).
    */
   receiptWaitMs?: number;
 }

@@ -1,7 +1,7 @@
 /** Plays that exist only under the test runner (TROUPE_TEST_MODE), to exercise the engine's edges. */
 import { z } from "zod";
 import { definePlay, rowsInput } from "../play/define";
-import type { MapOptions, Row } from "../play/types";
+import type { MapOptions, Row, RowContext } from "../play/types";
 
 const TestRow = z.object({
   id: z.string().optional(),
@@ -276,6 +276,22 @@ export const testStrayCalls = definePlay({
   },
 });
 
+/** Two maps at once (`Promise.all`): each with its own executors, neither stopping the other's attempts. */
+export const testTwoMaps = definePlay({
+  name: "test-two-maps",
+  description: "test only: two maps over the same rows at the same time",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    const find = async (row: Record<string, unknown>, c: RowContext) =>
+      ((await c.tool("sim_find_email", { name: row.name, domain: row.domain })) as { email: string }).email;
+    const [left, right] = await Promise.all([
+      ctx.map("left", input.rows, { email: find }, { key: "id" }),
+      ctx.map("right", input.rows, { email: find, side: async () => "right" }, { key: "id" }),
+    ]);
+    return { left: left.completed, right: right.completed };
+  },
+});
+
 export const testPlays = [
   testMap,
   testTool,
@@ -289,4 +305,5 @@ export const testPlays = [
   testFetch,
   testKeyedRows,
   testStrayCalls,
+  testTwoMaps,
 ];

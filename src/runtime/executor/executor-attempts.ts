@@ -49,6 +49,12 @@ export class ExecutorAttempts {
   /** A bill reached a run that has ended: its spend report must be made again. */
   #onLateBill: () => void;
   #watched = new Map<string, Watched>();
+  /**
+   * The run's executors busy with an attempt, by slot, over all its maps: two
+   * maps draining at once (`Promise.all`) take different executors, as an
+   * executor given an attempt of one map drops the other's.
+   */
+  readonly busySlots = new Set<number>();
 
   constructor(options: { store: RunStore; live: LiveRows; emit: Emit; now(): number; onLateBill(): void }) {
     this.#store = options.store;

@@ -195,10 +195,12 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return { slot: this.#free(attemptId), alongside: null };
   }
 
-  /** The lowest idle executor's slot, now busy with `attemptId`. */
+  /** The lowest idle executor's slot (idle for every map of the run), now busy with `attemptId`. */
   #free(attemptId: string): number {
+    const busy = this.#deps.attempts.busySlots;
     let slot = 0;
-    while (this.#slots.has(slot)) slot++;
+    while (this.#slots.has(slot) || busy.has(slot)) slot++;
+    busy.add(slot);
     this.#slots.set(slot, [attemptId]);
     this.#deps.onSlot?.(1);
     return slot;
@@ -208,6 +210,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     const held = this.#slots.get(slot)?.filter((id) => id !== attemptId) ?? [];
     if (held.length > 0) return void this.#slots.set(slot, held);
     this.#slots.delete(slot);
+    this.#deps.attempts.busySlots.delete(slot);
     this.#deps.onSlot?.(-1);
   }
 }

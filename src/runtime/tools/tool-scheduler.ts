@@ -267,10 +267,11 @@ export class ToolScheduler {
             continue;
           }
           const left = waitUntil - this.#services.now();
-          // A provider that ignores idempotency keys would execute the call twice if both sent it: its live owner is
-          // waited for until it finishes, dies, or its lease lapses (then the receipt is this call's to claim).
+          // Waited for until it finishes, dies, or its lease lapses (then the receipt is this call's to claim): an owner
+          // of this run (another of its chunks or maps: taken over, it lost the receipt and its whole chunk ran again),
+          // and any live owner of a call to a provider that ignores idempotency keys (both would send it).
           const backoffMs = 50 * 2 ** Math.min(poll, 4);
-          if (left <= 0 && call.tool.idempotent === false) {
+          if (left <= 0 && (call.tool.idempotent === false || claim.owner.runId === this.#services.run.runId)) {
             await this.#park(sleep(backoffMs, signal));
             continue;
           }
