@@ -97,6 +97,22 @@ describe("claim dispositions", () => {
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "completed", output, finishedByRun: "run-a", leaseExpiresAt: null });
   });
 
+  it("completes hundreds of receipts with sizeable outputs in one call, past SQLite's 2 MB bound on one parameter", async () => {
+    const stub = shard();
+    const a = attempt("run-big");
+    const keys = Array.from({ length: 300 }, (_, i) => `big-${i}`);
+    await claim(stub, a, keys);
+    // 300 outputs of 10,000 characters: 3 MB as one JSON parameter.
+    const output = (i: number) => ({ i, page: "x".repeat(10_000) });
+    expect(await stub.complete({ attempt: a, items: keys.map((key, i) => ({ key, output: output(i) })) })).toEqual({
+      accepted: keys,
+      rejected: [],
+    });
+    expect(await claim(stub, attempt("run-next"), [keys[299]!])).toEqual([
+      { key: keys[299], disposition: "reused", output: output(299), generation: 0, finishedByRun: "run-big" },
+    ]);
+  });
+
   it("reports a receipt running under another live run with its owner", async () => {
     const stub = shard();
     const a = attempt("run-a", 2);

@@ -23,7 +23,7 @@ import type {
   ReceiptError,
   ReceiptWriteResult,
 } from "../contracts/shards";
-import type { Sql } from "./sql";
+import { batches, type Sql } from "./sql";
 
 /** Error code of a receipt whose owner stopped renewing its lease (set by the alarm). */
 export const LEASE_EXPIRED = "lease_expired";
@@ -278,10 +278,17 @@ export class ReceiptStore {
     return { accepted: keys.filter((key) => accepted.get(key)), rejected: keys.filter((key) => !accepted.get(key)) };
   }
 
-  /** Writes whole receipts; one JSON parameter, so any count stays under the bind limit. */
+  /**
+   * Writes whole receipts, one JSON parameter per batch (any count stays under
+   * the bind limit), batched by size: SQLite caps a bound string at 2 MB, and
+   * a write may complete hundreds of receipts with sizeable outputs.
+   */
   #save(receipts: Receipt[]): void {
-    if (receipts.length === 0) return;
-    const rows = JSON.stringify(receipts.map(receiptToRow));
+    const rows = receipts.map((receipt) => JSON.stringify(receiptToRow(receipt)));
+    for (const batch of batches(rows, (row) => row.length)) this.#saveRows(`[${batch.join(",")}]`);
+  }
+
+  #saveRows(rows: string): void {
     // REPLACE is safe: the row carries every column (created_at included) and nothing references it.
     this.#sql.write`
       INSERT OR REPLACE INTO receipts (key, tool_id, status, output, error_code, error_message, retryable,

@@ -32,18 +32,11 @@ import type {
   ReadRunRowsRequest,
   SheetRow,
 } from "../contracts/shards";
-import type { Sql } from "./sql";
+import { batches, type Sql } from "./sql";
 import { MAX_READ_ROWS, type CountRunChunksRequest, type RunChunkCounts, type RunRowCounts } from "../contracts/shards";
 
 /** Largest serialized row data (input or output) a shard stores. */
 export const MAX_ROW_DATA_BYTES = 1024 * 1024;
-/**
- * Budget, in UTF-16 code units, of one JSON array parameter. SQLite in Durable
- * Objects caps a bound string at 2 MB; 512 Ki code units is at most 1.5 MiB of
- * UTF-8. A batch always holds at least one item, and one item is at most
- * MAX_ROW_DATA_BYTES plus its key.
- */
-const MAX_PARAM_CHARS = 512 * 1024;
 
 /** A row's head joined with its latest version (its data and error stay in storage: claims and writes never need them). */
 type RowRecord = {
@@ -389,21 +382,4 @@ function serializeRowData(key: string, data: unknown): string {
     throw new ValidationError(`row ${JSON.stringify(key)}: data is over ${MAX_ROW_DATA_BYTES} bytes`);
   }
   return text;
-}
-
-/** Splits items into consecutive non-empty batches of at most MAX_PARAM_CHARS (a lone larger item is its own batch). */
-function* batches<T>(items: readonly T[], sizeOf: (item: T) => number): Generator<T[]> {
-  let batch: T[] = [];
-  let chars = 0;
-  for (const item of items) {
-    const size = sizeOf(item) + 32;
-    if (batch.length > 0 && chars + size > MAX_PARAM_CHARS) {
-      yield batch;
-      batch = [];
-      chars = 0;
-    }
-    batch.push(item);
-    chars += size;
-  }
-  if (batch.length > 0) yield batch;
 }

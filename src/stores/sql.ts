@@ -12,8 +12,37 @@ export interface Sql {
   write(strings: TemplateStringsArray, ...values: SqlValue[]): number;
 }
 
+/**
+ * The largest string or BLOB a Durable Object's SQLite stores or binds (the
+ * platform's limits page: 2 MB). Production enforces it; local workerd does
+ * not, so the helper does, everywhere: a write that would fail deployed fails
+ * in tests too.
+ */
+export const MAX_SQL_VALUE_BYTES = 2_000_000;
+
+const encoder = new TextEncoder();
+
+/** Throws as production would for a bound value past {@link MAX_SQL_VALUE_BYTES}. */
+function checkValueSizes(values: SqlValue[]): void {
+  for (const value of values) {
+    // A string's UTF-8 is at most three bytes per UTF-16 unit: only a long one needs counting.
+    const bytes =
+      typeof value === "string"
+        ? value.length * 3 <= MAX_SQL_VALUE_BYTES
+          ? 0
+          : encoder.encode(value).length
+        : value instanceof ArrayBuffer
+          ? value.byteLength
+          : 0;
+    if (bytes > MAX_SQL_VALUE_BYTES) throw new Error(`string or blob too big: a bound value of ${bytes} bytes (SQLITE_TOOBIG)`);
+  }
+}
+
 export function createSql(storage: DurableObjectStorage): Sql {
-  const run = (strings: TemplateStringsArray, values: SqlValue[]) => storage.sql.exec(strings.join("?"), ...values);
+  const run = (strings: TemplateStringsArray, values: SqlValue[]) => {
+    checkValueSizes(values);
+    return storage.sql.exec(strings.join("?"), ...values);
+  };
   const sql = (<T extends Record<string, SqlStorageValue>>(strings: TemplateStringsArray, ...values: SqlValue[]) =>
     run(strings, values).toArray() as T[]) as Sql;
   sql.write = (strings, ...values) => {
@@ -41,4 +70,28 @@ export function migrate(storage: DurableObjectStorage, migrations: readonly stri
       );
     });
   }
+}
+
+/**
+ * Budget, in UTF-16 code units, of one JSON array parameter. SQLite in Durable
+ * Objects caps a bound string at 2 MB; 512 Ki code units is at most 1.5 MiB of
+ * UTF-8.
+ */
+export const MAX_PARAM_CHARS = 512 * 1024;
+
+/** Splits items into consecutive non-empty batches of at most {@link MAX_PARAM_CHARS} (a lone larger item is its own batch). */
+export function* batches<T>(items: readonly T[], sizeOf: (item: T) => number): Generator<T[]> {
+  let batch: T[] = [];
+  let chars = 0;
+  for (const item of items) {
+    const size = sizeOf(item) + 32;
+    if (batch.length > 0 && chars + size > MAX_PARAM_CHARS) {
+      yield batch;
+      batch = [];
+      chars = 0;
+    }
+    batch.push(item);
+    chars += size;
+  }
+  if (batch.length > 0) yield batch;
 }
