@@ -45,6 +45,17 @@ describe("ctx.map keys and row errors", () => {
     for (const row of stored.slice(1, 3)) expect(row._error).toMatch(/^row_too_deep: the computed row nests past 64 levels at shout\.a\.a/);
   });
 
+  it("fails only the row whose field throws after another returned a value too deep to store, keeping its input", async () => {
+    const rows = [{ id: "d1" }, { id: "d2-bad" }, { id: "d3" }];
+    const run = await waitForRun(await startRun("test-deep-then-throw", { rows }));
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    const stored = await datasetRows(run.runId, "deep");
+    expect(stored.map((r) => r._status)).toEqual(["failed", "failed", "failed"]);
+    expect(stored[1]).toMatchObject({ _key: "d2-bad", id: "d2-bad", _error: "the second field failed" });
+    expect(stored[1].nested).toBeUndefined();
+    for (const row of [stored[0], stored[2]]) expect(row._error).toMatch(/^row_too_deep/);
+  });
+
   it("fails the run on the first failed row with onRowError: 'fail'", async () => {
     const rows = [person(20), person(21, { throw: true }), person(22)];
     const run = await waitForRun(await startRun("test-map", { rows, onRowError: "fail" }));

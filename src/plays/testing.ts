@@ -292,6 +292,32 @@ export const testTwoMaps = definePlay({
   },
 });
 
+/** Rows whose first field returns data nested too deep to store, then whose second throws: each row fails alone. */
+export const testDeepThenThrow = definePlay({
+  name: "test-deep-then-throw",
+  description: "test only: a field's too-deep value, then a failing field",
+  input: z.object({ rows: z.array(z.object({ id: z.string() })).max(100) }),
+  async run(ctx, input) {
+    const rows = await ctx.map(
+      "deep",
+      input.rows,
+      {
+        nested: async () => {
+          let value: Record<string, unknown> = { leaf: true };
+          for (let i = 0; i < 80; i++) value = { inner: value };
+          return value;
+        },
+        boom: async (row) => {
+          if (String(row.id).endsWith("-bad")) throw new Error("the second field failed");
+          return "fine";
+        },
+      },
+      { key: "id" },
+    );
+    return { total: rows.total, completed: rows.completed, failed: rows.failed };
+  },
+});
+
 export const testPlays = [
   testMap,
   testTool,
@@ -306,4 +332,5 @@ export const testPlays = [
   testKeyedRows,
   testStrayCalls,
   testTwoMaps,
+  testDeepThenThrow,
 ];

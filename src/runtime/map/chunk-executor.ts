@@ -298,7 +298,11 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     } catch (error) {
       if (signal.aborted || latch.tripped) return null;
       const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
-      return { key: planned.key, status: "failed", data: jsonSafe(row) ?? planned.input, error: message.slice(0, 8000) };
+      // What the fields computed before the failure is kept only where a completed row could hold it: a row too deep or
+      // too large would fail its whole persist batch, and the run with it.
+      const kept = jsonSafe(row);
+      const fits = kept !== null && tooDeepAt(kept) === null && JSON.stringify(kept).length <= MAX_ROW_RESULT_BYTES;
+      return { key: planned.key, status: "failed", data: fits ? kept : planned.input, error: message.slice(0, 8000) };
     }
   }
 }
