@@ -56,6 +56,17 @@ describe("ctx.map keys and row errors", () => {
     for (const row of [stored[0], stored[2]]) expect(row._error).toMatch(/^row_too_deep/);
   });
 
+  it("hands an executor a chunk whose rows pass SQLite's 2 MB bound on one value, and runs every row", async () => {
+    // 50 rows of 60 KB: a 3 MB assignment. The names are too long for the tool: each row fails alone, naming why.
+    const rows = Array.from({ length: 50 }, (_, i) => ({ id: `big-${i}`, name: `${"N".repeat(60_000)}${i}`, domain: "big.test" }));
+    const run = await waitForRun(await startRun("test-map", { rows }), { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toMatchObject({ total: 50, completed: 0, failed: 50 });
+    const stored = await datasetRows(run.runId, "items");
+    expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
+    for (const row of stored) expect(row._error).toMatch(/^invalid_tool_input/);
+  });
+
   it("fails the run on the first failed row with onRowError: 'fail'", async () => {
     const rows = [person(20), person(21, { throw: true }), person(22)];
     const run = await waitForRun(await startRun("test-map", { rows, onRowError: "fail" }));

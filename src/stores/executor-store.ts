@@ -8,7 +8,7 @@
  */
 import type { BilledRequest, ChunkAssignment } from "../contracts/executors";
 import type { SalvageEntry } from "../contracts/shards";
-import type { Sql } from "./sql";
+import { MAX_PARAM_CHARS, type Sql } from "./sql";
 
 export const EXECUTOR_MIGRATIONS = [
   `
@@ -33,6 +33,10 @@ export const EXECUTOR_MIGRATIONS = [
   );
   INSERT INTO held (attempt_id, body, state, coordinator) SELECT attempt_id, body, state, coordinator FROM assignment;
   DROP TABLE assignment;
+  `,
+  // An assignment's rows may pass SQLite's 2 MB bound on one value (50 rows of 60 KB): its body is kept in parts.
+  `
+  CREATE TABLE held_parts (attempt_id TEXT NOT NULL, part INTEGER NOT NULL, text TEXT NOT NULL, PRIMARY KEY (attempt_id, part)) WITHOUT ROWID;
   `,
 ];
 
@@ -66,17 +70,40 @@ export class ExecutorStore {
     this.#sql.write`INSERT INTO epoch (id, attempt_seq) VALUES (1, ${assignment.attempt.attemptSeq})
       ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
     this.#sql.write`DELETE FROM held WHERE attempt_id IS NOT ${assignment.alongside}`;
+    this.#dropOrphanParts();
+    const { attemptId } = assignment.attempt;
+    const text = JSON.stringify(assignment);
+    // A body past one value's budget is kept in parts, and the row's own body is empty.
+    const parted = text.length > MAX_PARAM_CHARS;
     this.#sql.write`INSERT INTO held (attempt_id, body, state, coordinator)
-      VALUES (${assignment.attempt.attemptId}, ${JSON.stringify(assignment)}, 'assigned', ${assignment.runId})`;
+      VALUES (${attemptId}, ${parted ? "" : text}, 'assigned', ${assignment.runId})`;
+    if (parted) {
+      for (let part = 0; part * MAX_PARAM_CHARS < text.length; part++) {
+        this.#sql.write`INSERT INTO held_parts (attempt_id, part, text)
+          VALUES (${attemptId}, ${part}, ${text.slice(part * MAX_PARAM_CHARS, (part + 1) * MAX_PARAM_CHARS)})`;
+      }
+    }
     return true;
   }
 
   /** The attempts held, oldest first. */
   held(): HeldAssignment[] {
-    return this.#sql<{ body: string; state: string }>`SELECT body, state FROM held ORDER BY seq`.map((row) => ({
-      assignment: JSON.parse(row.body) as ChunkAssignment,
-      state: row.state as HeldAssignment["state"],
-    }));
+    return this.#sql<{ attempt_id: string; body: string; state: string }>`SELECT attempt_id, body, state FROM held ORDER BY seq`.map(
+      (row) => ({
+        assignment: JSON.parse(row.body === "" ? this.#parts(row.attempt_id) : row.body) as ChunkAssignment,
+        state: row.state as HeldAssignment["state"],
+      }),
+    );
+  }
+
+  #parts(attemptId: string): string {
+    return this.#sql<{ text: string }>`SELECT text FROM held_parts WHERE attempt_id = ${attemptId} ORDER BY part`
+      .map((row) => row.text)
+      .join("");
+  }
+
+  #dropOrphanParts(): void {
+    this.#sql.write`DELETE FROM held_parts WHERE attempt_id NOT IN (SELECT attempt_id FROM held)`;
   }
 
   /** Marks the attempt started; false when another assignment replaced it. */
@@ -87,6 +114,7 @@ export class ExecutorStore {
   /** The attempt ended and its end was reported: it is no longer held. */
   finish(attemptId: string): void {
     this.#sql.write`DELETE FROM held WHERE attempt_id = ${attemptId}`;
+    this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
   }
 
   addBill(bill: BilledRequest): void {
