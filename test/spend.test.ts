@@ -207,6 +207,21 @@ describe("a request whose outcome is unknown", () => {
   });
 });
 
+describe("an answer too large to store", () => {
+  it("fails its row output_too_large, billed once; a rerun fails it again without paying", async () => {
+    await simReset();
+    const rows = [0, 1].map((i) => ({ id: `huge-${i}`, tool: "test_huge_find", input: { name: `Huge Person ${i}`, domain: "huge.test" } }));
+    const run = await waitForRun(await submitWith({ rows, dataset: "huge" }, {}));
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    for (const row of await datasetRows(run.runId, "huge")) expect(row._error).toMatch(/^output_too_large/);
+    expect(run.usage.spend.total).toBe(2);
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${run.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    expect(rerun.usage.providerRequests).toBe(0);
+  });
+});
+
 describe("a call its row left behind", () => {
   it("ends under its attempt, billed to the run and stored: a rerun of the call sends nothing", async () => {
     await simReset();

@@ -42,6 +42,15 @@ export const testUnkeyedBlindFind = defineTool({
   },
 });
 
+/** `sim_find_email` whose provider pads its answer past what a receipt stores (2.1 MB): billed, never storable. */
+export const testHugeFind = defineTool({
+  ...simFindEmail,
+  id: "test_huge_find",
+  async execute(input, call) {
+    return { ...(await simFindEmail.execute(input, call)), padding: "x".repeat(2_100_000) };
+  },
+});
+
 /**
  * `sim_find_email` from a provider that answers 403 when rate limited (as
  * Hunter does): the simulator's 429 comes back as a permanent-looking 403
@@ -65,4 +74,4 @@ export const testForbiddenWhenLimitedFind = defineTool({
   isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",
 });
 
-export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testForbiddenWhenLimitedFind];
+export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testHugeFind, testForbiddenWhenLimitedFind];

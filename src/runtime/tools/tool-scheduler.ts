@@ -64,6 +64,19 @@ export class ReceiptStoreError extends TroupeError {
   }
 }
 
+/**
+ * The largest answer, as JSON, a receipt stores: well under SQLite's 2 MB
+ * bound on one value once escaped into the receipt's row (a row's data is
+ * bounded at 1 MiB too).
+ */
+export const MAX_RECEIPT_OUTPUT_BYTES = 512 * 1024;
+
+/** UTF-8 bytes of `output` as JSON (counted only when the cheap bound, three per UTF-16 unit, is past the limit). */
+function outputBytes(output: unknown): number {
+  const text = JSON.stringify(output) ?? "null";
+  return text.length * 3 <= MAX_RECEIPT_OUTPUT_BYTES ? text.length : new TextEncoder().encode(text).length;
+}
+
 /** One chunk attempt's `ctx.tool` calls; see the module comment. */
 export class ToolScheduler {
   #deps: ToolSchedulerOptions;
@@ -419,6 +432,19 @@ export class ToolScheduler {
    */
   async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
     const { signal } = this.#services;
+    const bytes = outputBytes(output);
+    if (bytes > MAX_RECEIPT_OUTPUT_BYTES) {
+      // Billed, but no receipt can hold it (nor a row): the receipt fails for good, so a rerun does not pay again.
+      const error = {
+        code: "output_too_large",
+        message: `${call.tool.id}: the provider's answer is ${bytes} bytes of JSON; a stored result holds at most ${MAX_RECEIPT_OUTPUT_BYTES}`,
+      };
+      await this.#fail(shard, { key: call.key, error, retryable: false }).catch((failure: unknown) => {
+        throw this.#fatal(new ReceiptStoreError("fail", failure));
+      });
+      this.#services.spend.bill(requestKey);
+      throw new ToolCallError({ ...error, retryable: false });
+    }
     let accepted: boolean;
     try {
       accepted = await this.#deps.guards.ladder.run({
