@@ -20,6 +20,7 @@ import { z } from "zod";
 import { canonicalJson } from "../core/hash";
 import { ValidationError } from "../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../core/json-depth";
+import { utf8BytesPast } from "../core/utf8";
 import type {
   AttemptRef,
   ClaimRowsRequest,
@@ -377,8 +378,7 @@ function serializeRowData(key: string, data: unknown): string {
   if (deep !== null)
     throw new ValidationError(`row ${JSON.stringify(key)}: data nests past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`);
   const text = JSON.stringify(data);
-  // A UTF-16 code unit is at most 3 UTF-8 bytes: encode only when the cheap bound is not enough.
-  if (text.length * 3 > MAX_ROW_DATA_BYTES && new TextEncoder().encode(text).byteLength > MAX_ROW_DATA_BYTES) {
+  if (utf8BytesPast(text, MAX_ROW_DATA_BYTES) !== null) {
     throw new ValidationError(`row ${JSON.stringify(key)}: data is over ${MAX_ROW_DATA_BYTES} bytes`);
   }
   return text;

@@ -3,6 +3,8 @@
  * parameters, and ordered schema migrations gated by a version row.
  */
 
+import { utf8BytesPast } from "../core/utf8";
+
 export type SqlValue = string | number | null | ArrayBuffer;
 
 /** A tagged template over one object's SQLite storage. */
@@ -20,21 +22,16 @@ export interface Sql {
  */
 export const MAX_SQL_VALUE_BYTES = 2_000_000;
 
-const encoder = new TextEncoder();
-
 /** Throws as production would for a bound value past {@link MAX_SQL_VALUE_BYTES}. */
 function checkValueSizes(values: SqlValue[]): void {
   for (const value of values) {
-    // A string's UTF-8 is at most three bytes per UTF-16 unit: only a long one needs counting.
     const bytes =
       typeof value === "string"
-        ? value.length * 3 <= MAX_SQL_VALUE_BYTES
-          ? 0
-          : encoder.encode(value).length
-        : value instanceof ArrayBuffer
+        ? utf8BytesPast(value, MAX_SQL_VALUE_BYTES)
+        : value instanceof ArrayBuffer && value.byteLength > MAX_SQL_VALUE_BYTES
           ? value.byteLength
-          : 0;
-    if (bytes > MAX_SQL_VALUE_BYTES) throw new Error(`string or blob too big: a bound value of ${bytes} bytes (SQLITE_TOOBIG)`);
+          : null;
+    if (bytes !== null) throw new Error(`string or blob too big: a bound value of ${bytes} bytes (SQLITE_TOOBIG)`);
   }
 }
 

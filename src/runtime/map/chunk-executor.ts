@@ -298,20 +298,25 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     } catch (error) {
       if (signal.aborted || latch.tripped) return null;
       const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
-      // What the fields computed before the failure is kept only where a completed row could hold it: a row too deep or
-      // too large would fail its whole persist batch, and the run with it.
-      const kept = jsonSafe(row);
-      const fits = kept !== null && tooDeepAt(kept) === null && JSON.stringify(kept).length <= MAX_ROW_RESULT_BYTES;
-      return { key: planned.key, status: "failed", data: fits ? kept : planned.input, error: message.slice(0, 8000) };
+      return { key: planned.key, status: "failed", data: storable(row) ?? planned.input, error: message.slice(0, 8000) };
     }
   }
 }
 
-function jsonSafe(row: Row): Row | null {
+/**
+ * What the fields computed before a failure, as a completed row could hold
+ * it; null (the row keeps its input) when it cannot: a row too deep or too
+ * large would fail its whole persist batch, and the run with it.
+ */
+function storable(row: Row): Row | null {
+  let text: string;
   try {
-    return JSON.parse(JSON.stringify(row)) as Row;
+    text = JSON.stringify(row);
   } catch {
-    // A field returned something JSON cannot hold (a cycle, a BigInt): keep the input only.
+    // A field returned something JSON cannot hold (a cycle, a BigInt).
     return null;
   }
+  if (text.length > MAX_ROW_RESULT_BYTES) return null;
+  const kept = JSON.parse(text) as Row;
+  return tooDeepAt(kept) === null ? kept : null;
 }

@@ -6,6 +6,7 @@
  * queue (batching, waves, pacing, retries). Completions climb the ladder and
  * end in a salvage record when the store stays broken.
  */
+import { utf8BytesPast } from "../../core/utf8";
 import { AuthScopeChange } from "./auth-scope";
 import { LadderExhausted } from "./completion-ladder";
 import type { DispatchServices, MapGuards } from "./services";
@@ -70,12 +71,6 @@ export class ReceiptStoreError extends TroupeError {
  * bounded at 1 MiB too).
  */
 export const MAX_RECEIPT_OUTPUT_BYTES = 512 * 1024;
-
-/** UTF-8 bytes of `output` as JSON (counted only when the cheap bound, three per UTF-16 unit, is past the limit). */
-function outputBytes(output: unknown): number {
-  const text = JSON.stringify(output) ?? "null";
-  return text.length * 3 <= MAX_RECEIPT_OUTPUT_BYTES ? text.length : new TextEncoder().encode(text).length;
-}
 
 /** One chunk attempt's `ctx.tool` calls; see the module comment. */
 export class ToolScheduler {
@@ -432,8 +427,8 @@ export class ToolScheduler {
    */
   async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
     const { signal } = this.#services;
-    const bytes = outputBytes(output);
-    if (bytes > MAX_RECEIPT_OUTPUT_BYTES) {
+    const bytes = utf8BytesPast(JSON.stringify(output) ?? "null", MAX_RECEIPT_OUTPUT_BYTES);
+    if (bytes !== null) {
       // Billed, but no receipt can hold it (nor a row): the receipt fails for good, so a rerun does not pay again.
       const error = {
         code: "output_too_large",
