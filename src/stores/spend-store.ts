@@ -64,6 +64,8 @@ type SpendState = "reserved" | "billed";
 export class SpendStore {
   #sql: Sql;
   #now: () => number;
+  /** The last place given to a bill (null until the first is given: see {@link #nextSeq}). */
+  #seq: number | null = null;
 
   constructor(options: { sql: Sql; now: () => number }) {
     this.#sql = options.sql;
@@ -224,6 +226,7 @@ export class SpendStore {
   markReported(upTo: number): void {
     this.#sql.write`INSERT INTO spend_report (id, up_to) VALUES (1, ${upTo})
       ON CONFLICT (id) DO UPDATE SET up_to = max(up_to, excluded.up_to)`;
+    if (this.#seq !== null && this.#seq < upTo) this.#seq = upTo;
   }
 
   #lastSeq(): number {
@@ -233,9 +236,15 @@ export class SpendStore {
     );
   }
 
-  /** The next bill's place: past every bill, and past any place the org has counted (a new bill is never taken as counted). */
+  /**
+   * The next bill's place: past every bill, and past any place the org has
+   * counted (a new bill is never taken as counted). Read from storage once,
+   * then counted here: this store is its object's only writer of bills (a
+   * place skipped by a write that failed is only a gap).
+   */
   #nextSeq(): number {
-    return Math.max(this.#lastSeq(), this.reportedUpTo()) + 1;
+    this.#seq = (this.#seq ?? Math.max(this.#lastSeq(), this.reportedUpTo())) + 1;
+    return this.#seq;
   }
 }
 
