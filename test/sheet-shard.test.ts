@@ -318,13 +318,41 @@ describe("leases and fencing", () => {
     await claim(stub, old, ["k1"]);
     expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
     expect((await claim(stub, newer, ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
-    expect((await claim(stub, old, ["k1"])).rows).toEqual([
-      { key: "k1", status: "blocked", owner: newer, leaseExpiresAt: expect.any(Number) },
-    ]);
+    expect((await claim(stub, old, ["k1"])).rows).toEqual([{ key: "k1", status: "fenced", newerSeq: 1 }]);
 
     expect(await complete(stub, old, ["k1"], () => ({ by: "old" }))).toEqual({ written: [], rejected: ["k1"] });
     expect(await complete(stub, newer, ["k1"], () => ({ by: "newer" }))).toEqual({ written: ["k1"], rejected: [] });
     expect((await readAll(stub, "run-a"))[0]).toMatchObject({ status: "completed", data: { by: "newer" } });
+  });
+
+  it("refuses every claim of an older epoch of a run once a newer one claimed here: a row the newer epoch failed is not run again", async () => {
+    const stub = shard();
+    const old = attempt("run-a", 0);
+    const newer = attempt("run-a", 1);
+    await claim(stub, old, ["k1", "k2"]);
+    // The coordinator gave epoch 0 up: epoch 1 claims the chunk again, fails one row and completes the other.
+    await claim(stub, newer, ["k1", "k2"]);
+    await stub.persistRows({ attempt: newer, rows: [{ key: "k1", status: "failed", data: { name: "k1" }, error: "provider said no" }] });
+    await complete(stub, newer, ["k2"], () => ({ by: "newer" }));
+    const view = await readAll(stub, "run-a");
+    const versions = () =>
+      runInDurableObject(stub, (_o, state) =>
+        state.storage.sql.exec("SELECT key, version, status FROM row_versions ORDER BY key").toArray(),
+      );
+    const before = await versions();
+
+    // An attempt of epoch 0 its executor held unstarted starts late, on these rows and a row nobody claimed yet.
+    expect((await claim(stub, old, ["k1", "k2", "k3"])).rows).toEqual([
+      { key: "k1", status: "fenced", newerSeq: 1 },
+      { key: "k2", status: "fenced", newerSeq: 1 },
+      { key: "k3", status: "fenced", newerSeq: 1 },
+    ]);
+    // Nothing was leased, versioned or recorded: the failed row is not computed again, the run's view is as epoch 1 left it.
+    expect(await versions()).toEqual(before);
+    expect(await readAll(stub, "run-a")).toEqual(view);
+    expect((await claim(stub, attempt("run-b"), ["k3"])).rows).toEqual([{ key: "k3", status: "pending" }]);
+    // Another run, and a later epoch of this one, claim as before.
+    expect((await claim(stub, attempt("run-a", 2), ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
   });
 
   it("renews only the leases the attempt holds", async () => {

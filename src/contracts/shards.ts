@@ -38,7 +38,13 @@ export type ClaimedRow =
   | { key: string; status: "pending" }
   /** Reused: the run's view holds its completed version (read with the run's rows, not sent back here). */
   | { key: string; status: "completed" }
-  | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number };
+  | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number }
+  /**
+   * The attempt's epoch is over: an attempt of a newer epoch of its run has
+   * claimed at this shard (the coordinator gave this one up and redispatched
+   * its chunk). Nothing was claimed or recorded; the attempt must stop.
+   */
+  | { key: string; status: "fenced"; newerSeq: number };
 
 export const PersistRowsRequest = z.object({
   attempt: AttemptRef,

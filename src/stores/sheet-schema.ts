@@ -55,4 +55,6 @@ export const SHEET_MIGRATIONS: readonly string[] = [
    DROP TABLE sheet_rows;
    ALTER TABLE run_rows ADD COLUMN version INTEGER;
    UPDATE run_rows SET version = 1;`,
+  // The newest attempt epoch of each run that claimed here: a claim of an older one is refused (a stale attempt).
+  `CREATE TABLE run_epochs (run_id TEXT PRIMARY KEY, attempt_seq INTEGER NOT NULL) WITHOUT ROWID;`,
 ];

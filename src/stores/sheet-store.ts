@@ -84,7 +84,8 @@ export class SheetStore {
 
   /**
    * Claims each row for the attempt and records which version the run's view
-   * holds, in request order: `blocked` when another live attempt holds its
+   * holds, in request order: every row `fenced` (nothing recorded) when a
+   * newer epoch of the run has claimed here (see #fence), else `blocked` when another live attempt holds its
    * lease (a newer attempt of the same run takes the lease over), `completed`
    * when its latest version can be reused (see the module comment), else
    * `pending` with a lease until now + leaseTtlMs on the version this attempt
@@ -96,6 +97,8 @@ export class SheetStore {
   claimRows(request: ClaimRowsRequest): ClaimedRow[] {
     const { attempt, recompute } = request;
     const now = this.#now();
+    const newerSeq = this.#fence(attempt);
+    if (newerSeq !== null) return request.rows.map((row) => ({ key: row.key, status: "fenced", newerSeq }));
     const inputs = request.rows.map((row) => ({ ...row, digest: inputDigest(row.input) }));
     const current = this.#load(inputs.map((row) => row.key));
     const members: Array<{ key: string; index: number; version: number | null }> = [];
@@ -164,6 +167,24 @@ export class SheetStore {
           lease_run_id = excluded.lease_run_id, lease_seq = excluded.lease_seq, lease_expires_at = excluded.lease_expires_at`;
     }
     return claimed;
+  }
+
+  /**
+   * The newer epoch of the attempt's run that claimed here, when there is one
+   * (the attempt is stale); else null, and the attempt's epoch is recorded as
+   * the run's newest. Attempts of one epoch are one coordinator invocation's:
+   * once a newer one claims, the older one's chunks were redispatched, so a
+   * late start of one of them (an executor that held it unstarted while the
+   * coordinator gave it up) must not lease rows again, nor re-execute a row
+   * the newer epoch failed, nor point the run's view at another version.
+   */
+  #fence(attempt: AttemptRef): number | null {
+    const newest = this.#sql<{ attempt_seq: number }>`SELECT attempt_seq FROM run_epochs WHERE run_id = ${attempt.runId}`[0]?.attempt_seq;
+    if (newest !== undefined && newest > attempt.attemptSeq) return newest;
+    if (newest !== attempt.attemptSeq)
+      this.#sql.write`INSERT INTO run_epochs (run_id, attempt_seq) VALUES (${attempt.runId}, ${attempt.attemptSeq})
+        ON CONFLICT (run_id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
+    return null;
   }
 
   /**

@@ -134,6 +134,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     const rows = slice ? await this.#read(slice) : given;
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
+    let newerSeq: number | null = null;
     for (const row of rows) {
       const claim = claims.get(row.index);
       if (!claim) throw new Error(`claimRows returned no answer for row ${row.key}`);
@@ -142,7 +143,13 @@ export class InProcessChunkExecutor implements ChunkExecutor {
         summary.reused++;
       } else if (claim.status === "blocked")
         summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
+      else if (claim.status === "fenced") newerSeq = claim.newerSeq;
       else pending.push(row);
+    }
+    // A newer epoch of the run has claimed: this attempt is stale, and runs nothing (what other shards leased it lapses).
+    if (newerSeq !== null) {
+      const reason = `attempt epoch ${attempt.attemptSeq} is over: epoch ${newerSeq} of the run has claimed its rows`;
+      return { ...summary, lost: { rows: rows.map((row) => row.key), receipts: [], reason } };
     }
 
     const leases = new AttemptLeases({
