@@ -1,4 +1,6 @@
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { sheetShardName } from "../src/clients/shards";
 import { api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const rowsOf = (prefix: string, count: number) =>
@@ -35,6 +37,17 @@ describe("cancel and rerun over HTTP", () => {
     } finally {
       await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
     }
+
+    // Its dataset's shards refuse its epochs from now on: an attempt an executor still held cannot lease rows again.
+    const { runAttempt } = await waitForRun(runId);
+    const shard = env.SHEET_SHARD.getByName(sheetShardName("dev", "test-map", "items", 0));
+    const late = await shard.claimRows({
+      attempt: { attemptId: `${runId}/items/0/${runAttempt}`, runId, attemptSeq: runAttempt },
+      leaseTtlMs: 60_000,
+      recompute: false,
+      rows: [{ key: rows[1199]!.id, index: 1199, input: rows[1199]! }],
+    });
+    expect(late.rows).toEqual([{ key: rows[1199]!.id, status: "fenced", newerSeq: runAttempt + 1 }]);
 
     // Once the run is cancelled nothing more reaches the provider, and what did was at most the wave in flight.
     const settled = (await simStats()).calls;

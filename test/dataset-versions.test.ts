@@ -62,7 +62,9 @@ describe("the sheet schema's move to row versions", () => {
     await runInDurableObject(stub, (_shard: SheetShard, state) => {
       const sql = state.storage.sql;
       // Back to the first schema, with rows as it stored them.
-      sql.exec("DROP TABLE row_versions; DROP TABLE row_heads; DROP TABLE run_rows; DROP TABLE run_epochs; DROP TABLE dataset; DELETE FROM _schema");
+      sql.exec(
+        "DROP TABLE row_versions; DROP TABLE row_heads; DROP TABLE run_rows; DROP TABLE run_epochs; DROP TABLE dataset; DELETE FROM _schema",
+      );
       migrate(state.storage, SHEET_MIGRATIONS.slice(0, 1));
       sql.exec(`INSERT INTO sheet_rows (key, status, data, error, written_by_run, written_by_attempt, updated_at)
         VALUES ('done', 'completed', '{"name":"done","email":"d@x.io"}', NULL, 'run-old', 'run-old#0', 1)`);

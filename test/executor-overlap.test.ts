@@ -4,7 +4,7 @@
  * held attempt but that one is replaced.
  */
 import { env } from "cloudflare:workers";
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ChunkAssignment } from "../src/contracts/executors";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
@@ -134,5 +134,30 @@ describe("attempts alongside", () => {
       afterStale: [`${runId}/m/1/1`, `${runId}/m/2/1`],
       newEpoch: [`${runId}/m/0/2`],
     });
+  });
+
+  it("drops a held attempt stopped before it started: it is held no more, so no later alarm starts it", async () => {
+    const runId = `run_${id()}`;
+    const executor = env.MAP_EXECUTOR.getByName(`${runId}#0`);
+    const attemptId = `${runId}/m/0/1`;
+    // Held as an executor busy past its alarm's budget holds its next attempt: stored, not started (no alarm runs it yet).
+    await runInDurableObject(executor, (_object: unknown, state: DurableObjectState) => {
+      new ExecutorStore({ sql: createSql(state.storage) }).assign({
+        runId,
+        map: "m",
+        chunk: 0,
+        attempt: { attemptId, runId, attemptSeq: 1 },
+        rows: [{ key: "k0", index: 0, input: { id: "k0" } }],
+        slice: null,
+        dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+        alongside: null,
+      });
+    });
+    expect((await heldBy(`${runId}#0`)).map((h) => h.attemptId)).toEqual([attemptId]);
+    // The run is cancelled (or the coordinator gave this executor up): the attempt is stopped before it started.
+    await executor.stop(attemptId, "the run was cancelled");
+    expect(await heldBy(`${runId}#0`)).toEqual([]);
+    // Nothing is left to wake for.
+    expect(await runDurableObjectAlarm(executor)).toBe(false);
   });
 });

@@ -355,6 +355,24 @@ describe("leases and fencing", () => {
     expect((await claim(stub, attempt("run-a", 2), ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
   });
 
+  it("fences a run's epochs before the one a release names: a cancelled run's stale attempt cannot lease its rows again", async () => {
+    const stub = shard();
+    await claim(stub, attempt("run-a", 3), ["k1"]);
+    // Parked: epoch 4 begins, and the release refuses epoch 3 from now on; epoch 4 and later claim as before.
+    await stub.releaseRun({ runId: "run-a", fenceBelow: 4 });
+    expect((await claim(stub, attempt("run-a", 3), ["k1"])).rows).toEqual([{ key: "k1", status: "fenced", newerSeq: 4 }]);
+    expect((await claim(stub, attempt("run-a", 4), ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    // Cancelled in epoch 5: no epoch of the run claims again; a release never lowers the fence.
+    await stub.releaseRun({ runId: "run-a", fenceBelow: 6 });
+    await stub.releaseRun({ runId: "run-a", fenceBelow: 2 });
+    expect((await claim(stub, attempt("run-a", 5), ["k1", "k2"])).rows).toEqual([
+      { key: "k1", status: "fenced", newerSeq: 6 },
+      { key: "k2", status: "fenced", newerSeq: 6 },
+    ]);
+    // Its rows are free for the next run at once.
+    expect((await claim(stub, attempt("run-b"), ["k1", "k2"])).rows.map((r) => r.status)).toEqual(["pending", "pending"]);
+  });
+
   it("renews only the leases the attempt holds", async () => {
     const stub = shard();
     const a = attempt("run-a");

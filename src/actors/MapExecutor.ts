@@ -83,8 +83,27 @@ export class MapExecutor extends DurableObject<Env> {
     return true;
   }
 
+  /**
+   * Stops the attempt: one running is aborted (it reports its own end); one
+   * held and not started is dropped, so it never starts (a cancelled run's, or
+   * one whose coordinator gave this executor up), and reported stopped.
+   */
   async stop(attemptId: string, reason: string): Promise<void> {
-    this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason));
+    const running = this.#running.get(attemptId);
+    if (running) return void running.stop.abort(new TroupeError("stopped", reason));
+    const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
+    if (!held) return;
+    this.#store.finish(attemptId);
+    const { runId, map, chunk } = held.assignment;
+    const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
+    const reporter = new AttemptReporter({
+      link: new CoordinatorLink({ env: this.env, runId, meter }),
+      store: this.#store,
+      usage: new MeterReports(meter),
+      report: { executor: this.#caller(), attemptId, map, chunk },
+      sizing: false,
+    });
+    await reporter.end({ kind: "stopped", reason: `stopped before it started: ${reason}` });
   }
 
   /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */

@@ -15,7 +15,7 @@ import {
   PeekRowsRequest,
   PersistRowsRequest,
   ReadRunRowsRequest,
-  ReleaseRequest,
+  SheetReleaseRequest,
   type ClaimedRow,
   type LeaseResult,
   type PersistRowsResult,
@@ -77,10 +77,10 @@ export class SheetShard extends DurableObject<Env> {
     return result;
   }
 
-  /** Clears every lease a run holds, so that a rerun is not blocked after cancel or a fatal error. */
-  async releaseRun(request: ReleaseRequest): Promise<{ released: number }> {
-    const { runId } = parseRpcInput(ReleaseRequest, request);
-    const released = this.#transaction(() => this.#store.releaseRun(runId));
+  /** Clears every lease a run holds, so that a rerun is not blocked after cancel or a fatal error; fences its older epochs. */
+  async releaseRun(request: SheetReleaseRequest): Promise<{ released: number }> {
+    const { runId, fenceBelow } = parseRpcInput(SheetReleaseRequest, request);
+    const released = this.#transaction(() => this.#store.releaseRun(runId, fenceBelow));
     await this.#armAlarm();
     return { released };
   }

@@ -161,9 +161,9 @@ export class SheetClient {
     return chunks;
   }
 
-  /** Frees every row lease the run holds, on every shard. */
-  async releaseRun(runId: string): Promise<number> {
-    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
+  /** Frees every row lease the run holds, on every shard; with `fenceBelow`, refuses its older epochs' claims from then on. */
+  async releaseRun(runId: string, fenceBelow?: number): Promise<number> {
+    const results = await Promise.all(this.#allShards().map((s) => this.#stub(s, "releaseRun").releaseRun({ runId, fenceBelow })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
 

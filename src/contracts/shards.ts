@@ -82,6 +82,10 @@ export interface LeaseResult {
 export const ReleaseRequest = z.object({ runId: z.string().min(1).max(100) });
 export type ReleaseRequest = z.infer<typeof ReleaseRequest>;
 
+/** A sheet shard's release may also fence: from then on, claims of the run's epochs before `fenceBelow` are refused. */
+export const SheetReleaseRequest = ReleaseRequest.extend({ fenceBelow: z.number().int().nonnegative().optional() });
+export type SheetReleaseRequest = z.infer<typeof SheetReleaseRequest>;
+
 /** `peekRows`: which rows a run would reuse now, without claiming anything (estimates). */
 export const PeekRowsRequest = z.object({
   /** `force`: nothing is reused. */

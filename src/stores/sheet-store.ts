@@ -265,8 +265,16 @@ export class SheetStore {
     return { renewed: request.keys.filter((key) => held.has(key)), lost: request.keys.filter((key) => !held.has(key)) };
   }
 
-  /** Clears every lease the run holds (teardown), returning how many. Row status is unchanged. */
-  releaseRun(runId: string): number {
+  /**
+   * Clears every lease the run holds (teardown), returning how many. Row
+   * status is unchanged. With `fenceBelow`, a claim of the run's epochs before
+   * it is refused from now on (see #fence): a run that parked or ended
+   * leaves no attempt that may start late and lease its rows again.
+   */
+  releaseRun(runId: string, fenceBelow?: number): number {
+    if (fenceBelow !== undefined)
+      this.#sql.write`INSERT INTO run_epochs (run_id, attempt_seq) VALUES (${runId}, ${fenceBelow})
+        ON CONFLICT (run_id) DO UPDATE SET attempt_seq = max(attempt_seq, excluded.attempt_seq)`;
     return this.#sql`UPDATE row_heads SET lease_attempt_id = NULL, lease_run_id = NULL, lease_seq = NULL, lease_expires_at = NULL
       WHERE lease_run_id = ${runId} RETURNING 1 AS released`.length;
   }

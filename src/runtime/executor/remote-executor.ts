@@ -138,7 +138,11 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     try {
       for (;;) {
         const left = watch.heardAt() + silenceMs - now();
-        if (left <= 0) return null;
+        if (left <= 0) {
+          // Given up on: should it still hold the attempt unstarted, it never starts it (the chunk goes elsewhere).
+          void this.#deps.client.stop(name, attemptId, `its coordinator did not hear from it for ${silenceMs} ms`).catch(() => {});
+          return null;
+        }
         const outcome = await raceTimeout<AttemptEnd | "aborted">([watch.ended, aborted], Math.min(left, 1_000));
         if (outcome === "aborted") break;
         if (outcome) return outcome;

@@ -45,7 +45,7 @@ async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; 
   if (how.chunksStopped && store.runningChunks() > 0) {
     store.resetRunningChunks();
     store.bumpAttempt();
-    await releaseLeases(inv, { receipts: false });
+    await releaseLeases(inv, { ended: false });
   }
   const due = inv.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, store.run()!.deadlineAt);
@@ -68,7 +68,7 @@ async function finish(
 ): Promise<number | null> {
   const { store, meter } = inv;
   const restore = store.salvage.pendingCount() > 0 ? await restoreSalvage(store.salvage, receiptClient(inv)) : null;
-  if (status !== "completed") await releaseLeases(inv, { receipts: true });
+  if (status !== "completed") await releaseLeases(inv, { ended: true });
   const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
   const redacted = raw && inv.host.redact(raw);
   // Salvage is attached after redaction: it holds the exact billed outputs.
@@ -140,17 +140,21 @@ function restoreDelayMs(inv: Invocation, tries: number): number {
  * row leases, and at its end its receipt leases too. A run parked while its
  * map waits on children frees only its row leases (the chunks claim their
  * rows again when it goes on); its receipts stay leased, as a provider call
- * may still be in flight.
+ * may still be in flight. The sheet shards then refuse claims of the epochs
+ * that ran (every one, at the end): an attempt an executor still holds
+ * unstarted cannot lease the rows again.
  */
-async function releaseLeases(inv: Invocation, which: { receipts: boolean }): Promise<void> {
+async function releaseLeases(inv: Invocation, at: { ended: boolean }): Promise<void> {
   const { run, store } = inv;
+  // Parked, the epoch was bumped already; at the end, no epoch of the run runs again.
+  const fenceBelow = store.run()!.runAttempt + (at.ended ? 1 : 0);
   const meter = new SubrequestMeter();
   const releases: Promise<number>[] = [];
-  if (which.receipts)
+  if (at.ended)
     releases.push(new ReceiptClient({ env: inv.env, org: run.org, shardCount: inv.policy.receiptShards, meter }).releaseRun(run.runId));
   for (const name of Object.keys(store.allProgress())) {
     const location = { org: run.org, play: run.play, dataset: name, shardCount: store.map(name)!.shardCount };
-    releases.push(new SheetClient({ env: inv.env, meter, location }).releaseRun(run.runId));
+    releases.push(new SheetClient({ env: inv.env, meter, location }).releaseRun(run.runId, fenceBelow));
   }
   const failed = (await Promise.allSettled(releases)).filter((r) => r.status === "rejected").length;
   if (failed) inv.log(`could not release leases on ${failed} shards; they expire by themselves`);
