@@ -10,6 +10,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
+import { sheetShardName } from "../src/clients/shards";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { allEvents, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
@@ -183,6 +184,54 @@ describe("a stale coordinator", () => {
     expect(Object.keys((await simStats()).maxInFlightByCaller)).not.toContain(`MapExecutor:${runId}#7`);
     // Each row once, each call billed once: the stale attempt made no call and wrote nothing.
     await expectExactlyOnce(runId, "stale-coordinator", rows);
+  });
+});
+
+describe("an attempt no invocation waits for", () => {
+  it("is told to stop by the coordinator's answer to its first report, instead of calling providers until its lease heartbeat", async () => {
+    await simReset();
+    await setSim({ latencyMs: 300 });
+    const runId = await startRun(
+      "test-calls",
+      { rows: callRows("Watched", 400), dataset: "orphaned" },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1 } },
+    );
+    await until(
+      () => heldBy(`${runId}#0`),
+      (held) => held.length > 0,
+      "the run's executor to hold an attempt",
+    );
+    const { runAttempt } = await runView(runId);
+    // An attempt of the current epoch that no invocation watches, as one is after its coordinator restarted (and a
+    // cancel found no invocation to stop it), gave its executor up, or lost the answer to its assign: it runs, and its
+    // rows (here a dataset of their own) call the provider.
+    const orphan = callRows("Orphan", 400);
+    const dataset = { org: "dev", play: "test-calls", dataset: "orphaned-elsewhere", shardCount: 1 };
+    expect(
+      await env.MAP_EXECUTOR.getByName(`${runId}#7`).assign({
+        runId,
+        map: "orphaned",
+        chunk: 0,
+        attempt: { attemptId: `${runId}/orphaned/0/${runAttempt}-orphan`, runId, attemptSeq: runAttempt },
+        rows: orphan.map((input, index) => ({ key: input.id, index, input: { ...input } })),
+        slice: null,
+        dataset,
+        alongside: null,
+      }),
+    ).toBe(true);
+    await until(
+      () => heldBy(`${runId}#7`),
+      (held) => held.length === 0,
+      "the orphaned attempt to end",
+    );
+    // It ran (it claimed its rows) and stopped at its first report's answer: most of its rows were never computed
+    // (run on, it computes all 400).
+    const counts = await env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", dataset.dataset, 0)).countRunRows({ runId });
+    expect(counts.total).toBe(orphan.length);
+    expect(counts.completed + counts.failed).toBeLessThan(orphan.length / 2);
+
+    await coordinator(runId).cancel("dev");
+    expect((await waitForRun(runId)).status).toBe("cancelled");
   });
 });
 

@@ -200,6 +200,7 @@ export class MapExecutor extends DurableObject<Env> {
       usage: invocation.usage,
       report: { executor: caller, attemptId, map: assignment.map, chunk: assignment.chunk },
       sizing: assignment.sizing ?? false,
+      onStop: (reason) => this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason)),
     });
     if (state === "running" || !this.#store.markRunning(attemptId)) {
       // Cut off by a restart of this object: the coordinator redispatches it.

@@ -23,7 +23,7 @@ import { runView, type RunView } from "../runtime/views/run-view";
 import { LiveRows } from "../runtime/map/live-rows";
 import { ExecutorAttempts } from "../runtime/executor/executor-attempts";
 import type { CaptureSource } from "../clients/executors";
-import type { AttemptReport, SpendGrant } from "../contracts/executors";
+import type { AttemptReport, ReportAnswer, SpendGrant } from "../contracts/executors";
 import { createSql, migrate } from "../stores/sql";
 import { faultProbeFor } from "../clients/faults";
 import { OrgClient } from "../clients/orgs";
@@ -186,9 +186,9 @@ export class RunCoordinator extends Server<Env> {
     return this.#executors.source(attemptSeq);
   }
 
-  /** An executor reports on an attempt (executor-attempts.ts applies it). */
-  async attemptReport(report: AttemptReport): Promise<void> {
-    this.#executors.apply(report);
+  /** An executor reports on an attempt (executor-attempts.ts applies it), and hears whether to stop it. */
+  async attemptReport(report: AttemptReport): Promise<ReportAnswer> {
+    return this.#executors.apply(report);
   }
 
   /** An executor's attempt asks for spend under the run's cap. */

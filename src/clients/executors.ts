@@ -9,6 +9,7 @@ import type {
   ChunkAssignment,
   ChunkSweepAssignment,
   ChunkSweepResult,
+  ReportAnswer,
   SpendGrant,
   TracedEffect,
   TracedMap,
@@ -37,7 +38,7 @@ export interface CaptureSource {
 /** The coordinator's RPC surface as its executors use it (the stub's own type is too deep for the checker). */
 interface CoordinatorRpc {
   captureSource(attemptSeq: number): Promise<CaptureSource | null>;
-  attemptReport(report: AttemptReport): Promise<void>;
+  attemptReport(report: AttemptReport): Promise<ReportAnswer>;
   grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant>;
 }
 
@@ -104,7 +105,7 @@ export class CoordinatorLink {
     return this.#stub.captureSource(attemptSeq);
   }
 
-  report(report: AttemptReport): Promise<void> {
+  report(report: AttemptReport): Promise<ReportAnswer> {
     this.#count("attemptReport");
     return this.#stub.attemptReport(report);
   }

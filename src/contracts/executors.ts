@@ -183,6 +183,17 @@ export interface AttemptReport {
   end: AttemptEnd | null;
 }
 
+/**
+ * The coordinator's answer to a report: `stop` when no invocation waits for
+ * the attempt any more (it ended, was given up on, or the coordinator
+ * restarted and redispatches its chunk under a new epoch; a cancel found no
+ * invocation to stop it): the executor stops it at once instead of calling
+ * providers until its next lease heartbeat finds it fenced.
+ */
+export interface ReportAnswer {
+  stop: string | null;
+}
+
 /** An executor asks for spend before it bills past what it was granted. */
 export interface SpendGrant {
   /** Micro-credits granted now (0: the cap allows nothing more). */

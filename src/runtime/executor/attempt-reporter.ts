@@ -11,7 +11,7 @@
  * entries leave the outbox only once a report carrying them was answered.
  */
 import type { CoordinatorLink } from "../../clients/executors";
-import type { AttemptEnd, AttemptReport, UsageDelta } from "../../contracts/executors";
+import type { AttemptEnd, AttemptReport, ReportAnswer, UsageDelta } from "../../contracts/executors";
 import type { NoticeCode } from "../../api/responses";
 import { messageOf } from "../../core/errors";
 import { getOrInsert } from "../../core/collections";
@@ -81,6 +81,7 @@ export class AttemptReporter {
   #waitingTimer: ReturnType<typeof setInterval> | null = null;
   #sending: Promise<void> = Promise.resolve();
   #killed = false;
+  #onStop: (reason: string) => void;
 
   constructor(options: {
     link: CoordinatorLink;
@@ -89,8 +90,11 @@ export class AttemptReporter {
     report: Pick<AttemptReport, "executor" | "attemptId" | "map" | "chunk">;
     /** The coordinator sizes the map by this attempt's first answers (ChunkAssignment.sizing). */
     sizing?: boolean;
+    /** The coordinator answered a report saying no invocation waits for the attempt any more (ReportAnswer.stop). */
+    onStop?(reason: string): void;
   }) {
     this.#sizing = options.sizing ?? false;
+    this.#onStop = options.onStop ?? (() => {});
     this.#link = options.link;
     this.#store = options.store;
     this.#usage = options.usage;
@@ -234,8 +238,9 @@ export class AttemptReporter {
       draining: this.#draining,
       end,
     };
+    let answer: ReportAnswer;
     try {
-      await this.#link.report(report);
+      answer = await this.#link.report(report);
     } catch (error) {
       // Not heard: the deltas go out with the next report (the outbox keeps its entries).
       for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
@@ -249,6 +254,7 @@ export class AttemptReporter {
       this.#sizing = false;
       this.#stopWaiting();
     }
+    if (answer.stop && !end) this.#onStop(answer.stop);
   }
 
   /** Per provider, how long the oldest request still unanswered has waited, if at least {@link WAITING_MIN_MS}. */

@@ -7,7 +7,7 @@
  * attempt it waits for, latency for sizing) goes to the attempt's watcher.
  */
 import type { CaptureSource } from "../../clients/executors";
-import type { AttemptEnd, AttemptReport, SpendGrant } from "../../contracts/executors";
+import type { AttemptEnd, AttemptReport, ReportAnswer, SpendGrant } from "../../contracts/executors";
 import type { Emit } from "../../contracts/events";
 import { isTerminal } from "../../core/statuses";
 import type { RunStore } from "../../stores/run-store";
@@ -102,8 +102,8 @@ export class ExecutorAttempts {
     };
   }
 
-  /** Applies one report (see the module comment). */
-  apply(report: AttemptReport): void {
+  /** Applies one report (see the module comment); an attempt no invocation waits for is told to stop. */
+  apply(report: AttemptReport): ReportAnswer {
     const store = this.#store;
     let billed = 0;
     // Each bill shrinks the grant it was reserved under, whichever attempt's report carries it.
@@ -123,7 +123,9 @@ export class ExecutorAttempts {
     if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
 
     const watched = this.#watched.get(report.attemptId);
-    if (!watched) return;
+    // Its invocation ended or gave it up (a restart of this object forgets every watch): its chunk is, or will be,
+    // redispatched under a newer epoch, and what it does from here is fenced off; it only spends.
+    if (!watched) return { stop: report.end ? null : "no invocation of its run waits for it any more" };
     watched.heardAt = this.#now();
     const { rows } = report;
     for (let i = 0; i < rows.started; i++) this.#live.started(watched.map, watched.chunk);
@@ -131,5 +133,6 @@ export class ExecutorAttempts {
       for (let i = 0; i < rows[status]; i++) this.#live.settled(watched.map, watched.chunk, status);
     watched.observe(report);
     if (report.end) watched.end(report.end);
+    return { stop: null };
   }
 }
