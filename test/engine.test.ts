@@ -45,6 +45,17 @@ describe("ctx.map keys and row errors", () => {
     for (const row of stored.slice(1, 3)) expect(row._error).toMatch(/^row_too_deep: the computed row nests past 64 levels at shout\.a\.a/);
   });
 
+  it("cuts a row's log line of megabytes to 4,000 characters, as in the coordinator, and the row's chunk completes", async () => {
+    // In an executor (this map runs in one) the line rode its report: at 3 MB the coordinator could never apply it.
+    const rows = [person(17), person(18, { logChars: 3_000_000 }), person(19)];
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toMatchObject({ completed: 3, failed: 0 });
+    const lines = (await allEvents(run.runId)).filter((e) => e.type === "log.appended").map((e) => String(e.line));
+    const cut = lines.find((line) => line.includes("Person 18: xxx"));
+    expect(cut?.length).toBe(4000);
+  });
+
   it("fails only the row whose field throws after another returned a value too deep to store, keeping its input", async () => {
     const rows = [{ id: "d1" }, { id: "d2-bad" }, { id: "d3" }];
     const run = await waitForRun(await startRun("test-deep-then-throw", { rows }));

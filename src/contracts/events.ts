@@ -3,6 +3,9 @@ import type { LedgerEventFields, LedgerEventType, NoticeCode } from "../api/resp
 
 export type { NoticeCode } from "../api/responses";
 
+/** The longest log line the run keeps: a longer one is cut there, wherever the play ran. */
+export const MAX_LOG_LINE = 4000;
+
 /** Appends a line to the run's log; `code` says what the runtime did, when the line reports that. */
 export type Log = (line: string, code?: NoticeCode) => void;
 

@@ -10,6 +10,8 @@ const TestRow = z.object({
   throw: z.boolean().optional(),
   /** `shout` returns a value nested this many levels deep instead of a string. */
   deep: z.number().int().min(1).max(100_000).optional(),
+  /** `shout` first logs a line this many characters long. */
+  logChars: z.number().int().min(1).max(10_000_000).optional(),
 });
 
 /** `{ a: { a: ... } }`, `levels` deep, built without recursion. */
@@ -38,7 +40,8 @@ export const testMap = definePlay({
       input.rows,
       {
         email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
-        shout: (row) => {
+        shout: (row, c) => {
+          if (typeof row.logChars === "number") c.log(`${row.name}: ${"x".repeat(row.logChars)}`);
           if (row.throw) throw new Error(`boom for ${String(row.name)}`);
           if (typeof row.deep === "number") return nested(row.deep);
           return String(row.email).toUpperCase();

@@ -13,6 +13,7 @@
 import type { CoordinatorLink } from "../../clients/executors";
 import type { AttemptEnd, AttemptReport, ReportAnswer, UsageDelta } from "../../contracts/executors";
 import type { NoticeCode } from "../../api/responses";
+import { MAX_LOG_LINE } from "../../contracts/events";
 import { messageOf } from "../../core/errors";
 import { getOrInsert } from "../../core/collections";
 import type { SubrequestMeter } from "../../core/meter";
@@ -106,8 +107,10 @@ export class AttemptReporter {
   }
 
   log(line: string, code?: NoticeCode): void {
-    if (this.#logs.length >= LOGS_PER_REPORT) this.#droppedLogs++;
-    else this.#logs.push(code ? { line, code } : { line });
+    if (this.#logs.length >= LOGS_PER_REPORT) return void this.#droppedLogs++;
+    // Cut here, as the coordinator would: a report carrying a line of megabytes could never be applied.
+    const cut = line.slice(0, MAX_LOG_LINE);
+    this.#logs.push(code ? { line: cut, code } : { line: cut });
   }
 
   /** Only its last few rows are left: the coordinator hears it now (see AttemptReport.draining). */

@@ -9,7 +9,7 @@ import type { FaultProbe } from "../../clients/faults";
 import { messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import type { RuntimePolicy } from "../../core/policy";
-import type { Emit, Log } from "../../contracts/events";
+import { type Emit, type Log, MAX_LOG_LINE } from "../../contracts/events";
 import type { AnyTool, PlayDefinition } from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
@@ -72,7 +72,6 @@ export interface InvocationStart {
 }
 
 const MAX_INFRA_RETRIES = 6;
-const MAX_LOG_LINE = 4000;
 
 export class Invocation implements InvocationScope {
   readonly host: RunHost;
