@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { ChunkAssignment } from "../src/contracts/executors";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
-import { createSql } from "../src/stores/sql";
+import { createSql, MAX_PARAM_CHARS } from "../src/stores/sql";
 import { datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { clearFaults, heldBy, setFaults, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
@@ -159,5 +159,29 @@ describe("attempts alongside", () => {
     expect(await heldBy(`${runId}#0`)).toEqual([]);
     // Nothing is left to wake for.
     expect(await runDurableObjectAlarm(executor)).toBe(false);
+  });
+
+  it("keeps a held assignment past one value's budget whole, a character split across the parts' boundary included", async () => {
+    const runId = `run_${id()}`;
+    const held = (pad: number): ChunkAssignment => ({
+      runId,
+      map: "m",
+      chunk: 0,
+      attempt: { attemptId: `${runId}/m/0/1`, runId, attemptSeq: 1 },
+      rows: [{ key: "k0", index: 0, input: { id: "k0", note: `${"a".repeat(pad)}😀 and more` } }],
+      slice: null,
+      dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+      alongside: null,
+    });
+    // The emoji's two UTF-16 units straddle the end of the first part.
+    const probe = JSON.stringify(held(1000)).indexOf("😀");
+    const assignment = held(1000 + MAX_PARAM_CHARS - 1 - probe);
+    expect(JSON.stringify(assignment).indexOf("😀")).toBe(MAX_PARAM_CHARS - 1);
+    const back = await runInDurableObject(env.MAP_EXECUTOR.getByName(`${runId}#0`), (_object: unknown, state: DurableObjectState) => {
+      const store = new ExecutorStore({ sql: createSql(state.storage) });
+      store.assign(assignment);
+      return store.held().map((h) => h.assignment);
+    });
+    expect(back).toEqual([assignment]);
   });
 });

@@ -78,9 +78,12 @@ export class ExecutorStore {
     this.#sql.write`INSERT INTO held (attempt_id, body, state, coordinator)
       VALUES (${attemptId}, ${parted ? "" : text}, 'assigned', ${assignment.runId})`;
     if (parted) {
-      for (let part = 0; part * MAX_PARAM_CHARS < text.length; part++) {
-        this.#sql.write`INSERT INTO held_parts (attempt_id, part, text)
-          VALUES (${attemptId}, ${part}, ${text.slice(part * MAX_PARAM_CHARS, (part + 1) * MAX_PARAM_CHARS)})`;
+      for (let part = 0, at = 0; at < text.length; part++) {
+        let end = Math.min(text.length, at + MAX_PARAM_CHARS);
+        // Never half a character: a lone surrogate is stored as U+FFFD, and the rows would come back changed.
+        if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
+        this.#sql.write`INSERT INTO held_parts (attempt_id, part, text) VALUES (${attemptId}, ${part}, ${text.slice(at, end)})`;
+        at = end;
       }
     }
     return true;
@@ -139,4 +142,8 @@ export class ExecutorStore {
   shipped(seq: number): void {
     this.#sql.write`DELETE FROM outbox WHERE seq <= ${seq}`;
   }
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
 }
