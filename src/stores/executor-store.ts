@@ -128,14 +128,40 @@ export class ExecutorStore {
     this.#sql.write`INSERT INTO outbox (kind, body) VALUES ('salvage', ${JSON.stringify(salvage)})`;
   }
 
-  /** The oldest outbox entries, at most `limit`. */
-  outbox(limit: number): OutboxEntry[] {
-    return this.#sql<{ seq: number; kind: string; body: string }>`SELECT seq, kind, body FROM outbox ORDER BY seq LIMIT ${limit}`.map(
+  /**
+   * The oldest outbox entries one report carries: at most `limit`, and past
+   * the first, at most `maxChars` of bodies (a salvaged answer may be 512 KiB:
+   * five hundred of them would be far past what one RPC may carry).
+   */
+  outbox(limit: number, maxChars: number): OutboxEntry[] {
+    const { last } = this.#cut(limit, maxChars);
+    if (last === null) return [];
+    return this.#sql<{ seq: number; kind: string; body: string }>`SELECT seq, kind, body FROM outbox WHERE seq <= ${last} ORDER BY seq`.map(
       (row) =>
         row.kind === "bill"
           ? { seq: row.seq, kind: "bill", bill: JSON.parse(row.body) as BilledRequest }
           : { seq: row.seq, kind: "salvage", salvage: JSON.parse(row.body) as SalvageEntry },
     );
+  }
+
+  /** More entries wait than one report carries (see {@link outbox}). */
+  outboxOverflows(limit: number, maxChars: number): boolean {
+    return this.#cut(limit, maxChars).more;
+  }
+
+  /** Where one report's entries end (null: the outbox is empty), by their bodies' sizes, and whether more wait. */
+  #cut(limit: number, maxChars: number): { last: number | null; more: boolean } {
+    const sizes = this.#sql<{ seq: number; chars: number }>`SELECT seq, length(body) AS chars FROM outbox ORDER BY seq LIMIT ${limit + 1}`;
+    let last: number | null = null;
+    let taken = 0;
+    let chars = 0;
+    for (const size of sizes) {
+      if (taken === limit || (taken > 0 && chars + size.chars > maxChars)) break;
+      last = size.seq;
+      taken++;
+      chars += size.chars;
+    }
+    return { last, more: sizes.length > taken };
   }
 
   /** Entries up to `seq` reached the coordinator. */

@@ -19,8 +19,10 @@ import { getOrInsert } from "../../core/collections";
 import type { SubrequestMeter } from "../../core/meter";
 import type { ExecutorStore } from "../../stores/executor-store";
 
-/** Most outbox entries one report carries (a report stays far below the RPC size limit). */
+/** Most outbox entries one report carries... */
 const OUTBOX_PER_REPORT = 500;
+/** ...and most characters of them past the first (the platform caps an RPC at 32 MiB). */
+const OUTBOX_REPORT_CHARS = 6 * 1024 * 1024;
 /** Log lines one report carries at most; more are counted and summarized. */
 const LOGS_PER_REPORT = 200;
 /** While the map is unsized and no request of the attempt has been answered, how often it says how long they waited. */
@@ -191,7 +193,7 @@ export class AttemptReporter {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         // Outbox entries beyond one report go first; the end goes with the last of them.
-        while (this.#store.outbox(OUTBOX_PER_REPORT + 1).length > OUTBOX_PER_REPORT) await this.flush(null);
+        while (this.#store.outboxOverflows(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS)) await this.flush(null);
         await this.flush(end);
         return;
       } catch (error) {
@@ -224,7 +226,7 @@ export class AttemptReporter {
     const latency = this.#latency;
     if (this.#droppedLogs) logs.push({ line: `${this.#droppedLogs} more log lines of this attempt were left out` });
     const usage = this.#usage.take();
-    const outbox = this.#store.outbox(OUTBOX_PER_REPORT);
+    const outbox = this.#store.outbox(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS);
     this.#rows = { started: 0, completed: 0, failed: 0, stopped: 0 };
     this.#logs = [];
     this.#droppedLogs = 0;

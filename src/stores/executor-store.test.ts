@@ -1,0 +1,52 @@
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { createSql } from "./sql";
+import { ExecutorStore } from "./executor-store";
+
+describe("ExecutorStore's outbox", () => {
+  it("hands out what one report may carry: by count, and by size past the first entry, so that large salvage waits its turn", async () => {
+    const attempt = { attemptId: "run_x/m/0/1", runId: "run_x", attemptSeq: 1 };
+    const seen = await runInDurableObject(
+      env.MAP_EXECUTOR.getByName(`run_${crypto.randomUUID()}#0`),
+      (_o: unknown, state: DurableObjectState) => {
+        const store = new ExecutorStore({ sql: createSql(state.storage) });
+        // Three salvaged answers of 1.5 million characters each (each under SQLite's bound on one value), then a bill.
+        for (let i = 0; i < 3; i++)
+          store.addSalvage({
+            receiptKey: `r${i}`,
+            toolId: "t",
+            attempt,
+            output: "x".repeat(1_500_000),
+            completeAttempts: 1,
+            error: "e",
+            at: 0,
+          });
+        store.addBill({ requestKey: "q", toolId: "t", provider: "p", credits: 1 });
+        const reports: string[][] = [];
+        for (let report = 0; report < 4; report++) {
+          const overflows = store.outboxOverflows(500, 3_500_000);
+          const entries = store.outbox(500, 3_500_000);
+          reports.push([String(overflows), ...entries.map((e) => (e.kind === "bill" ? e.bill.requestKey : e.salvage.receiptKey))]);
+          if (entries.length > 0) store.shipped(entries.at(-1)!.seq);
+        }
+        // One entry past the budget still goes alone; and the count bounds too.
+        store.addSalvage({
+          receiptKey: "big",
+          toolId: "t",
+          attempt,
+          output: "y".repeat(1_900_000),
+          completeAttempts: 1,
+          error: "e",
+          at: 0,
+        });
+        const alone = store.outbox(500, 1_000).map((e) => e.seq);
+        for (let i = 0; i < 3; i++) store.addBill({ requestKey: `b${i}`, toolId: "t", provider: "p", credits: 1 });
+        const counted = store.outbox(2, 10_000_000).length;
+        return { reports, alone: alone.length, counted };
+      },
+    );
+    expect(seen.reports).toEqual([["true", "r0", "r1"], ["false", "r2", "q"], ["false"], ["false"]]);
+    expect(seen).toMatchObject({ alone: 1, counted: 2 });
+  });
+});
