@@ -21,6 +21,7 @@ import {
   expectExactlyOnce,
   faultState,
   heldBy,
+  logLines,
   setFaults,
   setSim,
   SIM_DEFAULTS,
@@ -251,6 +252,23 @@ describe("alarm retries", () => {
     const completions = (await allEvents(runId)).filter((e) => e.type === "chunk.completed").map((e) => e.chunk);
     expect(completions.sort((a, b) => a - b)).toEqual(Array.from({ length: 12 }, (_, i) => i));
     await expectExactlyOnce(runId, "alarm-retries", rows);
+  });
+});
+
+describe("infrastructure failures in a row", () => {
+  it("are counted once each: an invocation that failed and retried is not also counted as interrupted, and the run completes", async () => {
+    await simReset();
+    // Each of the first three invocations fails its one chunk after claiming its rows (a shard call failing), then retries.
+    await setFaults([{ point: "sheet.claimed", fromCall: 1, times: 3 }]);
+    const rows = callRows("InfraRetry", 40);
+    // Counted twice, three failures were six, past the test policy's three interrupted invocations: crash_loop.
+    const runId = await startRun("test-calls", { rows, dataset: "infra-retries" }, { testPolicy: { maxExecutors: 0 } });
+    const run = await waitForRun(runId);
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    // Each failure retried once, counted 1/6, 2/6, 3/6.
+    const retries = (await logLines(runId)).filter((line) => line.startsWith("retrying after an infrastructure error"));
+    expect(retries.map((line) => line.match(/\((\d)\/6\)/)?.[1])).toEqual(["1", "2", "3"]);
+    await expectExactlyOnce(runId, "infra-retries", rows);
   });
 });
 

@@ -29,6 +29,12 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
     case "yielded":
       return park(inv, end.resumeAt, { waiting: false, chunksStopped: false });
     case "retry":
+      // Counted as an infrastructure failure already: the chunks it left running go back under a new epoch now, so
+      // the next invocation does not count it again as one that died with chunks in flight.
+      if (inv.store.runningChunks() > 0) {
+        inv.store.resetRunningChunks();
+        inv.store.bumpAttempt();
+      }
       return end.at;
   }
 }
