@@ -1,6 +1,7 @@
 import { abortAllDurableObjects } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { allEvents, api, apiJson, datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { clearFaults, setFaults } from "./chaos-helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -86,6 +87,24 @@ describe("ctx.runPlay at play level", () => {
       [child] = await childrenOf(parentId);
       await new Promise((r) => setTimeout(r, 20));
     }
+    await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
+    expect((await waitForRun(parentId)).status).toBe("cancelled");
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+  });
+});
+
+describe("a cancelled parent's children", () => {
+  afterEach(clearFaults);
+
+  it("are cancelled by the parent's next alarm when the alarm that ended the parent died before cancelling them", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(parentId);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // The parent's alarm that ends it cancelled dies right after, as an eviction would, before it reaches its children.
+    await setFaults([{ point: "run.alarm", play: "test-parent", fromCall: 1, times: 1, crash: true }]);
     await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
     expect((await waitForRun(parentId)).status).toBe("cancelled");
     expect((await waitForRun(child.runId)).status).toBe("cancelled");

@@ -56,6 +56,9 @@ export interface RunSource {
 
 /** A finished run whose spend report failed tries again after this long. */
 const SPEND_REPORT_RETRY_MS = 5_000;
+/** A child whose cancel failed is tried again this much later, this many times. */
+const CHILD_CANCEL_RETRY_MS = 5_000;
+const MAX_CHILD_CANCEL_TRIES = 10;
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
@@ -348,12 +351,13 @@ export class RunCoordinator extends Server<Env> {
       journal: this.#journal,
       log: (line: string) => this.#emit("log.appended", { line }),
     };
-    if (!wasTerminal) {
-      await cancelChildren(links);
-      await recordPlayHistory(this.env, this.#store);
-    }
+    if (!wasTerminal) await recordPlayHistory(this.env, this.#store);
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
     else await this.#syncDirectory();
+    // Whether or not this alarm ended the run: one that died mid-way through its end, or a child's cancel that failed, left
+    // children running, and they would run to their own limits.
+    if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
+      next = Math.min(next ?? Infinity, Date.now() + CHILD_CANCEL_RETRY_MS);
     await tellParents(links);
     // A report that could not be made is made by a later alarm, even once the run has ended.
     if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);

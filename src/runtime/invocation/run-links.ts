@@ -2,7 +2,8 @@
  * What a run owes the runs around it when it ends: it tells each parent that
  * waits on it (`childFinished`), and a cancelled run cancels the children it
  * started and still waits on. Messages may be lost; a parent's alarm asks a
- * child it has not heard from (src/runtime/invocation/child-plays.ts), so one try each.
+ * child it has not heard from (src/runtime/invocation/child-plays.ts), so one
+ * try each; a cancel that fails is tried again by the cancelled run's alarm.
  */
 import type { ChildEnd } from "./child-plays";
 import { RunClient } from "../../clients/runs";
@@ -39,17 +40,26 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
   );
 }
 
-/** A cancelled run cancels the children it started and still waits on. */
-export async function cancelChildren(o: RunLinksOptions): Promise<void> {
+/**
+ * A cancelled run cancels the children it started and still waits on; a
+ * child cancelled is waited on no more. Returns how many could not be
+ * cancelled: the coordinator's alarm tries them again.
+ */
+export async function cancelChildren(o: RunLinksOptions): Promise<number> {
   const run = o.store.run();
-  if (run?.status !== "cancelled") return;
+  if (run?.status !== "cancelled") return 0;
+  let failed = 0;
   await Promise.all(
     o.journal.ownedWaitingChildren().map(async (childRunId) => {
       try {
         await new RunClient({ env: o.env, org: run.org }).cancel(childRunId);
+        for (const wait of o.journal.waitingOn(childRunId))
+          o.journal.settle(wait.key, { state: "failed", error: { code: "cancelled", message: "cancelled with its parent" } });
       } catch (error) {
-        o.log(`could not cancel child run ${childRunId} (${messageOf(error)})`);
+        failed++;
+        o.log(`could not cancel child run ${childRunId} (${messageOf(error)}); trying again`);
       }
     }),
   );
+  return failed;
 }
