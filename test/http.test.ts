@@ -105,6 +105,7 @@ describe("validation", () => {
     ["row missing a field", { play: "demo-enrich", input: { rows: [{ id: "1", name: "A" }] } }, ["input.rows.0.domain"]],
     ["csv that does not parse", { play: "demo-enrich", input: { csv: 'id,name,domain\n1,"unterminated,x\n' } }, ["input.csv"]],
     ["row over the size limit", { play: "demo-enrich", input: { rows: [{ ...lead, name: "x".repeat(70_000) }] } }, ["input.rows.0"]],
+    ["maxSpend past any spend a run could count", { play: "demo-enrich", input: { rows: [lead] }, maxSpend: 1e303 }, ["maxSpend"]],
   ];
   for (const [label, json, paths] of cases) {
     it(`rejects ${label} with 400 invalid_request naming the field`, async () => {

@@ -109,6 +109,7 @@ describe("the org's daily limit", () => {
     expect(set.status).toBe(200);
     expect(set.body).toEqual({ dailyCredits: 10, spentToday: 10 });
     expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: -1 }, token })).status).toBe(400);
+    expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 1e303 }, token })).status).toBe(400);
 
     const refused = await apiJson("/v1/runs", {
       method: "POST",

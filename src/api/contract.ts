@@ -11,6 +11,15 @@
  */
 import { z } from "zod";
 
+/**
+ * The most credits a spend cap may name (`maxSpend`, an org's daily limit):
+ * spend is counted in whole micro-credits, exact up to 2^53, so a billion
+ * credits is far past any run and still counted to the micro-credit.
+ */
+export const MAX_CREDITS = 1_000_000_000;
+/** A cap in credits, as the API takes it. */
+export const Credits = z.number().finite().min(0).max(MAX_CREDITS);
+
 export * from "./responses.ts";
 
 /**
@@ -36,7 +45,7 @@ export const StartRun = z
       .max(24 * 3600)
       .optional(),
     /** The most credits the run may bill; past it the run ends `failed` with `spend_cap_reached` (docs/api.md "Spend"). */
-    maxSpend: z.number().finite().min(0).optional(),
+    maxSpend: Credits.optional(),
     /** Send again the requests an earlier run left with an unknown outcome (`outcome_unknown`), to providers that ignore idempotency keys. */
     retryUnknown: z.boolean().optional(),
   })
@@ -49,7 +58,7 @@ export const RerunRequest = z
   .object({
     force: z.boolean().default(false),
     forceToolRefresh: z.boolean().default(false),
-    maxSpend: z.number().finite().min(0).optional(),
+    maxSpend: Credits.optional(),
     retryUnknown: z.boolean().optional(),
   })
   .strict();

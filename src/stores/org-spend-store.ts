@@ -4,6 +4,7 @@
  * daily limit. Micro-credits, so sums are exact.
  */
 import { z } from "zod";
+import { Credits } from "../api/contract";
 import type { Sql } from "./sql";
 import { toCredits, toMicros } from "./spend-store";
 
@@ -34,7 +35,7 @@ export const SpendReportMessage = z.object({
 export type SpendReportMessage = z.infer<typeof SpendReportMessage>;
 
 /** `PUT /v1/spend/limits`: the org's daily cap in credits, or null for none. */
-export const SpendLimits = z.object({ dailyCredits: z.number().finite().min(0).nullable() }).strict();
+export const SpendLimits = z.object({ dailyCredits: Credits.nullable() }).strict();
 export type SpendLimits = z.infer<typeof SpendLimits>;
 
 /** What a completed run of a play computed and billed: the history estimates learn from. */
