@@ -289,7 +289,9 @@ describe("a run over an upload", () => {
     await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
     const { csv } = leads("deleted", 600);
     const uploadId = await upload(csv);
-    const runId = await startRun("demo-enrich", { upload: uploadId });
+    // One executor reads the 12 chunks one after another (the next as the last drains): with eight, every chunk could
+    // be read by the time the test sees 10 rows done, and the run would complete without reading the upload again.
+    const runId = await startRun("demo-enrich", { upload: uploadId }, { testPolicy: { minExecutors: 1, maxExecutors: 1 } });
     await until(
       () => runView(runId),
       (run) => (run.progress.maps.leads?.completed ?? 0) >= 10,
