@@ -169,6 +169,21 @@ describe("Pacer", () => {
       expect(Date.now() - before).toBeGreaterThanOrEqual(25);
     }));
 
+  it("takes a tool's wait that is not a number (a date header read as one) as unsaid, and keeps serving slots", () =>
+    onFakeClock(async () => {
+      const policy: PacingPolicy = { requestsPerSecond: 1000, concurrency: null, batchParallelism: 1 };
+      const { gate, told } = fakeGate(policy);
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      (await p.slot(signal)).release();
+      await p.backpressure(Number.NaN);
+      // Paused until NaN, it kept no slot it leased and served none (the fake clock gives up after a minute).
+      for (let i = 0; i < 3; i++) (await p.slot(signal)).release();
+      expect(told.every((signal) => signal.retryAfterMs === null || Number.isFinite(signal.retryAfterMs))).toBe(true);
+      expect(told.some((signal) => signal.limited > 0)).toBe(true);
+      await p.close();
+    }));
+
   it("rejects a waiter whose signal aborts, and fails waiters retryably when the gate is unreachable", async () => {
     const policy = pacingPolicyFor("sim");
     const never: GateClient = { acquire: () => new Promise(() => {}), report: async () => ({ pausedForMs: 0 }), release: async () => {} };

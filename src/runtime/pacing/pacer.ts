@@ -15,7 +15,7 @@ import { ToolCallError } from "../../play/tool-error";
 import { messageOf } from "../../core/errors";
 import { HOLDER_TTL_MS, type GateSignal, type Grant } from "./gate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
-import type { Quota, RateLimitSignals } from "./signals";
+import { type Quota, type RateLimitSignals, saneWaitMs } from "./signals";
 
 /** The gate as a pacer needs it (the PacingGate stub, bound to one provider). */
 export interface GateClient {
@@ -203,7 +203,8 @@ export class Pacer {
    * the provider. A 429 whose wait the gate has already been told of is only
    * counted, and told with the next call.
    */
-  async backpressure(retryAfterMs: number | null): Promise<void> {
+  async backpressure(asked: number | null): Promise<void> {
+    const retryAfterMs = saneWaitMs(asked);
     const now = this.#deps.now();
     // A 429 naming no wait is paused for as long as the gate decides (its answer to the report).
     const news = retryAfterMs === null ? this.#pausedUntil <= now : now + retryAfterMs > this.#pausedUntil + REPORT_COALESCE_MS;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { AnswerSignals, NO_SIGNALS, readRateLimitSignals } from "./signals";
+import { AnswerSignals, NO_SIGNALS, readRateLimitSignals, saneWaitMs } from "./signals";
 
 const NOW = Date.parse("2026-12-01T12:00:00Z");
 const read = (headers: Record<string, string>) => readRateLimitSignals(headers, NOW);
@@ -18,6 +18,22 @@ describe("Retry-After", () => {
   });
 });
 
+describe("values past what pacing can take", () => {
+  it("are dropped or bounded, so that the gate never refuses a caller's report over a provider's header", () => {
+    // "Unlimited" as Long.MAX, a window of zero, a remaining count past any limit, a wait of centuries.
+    expect(read({ "X-RateLimit-Limit": "9223372036854775807" }).quota).toBeNull();
+    expect(read({ "X-RateLimit-Limit": "100;w=0" }).quota).toEqual({ requests: 100, windowMs: null });
+    expect(read({ "X-RateLimit-Remaining": "9223372036854775807", "X-RateLimit-Reset": "5" }).remaining).toBeNull();
+    expect(read({ "Retry-After": `1${"0".repeat(400)}` }).retryAfterMs).toBe(3_600_000);
+    expect(read({ "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "99999999" }).remaining).toEqual({ requests: 0, resetMs: 3_600_000 });
+  });
+
+  it("as a tool's own wait: NaN (a date read as a number) and negatives say nothing; Infinity is an hour", () => {
+    expect([Number.NaN, -5, undefined, null].map(saneWaitMs)).toEqual([null, null, null, null]);
+    expect([0, 1500, Number.POSITIVE_INFINITY].map(saneWaitMs)).toEqual([0, 1500, 3_600_000]);
+  });
+});
+
 describe("IETF RateLimit-Policy and RateLimit", () => {
   it("reads the quota and what is left", () => {
     expect(read({ "RateLimit-Policy": '"default";q=100;w=1', RateLimit: '"default";r=42;t=1' })).toEqual({
@@ -33,7 +49,8 @@ describe("IETF RateLimit-Policy and RateLimit", () => {
       RateLimit: '"burst";r=80;t=30, "daily";r=3;t=40000',
     });
     expect(signals.quota).toEqual({ requests: 1000, windowMs: 86_400_000 });
-    expect(signals.remaining).toEqual({ requests: 3, resetMs: 40_000_000 });
+    // Its reset in 11 h is taken as an hour, as the gate takes any wait.
+    expect(signals.remaining).toEqual({ requests: 3, resetMs: 3_600_000 });
   });
 
   it("reads the older drafts' forms", () => {

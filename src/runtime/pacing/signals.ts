@@ -46,6 +46,21 @@ export interface RateLimitSignals {
 /** No signal at all. */
 export const NO_SIGNALS: RateLimitSignals = { retryAfterMs: null, quota: null, remaining: null };
 
+/** Waits and resets past an hour are taken as an hour (the gate does too): a pause that long is an outage, not pacing. */
+const MAX_WAIT_MS = 3_600_000;
+/** Counts and windows past this are not limits anyone paces by (`9223372036854775807` says "unlimited"). */
+const MAX_COUNT = 1e12;
+
+/**
+ * A wait as pacing takes it: a number of milliseconds from 0, at most an
+ * hour; anything else (NaN from a header a tool parsed as a number, a
+ * negative) says nothing. A wait that is not a number would pause a pacer
+ * for good.
+ */
+export function saneWaitMs(ms: number | null | undefined): number | null {
+  return typeof ms === "number" && ms >= 0 ? Math.min(ms, MAX_WAIT_MS) : null;
+}
+
 /** Epoch values above these are absolute times, not delta seconds. */
 const EPOCH_SECONDS_FROM = 1e9;
 const EPOCH_MS_FROM = 1e12;
@@ -70,10 +85,22 @@ export function readRateLimitSignals(headers: HeadersInit, now: number = Date.no
   const legacy = numericFields(h, "ratelimit", now);
   const x = numericFields(h, "x-ratelimit", now);
   return {
-    retryAfterMs: retryAfterMs(h, now),
-    quota: ietf.quota ?? legacy.quota ?? x.quota,
-    remaining: ietf.remaining ?? legacy.remaining ?? x.remaining,
+    retryAfterMs: saneWaitMs(retryAfterMs(h, now)),
+    quota: saneQuota(ietf.quota ?? legacy.quota ?? x.quota),
+    remaining: saneRemaining(ietf.remaining ?? legacy.remaining ?? x.remaining),
   };
+}
+
+/** A quota pacing can use: a count past {@link MAX_COUNT} is no limit; a window of 0 or past it is not named. */
+function saneQuota(quota: Quota | null): Quota | null {
+  if (quota === null || !(quota.requests <= MAX_COUNT)) return null;
+  const { windowMs } = quota;
+  return { requests: quota.requests, windowMs: windowMs !== null && windowMs > 0 && windowMs <= MAX_COUNT ? windowMs : null };
+}
+
+function saneRemaining(remaining: Remaining | null): Remaining | null {
+  if (remaining === null || !(remaining.requests <= MAX_COUNT)) return null;
+  return { requests: remaining.requests, resetMs: saneWaitMs(remaining.resetMs) };
 }
 
 /** Whether `signals` says anything. */

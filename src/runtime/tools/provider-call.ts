@@ -10,7 +10,7 @@ import { withSendHooks } from "../../core/outbound";
 import { ToolCallError } from "../../play/tool-error";
 import type { SubrequestMeter } from "../../core/meter";
 import type { Pacer } from "../pacing/pacer";
-import { AnswerSignals, readRateLimitSignals } from "../pacing/signals";
+import { AnswerSignals, readRateLimitSignals, saneWaitMs } from "../pacing/signals";
 import { messageOf } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import { sleep } from "../../core/time";
@@ -50,7 +50,9 @@ interface Failure {
  */
 export function classifyFailure(error: unknown, isRateLimit?: (error: unknown) => boolean): Failure {
   const known = error instanceof ToolCallError;
-  const retryAfterMs = known ? (error.retryAfterMs ?? (error.headers ? readRateLimitSignals(error.headers).retryAfterMs : null)) : null;
+  const retryAfterMs = known
+    ? (saneWaitMs(error.retryAfterMs) ?? (error.headers ? readRateLimitSignals(error.headers).retryAfterMs : null))
+    : null;
   const failure = { error: { code: known ? error.code : "tool_error", message: messageOf(error).slice(0, 8000) } };
   if (toolSaysRateLimit(error, isRateLimit)) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
   if (!known || !error.retryable) return { ...failure, retryable: false, retry: { kind: "permanent" } };
