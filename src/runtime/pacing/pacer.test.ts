@@ -324,6 +324,33 @@ describe("A pacer with every unit busy", () => {
   });
 });
 
+describe("A pacer waiting out a 429 with requests still out", () => {
+  it("keeps renewing its hold on their units, so the provider's concurrency is not given to others meanwhile", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const policy: PacingPolicy = { requestsPerSecond: 100, concurrency: 4, batchParallelism: 1 };
+      const { gate, ledger } = fakeGate(policy);
+      const slow = new Pacer({ gate, caller: "slow", policy, now: Date.now, log: () => {} });
+      const signal = new AbortController().signal;
+      const held = Promise.all(Array.from({ length: 3 }, () => slow.slot(signal)));
+      await vi.advanceTimersByTimeAsync(100);
+      const slots = await held;
+      // A 429 asks for 30 s; another row waits meanwhile (its slot is leased only after the pause).
+      await slow.backpressure(30_000);
+      const waiting = slow.slot(signal);
+      // Past the gate's hold on units (10 s), with the three requests still out.
+      await vi.advanceTimersByTimeAsync(HOLDER_TTL_MS * 2);
+      expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBeGreaterThanOrEqual(3);
+      for (const slot of slots) slot.release();
+      await vi.advanceTimersByTimeAsync(30_000);
+      (await waiting).release();
+      await slow.close();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
 describe("Pacers whose gate answers late and whose calls come unevenly", () => {
   it("still never start more requests in any second than the declared rate", async () => {
     vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });

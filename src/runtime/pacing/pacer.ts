@@ -372,12 +372,19 @@ export class Pacer {
     }
   }
 
-  /** While its requests are out and it asks nothing, the pacer renews its hold on their units now and then. */
+  /**
+   * While its requests are out and it asks nothing, the pacer renews its hold
+   * on their units now and then; waiting out a retry (a 429's pause) too: the
+   * renewal asks at once, and the gate's answer sets the retry again.
+   */
   #armRenew(): void {
     if (this.#renewTimer || this.#units === null) return;
     this.#renewTimer = setTimeout(() => {
       this.#renewTimer = null;
-      if (this.#inFlight > 0) this.#lease();
+      if (this.#inFlight === 0) return;
+      if (this.#retryTimer) clearTimeout(this.#retryTimer);
+      this.#retryTimer = null;
+      this.#lease();
     }, RENEW_MS);
   }
 
@@ -448,6 +455,8 @@ export class Pacer {
             },
             Math.max(grant.retryInMs ?? 0, blocked ? starvedMs : 0),
           );
+          // Requests still out keep their units held however long the retry waits.
+          if (this.#inFlight > 0) this.#armRenew();
         }
         this.#pump();
       },
