@@ -207,6 +207,8 @@ describe("pacing across runs", () => {
     const bad = await apiJson("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: -1 } });
     expect(bad.status).toBe(400);
     expect(bad.body.error.code).toBe("invalid_request");
+    // Slower than one request per 100 s is not a rate to pace by (its next slot would be hours away).
+    expect((await apiJson("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: 0.001 } })).status).toBe(400);
     const state = await apiJson("/v1/pacing/sim");
     expect(state.body.policy).toEqual({ requestsPerSecond: null, concurrency: 256, batchParallelism: 4 });
   });

@@ -44,6 +44,17 @@ describe("GateLedger: rate", () => {
     for (let i = 1; i < all.length; i++) expect(all[i]! - all[i - 1]!).toBeCloseTo(interval, 6);
   });
 
+  it("paces by a changed declared rate from the change on: a slot far away under the old one does not hold up the new", () => {
+    const gate = new GateLedger();
+    // Declared at one request per 100 s by mistake: the next slot is 100 s away.
+    gate.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });
+    // Corrected to 100/s a second later: the next slots come at the new pace, not after the old one's 100 s.
+    const fixed = policy({ requestsPerSecond: 100 });
+    const grant = gate.acquire(fixed, { caller: "a", slots: 3, inFlight: 0, now: 1_000 });
+    expect(grant.startInMs).toHaveLength(3);
+    expect(Math.max(...grant.startInMs)).toBeLessThan(100);
+  });
+
   it("never hands out more than the provider's limit in any second, however callers interleave", () => {
     const gate = new GateLedger();
     const p = policy({ requestsPerSecond: 20 });

@@ -185,6 +185,8 @@ export class GateLedger {
   #heard = false;
   /** The last acquire was paced (a rate was in force). */
   #paced = false;
+  /** The declared rate the schedule was built under (undefined: none seen yet). */
+  #declared: number | null | undefined = undefined;
   #probe: { caller: string; until: number } | null = null;
   #reports = 0;
   #holders = new Map<string, Holder>();
@@ -211,6 +213,11 @@ export class GateLedger {
     // A rate just came into force (the probe's answer announced a quota, a 429 taught one): the requests already started count.
     const last = this.#history.last;
     if (rps !== null && !this.#paced && last !== undefined) this.#nextSlotAt = Math.max(this.#nextSlotAt, last + 1000 / rps);
+    // A declared rate changed (an org's override corrected): the schedule goes on at the new pace from now, not after
+    // a slot the old pace put far away (one request per 100 s: the next slot 100 s out).
+    if (this.#declared !== undefined && policy.requestsPerSecond !== this.#declared && rps !== null)
+      this.#nextSlotAt = Math.min(this.#nextSlotAt, Math.max(now, this.#pausedUntil) + 1000 / rps);
+    this.#declared = policy.requestsPerSecond;
     this.#paced = rps !== null;
     const startInMs: number[] = [];
     const earliest = Math.max(now, this.#pausedUntil);

@@ -14,7 +14,7 @@ export const PacingPolicy = z
      * gate then paces by the quota the provider announces, or learns one
      * from its 429s). The gate paces at {@link PACE_UTILIZATION} of it.
      */
-    requestsPerSecond: z.number().positive().max(100_000).nullable(),
+    requestsPerSecond: z.number().min(0.01).max(100_000).nullable(),
     /** Provider requests in flight at once across the org; null: no limit. */
     concurrency: z.number().int().min(1).max(10_000).nullable(),
     /** Batch calls one chunk's scheduler keeps in flight for one tool. */
