@@ -18,6 +18,14 @@ import { LineBreaks } from "./line-breaks";
 import { MAX_ROW_LINE_BYTES } from "./limits";
 import { FILE_START, type RowScanner, type ScanOptions } from "./scanning";
 
+/**
+ * The most line breaks held past the last row: a row's own (quoted) breaks
+ * are bounded by its size, so only blank lines add up past this, and the
+ * line count holds each one's offset until the next row (a file of line
+ * feeds would fill the isolate).
+ */
+export const MAX_PENDING_BREAKS = 1_000_000;
+
 export class CsvScanner implements RowScanner {
   #breaks: LineBreaks;
   #writer: WritableStreamDefaultWriter<Uint8Array>;
@@ -70,6 +78,12 @@ export class CsvScanner implements RowScanner {
     } catch (error) {
       throw this.#located(error);
     }
+    // The parser has taken every row these bytes complete: the breaks held past the last are blank lines (or a row's own).
+    if (this.#breaks.pending > MAX_PENDING_BREAKS)
+      throw new MalformedUploadError(
+        this.#breaks.lineAt(this.#boundary),
+        `more than ${MAX_PENDING_BREAKS.toLocaleString("en-US")} blank lines in a row start here`,
+      );
   }
 
   async close(): Promise<void> {

@@ -41,10 +41,11 @@ export class LineBreaks {
       if (crlf) from = 1;
       this.#pendingCr = false;
     }
-    while (from < bytes.length) {
-      const lf = bytes.indexOf(LF, from);
-      const cr = bytes.indexOf(CR, from);
-      if (lf === -1 && cr === -1) break;
+    // The next LF and CR at or past `from`, each searched again only once passed: searching both on every line
+    // scanned an LF-only file's chunk to its end for the CR it lacks, once per line.
+    let lf = bytes.indexOf(LF, from);
+    let cr = bytes.indexOf(CR, from);
+    while (lf !== -1 || cr !== -1) {
       if (cr === -1 || (lf !== -1 && lf < cr)) {
         this.#ends.push(base + lf + 1);
         from = lf + 1;
@@ -56,8 +57,15 @@ export class LineBreaks {
         this.#ends.push(base + cr + (crlf ? 2 : 1));
         from = cr + (crlf ? 2 : 1);
       }
+      if (lf !== -1 && lf < from) lf = bytes.indexOf(LF, from);
+      if (cr !== -1 && cr < from) cr = bytes.indexOf(CR, from);
     }
     this.#seen = base + bytes.length;
+  }
+
+  /** Breaks seen that no offset asked for has passed yet (each held). */
+  get pending(): number {
+    return this.#ends.length - this.#head;
   }
 
   /** The stream ended: a CR at its very end ends a line. */

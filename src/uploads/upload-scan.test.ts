@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { MAX_PENDING_BREAKS } from "./csv-scanner";
 import { MalformedUploadError } from "./errors";
 import type { UploadFormat } from "./limits";
 import { UploadScan } from "./upload-scan";
@@ -73,6 +74,18 @@ describe("UploadScan: CSV", () => {
       message: "line 3: this row has 3 fields, the header (line 1) has 2 columns",
     });
     expect((await malformedLine("csv", "a,b\r\n\r\n1\r\n")).line).toBe(3);
+  });
+
+  it("refuses more than a million blank lines in a row, naming the line they start on, and takes rows of one byte by the million", async () => {
+    // Held one by one until the next row, their offsets would fill the isolate (a file of line feeds).
+    const blank = `a\n1\n${"\n".repeat(MAX_PENDING_BREAKS + 10)}2\n`;
+    expect(await malformedLine("csv", blank, 1 << 20)).toEqual({
+      line: 3,
+      message: "line 3: more than 1,000,000 blank lines in a row start here",
+    });
+    // As many breaks that end rows pass, in chunks of any size.
+    const rows = `a\n${"1\n".repeat(MAX_PENDING_BREAKS + 10)}`;
+    expect(await scan("csv", rows, 4 << 20, 1 << 20)).toMatchObject({ rows: MAX_PENDING_BREAKS + 10 });
   });
 
   it("refuses an empty file, a header naming a column twice, too many columns", async () => {
