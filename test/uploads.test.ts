@@ -238,6 +238,24 @@ describe("multipart uploads", () => {
     expect((await apiJson(`/v1/uploads/${uploadId}`)).body.status).toBe("receiving");
   });
 
+  it("completes an upload whose parts R2 had joined when the complete before died, checking the file then", async () => {
+    const uploadId = await start(CSV);
+    await put(uploadId, 1, "id,note\n1,a\n2,b\n");
+    // A complete got as far as R2 joining the parts, then died (past its CPU limit while it checked the file, say).
+    const record = JSON.parse(await (await env.UPLOADS.get(`dev/${uploadId}/multipart`))!.text());
+    const marker = await env.UPLOADS.head(`dev/${uploadId}/parts/1`);
+    await env.UPLOADS.resumeMultipartUpload(`dev/${uploadId}/data`, record.r2UploadId).complete([
+      { partNumber: 1, etag: marker!.customMetadata!.etag! },
+    ]);
+    const done = await complete(uploadId);
+    expect(done).toEqual({ status: 201, body: expect.objectContaining({ uploadId, rows: 2, status: "ready" }) });
+    expect((await bucketKeys()).filter((k) => k.includes(uploadId))).toEqual([
+      `dev/${uploadId}/data`,
+      `dev/${uploadId}/index`,
+      `dev/${uploadId}/upload`,
+    ]);
+  });
+
   it("deletes a file found malformed at complete, with its parts, and says which line", async () => {
     const uploadId = await start(CSV);
     await put(uploadId, 1, 'id,note\n1,"two\nlines"\n2\n');

@@ -40,17 +40,21 @@ export class Uploads {
   async receive(body: ReadableStream<Uint8Array>, options: { format: UploadFormat; declaredBytes: number | null }): Promise<ReadyUpload> {
     const uploadId = newUploadId();
     const createdAt = this.#now();
-    return this.#landing(uploadId, async () => {
-      const index = await ingest({
-        bucket: this.#store.bucket,
-        key: this.#store.dataKey(uploadId),
-        body,
-        declaredBytes: options.declaredBytes,
-        maxBytes: MAX_REQUEST_UPLOAD_BYTES,
-        scan: new UploadScan({ format: options.format }),
-      });
-      return { createdAt, index };
-    });
+    return this.#landing(
+      uploadId,
+      () => true,
+      async () => {
+        const index = await ingest({
+          bucket: this.#store.bucket,
+          key: this.#store.dataKey(uploadId),
+          body,
+          declaredBytes: options.declaredBytes,
+          maxBytes: MAX_REQUEST_UPLOAD_BYTES,
+          scan: new UploadScan({ format: options.format }),
+        });
+        return { createdAt, index };
+      },
+    );
   }
 
   /** Starts a multipart upload of a file in `format`: its parts come next, then `complete`. */
@@ -82,8 +86,10 @@ export class Uploads {
   /**
    * Joins the parts (1 to n, every one but the last the same size and at
    * least 5 MiB, the last no larger: `checkParts`), then checks and indexes the file. A
-   * malformed file is deleted with its parts; the upload is then gone. Once
-   * complete, completing again answers the same.
+   * malformed file is deleted with its parts; the upload is then gone. Any
+   * other failure keeps it, to complete again: a complete that died once R2
+   * had joined the parts (past its CPU limit while it checked, say) finds the
+   * file joined and checks it. Once complete, completing again answers the same.
    */
   async complete(uploadId: string): Promise<ReadyUpload> {
     const ready = await this.#readyRecord(uploadId);
@@ -92,9 +98,12 @@ export class Uploads {
     const parts = await this.#store.listParts(uploadId);
     checkParts(parts);
     const dataKey = this.#store.dataKey(uploadId);
-    const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
-    await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag })));
-    const view = await this.#landing(uploadId, async () => {
+    if (!(await this.#store.bucket.head(dataKey))) {
+      const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
+      await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag })));
+    }
+    const fileAtFault = (error: unknown) => error instanceof TroupeError && error.httpStatus < 500;
+    const view = await this.#landing(uploadId, fileAtFault, async () => {
       const object = await this.#store.bucket.get(dataKey);
       if (!object) throw new Error(`the completed upload ${uploadId} has no data object`);
       const scan = new UploadScan({ format: multipart.format });
@@ -145,8 +154,12 @@ export class Uploads {
     return { index, source: { read: (range) => this.#store.readData(uploadId, range) } };
   }
 
-  /** Stores a checked file's index and record; on any failure on the way, deletes all of the upload. */
-  async #landing(uploadId: string, land: () => Promise<{ createdAt: number; index: UploadIndex }>): Promise<ReadyUpload> {
+  /** Stores a checked file's index and record; on a failure on the way that `discards`, deletes all of the upload. */
+  async #landing(
+    uploadId: string,
+    discards: (error: unknown) => boolean,
+    land: () => Promise<{ createdAt: number; index: UploadIndex }>,
+  ): Promise<ReadyUpload> {
     try {
       const { createdAt, index } = await land();
       const record: UploadRecord = {
@@ -160,7 +173,7 @@ export class Uploads {
       await this.#store.commit(record, index);
       return viewOf(record);
     } catch (error) {
-      await this.#store.discard(uploadId);
+      if (discards(error)) await this.#store.discard(uploadId);
       throw error;
     }
   }
