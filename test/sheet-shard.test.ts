@@ -477,6 +477,22 @@ describe("a run's view", () => {
     expect(await stub.countRunRows({ runId: "run-b" })).toEqual({ total: 2, completed: 1, failed: 0, pending: 1 });
   });
 
+  it("answers a read no larger than its size budget, one row at least, and says when the budget cut it short", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const keys = ["r0", "r1", "r2", "r3"];
+    await claim(stub, a, keys);
+    await complete(stub, a, keys, () => ({ text: "x".repeat(1000) }));
+    const read = (maxChars?: number, limit?: number) =>
+      stub.readRunRows({ runId: "run-a", fromIndex: 0, toIndex: 10, maxChars, limit }).then((r) => [r.rows.length, r.cut]);
+    expect(await read(2500)).toEqual([2, true]);
+    expect(await read(1)).toEqual([1, true]);
+    expect(await read()).toEqual([4, false]);
+    // The limit, or the range's end, ending it first is not a cut.
+    expect(await read(2500, 2)).toEqual([2, false]);
+    expect(await read(1_000_000, 3)).toEqual([3, false]);
+  });
+
   it("claims, persists and reads 500 rows of 2 KB in one call each", async () => {
     const stub = shard();
     // 500 rows and about 1 MB per call: far past 100 bound parameters and one JSON parameter's budget.

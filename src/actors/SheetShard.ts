@@ -85,11 +85,12 @@ export class SheetShard extends DurableObject<Env> {
     return { released };
   }
 
-  /** A run's rows with input index in [fromIndex, toIndex), in input order, at most 1000. */
-  async readRunRows(request: ReadRunRowsRequest): Promise<{ rows: SheetRowOverRpc[] }> {
+  /** A run's rows with input index in [fromIndex, toIndex), in input order, at most 1000 and about 8 MiB (`cut` past it). */
+  async readRunRows(request: ReadRunRowsRequest): Promise<{ rows: SheetRowOverRpc[]; cut: boolean }> {
     const input = parseRpcInput(ReadRunRowsRequest, request);
+    const { rows, cut } = this.#store.readRunRows(input);
     // Parsed JSON holds no `undefined`, so every field value is `{} | null`.
-    return { rows: this.#store.readRunRows(input) as SheetRowOverRpc[] };
+    return { rows: rows as SheetRowOverRpc[], cut };
   }
 
   /** Counts a run's rows in this shard by status (for reconciliation). */

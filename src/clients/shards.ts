@@ -15,6 +15,7 @@ import type {
   PersistRowsResult,
   PlannedRow,
   ReadRunRowsRequest,
+  RunRowsRead,
   ReceiptWriteResult,
   SheetRow,
   WriteReceiptsRequest,
@@ -169,26 +170,36 @@ export class SheetClient {
 
   /**
    * The run's rows with input index in [fromIndex, toIndex), in order, gathered
-   * from every shard (one call each). The window is cut to MAX_READ_ROWS
-   * indexes, so no shard's answer can be cut short.
+   * from every shard (one call each, and more from a shard whose answer its
+   * size cut short). The window is cut to MAX_READ_ROWS indexes.
    */
   async readRunRows(runId: string, fromIndex: number, toIndex: number): Promise<SheetRow[]> {
     const to = Math.min(toIndex, fromIndex + MAX_READ_ROWS);
     if (to <= fromIndex) return [];
     const results = await Promise.all(
-      this.#allShards().map((s) => this.#stub(s, "readRunRows").readRunRows({ runId, fromIndex, toIndex: to })),
+      this.#allShards().map(async (shard) => {
+        const rows: SheetRow[] = [];
+        for (let from = fromIndex; ; ) {
+          const read = await this.readShardRunRows(shard, { runId, fromIndex: from, toIndex: to });
+          rows.push(...read.rows);
+          if (!read.cut) return rows;
+          from = read.rows.at(-1)!.index + 1;
+        }
+      }),
     );
-    return results.flatMap((r) => r.rows as SheetRow[]).sort((a, b) => a.index - b.index);
+    return results.flat().sort((a, b) => a.index - b.index);
   }
 
   /**
    * One shard's share of the run's rows: those with input index in
-   * [fromIndex, toIndex), in order, the first `limit` (at most MAX_READ_ROWS).
+   * [fromIndex, toIndex), in order, the first `limit` (at most MAX_READ_ROWS)
+   * and `maxChars` of them (`cut` when that ended it first).
    * Merging shards' answers in input order is the caller's (see `dataset-view.ts`).
    */
-  async readShardRunRows(shard: number, request: ReadRunRowsRequest): Promise<SheetRow[]> {
-    if (request.toIndex <= request.fromIndex) return [];
-    return (await this.#stub(shard, "readRunRows").readRunRows(request)).rows as SheetRow[];
+  async readShardRunRows(shard: number, request: ReadRunRowsRequest): Promise<RunRowsRead> {
+    if (request.toIndex <= request.fromIndex) return { rows: [], cut: false };
+    const read = await this.#stub(shard, "readRunRows").readRunRows(request);
+    return { rows: read.rows as SheetRow[], cut: read.cut };
   }
 
   async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {

@@ -96,6 +96,12 @@ export type PeekRowsRequest = z.infer<typeof PeekRowsRequest>;
 
 /** Most rows one `readRunRows` returns. */
 export const MAX_READ_ROWS = 1000;
+/**
+ * Most characters of row data one `readRunRows` returns past its first row
+ * (the default and the most asked): an answer of a thousand rows of 40 KB
+ * would be past the 32 MiB an RPC may carry. A row holds at most 1 MiB.
+ */
+export const MAX_READ_CHARS = 8 * 1024 * 1024;
 
 /**
  * `readRunRows`: the run's rows with input index in [fromIndex, toIndex), in
@@ -110,8 +116,16 @@ export const ReadRunRowsRequest = z.object({
   toIndex: z.number().int().nonnegative(),
   /** At most this many rows (default and most: MAX_READ_ROWS). */
   limit: z.number().int().min(1).max(MAX_READ_ROWS).optional(),
+  /** At most this many characters of row data past the first row (default and most: MAX_READ_CHARS). */
+  maxChars: z.number().int().min(1).max(MAX_READ_CHARS).optional(),
 });
 export type ReadRunRowsRequest = z.infer<typeof ReadRunRowsRequest>;
+
+/** A shard's answer to `readRunRows`: `cut` when its size budget ended it before its limit and its range. */
+export interface RunRowsRead {
+  rows: SheetRow[];
+  cut: boolean;
+}
 
 /** One row of a run's view of a dataset. */
 export interface SheetRow {

@@ -34,7 +34,14 @@ import type {
   SheetRow,
 } from "../contracts/shards";
 import { batches, type Sql } from "./sql";
-import { MAX_READ_ROWS, type CountRunChunksRequest, type RunChunkCounts, type RunRowCounts } from "../contracts/shards";
+import {
+  MAX_READ_CHARS,
+  MAX_READ_ROWS,
+  type CountRunChunksRequest,
+  type RunChunkCounts,
+  type RunRowCounts,
+  type RunRowsRead,
+} from "../contracts/shards";
 
 /** Largest serialized row data (input or output) a shard stores. */
 export const MAX_ROW_DATA_BYTES = 1024 * 1024;
@@ -281,18 +288,36 @@ export class SheetStore {
 
   /**
    * The run's rows with input index in [fromIndex, toIndex), in index order,
-   * the first `limit` (at most MAX_READ_ROWS): the versions its view holds. A
+   * the first `limit` (at most MAX_READ_ROWS), and past the first row at most
+   * `maxChars` of data and errors (MAX_READ_CHARS): the versions its view
+   * holds. `cut` says the size ended it before the limit and the range. A
    * row the run found blocked and never claimed since is `pending` with no data.
    * A seek on the membership's primary key: it reads the rows it returns,
    * however deep `fromIndex` is, never the ones before it.
    */
-  readRunRows(request: ReadRunRowsRequest): SheetRow[] {
+  readRunRows(request: ReadRunRowsRequest): RunRowsRead {
     const limit = Math.min(request.limit ?? MAX_READ_ROWS, MAX_READ_ROWS);
-    return this
-      .#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
+    const maxChars = Math.min(request.maxChars ?? MAX_READ_CHARS, MAX_READ_CHARS);
+    // Sizes first, so that no more rows are read than the answer carries.
+    const sizes = this.#sql<{ idx: number; chars: number }>`SELECT rr.idx AS idx,
+      coalesce(length(v.data), 2) + coalesce(length(v.error), 0) + length(rr.key) AS chars
       FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
       WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${request.toIndex}
-      ORDER BY rr.idx LIMIT ${limit}`.map(rowToSheetRow);
+      ORDER BY rr.idx LIMIT ${limit}`;
+    let taken = 0;
+    let chars = 0;
+    for (const size of sizes) {
+      if (taken > 0 && chars + size.chars > maxChars) break;
+      chars += size.chars;
+      taken++;
+    }
+    if (taken === 0) return { rows: [], cut: false };
+    const rows = this
+      .#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
+      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx <= ${sizes[taken - 1]!.idx}
+      ORDER BY rr.idx LIMIT ${taken}`.map(rowToSheetRow);
+    return { rows, cut: taken < sizes.length };
   }
 
   /** Counts the run's membership by the status of the versions its view holds. */

@@ -6,7 +6,7 @@
  * costs the same at any depth: one call per shard, and about the rows it returns.
  */
 import type { Row } from "../../play/types";
-import { MAX_READ_ROWS, type SheetRow } from "../../contracts/shards";
+import { MAX_READ_CHARS, MAX_READ_ROWS, type SheetRow } from "../../contracts/shards";
 import type { SheetClient } from "../../clients/shards";
 import { type ShardBuffer, takeInOrder } from "./shard-merge";
 
@@ -19,6 +19,13 @@ export const MAX_PAGE_ROWS = 1000;
  */
 export const EXPORT_BUFFER_ROWS = 8000;
 const MIN_EXPORT_READ_ROWS = 100;
+/**
+ * Characters of row data an export or a page keeps buffered at once, over all
+ * shards (each reads its share, at least one row): rows of 40 KB by the
+ * thousand would be past the isolate's 128 MB, and past what one shard's
+ * answer may carry.
+ */
+export const READ_BUFFER_CHARS = 16 * 1024 * 1024;
 
 /** The public shape of a row: its data plus `_key`, `_status`, `_error`. */
 export function viewRow(row: SheetRow): Row {
@@ -55,7 +62,7 @@ export async function readPageFrom(
   const perShard = Math.min(limit, MAX_READ_ROWS - 1, Math.ceil((limit * 5) / (4 * shardCount)) + 4);
   const buffers = await Promise.all(
     shardIndexes(shardCount).map((shard) =>
-      readAhead(sheets, shard, { runId: page.runId, fromIndex: page.fromIndex, total: page.total, rows: perShard }),
+      readAhead(sheets, shard, { runId: page.runId, fromIndex: page.fromIndex, total: page.total, rows: perShard, shardCount }),
     ),
   );
   const merged = takeInOrder(buffers);
@@ -80,7 +87,7 @@ export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total
       shards
         .filter((s) => s.more && s.rows.length === 0)
         .map(async (s) => {
-          const read = await readAhead(sheets, s.shard, { runId, fromIndex: s.nextIndex, total, rows: perShard });
+          const read = await readAhead(sheets, s.shard, { runId, fromIndex: s.nextIndex, total, rows: perShard, shardCount });
           s.rows = read.rows;
           s.more = read.more;
           if (read.rows.length) s.nextIndex = read.rows.at(-1)!.index + 1;
@@ -94,22 +101,24 @@ export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total
 
 /**
  * A shard's next `rows` rows of the run from `fromIndex` (below `total`),
- * reading one more to learn, exactly, whether it holds more after them
- * (so `rows` is below MAX_READ_ROWS).
+ * and no more than its share of READ_BUFFER_CHARS, reading one more to
+ * learn, exactly, whether it holds more after them (so `rows` is below
+ * MAX_READ_ROWS); an answer its size cut short has more.
  */
 async function readAhead(
   sheets: SheetClient,
   shard: number,
-  read: { runId: string; fromIndex: number; total: number; rows: number },
+  read: { runId: string; fromIndex: number; total: number; rows: number; shardCount: number },
 ): Promise<ShardBuffer<SheetRow>> {
-  const rows = await sheets.readShardRunRows(shard, {
+  const { rows, cut } = await sheets.readShardRunRows(shard, {
     runId: read.runId,
     fromIndex: read.fromIndex,
     toIndex: read.total,
     limit: read.rows + 1,
+    maxChars: Math.min(MAX_READ_CHARS, Math.ceil(READ_BUFFER_CHARS / read.shardCount)),
   });
-  const more = rows.length > read.rows;
-  if (more) rows.length = read.rows;
+  const more = cut || rows.length > read.rows;
+  if (rows.length > read.rows) rows.length = read.rows;
   return { rows, more };
 }
 

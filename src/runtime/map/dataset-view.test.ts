@@ -1,0 +1,48 @@
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { SheetClient } from "../../clients/shards";
+import type { PlannedRow } from "../../contracts/shards";
+import { SubrequestMeter } from "../../core/meter";
+import { readPage, readPageFrom, rowPagesInOrder } from "./dataset-view";
+
+/** A run's dataset of `count` rows of `chars` characters each, written through the shards as an attempt writes them. */
+async function datasetOf(count: number, chars: number, shardCount: number) {
+  const sheets = new SheetClient({
+    env,
+    meter: new SubrequestMeter(),
+    location: { org: "dev", play: "test-calls", dataset: `big-${crypto.randomUUID()}`, shardCount },
+  });
+  const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
+  const attempt = { attemptId: `${runId}/big/0/0`, runId, attemptSeq: 0 };
+  const rows: PlannedRow[] = Array.from({ length: count }, (_, index) => ({ key: `k${index}`, index, input: { id: `k${index}` } }));
+  await sheets.claimRows({ attempt, rows, recompute: false, leaseTtlMs: 60_000 });
+  const text = "x".repeat(chars);
+  for (let i = 0; i < count; i += 5)
+    await sheets.persistRows(
+      attempt,
+      rows.slice(i, i + 5).map((row) => ({ key: row.key, status: "completed" as const, data: { id: row.key, text }, error: null })),
+    );
+  return { sheets, runId };
+}
+
+describe("reading a dataset of large rows", () => {
+  it("exports, pages by cursor and by offset 36 MB of rows in input order, though one shard's answer may carry 32 MiB", async () => {
+    const count = 120;
+    const { sheets, runId } = await datasetOf(count, 300_000, 1);
+    const keys = Array.from({ length: count }, (_, i) => `k${i}`);
+
+    const exported: string[] = [];
+    for await (const page of rowPagesInOrder(sheets, runId, count)) exported.push(...page.map((row) => String(row._key)));
+    expect(exported).toEqual(keys);
+
+    const paged: string[] = [];
+    for (let from: number | null = 0; from !== null; ) {
+      const page = await readPageFrom(sheets, { runId, fromIndex: from, limit: 1000, total: count });
+      paged.push(...page.rows.map((row) => String(row._key)));
+      from = page.nextIndex;
+    }
+    expect(paged).toEqual(keys);
+
+    expect((await readPage(sheets, runId, 0, 1000)).map((row) => row._key)).toEqual(keys);
+  });
+});
