@@ -93,7 +93,7 @@ export class PacingGate extends DurableObject<Env> {
     const name = parseRpcInput(Provider, provider);
     if (override === null) {
       this.#sql.write`DELETE FROM pacing_override WHERE provider = ${name}`;
-      this.#ledger = new GateLedger();
+      this.#ledger.forgetLearned();
     } else {
       const value = JSON.stringify(parseRpcInput(PacingOverride, override));
       this.#sql.write`INSERT INTO pacing_override (provider, policy) VALUES (${name}, ${value})

@@ -308,6 +308,16 @@ describe("GateLedger: concurrency", () => {
     expect(gate.acquire(p, { caller: "b", slots: 5, inFlight: 0, now: 3 }).units).toBe(5);
   });
 
+  it("keeps the units held and the slots handed out when it forgets what it learned (an org's reset of the policy)", () => {
+    const p = policy({ concurrency: 4, requestsPerSecond: 10 });
+    const gate = heardGate(p);
+    expect(gate.acquire(p, { caller: "a", slots: 3, inFlight: 0, now: 0 }).units).toBe(3);
+    gate.forgetLearned();
+    // Another caller gets what is left of the concurrency, not all of it again.
+    expect(gate.acquire(p, { caller: "b", slots: 3, inFlight: 0, now: 1 }).units).toBe(1);
+    expect(gate.snapshot(p, 1).unitsHeld).toBe(4);
+  });
+
   it("returns a caller's units on release and when its lease lapses", () => {
     const p = policy({ concurrency: 4 });
     const gate = heardGate(p);

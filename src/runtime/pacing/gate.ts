@@ -265,6 +265,24 @@ export class GateLedger {
     this.#holders.delete(caller);
   }
 
+  /**
+   * Forgets what was learned of the provider (its rate, its quota, that it
+   * was heard from: the next request probes it again), not what is under
+   * way: the units callers hold for requests in flight, the slots already
+   * handed out and a pause the provider asked for stay, or a reset would
+   * hand them out a second time.
+   */
+  forgetLearned(): void {
+    this.#rate = new ProviderRate();
+    this.#history.restartCounts();
+    this.#budget = null;
+    this.#heard = false;
+    this.#probe = null;
+    this.#reports = 0;
+    this.#paced = false;
+    this.#declared = undefined;
+  }
+
   snapshot(policy: PacingPolicy, now: number): GateSnapshot {
     this.#expire(now);
     let unitsHeld = 0;

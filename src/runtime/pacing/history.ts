@@ -14,6 +14,8 @@ export class StartHistory {
   #limited: { at: number; count: number }[] = [];
   #slotsGranted = 0;
   #maxSlotsPerSecond = 0;
+  /** The counts are of starts after this one (a restart of them). */
+  #countedAfter = Number.NEGATIVE_INFINITY;
 
   /** Slots granted so far (unpaced starts are not slots). */
   get slotsGranted(): number {
@@ -41,7 +43,7 @@ export class StartHistory {
     else this.#starts.splice(firstAfter(this.#starts, at), 0, ...Array<number>(count).fill(at));
     if (!granted) return;
     this.#slotsGranted += count;
-    this.#maxSlotsPerSecond = Math.max(this.#maxSlotsPerSecond, this.started(at - 1000, at));
+    this.#maxSlotsPerSecond = Math.max(this.#maxSlotsPerSecond, this.started(Math.max(at - 1000, this.#countedAfter), at));
   }
 
   /** Records `count` 429s reported at `at`. */
@@ -59,6 +61,14 @@ export class StartHistory {
     let count = 0;
     for (const entry of this.#limited) if (entry.at > from && entry.at <= to) count += entry.count;
     return count;
+  }
+
+  /** Starts counting slots and 429s afresh (a reset of what was learned); the starts stay, as they still take their second. */
+  restartCounts(): void {
+    this.#countedAfter = this.last ?? Number.NEGATIVE_INFINITY;
+    this.#slotsGranted = 0;
+    this.#maxSlotsPerSecond = 0;
+    this.#limited = [];
   }
 
   /** Forgets what is older than {@link HISTORY_MS}. */
