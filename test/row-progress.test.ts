@@ -3,8 +3,8 @@
  * returns, while its chunk still runs, not when the whole chunk ends.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { SIM_DEFAULTS, setSim } from "./chaos-helpers";
-import { allEvents, datasetRows, eventsOfType, simReset, startRun, waitForRun } from "./helpers";
+import { SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
+import { allEvents, datasetRows, eventsOfType, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
@@ -45,5 +45,38 @@ describe("row progress", () => {
     // In the end, the stored counts alone: nothing in flight, nothing computing.
     expect(run.progress.maps.rowprog).toMatchObject({ completed: 54, failed: 6, active: 0, inFlight: 0, executors: 0 });
     expect(await datasetRows(runId, "rowprog")).toHaveLength(60);
+  });
+
+  it("counts the rows of a chunk computed again once each (settled or active, not both), never fewer than before", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 300 });
+    const held = Array.from({ length: 10 }, (_, i) => ({
+      id: `h${i}`,
+      tool: "sim_find_email",
+      input: { name: `!fail held ${i}`, domain: "p.test" },
+    }));
+    const own = Array.from({ length: 20 }, (_, i) => ({
+      id: `o${i}`,
+      tool: "sim_find_email",
+      input: { name: i % 2 === 0 ? `!fail ${i}` : `Own ${i}`, domain: "p.test" },
+    }));
+    // The first run holds ten rows while their calls take 300 ms (they fail); the second's one chunk finds them blocked,
+    // fails ten of its own, and is dispatched again once they are written: every failed row is computed again.
+    const first = await startRun("test-calls", { rows: held, dataset: "reprog" });
+    await until(simStats, (s) => s.calls > 0, "the first run's calls");
+    const second = await startRun("test-calls", { rows: [...held, ...own], dataset: "reprog" });
+    await waitForRun(first);
+    const run = await waitForRun(second);
+    expect(run.result).toEqual({ total: 30, completed: 10, failed: 20 });
+
+    const events = await allEvents(second);
+    const progress = eventsOfType(events, "map.progress");
+    // The chunk ran twice: it found rows blocked the first time.
+    expect(progress.some((e) => e.blocked > 0)).toBe(true);
+    // Its rows are counted once: settled (stored, or live in the running attempt) or active, never both.
+    for (const e of progress) expect(e.completed + e.failed + e.active).toBeLessThanOrEqual(30);
+    const done = progress.map((e) => e.completed + e.failed);
+    expect(done).toEqual([...done].sort((a, b) => a - b));
+    expect(run.progress.maps.reprog).toMatchObject({ completed: 10, failed: 20, active: 0 });
   });
 });

@@ -20,6 +20,9 @@ export interface RunError {
   details?: Record<string, number | string | null>;
 }
 
+/** A chunk's settled rows. */
+export type ChunkCounts = { chunk: number; completed: number; failed: number };
+
 export interface RunRecord {
   runId: string;
   org: string;
@@ -408,11 +411,18 @@ export class RunStore {
     this.#sql.write`UPDATE maps SET done = 1 WHERE name = ${map}`;
   }
 
+  /**
+   * The map's stored counts. A running chunk's rows are all `active`: what an
+   * earlier attempt of it stored (rows that failed, or a blocked retry's) is
+   * left to LiveRows, which counts it until the running attempt's own live
+   * counts (reused rows included) reach it; counting both showed a chunk past
+   * its rows, then falling back when it ended.
+   */
   progress(map: string): MapProgress {
     const r = this.#sql<{ total: number; completed: number; failed: number; active: number; waiting: number; blocked: number }>`
       SELECT m.total AS total,
-        coalesce(sum(c.completed), 0) AS completed,
-        coalesce(sum(c.failed), 0) AS failed,
+        coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.completed END), 0) AS completed,
+        coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.failed END), 0) AS failed,
         coalesce(sum(CASE WHEN c.state = 'running' THEN c.rows ELSE 0 END), 0) AS active,
         coalesce(sum(CASE WHEN c.state = 'pending' THEN c.rows - c.blocked ELSE 0 END), 0) AS waiting,
         coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
@@ -422,6 +432,12 @@ export class RunStore {
     const by = this.#sql<{ run_id: string; until: number }>`SELECT blocked_by AS run_id, blocked_until AS until FROM chunks
       WHERE map = ${map} AND state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL ORDER BY blocked_until DESC LIMIT 1`[0];
     return by ? { ...r, blockedBy: { runId: by.run_id, until: new Date(by.until).toISOString() } } : r;
+  }
+
+  /** What earlier attempts of the map's running chunks stored (chunks that stored nothing are left out). */
+  runningCounts(map: string): ChunkCounts[] {
+    return this.#sql<ChunkCounts>`SELECT idx AS chunk, completed, failed FROM chunks
+      WHERE map = ${map} AND state = 'running' AND completed + failed > 0`;
   }
 
   /** Rows this run computed (not reused), over every map. */

@@ -141,6 +141,9 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (claim.status === "completed") {
         summary.completed++;
         summary.reused++;
+        // Counted live as the computed ones are: a running chunk's progress is its attempt's, from nothing.
+        this.#deps.onRow?.(chunk, "started");
+        this.#deps.onRow?.(chunk, "completed");
       } else if (claim.status === "blocked")
         summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
       else if (claim.status === "fenced") newerSeq = claim.newerSeq;

@@ -9,6 +9,7 @@
  */
 import type { MapProgress } from "../../api/responses";
 import { getOrInsert } from "../../core/collections";
+import type { ChunkCounts } from "../../stores/run-store";
 
 interface ChunkRows {
   inFlight: number;
@@ -46,19 +47,31 @@ export class LiveRows {
   }
 
   /**
-   * `progress` (the stored counts) with the rows settled in running chunks
-   * counted as done, `inFlight` (rows being computed now) and `executors`
-   * (objects computing this map's chunks now: its executors, or this coordinator, or none).
+   * `progress` (the stored counts of chunks not running) with the rows
+   * settled in running chunks counted as done, `inFlight` (rows being
+   * computed now) and `executors` (objects computing this map's chunks now:
+   * its executors, or this coordinator, or none). A running chunk an earlier
+   * attempt stored counts for (`stored`) shows those until its attempt's own
+   * count reaches them: a chunk computed again neither drops to nothing as
+   * it starts nor counts its rows twice.
    */
-  apply(map: string, progress: MapProgress): MapProgress {
+  apply(map: string, progress: MapProgress, stored: readonly ChunkCounts[] = []): MapProgress {
     const chunks = this.#maps.get(map);
     let inFlight = 0;
     let completed = 0;
     let failed = 0;
-    for (const rows of chunks?.values() ?? []) {
+    const earlier = new Map(stored.map((counts) => [counts.chunk, counts]));
+    for (const [chunk, rows] of chunks ?? []) {
       inFlight += rows.inFlight;
-      completed += rows.completed;
-      failed += rows.failed;
+      const before = earlier.get(chunk);
+      earlier.delete(chunk);
+      const shown = before && before.completed + before.failed > rows.completed + rows.failed ? before : rows;
+      completed += shown.completed;
+      failed += shown.failed;
+    }
+    for (const before of earlier.values()) {
+      completed += before.completed;
+      failed += before.failed;
     }
     const settled = Math.min(completed + failed, progress.active);
     return {
@@ -71,8 +84,8 @@ export class LiveRows {
     };
   }
 
-  applyAll(maps: Record<string, MapProgress>): Record<string, MapProgress> {
-    return Object.fromEntries(Object.entries(maps).map(([name, progress]) => [name, this.apply(name, progress)]));
+  applyAll(maps: Record<string, MapProgress>, stored: (map: string) => readonly ChunkCounts[]): Record<string, MapProgress> {
+    return Object.fromEntries(Object.entries(maps).map(([name, progress]) => [name, this.apply(name, progress, stored(name))]));
   }
 
   #chunk(map: string, chunk: number): ChunkRows {

@@ -435,7 +435,7 @@ export class MapRunner {
     const now = this.#scope.now();
     if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#scope.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
-    const progress = this.#deps.live.apply(map, this.#deps.store.progress(map));
+    const progress = this.#deps.live.apply(map, this.#deps.store.progress(map), this.#deps.store.runningCounts(map));
     // The run's spend so far, in credits: what a watcher sees grow with each billed call.
     const spend = this.#deps.store.spend.billedMicros() / MICROS;
     // A watcher gains nothing from the same counts twice.

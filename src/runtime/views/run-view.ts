@@ -35,7 +35,7 @@ export function runView(store: RunStore, declaredDatasets: readonly string[] = [
   const run = store.run();
   if (!run) return null;
   const stored = store.allProgress();
-  const maps = live ? live.applyAll(stored) : stored;
+  const maps = live ? live.applyAll(stored, (map) => store.runningCounts(map)) : stored;
   return {
     runId: run.runId,
     play: run.play,
