@@ -31,6 +31,9 @@ export interface ReconnectPolicy {
 
 export const DEFAULT_RECONNECT: ReconnectPolicy = { baseDelayMs: 250, maxDelayMs: 5_000, maxFailures: 8 };
 
+/** A connection up this long was a healthy one, events or not: the waits between reconnections start over. */
+const HEALTHY_CONNECTION_MS = 10_000;
+
 /** Normal closure, for a socket the feed is done with. */
 const CLOSE_NORMAL = 1000;
 
@@ -49,14 +52,18 @@ export async function* liveEvents(
   const { signal } = options;
   const policy = options.reconnect ?? DEFAULT_RECONNECT;
   let lastSeq = options.after ?? 0;
-  let failures = 0;
+  // Connections in a row that brought no event and did not last (the waits grow with them)...
+  let quiet = 0;
+  // ...and that brought nothing at all (past maxFailures the feed gives up).
+  let refused = 0;
   while (!signal?.aborted) {
+    const openedAt = Date.now();
+    const seqAtOpen = lastSeq;
     const socket = new SocketFrames(new source.WebSocket(source.url(lastSeq)), signal);
     let received = false;
     try {
       for await (const frame of socket) {
         received = true;
-        failures = 0;
         const message = parseMessage(frame);
         if (!message) continue;
         if (message.type === "snapshot") {
@@ -85,19 +92,19 @@ export async function* liveEvents(
       socket.close();
     }
     if (signal?.aborted) return;
-    if (!received) {
-      failures++;
-      // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over HTTP.
-      if (failures === 1) await source.verify();
-      if (failures >= policy.maxFailures) {
-        throw new TroupeApiError({
-          status: 0,
-          code: "live_unreachable",
-          message: `the live feed could not be reached ${failures} times in a row (${socket.closeReason || "connection closed"})`,
-        });
-      }
+    // A server that sends each socket its snapshot and drops it is not asked again four times a second for ever.
+    quiet = lastSeq > seqAtOpen || Date.now() - openedAt >= HEALTHY_CONNECTION_MS ? 0 : quiet + 1;
+    refused = received ? 0 : refused + 1;
+    // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over HTTP.
+    if (refused === 1) await source.verify();
+    if (refused >= policy.maxFailures) {
+      throw new TroupeApiError({
+        status: 0,
+        code: "live_unreachable",
+        message: `the live feed could not be reached ${refused} times in a row (${socket.closeReason || "connection closed"})`,
+      });
     }
-    await sleep(Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, failures - 1)), signal);
+    await sleep(Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, quiet - 1)), signal);
   }
 }
 
