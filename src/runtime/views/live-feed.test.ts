@@ -26,9 +26,11 @@ class FakeConnection implements LiveConnection {
   sent: any[] = [];
   closed: { code?: number; reason?: string } | null = null;
   failSends = false;
+  failStateWrites = false;
   stateWrites = 0;
   constructor(readonly id: string) {}
   setState(state: LiveState) {
+    if (this.failStateWrites) throw new Error("attachment could not be serialized");
     this.state = state;
     this.stateWrites++;
   }
@@ -131,5 +133,20 @@ describe("LiveFeed", () => {
     expect(() => feed.publish(ledger.append("run.started"), [broken, fine])).not.toThrow();
     expect(broken.closed?.code).toBe(1011);
     expect(fine.seqs()).toEqual([1]);
+  });
+
+  it("keeps serving the others, the terminal event included, when one connection's state cannot be written", () => {
+    const ledger = new FakeLedger();
+    const feed = ledger.feed();
+    const broken = new FakeConnection("broken");
+    const fine = new FakeConnection("fine");
+    feed.open(broken, 0);
+    feed.open(fine, 0);
+    broken.failStateWrites = true;
+    expect(() => feed.publish(ledger.append("run.started"), [broken, fine])).not.toThrow();
+    expect(broken.closed?.code).toBe(1011);
+    feed.publish(ledger.append("run.completed"), [broken, fine]);
+    expect(fine.seqs()).toEqual([1, 2]);
+    expect(fine.closed?.code).toBe(1000);
   });
 });

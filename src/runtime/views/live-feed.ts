@@ -79,11 +79,17 @@ export class LiveFeed {
   /** Tells every opened connection about an event just appended to the ledger. */
   publish(event: LedgerEvent, connections: Iterable<LiveConnection>): void {
     for (const connection of connections) {
-      const state = connection.state;
-      // Not opened yet (its `open` sends this event from the ledger), or already sent.
-      if (!state || event.seq <= state.lastSeq) continue;
-      if (event.seq === state.lastSeq + 1) this.#deliver(connection, [event]);
-      else this.#catchUp(connection);
+      try {
+        const state = connection.state;
+        // Not opened yet (its `open` sends this event from the ledger), or already sent.
+        if (!state || event.seq <= state.lastSeq) continue;
+        if (event.seq === state.lastSeq + 1) this.#deliver(connection, [event]);
+        else this.#catchUp(connection);
+      } catch (error) {
+        // Its state could not be read or written (a socket closing under it): the others still get the event.
+        console.warn(`live connection ${connection.id}: could not deliver event ${event.seq}, closing`, error);
+        closeQuietly(connection, 1011, "delivery failed; reconnect with ?after=<last seq>");
+      }
     }
   }
 
