@@ -1,7 +1,8 @@
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import { allEvents, api, apiJson, datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { clearFaults, setFaults } from "./chaos-helpers";
+import { env } from "cloudflare:workers";
+import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -107,6 +108,40 @@ describe("a cancelled parent's children", () => {
     await setFaults([{ point: "run.alarm", play: "test-parent", fromCall: 1, times: 1, crash: true }]);
     await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
     expect((await waitForRun(parentId)).status).toBe("cancelled");
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+  });
+});
+
+describe("a child another parent is cancelling", () => {
+  afterEach(async () => {
+    await env.FAULTS!.getByName("faults").release(0);
+    await clearFaults();
+  });
+
+  it("is not taken by a rerun of its parent: the rerun starts the next generation of the child and completes", async () => {
+    const n = uniqueN();
+    // The child sleeps a moment, then waits for a signal: the alarm that ends its sleep is held once it has driven the
+    // run, so a cancel finds its invocation under way, and the child stays `cancelling` until it is released.
+    await setFaults([{ point: "run.alarm", play: "test-leaf", hold: true, times: 1 }]);
+    const parentId = await startRun("test-parent", { leaf: { n, sleepMs: 1_000, waitForSignal: true } });
+    await until(faultState, (state) => (state.counts[0] ?? 0) > 0, "the child's alarm to be held");
+    const [child] = await childrenOf(parentId);
+    await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
+    expect((await waitForRun(parentId)).status).toBe("cancelled");
+    expect((await apiJson(`/v1/runs/${child.runId}`)).body.status).toBe("cancelling");
+
+    const rerun = (await apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST" })).body.runId as string;
+    let next: any;
+    for (let i = 0; i < 500 && !next; i++) {
+      [next] = await childrenOf(rerun);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(next.runId).not.toBe(child.runId);
+    await env.FAULTS!.getByName("faults").release(0);
+    expect((await apiJson(`/v1/runs/${next.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const done = await waitForRun(rerun);
+    expect(done.status, JSON.stringify(done.error)).toBe("completed");
+    expect(done.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
     expect((await waitForRun(child.runId)).status).toBe("cancelled");
   });
 });

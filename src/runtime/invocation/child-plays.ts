@@ -266,7 +266,9 @@ export class ChildPlays {
       // A child this run started is its own, whatever became of it (a replay after a crash between start and bind).
       const owned = view.parentRunId === run.runId;
       const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;
-      if (!owned && isTerminal(view.status) && (view.status !== "completed" || stale)) continue;
+      // Another parent's child being cancelled ends cancelled: it is not waited for, as one that failed is not.
+      const ending = isTerminal(view.status) || view.status === "cancelling";
+      if (!owned && ending && (view.status !== "completed" || stale)) continue;
       journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
       this.#scope.emit("child.started", { childRunId, play: play.name, reused: !owned });
       if (isTerminal(view.status)) {
