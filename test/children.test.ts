@@ -147,6 +147,16 @@ describe("a child another parent is cancelling", () => {
 });
 
 describe("governance of child plays", () => {
+  it("refuses a play that runs itself with its own input, which would wait on itself: play_cycle", async () => {
+    const parent = await waitForRun(await startRun("test-self", { tag: `cycle-${uniqueN()}` }));
+    expect(parent.status).toBe("failed");
+    const [child] = await childrenOf(parent.runId);
+    const childRun = await waitForRun(child.runId);
+    expect(childRun.status).toBe("failed");
+    expect(childRun.error.code).toBe("play_cycle");
+    expect(parent.error.message).toContain("play_cycle");
+  });
+
   it("nests plays up to maxPlayDepth, and fails the call past it with a message naming the limit", async () => {
     const ok = await waitForRun(await startRun("test-nest", { levels: 3, tag: tag("deep") }));
     expect(ok.status).toBe("completed");

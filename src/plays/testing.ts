@@ -125,6 +125,16 @@ export const testNest = definePlay({
   },
 });
 
+/** Runs itself as a child with its own input: the child would be itself (a cycle), refused `play_cycle`. */
+export const testSelf = definePlay({
+  name: "test-self",
+  description: "test only: runs itself with the same input",
+  input: z.object({ tag: z.string() }),
+  async run(ctx, input): Promise<unknown> {
+    return { below: await ctx.runPlay("test-self", input) };
+  },
+});
+
 /** One child play per row (`test-leaf` of the row's n). */
 export const testMapChildren = definePlay({
   name: "test-map-children",
@@ -328,6 +338,7 @@ export const testPlays = [
   testLeaf,
   testParent,
   testNest,
+  testSelf,
   testMapChildren,
   testWaits,
   testSleep,

@@ -247,6 +247,12 @@ export class ChildPlays {
     for (let generation = 0; generation < MAX_CHILD_GENERATIONS; generation++) {
       this.#scope.signal.throwIfAborted();
       const childRunId = `run_${(await sha256Hex(`${digest}#${generation}`)).slice(0, 32)}`;
+      // A play that runs itself with the input it was given names itself: it would wait on itself until its deadline.
+      if (childRunId === run.runId)
+        throw new TerminalError(
+          "play_cycle",
+          `ctx.runPlay("${play.name}"): this run is that call's child (the same play, input and key): it would wait on itself`,
+        );
       const view = await this.#submits
         .run<RunView>(() =>
           this.#runs.start(childRunId, {
