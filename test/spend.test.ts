@@ -190,6 +190,32 @@ describe("a request whose outcome is unknown", () => {
     expect((await datasetRows(second, "shared-b"))[0].out).toEqual((await datasetRows(first, "shared-a"))[0].out);
   });
 
+  it("is not one a cancel cut off before it was sent: a rerun sends those calls, and none fails outcome_unknown", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 300 });
+    // One executor's six connections at 300 ms for 60 rows: most calls wait for a connection when the run is cancelled.
+    const rows = Array.from({ length: 60 }, (_, i) => ({
+      id: `c${i}`,
+      tool: "test_unkeyed_find",
+      input: { name: `Cut Person ${i}`, domain: "cut.test" },
+    }));
+    const runId = await startRun("test-calls", { rows, dataset: "cut" }, { testPolicy: { minExecutors: 1, maxExecutors: 1 } });
+    await until(simStats, (s) => s.calls >= 6, "the first calls at the provider");
+    await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+    expect((await waitForRun(runId)).status).toBe("cancelled");
+    const sent = (await simStats()).calls;
+    expect(sent).toBeLessThan(60);
+
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.status).toBe("completed");
+    // The calls the cancel cut off were never sent: they go now. Those it let finish are reused.
+    expect(rerun.result.failed, JSON.stringify((await datasetRows(rerun.runId, "cut")).find((r) => r._status === "failed"))).toBe(0);
+    expect(rerun.usage.outcomeUnknown).toBe(0);
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(stats.billed).toBe(60);
+  });
+
   it("is not sent again when its provider's lookup of past results fails: the row fails outcome_unknown", async () => {
     await simReset();
     const rows = Array.from({ length: 6 }, (_, i) => ({

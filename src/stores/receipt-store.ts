@@ -34,6 +34,8 @@ export const RELEASED = "released";
  * keys: not sent again unless the run asks (`retryUnknown`).
  */
 export const OUTCOME_UNKNOWN = "outcome_unknown";
+/** A call cut off before its request left (a cancel): retryable, and nothing reached the provider. */
+export const NOT_SENT = "not_sent";
 
 /** Ordered schema migrations of a ReceiptShard; apply with `migrate()`. */
 export const RECEIPT_MIGRATIONS: readonly string[] = [

@@ -13,10 +13,11 @@ import type { DispatchServices, MapGuards } from "./services";
 import { ToolQueue, type HeldOutcome } from "./tool-queue";
 import { priceOf, SpendCapReached } from "./spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
-import { OUTCOME_UNKNOWN } from "../../stores/receipt-store";
+import { NOT_SENT, OUTCOME_UNKNOWN } from "../../stores/receipt-store";
 import type { ToolCallOptions, AnyTool } from "../../play/types";
 import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
+import { withSendHooks } from "../../core/outbound";
 import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
 import { getOrInsert } from "../../core/collections";
@@ -399,9 +400,29 @@ export class ToolScheduler {
 
   /** Sends the request; `onBilled` hears whether a billed answer was stored in the receipt. */
   async #send(call: OwnedCall, shard: number, key: string, onBilled: (accepted: boolean) => void): Promise<unknown> {
-    const held: HeldOutcome = await this.#park(
-      this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }),
-    );
+    let wentOut = false;
+    let held: HeldOutcome;
+    try {
+      held = await this.#park(
+        withSendHooks(
+          {
+            sent: () => {
+              wentOut = true;
+            },
+          },
+          () => this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }),
+        ),
+      );
+    } catch (error) {
+      // Cut off before any request of it left (a cancel, lost leases): the receipt says it was never sent, so a rerun
+      // sends it as a call never made, not as one whose outcome is unknown (which a provider that ignores idempotency
+      // keys cannot be sent again). A batch's request leaves from its gathering, out of this call's sight: not told.
+      if (!wentOut && !call.tool.batch && this.#services.signal.aborted) {
+        const message = `${call.tool.id}: the request was not sent (${messageOf(error)})`;
+        await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
+      }
+      throw error;
+    }
     const { outcome } = held;
     try {
       if (outcome.ok) {
