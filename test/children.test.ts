@@ -72,6 +72,20 @@ describe("ctx.runPlay at play level", () => {
     expect(again.runId).not.toBe(child.runId);
   });
 
+  it("cancels a timed-out child again when the first cancel fails, then fails the wait child_timeout", async () => {
+    await setFaults([{ point: "child.cancel", play: "test-parent", fromCall: 1, times: 1 }]);
+    try {
+      const parent = await waitForRun(await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true }, timeoutMs: 300 }));
+      expect(parent.status).toBe("failed");
+      expect(parent.error).toMatchObject({ code: "child_timeout" });
+      expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(2);
+      const [child] = await childrenOf(parent.runId);
+      expect((await waitForRun(child.runId)).status).toBe("cancelled");
+    } finally {
+      await clearFaults();
+    }
+  });
+
   it("stops waiting after timeoutMs with child_timeout, and cancels the child it started", async () => {
     const parent = await waitForRun(await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true }, timeoutMs: 300 }));
     expect(parent.status).toBe("failed");

@@ -349,6 +349,7 @@ export class RunCoordinator extends Server<Env> {
       env: this.env,
       store: this.#store,
       journal: this.#journal,
+      faults,
       log: (line: string) => this.#emit("log.appended", { line }),
     };
     if (!wasTerminal) await recordPlayHistory(this.env, this.#store);

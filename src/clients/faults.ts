@@ -45,6 +45,7 @@ export const FAULT_POINTS = [
   "receipt.completed",
   "sheet.persisted",
   "run.alarm",
+  "child.cancel",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

@@ -225,6 +225,11 @@ export class ChildPlays {
     if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
       await this.#timeOut(entry);
       entry = journal.get(entry.key)!;
+      // Its cancel failed: the wait fails once the child is cancelled, from its next check on.
+      if (entry.state === "waiting") {
+        if (row === null) this.#deps.waits.park(`cancelling timed-out child play ${entry.childPlay} (${entry.childRunId})`);
+        throw this.#deps.suspend(entry.dueAt ?? now() + this.#deps.policy.childCheckIntervalMs, `row ${row} cancels its timed-out child`);
+      }
     }
     if (entry.state === "done") return entry.result;
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
@@ -292,9 +297,25 @@ export class ChildPlays {
     });
   }
 
+  /**
+   * A child past `timeoutMs`: cancelled first when this run started it, then
+   * its wait fails `child_timeout`. A cancel that fails leaves the wait
+   * waiting, to time out again at its next check: failed first, it was never
+   * tried again, and the child ran on to its own limits.
+   */
   async #timeOut(entry: WaitEntry): Promise<void> {
     const { journal } = this.#deps;
     const ms = entry.timeoutAt! - entry.createdAt;
+    if (entry.childOwned && entry.childRunId && journal.get(entry.key)?.state === "waiting") {
+      try {
+        await this.#scope.faults.check("child.cancel");
+        await this.#runs.cancel(entry.childRunId);
+      } catch (error) {
+        this.#scope.log(`could not cancel timed-out child run ${entry.childRunId} (${messageOf(error)}); trying again`);
+        journal.setDue(entry.key, this.#scope.now() + this.#deps.policy.childCheckIntervalMs);
+        return;
+      }
+    }
     if (
       !journal.settle(entry.key, {
         state: "failed",
@@ -306,10 +327,6 @@ export class ChildPlays {
     )
       return;
     this.#scope.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
-    if (!entry.childOwned || !entry.childRunId) return;
-    await this.#runs.cancel(entry.childRunId).catch((error: unknown) => {
-      this.#scope.log(`could not cancel timed-out child run ${entry.childRunId}: ${messageOf(error)}`);
-    });
   }
 
   #nextCheck(entry: WaitEntry): number {

@@ -6,6 +6,7 @@
  * try each; a cancel that fails is tried again by the cancelled run's alarm.
  */
 import type { ChildEnd } from "./child-plays";
+import type { FaultProbe } from "../../clients/faults";
 import { RunClient } from "../../clients/runs";
 import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
@@ -15,6 +16,7 @@ export interface RunLinksOptions {
   env: Env;
   store: RunStore;
   journal: JournalStore;
+  faults: FaultProbe;
   log(line: string): void;
 }
 
@@ -52,6 +54,7 @@ export async function cancelChildren(o: RunLinksOptions): Promise<number> {
   await Promise.all(
     o.journal.ownedWaitingChildren().map(async (childRunId) => {
       try {
+        await o.faults.check("child.cancel");
         await new RunClient({ env: o.env, org: run.org }).cancel(childRunId);
         for (const wait of o.journal.waitingOn(childRunId))
           o.journal.settle(wait.key, { state: "failed", error: { code: "cancelled", message: "cancelled with its parent" } });
