@@ -385,6 +385,17 @@ export class RunStore {
   }
 
   /**
+   * Puts the chunks still running back to pending under a new attempt epoch
+   * (every attempt of the older one is fenced off): the new epoch, or null
+   * when none was running.
+   */
+  redispatchRunning(): number | null {
+    if (this.runningChunks() === 0) return null;
+    this.resetRunningChunks();
+    return this.bumpAttempt();
+  }
+
+  /**
    * The chunk's attempt died (lost its leases, threw): it stays `running`, so
    * the next invocation fences it off under a new epoch and redispatches it.
    * @returns how many times the chunk has been redispatched so far.

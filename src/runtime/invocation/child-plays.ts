@@ -228,7 +228,10 @@ export class ChildPlays {
       // Its cancel failed: the wait fails once the child is cancelled, from its next check on.
       if (entry.state === "waiting") {
         if (row === null) this.#deps.waits.park(`cancelling timed-out child play ${entry.childPlay} (${entry.childRunId})`);
-        throw this.#deps.suspend(entry.dueAt ?? now() + this.#deps.policy.childCheckIntervalMs, `row ${row} cancels its timed-out child`);
+        throw this.#deps.suspend(
+          entry.dueAt ?? now() + this.#deps.policy.childCheckIntervalMs,
+          `${row === null ? "the play" : `row ${row}`} cancels its timed-out child ${entry.childRunId}`,
+        );
       }
     }
     if (entry.state === "done") return entry.result;

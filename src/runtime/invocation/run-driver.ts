@@ -33,10 +33,9 @@ async function beforePlay(inv: Invocation): Promise<InvocationEnd | null> {
       inv.emit("run.started", { play: run.play, runAttempt: run.runAttempt, parentRunId: run.parentRunId, depth: run.depth });
     await inv.host.onStatus();
   }
-  if (store.runningChunks() > 0) {
+  const epoch = store.redispatchRunning();
+  if (epoch !== null) {
     // The previous invocation died with chunk attempts in flight: fence them off and redispatch.
-    store.resetRunningChunks();
-    const epoch = store.bumpAttempt();
     // Counted with infrastructure failures and reset by any invocation that ends normally, so a crash loop ends.
     const interrupted = store.noteInfraFailure(false);
     if (interrupted > inv.policy.maxInterruptedInvocations) {

@@ -31,10 +31,7 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
     case "retry":
       // Counted as an infrastructure failure already: the chunks it left running go back under a new epoch now, so
       // the next invocation does not count it again as one that died with chunks in flight.
-      if (inv.store.runningChunks() > 0) {
-        inv.store.resetRunningChunks();
-        inv.store.bumpAttempt();
-      }
+      inv.store.redispatchRunning();
       return end.at;
   }
 }
@@ -48,11 +45,7 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
  */
 async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; chunksStopped: boolean }): Promise<number> {
   const { store } = inv;
-  if (how.chunksStopped && store.runningChunks() > 0) {
-    store.resetRunningChunks();
-    store.bumpAttempt();
-    await releaseLeases(inv, { ended: false });
-  }
+  if (how.chunksStopped && store.redispatchRunning() !== null) await releaseLeases(inv, { ended: false });
   const due = inv.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, store.run()!.deadlineAt);
   if (how.waiting) {
