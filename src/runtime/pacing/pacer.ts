@@ -15,7 +15,8 @@ import { ToolCallError } from "../../play/tool-error";
 import { messageOf } from "../../core/errors";
 import { HOLDER_TTL_MS, type GateSignal, type Grant } from "./gate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
-import { type Quota, type RateLimitSignals, saneWaitMs } from "./signals";
+import { HeardSignals } from "./heard";
+import { type RateLimitSignals, saneWaitMs } from "./signals";
 
 /** The gate as a pacer needs it (the PacingGate stub, bound to one provider). */
 export interface GateClient {
@@ -103,34 +104,6 @@ const IDLE_RELEASE_MS = 250;
 /** A 429 whose wait ends within this of the pause already reported is only counted, not reported again at once. */
 const REPORT_COALESCE_MS = 50;
 
-/**
- * What the pacer heard since its last gate call, in local times (the wait a
- * 429 asked for ends at `waitUntil`; `remaining` keeps when its request was
- * sent), turned into durations when the gate is told.
- */
-interface Heard {
-  limited: number;
-  unpacedStarts: number;
-  /** When the first and the last of `unpacedStarts` started (local clock). */
-  unpacedSince: number | null;
-  unpacedLast: number | null;
-  waitUntil: number | null;
-  quota: Quota | null;
-  remaining: { requests: number; resetMs: number | null; sentAt: number } | null;
-  probe: boolean;
-}
-
-const nothingHeard = (): Heard => ({
-  limited: 0,
-  unpacedStarts: 0,
-  unpacedSince: null,
-  unpacedLast: null,
-  waitUntil: null,
-  quota: null,
-  remaining: null,
-  probe: false,
-});
-
 /** Hands out pacing slots in order; see the module comment. */
 export class Pacer {
   #deps: PacerOptions;
@@ -159,9 +132,7 @@ export class Pacer {
   #unpacedUntil = 0;
   /** The next slot handed out is the gate's probe: its answer is reported at once. */
   #probeNext = false;
-  #heard: Heard = nothingHeard();
-  /** The quota last told to the gate: a different one is news worth a call of its own. */
-  #quotaTold: Quota | null = null;
+  #heard = new HeardSignals();
   /** A report is on its way; news meanwhile sets `#tellAgain`. */
   #telling = false;
   #tellAgain = false;
@@ -209,8 +180,7 @@ export class Pacer {
     // A 429 naming no wait is paused for as long as the gate decides (its answer to the report).
     const news = retryAfterMs === null ? this.#pausedUntil <= now : now + retryAfterMs > this.#pausedUntil + REPORT_COALESCE_MS;
     if (retryAfterMs !== null) this.#pause(now + retryAfterMs);
-    this.#heard.limited++;
-    if (retryAfterMs !== null) this.#heard.waitUntil = Math.max(this.#heard.waitUntil ?? 0, now + retryAfterMs);
+    this.#heard.limited(retryAfterMs === null ? null : now + retryAfterMs);
     if (news) await this.#tell();
   }
 
@@ -249,11 +219,7 @@ export class Pacer {
       const at = leased ?? this.#deps.now();
       const probe = leased !== undefined && this.#probeNext;
       if (probe) this.#probeNext = false;
-      if (leased === undefined) {
-        this.#heard.unpacedStarts++;
-        this.#heard.unpacedSince ??= this.#deps.now();
-        this.#heard.unpacedLast = this.#deps.now();
-      }
+      if (leased === undefined) this.#heard.unpacedStart(this.#deps.now());
       const waiter = this.#waiters.shift()!;
       this.#inFlight++;
       const delay = at - this.#deps.now();
@@ -305,25 +271,9 @@ export class Pacer {
     });
   }
 
-  /**
-   * Keeps what an answer said for the next gate call, or tells the gate at
-   * once when it cannot wait: the probe's answer, a quota the gate has not
-   * heard, nothing left (the gate decides whether every caller pauses). An
-   * answer with a Retry-After is a rate limit whose wait governs: its
-   * remaining count is not read.
-   */
+  /** Keeps what an answer said for the next gate call, or tells the gate at once when it cannot wait (HeardSignals.answered). */
   #answered(answer: RateLimitSignals | null, sentAt: number, probe: boolean): void {
-    let urgent = probe;
-    if (probe) this.#heard.probe = true;
-    if (answer?.quota) {
-      this.#heard.quota = answer.quota;
-      urgent ||= !sameQuota(answer.quota, this.#quotaTold);
-    }
-    if (answer?.remaining && answer.retryAfterMs === null) {
-      this.#heard.remaining = { ...answer.remaining, sentAt };
-      urgent ||= answer.remaining.requests === 0 && answer.remaining.resetMs !== null;
-    }
-    if (urgent) void this.#tell();
+    if (this.#heard.answered(answer, sentAt, probe)) void this.#tell();
   }
 
   #pause(until: number): void {
@@ -334,18 +284,7 @@ export class Pacer {
 
   /** What the pacer heard since its last gate call, as the gate takes it; the record starts afresh. */
   #takeHeard(): GateSignal {
-    const { remaining, waitUntil, unpacedSince, unpacedLast, ...heard } = this.#heard;
-    this.#heard = nothingHeard();
-    if (heard.quota) this.#quotaTold = heard.quota;
-    const now = this.#deps.now();
-    return {
-      ...heard,
-      retryAfterMs: waitUntil === null ? null : Math.max(0, waitUntil - now),
-      ...(unpacedSince === null || unpacedLast === null
-        ? {}
-        : { unpacedSinceMs: Math.max(0, now - unpacedSince), unpacedLastMs: Math.max(0, now - unpacedLast) }),
-      remaining: remaining && { requests: remaining.requests, resetMs: remaining.resetMs, ageMs: Math.max(0, now - remaining.sentAt) },
-    };
+    return this.#heard.take(this.#deps.now());
   }
 
   /**
@@ -499,8 +438,4 @@ function onOurClock(grantedAt: number, askedAt: number, answeredAt: number): num
   if (grantedAt < askedAt) return askedAt;
   if (grantedAt > answeredAt) return answeredAt;
   return grantedAt;
-}
-
-function sameQuota(a: Quota, b: Quota | null): boolean {
-  return b !== null && a.requests === b.requests && a.windowMs === b.windowMs;
 }
