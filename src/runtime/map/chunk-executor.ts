@@ -141,7 +141,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (claim.status === "completed") {
         summary.completed++;
         summary.reused++;
-        // Counted live as the computed ones are: a running chunk's progress is its attempt's, from nothing.
+        // Counted live as the computed ones are: a chunk computed again shows its attempt's count once it passes the earlier one's.
         this.#deps.onRow?.(chunk, "started");
         this.#deps.onRow?.(chunk, "completed");
       } else if (claim.status === "blocked")
