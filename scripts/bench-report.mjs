@@ -180,7 +180,7 @@ function liveSummary(x) {
   return [
     `demo-enrich at ${latencyLabel(x.latencyMs)}: ${x.rowsPerSecond.toFixed(0)} rows/s (${x.settledRows} rows in ${x.seconds.toFixed(1)} s), ${fixed(x.providerRequestsPerRow, 3)} provider requests/row`,
     `  ledger: ${x.live.events} events, ${perK} per 1,000 rows (${types})`,
-    `  live: chunk.completed reached a watching client in p50 ${percentile(lat, 50)} ms, p95 ${percentile(lat, 95)} ms, max ${percentile(lat, 100)} ms (${lat.length} events)`,
+    `  live: chunks.completed reached a watching client in p50 ${percentile(lat, 50)} ms, p95 ${percentile(lat, 95)} ms, max ${percentile(lat, 100)} ms (${lat.length} events)`,
   ].join("\n");
 }
 

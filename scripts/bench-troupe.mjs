@@ -41,7 +41,7 @@ export function callerCount(stats) {
 
 /**
  * Watches a run over its live WebSocket: every ledger event, and for each
- * `chunk.completed` sent live (not replayed) the milliseconds from its `at` to
+ * `chunks.completed` sent live (not replayed) the milliseconds from its `at` to
  * its receipt here. The server closes the socket after the terminal event.
  */
 function watch(port, runId) {
@@ -59,7 +59,7 @@ function watch(port, runId) {
       return;
     }
     watcher.events.push(event);
-    if (event.type === "chunk.completed" && event.seq > watcher.snapshotSeq)
+    if (event.type === "chunks.completed" && event.seq > watcher.snapshotSeq)
       watcher.chunkLatenciesMs.push(receivedAt - Date.parse(event.at));
   });
   return watcher;

@@ -12,7 +12,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { sheetShardName } from "../src/clients/shards";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
-import { allEvents, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, chunkCompletions, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
   clearFaults,
@@ -249,7 +249,7 @@ describe("alarm retries", () => {
     expect(run.status).toBe("completed");
     // Both failures fired, and the run went on after each (the alarm that ends the run may check the plan after the test reads it).
     expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(3);
-    const completions = (await allEvents(runId)).filter((e) => e.type === "chunk.completed").map((e) => e.chunk);
+    const completions = chunkCompletions(await allEvents(runId)).map((e) => e.chunk);
     expect(completions.sort((a, b) => a - b)).toEqual(Array.from({ length: 12 }, (_, i) => i));
     await expectExactlyOnce(runId, "alarm-retries", rows);
   });

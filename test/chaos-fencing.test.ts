@@ -9,7 +9,7 @@ import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
 import type { AttemptRef } from "../src/contracts/shards";
-import { allEvents, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, chunkCompletions, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { callRows, clearFaults, expectExactlyOnce, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -117,7 +117,7 @@ describe("heartbeats", () => {
     const waiterEvents = await allEvents(waiter);
     expect(waiterEvents.some((e) => e.type === "map.progress" && e.blocked > 0)).toBe(true);
     // The waiter computed nothing: every row came back completed by the owner.
-    const done = waiterEvents.filter((e) => e.type === "chunk.completed");
+    const done = chunkCompletions(waiterEvents);
     expect(done.reduce((sum, e) => sum + e.reused, 0)).toBe(rows.length);
     await expectExactlyOnce(waiter, "beat", rows, rows.length, [owner, waiter]);
   });

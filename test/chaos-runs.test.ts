@@ -10,7 +10,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
-import { allEvents, api, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, chunkCompletions, api, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { callRows, clearFaults, expectExactlyOnce, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -42,8 +42,7 @@ describe("two runs of one play over overlapping rows", () => {
     expect([runA.status, runB.status]).toEqual(["completed", "completed"]);
 
     // Rows 100–199 were executed by exactly one of the two runs; the other reused them.
-    const computed = async (runId: string) =>
-      (await allEvents(runId)).filter((e) => e.type === "chunk.completed").reduce((sum, e) => sum + e.completed - e.reused, 0);
+    const computed = async (runId: string) => chunkCompletions(await allEvents(runId)).reduce((sum, e) => sum + e.completed - e.reused, 0);
     expect((await computed(a)) + (await computed(b))).toBe(300);
     expect((await blockedSeen(a)) || (await blockedSeen(b))).toBe(true);
     await expectExactlyOnce(a, "overlap", first, 300, [a, b]);
@@ -148,7 +147,7 @@ describe("finalize", () => {
     const runId = await startRun("test-calls", { rows, dataset: "vanish" }, { testPolicy: { chunkRows: 20 } });
     await until(
       () => allEvents(runId),
-      (events) => events.some((e) => e.type === "chunk.completed" && e.chunk === 0),
+      (events) => chunkCompletions(events).some((e) => e.chunk === 0),
       "chunk 0 done",
     );
     // Chunk 0's rows are lost from storage after the chunk reported them (a write that did not stick).

@@ -1,5 +1,15 @@
 import { describe, expect, it } from "vitest";
-import { allEvents, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  chunkCompletions,
+  datasetRows,
+  expectedEmail,
+  expectedVerdict,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 
 /** 300 leads: every 30th fails permanently, every 25th (not failing) is flaky once. */
 function leads(prefix: string, count = 300) {
@@ -84,7 +94,7 @@ describe("a run of demo-enrich, end to end", () => {
     const afterRerun = await simStats();
     expect(afterRerun.calls).toBe(afterFirst.calls);
     expect(afterRerun.billed).toBe(afterFirst.billed);
-    const rerunChunks = (await allEvents(rerunId)).filter((e) => e.type === "chunk.completed");
+    const rerunChunks = chunkCompletions(await allEvents(rerunId));
     expect(rerunChunks.reduce((n, e) => n + e.reused, 0)).toBe(120 - expected.failing);
     const rerunRows = await datasetRows(rerunId, "leads");
     expect(rerunRows.filter((r) => r._status === "failed")).toHaveLength(expected.failing);
@@ -93,7 +103,7 @@ describe("a run of demo-enrich, end to end", () => {
     const forcedId = await startRun("demo-enrich", { rows: input }, { force: true });
     const forced = await waitForRun(forcedId);
     expect(forced.result).toEqual(first.result);
-    const forcedChunks = (await allEvents(forcedId)).filter((e) => e.type === "chunk.completed");
+    const forcedChunks = chunkCompletions(await allEvents(forcedId));
     expect(forcedChunks.reduce((n, e) => n + e.reused, 0)).toBe(0);
     expect((await simStats()).billed).toBe(afterFirst.billed);
 

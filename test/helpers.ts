@@ -1,5 +1,5 @@
 /** Test helpers: talk to the Worker over its real HTTP API. */
-import type { EventPage, LedgerEvent, LedgerEventType, NoticeCode } from "../src/api/responses";
+import type { ChunkCompletion, EventPage, LedgerEvent, LedgerEventType, NoticeCode } from "../src/api/responses";
 import { isTerminal } from "../src/core/statuses";
 import { exports } from "cloudflare:workers";
 
@@ -93,6 +93,11 @@ export function eventsOfType<Type extends LedgerEventType>(
   type: Type,
 ): Extract<LedgerEvent, { type: Type }>[] {
   return events.filter((e): e is Extract<LedgerEvent, { type: Type }> => e.type === type);
+}
+
+/** Each chunk a run's `chunks.completed` events reported, with its map and its event's `seq`, in ledger order. */
+export function chunkCompletions(events: readonly LedgerEvent[]): (ChunkCompletion & { map: string; seq: number })[] {
+  return eventsOfType(events, "chunks.completed").flatMap((e) => e.chunks.map((c) => ({ ...c, map: e.map, seq: e.seq })));
 }
 
 export async function simStats(): Promise<any> {

@@ -1,6 +1,6 @@
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { allEvents, api, apiJson, startRun, TOKEN, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, chunkCompletions, eventsOfType, simReset, simStats, startRun, TOKEN, waitForRun } from "./helpers";
 
 interface Live {
   status: number;
@@ -98,8 +98,35 @@ describe("GET /v1/runs/<id>/live", () => {
         expect(Object.keys(p)).toEqual(
           expect.arrayContaining(["total", "completed", "failed", "active", "waiting", "blocked", "rowsPerSecond", "etaSeconds"]),
         );
-      expect(events.filter((e) => e.type === "chunk.completed")).toHaveLength(6);
+      expect(
+        chunkCompletions(events)
+          .map((c) => c.chunk)
+          .sort((a, b) => a - b),
+      ).toEqual([0, 1, 2, 3, 4, 5]);
     });
+  });
+
+  it("carries chunk completions a few events a second at most, each chunk once, on a first run and on its rerun's sweeps", async () => {
+    await simReset();
+    const rows = rowsOf("coalesced", 400);
+    const runs = [];
+    for (let i = 0; i < 2; i++) {
+      const run = await waitForRun(await startRun("test-map", { rows }, { testPolicy: { chunkRows: 10 } }));
+      expect(run.status).toBe("completed");
+      runs.push(run.runId);
+    }
+    for (const [i, runId] of runs.entries()) {
+      const events = await allEvents(runId);
+      const chunks = chunkCompletions(events);
+      expect(chunks.map((c) => c.chunk).sort((a, b) => a - b)).toEqual([...Array(40).keys()]);
+      // The rerun computed nothing: every row was reused.
+      expect(chunks.reduce((sum, c) => sum + c.reused, 0)).toBe(i === 0 ? 0 : 400);
+      // One event per progress interval (100 ms under the test policy), and the one that closes the map's drain.
+      const at = eventsOfType(events, "chunks.completed").map((e) => Date.parse(e.at));
+      for (let j = 1; j < at.length - 1; j++) expect(at[j]! - at[j - 1]!).toBeGreaterThanOrEqual(100);
+    }
+    // Each row's one call made once, by the first run.
+    expect(await simStats()).toMatchObject({ calls: 400, duplicates: 0 });
   });
 
   it("takes ?after= past the ledger's end on a waiting run as 'from now': the events that follow still arrive", async () => {
@@ -146,7 +173,7 @@ describe("GET /v1/runs/<id>/live", () => {
     await withLatency(25, async () => {
       const runId = await startRun("test-map", { rows: rowsOf("c", 400) });
       const first = await openLive(runId);
-      await until(() => first.messages.some((m) => m.type === "chunk.completed"), "a first chunk");
+      await until(() => first.messages.some((m) => m.type === "chunks.completed"), "a first chunk");
       first.ws.close(1000, "going away");
       await first.closed;
       const seen = seqs(first.messages);

@@ -4,7 +4,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
-import { allEvents, datasetRows, eventsOfType, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, chunkCompletions, datasetRows, eventsOfType, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
@@ -26,7 +26,7 @@ describe("row progress", () => {
     expect(run.result).toEqual({ total: 60, completed: 54, failed: 6 });
 
     const events = await allEvents(runId);
-    const chunkEnd = events.find((e) => e.type === "chunk.completed")!;
+    const chunkEnd = chunkCompletions(events)[0]!;
     expect(chunkEnd).toMatchObject({ map: "rowprog", chunk: 0, completed: 54, failed: 6 });
     const before = eventsOfType(events, "map.progress").filter((e) => e.seq < chunkEnd.seq);
     // While the chunk ran, the ledger showed rows done and rows in flight in the one executor computing them

@@ -9,6 +9,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import {
   allEvents,
+  chunkCompletions,
   apiJson,
   datasetRows,
   expectedEmail,
@@ -143,7 +144,7 @@ describe("a run over an upload", () => {
     const byKind: Record<string, number> = again.usage.objectRpcsByKind;
     expect(byKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
     expect(byKind["executor.assign"] ?? 0).toBeLessThan(24);
-    const chunks = (await allEvents(rerun.body.runId)).flatMap((e) => (e.type === "chunk.completed" ? [e] : []));
+    const chunks = chunkCompletions(await allEvents(rerun.body.runId));
     expect(chunks.map((e) => e.chunk).sort((a, b) => a - b)).toEqual([...Array(24).keys()]);
     for (const e of chunks) expect(e).toMatchObject({ completed: 50, failed: 0, reused: 50 });
     await expectEnriched(rerun.body.runId, rows);

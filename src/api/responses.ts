@@ -132,6 +132,15 @@ export interface DatasetPage {
   nextCursor?: string | null;
 }
 
+/** One chunk's end: its rows completed and failed (reused ones included), and the attempt (epoch) that ran it. */
+export interface ChunkCompletion {
+  chunk: number;
+  completed: number;
+  failed: number;
+  reused: number;
+  attemptSeq: number;
+}
+
 /** Each map's counts, as a run's terminal event carries them. */
 export type RunProgress = Record<string, MapProgress>;
 
@@ -148,7 +157,8 @@ export interface LedgerEventFields {
   "run.cancelled": { progress: RunProgress };
   /** At most one per `progressIntervalMs` per map, and only when a count changed; `spend` is the run's total in credits. */
   "map.progress": MapProgress & { map: string; rowsPerSecond: number; etaSeconds: number | null; spend: number };
-  "chunk.completed": { map: string; chunk: number; completed: number; failed: number; reused: number; attemptSeq: number };
+  /** The chunks of `map` that completed since its last event (at most one per `progressIntervalMs` per map, with its progress). */
+  "chunks.completed": { map: string; chunks: ChunkCompletion[] };
   /** `code` names what the runtime did, for the lines that report it (see {@link NoticeCode}); a play's own lines have none. */
   "log.appended": { line: string; code?: NoticeCode };
   "child.started": { childRunId: string; play: string; reused: boolean };

@@ -155,8 +155,12 @@ export function eventDetail(event: LedgerEvent): string {
         (e.rowsPerSecond != null ? `, ${formatNumber(e.rowsPerSecond)} rows/s` : "") +
         (typeof e.spend === "number" ? `, ${formatNumber(e.spend)} credits` : "")
       );
-    case "chunk.completed":
-      return `${e.map} chunk ${e.chunk}: ${formatCount(e.completed)} completed, ${formatCount(e.failed)} failed, ${formatCount(e.reused)} reused`;
+    case "chunks.completed": {
+      const chunks = e.chunks ?? [];
+      const sum = (field: "completed" | "failed" | "reused") => chunks.reduce((n, c) => n + (c[field] ?? 0), 0);
+      const which = chunks.length === 1 ? `chunk ${chunks[0]!.chunk}` : `${formatCount(chunks.length)} chunks`;
+      return `${e.map} ${which}: ${formatCount(sum("completed"))} completed, ${formatCount(sum("failed"))} failed, ${formatCount(sum("reused"))} reused`;
+    }
     case "run.failed":
       return `${e.error?.code ?? "failed"}: ${e.error?.message ?? ""}`;
     case "run.completed":

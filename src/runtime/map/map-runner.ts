@@ -33,6 +33,7 @@ import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
 import { ChunkQueue } from "./chunk-queue";
 import type { LiveRows } from "./live-rows";
+import { ChunkCompletions } from "./chunk-completions";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
@@ -63,6 +64,8 @@ export class MapRunner {
   #lastProgress = new Map<string, string>();
   #startedAt: number;
   #computedSinceStart = new Map<string, number>();
+  /** Chunks completed since the map's last progress event: they go out with the next. */
+  #completions: ChunkCompletions;
   /** Maps whose rows need the coordinator (a row starts a child play): their chunks run here. */
   #inline = new Set<string>();
 
@@ -70,6 +73,7 @@ export class MapRunner {
     this.#deps = options;
     this.#scope = options.scope;
     this.#startedAt = options.scope.now();
+    this.#completions = new ChunkCompletions(options.scope.emit);
   }
 
   /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
@@ -267,8 +271,7 @@ export class MapRunner {
       }
       this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
-        this.#scope.emit("chunk.completed", {
-          map: record.name,
+        this.#completions.add(record.name, {
           chunk: idx,
           completed: summary.completed,
           failed: summary.failed,
@@ -317,7 +320,7 @@ export class MapRunner {
           blocked: [],
           failureSamples: [],
         });
-        this.#scope.emit("chunk.completed", { map: record.name, chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq });
+        this.#completions.add(record.name, { chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq });
       }
       this.#progress(record.name, false);
     };
@@ -367,6 +370,8 @@ export class MapRunner {
         await Promise.all(batch);
       }
     } finally {
+      // However the drain ends (a failed run's too), the ledger has every chunk it completed.
+      this.#completions.flush(record.name);
       await remote?.sizer.stop();
     }
     this.#progress(record.name, true);
@@ -435,6 +440,7 @@ export class MapRunner {
     const now = this.#scope.now();
     if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#scope.policy.progressIntervalMs) return;
     this.#lastProgressAt.set(map, now);
+    this.#completions.flush(map);
     const progress = this.#deps.live.apply(map, this.#deps.store.progress(map), this.#deps.store.runningCounts(map));
     // The run's spend so far, in credits: what a watcher sees grow with each billed call.
     const spend = this.#deps.store.spend.billedMicros() / MICROS;

@@ -50,7 +50,7 @@ class FakeConnection implements LiveConnection {
 describe("LiveFeed", () => {
   it("sends the snapshot, replays the ledger after `after`, then each new event once", () => {
     const ledger = new FakeLedger();
-    for (const t of ["run.started", "map.progress", "chunk.completed"] as const) ledger.append(t);
+    for (const t of ["run.started", "map.progress", "chunks.completed"] as const) ledger.append(t);
     const feed = ledger.feed();
     const all = new FakeConnection("all");
     const tail = new FakeConnection("tail");
