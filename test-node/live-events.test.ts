@@ -3,6 +3,7 @@
  * what a real server does is tested in client.test.ts), on a fake clock.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { TroupeApiError } from "../src/client/errors.ts";
 import { liveEvents, type LiveFeedSource } from "../src/client/live-events.ts";
 
 afterEach(() => {
@@ -50,5 +51,68 @@ describe("liveEvents", () => {
     stop.abort();
     await vi.advanceTimersByTimeAsync(10_000);
     await watching;
+  });
+
+  it("keeps reconnecting while a restarting server refuses its socket and fails the HTTP check too, and ends with the run", async () => {
+    vi.useFakeTimers();
+    let opened = 0;
+    let verifies = 0;
+    // The first three sockets close before a frame (the server restarts); the fourth sends the run to its end.
+    class RestartingServerSocket extends EventTarget {
+      constructor(_url: string) {
+        super();
+        const n = ++opened;
+        setTimeout(() => {
+          const send = (message: unknown) => this.dispatchEvent(new MessageEvent("message", { data: JSON.stringify(message) }));
+          if (n === 4) {
+            send({ type: "snapshot", seq: 3, run: { status: "running" } });
+            send({ type: "run.completed", seq: 4, at: new Date().toISOString(), result: null, progress: {} });
+          }
+          this.dispatchEvent(Object.assign(new Event("close"), { code: n === 4 ? 1000 : 1006, reason: "" }));
+        }, 0);
+      }
+      close(): void {}
+    }
+    const source: LiveFeedSource = {
+      url: (after) => `ws://127.0.0.1/live?after=${after}`,
+      WebSocket: RestartingServerSocket as unknown as typeof WebSocket,
+      // While it restarts, HTTP cannot answer either: unreachable, then a 503.
+      verify: async () => {
+        verifies++;
+        if (verifies === 1) throw new TroupeApiError({ status: 0, code: "unreachable", message: "fetch failed" });
+        if (verifies === 2) throw new TroupeApiError({ status: 503, code: "http_503", message: "restarting" });
+      },
+      eventsAfter: async () => [],
+    };
+    const types: string[] = [];
+    const watching = (async () => {
+      for await (const message of liveEvents(source, { after: 3 })) types.push(message.type);
+    })();
+    for (let ms = 0; ms < 10_000 && opened < 4; ms += 50) await vi.advanceTimersByTimeAsync(50);
+    await vi.advanceTimersByTimeAsync(50);
+    await watching;
+    expect(types).toEqual(["snapshot", "run.completed"]);
+    // Asked again at each refusal until the server answered, then no more.
+    expect(verifies).toBe(3);
+  });
+
+  it("still ends at once when the server says the run cannot be watched", async () => {
+    class RefusedSocket extends EventTarget {
+      constructor(_url: string) {
+        super();
+        setTimeout(() => this.dispatchEvent(Object.assign(new Event("close"), { code: 1006, reason: "" })), 0);
+      }
+      close(): void {}
+    }
+    const source: LiveFeedSource = {
+      url: () => "ws://127.0.0.1/live",
+      WebSocket: RefusedSocket as unknown as typeof WebSocket,
+      verify: async () => {
+        throw new TroupeApiError({ status: 404, code: "run_not_found", message: "no such run" });
+      },
+      eventsAfter: async () => [],
+    };
+    const feed = liveEvents(source);
+    await expect(feed.next()).rejects.toMatchObject({ code: "run_not_found" });
   });
 });

@@ -56,6 +56,8 @@ export async function* liveEvents(
   let quiet = 0;
   // ...and that brought nothing at all (past maxFailures the feed gives up).
   let refused = 0;
+  // The run was found watchable over HTTP since the last connection that brought something.
+  let verified = false;
   while (!signal?.aborted) {
     const openedAt = Date.now();
     const seqAtOpen = lastSeq;
@@ -95,8 +97,10 @@ export async function* liveEvents(
     // A server that sends each socket its snapshot and drops it is not asked again four times a second for ever.
     quiet = lastSeq > seqAtOpen || Date.now() - openedAt >= HEALTHY_CONNECTION_MS ? 0 : quiet + 1;
     refused = received ? 0 : refused + 1;
-    // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over HTTP.
-    if (refused === 1) await source.verify();
+    if (received) verified = false;
+    // A socket refused at once may mean no such run or a bad token, which a browser's WebSocket cannot tell: ask over
+    // HTTP (again at the next refusal while the server cannot answer that either: it restarts, or is down).
+    if (refused > 0 && !verified) verified = await watchable(source);
     if (refused >= policy.maxFailures) {
       throw new TroupeApiError({
         status: 0,
@@ -105,6 +109,21 @@ export async function* liveEvents(
       });
     }
     await sleep(Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.max(0, quiet - 1)), signal);
+  }
+}
+
+/**
+ * Whether the run can be watched, asked over HTTP: true when the server said
+ * so, false when it could not answer (unreachable, 5xx, 429: the feed keeps
+ * reconnecting, within its budget); throws its refusal (a bad token, no such run).
+ */
+async function watchable(source: LiveFeedSource): Promise<boolean> {
+  try {
+    await source.verify();
+    return true;
+  } catch (error) {
+    if (error instanceof TroupeApiError && (error.status === 0 || error.status === 429 || error.status >= 500)) return false;
+    throw error;
   }
 }
 
