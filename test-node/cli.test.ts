@@ -1,6 +1,6 @@
 /** The `troupe` command as a user runs it: a child process against a real local server, judged by its output and exit code. */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -222,6 +222,11 @@ describe("troupe", () => {
     const missing = await troupe("export", enrichRunId, "no-such-dataset");
     expect(missing.code).toBe(1);
     expect(missing.stderr).toMatch(/^troupe: dataset_not_found: /);
+    // An export that fails leaves the file it would have written as it was.
+    const kept = await troupe("export", enrichRunId, "no-such-dataset", "--out", out);
+    expect(kept.code).toBe(1);
+    expect(readFileSync(out, "utf8").trim().split("\n")).toEqual(lines);
+    expect(readdirSync(dir).filter((name) => name.includes(".part-"))).toEqual([]);
   });
 
   it("rerun starts the run again and watches it", async () => {

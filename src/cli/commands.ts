@@ -3,6 +3,7 @@
  * the process's exit code; errors are thrown and reported by main.ts.
  */
 import { createWriteStream } from "node:fs";
+import { rename, rm } from "node:fs/promises";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import { pipeline } from "node:stream/promises";
@@ -155,10 +156,22 @@ export async function exportCommand(
   dataset: string,
   options: { format: "csv" | "ndjson"; out?: string; safe?: boolean },
 ): Promise<number> {
-  const target = options.out ? createWriteStream(options.out) : process.stdout;
   const body = await client.exportDataset(runId, dataset, { format: options.format, safe: options.safe });
-  await pipeline(Readable.fromWeb(body as NodeReadableStream<Uint8Array>), target, { end: Boolean(options.out) });
-  if (options.out) process.stderr.write(`wrote ${options.out}\n`);
+  const rows = Readable.fromWeb(body as NodeReadableStream<Uint8Array>);
+  if (!options.out) {
+    await pipeline(rows, process.stdout, { end: false });
+    return EXIT.ok;
+  }
+  // The file appears whole or not at all: an export that fails (no such run, a read cut short) leaves one there untouched.
+  const partial = `${options.out}.part-${process.pid}`;
+  try {
+    await pipeline(rows, createWriteStream(partial));
+    await rename(partial, options.out);
+  } catch (error) {
+    await rm(partial, { force: true });
+    throw error;
+  }
+  process.stderr.write(`wrote ${options.out}\n`);
   return EXIT.ok;
 }
 
