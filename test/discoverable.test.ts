@@ -26,7 +26,7 @@ describe("GET /v1/plays describes each play", () => {
     expect(rowsShape.properties.rows.items).toMatchObject({
       type: "object",
       required: ["id", "name", "domain"],
-      properties: { id: { type: "string" }, name: { type: "string", maxLength: 500 }, domain: { type: "string" } },
+      properties: { id: { type: ["string", "number"] }, name: { type: "string", maxLength: 500 }, domain: { type: "string" } },
     });
     expect(csvShape).toMatchObject({
       type: "object",

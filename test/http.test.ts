@@ -105,6 +105,25 @@ describe("validation", () => {
     ["row missing a field", { play: "demo-enrich", input: { rows: [{ id: "1", name: "A" }] } }, ["input.rows.0.domain"]],
     ["csv that does not parse", { play: "demo-enrich", input: { csv: 'id,name,domain\n1,"unterminated,x\n' } }, ["input.csv"]],
     ["row over the size limit", { play: "demo-enrich", input: { rows: [{ ...lead, name: "x".repeat(70_000) }] } }, ["input.rows.0"]],
+    [
+      'rows with no id (null ids were one row, keyed "null")',
+      {
+        play: "demo-enrich",
+        input: {
+          rows: [
+            { ...lead, id: null },
+            { ...lead, id: null },
+          ],
+        },
+      },
+      ["input.rows.0.id", "input.rows.1.id"],
+    ],
+    ["a row whose id is an object", { play: "demo-enrich", input: { rows: [{ ...lead, id: {} }] } }, ["input.rows.0.id"]],
+    [
+      "a CSV of more rows than a run takes",
+      { play: "demo-enrich", input: { csv: `id,name,domain\n${"1,a,b\n".repeat(100_001)}` } },
+      ["input.csv"],
+    ],
     ["maxSpend past any spend a run could count", { play: "demo-enrich", input: { rows: [lead] }, maxSpend: 1e303 }, ["maxSpend"]],
   ];
   for (const [label, json, paths] of cases) {
@@ -120,6 +139,28 @@ describe("validation", () => {
         ).toBe(true);
     });
   }
+
+  it("lists the first hundred issues of an input where every row is wrong, and how many rows were", async () => {
+    const rows = Array.from({ length: 50_000 }, (_, i) => ({ id: i }));
+    const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows } } });
+    expect(status).toBe(400);
+    expectError(body, "invalid_request");
+    const details = body.error.details as { path: string; message: string }[];
+    // Two issues a row (name and domain): 100,000 were listed, a 35 MB answer at twice this many rows.
+    expect(details).toHaveLength(100);
+    expect(details.slice(0, 2).map((d) => d.path)).toEqual(["input.rows.0.name", "input.rows.0.domain"]);
+    expect(details.at(-1)!.message).toMatch(/^50000 rows do not fit/);
+    expect(body.error.message.length).toBeLessThan(20_000);
+  });
+
+  it("answers 400 for a spend range naming a day the calendar does not have", async () => {
+    for (const query of ["to=2024-02-32", "to=2024-13-01", "from=2024-02-30&to=2024-03-01", "from=2024-00-10"]) {
+      const { status, body } = await apiJson(`/v1/spend?${query}`);
+      expect(status, query).toBe(400);
+      expectError(body, "invalid_request");
+    }
+    expect((await apiJson("/v1/spend?from=2024-02-29&to=2024-03-01")).status).toBe(200);
+  });
 
   it("rejects a body that is not JSON", async () => {
     const { status, body } = await apiJson("/v1/runs", { method: "POST", body: "{nope", headers: { "Content-Type": "application/json" } });
@@ -227,5 +268,11 @@ describe("runs and plays", () => {
     const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/nope`);
     expect(status).toBe(404);
     expectError(body, "dataset_not_found");
+    // Names of an object's own machinery are not datasets either (they answered 200 with no rows).
+    for (const name of ["constructor", "toString", "__proto__"]) {
+      const named = await apiJson(`/v1/runs/${runId}/datasets/${name}`);
+      expect(named.status, name).toBe(404);
+      expect((await api(`/v1/runs/${runId}/datasets/${name}?format=csv`)).status, name).toBe(404);
+    }
   });
 });

@@ -47,11 +47,18 @@ export interface Issue {
 
 /** zod issues as {@link Issue}s; `prefix` is prepended to each path, `root` names a value with no path. */
 export function issuesOf(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): Issue[] {
-  return error.issues.map((issue) => ({
-    path: [...(options.prefix ?? []), ...issue.path].map(String).join(".") || (options.root ?? "(root)"),
+  const root = options.root ?? "(root)";
+  const issues = error.issues.slice(0, MAX_ISSUES).map((issue) => ({
+    path: [...(options.prefix ?? []), ...issue.path].map(String).join(".") || root,
     message: issue.message,
   }));
+  const more = error.issues.length - issues.length;
+  if (more > 0) issues.push({ path: root, message: `and ${more} more issues` });
+  return issues;
 }
+
+/** The most issues an error lists (an answer naming each of 200,000 was 35 MB). */
+export const MAX_ISSUES = 100;
 
 /** zod issues on one line: `path: message; ...`. */
 export function describeIssues(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): string {

@@ -50,7 +50,8 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     const run = await coordinator.getRun(c.get("org"));
     if (!run) throw runNotFound(runId);
     // A dataset the play declares, before its map starts: no rows yet, not "no such dataset".
-    if (!run.links?.datasets?.[name]) throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
+    if (!run.links?.datasets || !Object.hasOwn(run.links.datasets, name))
+      throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
     if (query.format === "csv") return exported(`${META_COLUMNS.join(",")}\r\n`, name, "csv");
     if (query.format === "ndjson") return exported("", name, "ndjson");
     // No cursor was given out for it: any is refused as one that points past its end.

@@ -13,12 +13,20 @@ import { readJsonBody } from "./json-body";
 import { playByName, playInput } from "./runs";
 
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
+/** A calendar day, `YYYY-MM-DD`, that exists (not 2024-02-30 or 2024-13-01). */
+const Day = z
+  .string()
+  .regex(DAY, "YYYY-MM-DD")
+  .refine((day) => {
+    const at = Date.parse(day);
+    return Number.isFinite(at) && utcDay(at) === day;
+  }, "not a day of the calendar");
 /** The longest range one `GET /v1/spend` covers. */
 const MAX_RANGE_DAYS = 366;
 
 const SpendQuery = z.object({
-  from: z.string().regex(DAY, "YYYY-MM-DD").optional(),
-  to: z.string().regex(DAY, "YYYY-MM-DD").optional(),
+  from: Day.optional(),
+  to: Day.optional(),
 });
 
 export const spendRoutes = new Hono<AppEnv>();

@@ -1,6 +1,7 @@
 /** The constructors play and tool authors use. */
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
+import { MAX_ISSUES } from "../core/errors";
 import { describeInputAs } from "./json-schema";
 import type { PlayDefinition, Row, ToolBinding, ToolDefinition, UploadedRows } from "./types";
 
@@ -38,6 +39,13 @@ export function defineTool<Input, Output, Bindings extends ToolBinding = never>(
   return tool;
 }
 
+/**
+ * A row's id as rows give it: a string, or a number, as a string (`7` and
+ * `"7"` are one row). Not `z.coerce.string()`, which takes `null` as "null"
+ * and `{}` as "[object Object]": rows with no id merged into one.
+ */
+export const RowId = z.union([z.string(), z.number()]).transform(String).pipe(z.string().min(1).max(200));
+
 /** Limits on a play's row input; larger inputs are a 400, never a crash. */
 export const MAX_INPUT_ROWS = 100_000;
 export const MAX_ROW_BYTES = 64 * 1024;
@@ -51,18 +59,11 @@ export const MAX_ROW_BYTES = 64 * 1024;
  * by chunk as it runs them (a row that does not fit fails alone).
  *
  * @example
- * input: rowsInput(z.object({ id: z.coerce.string(), name: z.string() }))
+ * input: rowsInput(z.object({ id: RowId, name: z.string() }))
  */
 export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
-  const rows = z
-    .array(row)
-    .max(MAX_INPUT_ROWS, `at most ${MAX_INPUT_ROWS} rows per run; larger inputs go in an upload (POST /v1/uploads)`)
-    .superRefine((list, ctx) => {
-      list.forEach((r, i) => {
-        if (JSON.stringify(r).length > MAX_ROW_BYTES)
-          ctx.addIssue({ code: "custom", path: [i], message: `row is over ${MAX_ROW_BYTES} bytes` });
-      });
-    });
+  // What the input's JSON Schema says of rows; checkRows checks them, one by one.
+  const rows = z.array(row).max(MAX_INPUT_ROWS);
   const uploaded = z.object({ upload: UploadId }).strict();
   const input = z
     .object({ rows: z.unknown().optional(), csv: z.string().optional(), upload: z.unknown().optional() })
@@ -103,17 +104,14 @@ export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
           return z.NEVER;
         }
       }
-      const result = rows.safeParse(source);
-      if (!result.success) {
-        for (const issue of result.error.issues)
-          ctx.addIssue({
-            code: "custom",
-            path: [path, ...issue.path.map((p) => (typeof p === "symbol" ? String(p) : p))],
-            message: issue.message,
-          });
+      const report = (at: PropertyKey[], message: string) =>
+        ctx.addIssue({ code: "custom", path: [path, ...at.map((p) => (typeof p === "symbol" ? String(p) : p))], message });
+      if (!Array.isArray(source)) {
+        report([], "rows must be an array of rows");
         return z.NEVER;
       }
-      return { rows: result.data };
+      const checked = checkRows(row, source, report);
+      return checked ? { rows: checked } : z.NEVER;
     });
   ROW_SCHEMAS.set(input, row);
   // The transform hides the row schema from JSON Schema: document the shapes it accepts.
@@ -125,6 +123,43 @@ export function rowsInput<R extends z.ZodType<Row, unknown>>(row: R) {
       z.object({ upload: z.string().describe("an upload's id (POST /v1/uploads); its rows are read as the run executes them") }).strict(),
     ]),
   );
+}
+
+/** The issues of rows a refused input lists (one more says how many rows did not fit), as any error lists at most MAX_ISSUES. */
+const MAX_ROW_ISSUES = MAX_ISSUES - 1;
+
+/**
+ * Rows checked one by one against `row`, the first {@link MAX_ROW_ISSUES}
+ * issues reported (and then how many rows did not fit); null when any row
+ * did not fit.
+ */
+function checkRows<R extends z.ZodType<Row, unknown>>(
+  row: R,
+  list: unknown[],
+  report: (at: PropertyKey[], message: string) => void,
+): z.output<R>[] | null {
+  if (list.length > MAX_INPUT_ROWS) {
+    report([], `at most ${MAX_INPUT_ROWS} rows per run; larger inputs go in an upload (POST /v1/uploads)`);
+    return null;
+  }
+  const checked: z.output<R>[] = [];
+  let failed = 0;
+  let issues = 0;
+  const refuse = (at: PropertyKey[], message: string) => {
+    if (issues++ < MAX_ROW_ISSUES) report(at, message);
+  };
+  list.forEach((value, i) => {
+    const result = row.safeParse(value);
+    if (!result.success) {
+      failed++;
+      for (const issue of result.error.issues) refuse([i, ...issue.path], issue.message);
+    } else if (JSON.stringify(result.data).length > MAX_ROW_BYTES) {
+      failed++;
+      refuse([i], `row is over ${MAX_ROW_BYTES} bytes`);
+    } else checked.push(result.data);
+  });
+  if (issues > MAX_ROW_ISSUES) report([], `${failed} rows do not fit (${issues} issues; the first ${MAX_ROW_ISSUES} are listed)`);
+  return failed > 0 ? null : checked;
 }
 
 /** An upload's id, as `POST /v1/uploads` gives them out. */
@@ -150,7 +185,8 @@ export function isUploadedRows(rows: unknown): rows is UploadedRows {
  * silently keep only its last cell, so such a header is refused instead.
  */
 function parseCsvRows(text: string): Row[] {
-  return parse(text, { columns: refuseDuplicateColumns, skip_empty_lines: true, bom: true });
+  // One row past the limit is enough to refuse it: a 16 MiB text of short lines is millions of rows, past an isolate's memory.
+  return parse(text, { columns: refuseDuplicateColumns, skip_empty_lines: true, bom: true, to: MAX_INPUT_ROWS + 1 });
 }
 
 function refuseDuplicateColumns(header: string[]): string[] {

@@ -1,9 +1,9 @@
 import { z } from "zod";
-import { definePlay } from "../play/define";
+import { definePlay, RowId } from "../play/define";
 
 const Account = z
   .object({
-    id: z.coerce.string().min(1).max(200),
+    id: RowId,
     domain: z.string().min(1).max(253),
     people: z.array(z.string().min(1).max(500)).max(1000),
   })

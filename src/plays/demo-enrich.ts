@@ -1,12 +1,12 @@
 import { z } from "zod";
-import { definePlay, rowsInput } from "../play/define";
+import { definePlay, RowId, rowsInput } from "../play/define";
 
 /** API.md's demo: find each lead's email, then verify it. */
 export const demoEnrich = definePlay({
   name: "demo-enrich",
   description: "Finds and verifies an email for each lead (id, name, domain) with the simulated provider.",
   datasets: ["leads"],
-  input: rowsInput(z.object({ id: z.coerce.string().min(1).max(200), name: z.string().max(500), domain: z.string().max(253) }).loose()),
+  input: rowsInput(z.object({ id: RowId, name: z.string().max(500), domain: z.string().max(253) }).loose()),
   async run(ctx, input) {
     const leads = await ctx.map(
       "leads",
