@@ -144,6 +144,22 @@ describe("Idempotency-Key on POST /v1/runs", () => {
     expect((await apiJson("/v1/runs?limit=200")).body.runs.length).toBe(before + 1);
   });
 
+  it("takes a rerun under the key of the submit it reruns as a different request (it answered the first run back, rerunning nothing)", async () => {
+    const input = { rows: rowsOf("rerun-key", 2) };
+    const first = await submitKeyed("import-2026-12-01", input);
+    await waitForRun(first.body.runId);
+    const rerun = (key: string) => apiJson(`/v1/runs/${first.body.runId}/rerun`, { method: "POST", headers: { "Idempotency-Key": key } });
+    const reused = await rerun("import-2026-12-01");
+    expect(reused.status).toBe(409);
+    expect(reused.body.error.code).toBe("idempotency_key_reused");
+    const again = await rerun("rerun-2026-12-01");
+    expect(again.status).toBe(202);
+    expect(again.body).toMatchObject({ rerunOf: first.body.runId });
+    expect(again.body.runId).not.toBe(first.body.runId);
+    expect((await rerun("rerun-2026-12-01")).body.runId).toBe(again.body.runId);
+    await waitForRun(again.body.runId);
+  });
+
   it("refuses a key reused for a different request with 409", async () => {
     const first = await submitKeyed("reused-key", { rows: rowsOf("r1", 1) });
     expect(first.status).toBe(202);

@@ -103,7 +103,10 @@ describe("the org's daily limit", () => {
   it("refuses new runs once today's spend reached it, saying why; lifting it lets them start", async () => {
     const token = "other-token";
     await simReset();
-    const first = await waitForRun(await startRun("demo-enrich", { rows: leads("Daily", 8) }, { token }), { token });
+    const firstInput = { rows: leads("Daily", 8) };
+    const keyed = (key: string, input: unknown) =>
+      apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token, headers: { "Idempotency-Key": key } });
+    const first = await waitForRun((await keyed("daily-first", firstInput)).body.runId, { token });
     expect(first.usage.spend.total).toBe(10);
     const set = await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 10 }, token });
     expect(set.status).toBe(200);
@@ -118,6 +121,13 @@ describe("the org's daily limit", () => {
     });
     expect(refused.status).toBe(409);
     expect(refused.body.error).toMatchObject({ code: "daily_spend_limit_reached", details: { spentToday: 10, dailyCredits: 10 } });
+    // A retry of the submit that started the first run gets that run back (it was refused: the client took it for none).
+    const retried = await keyed("daily-first", firstInput);
+    expect(retried.status).toBe(202);
+    expect(retried.body).toMatchObject({ runId: first.runId, status: "completed" });
+    // A new key is refused; its retry once the limit is lifted starts the run (below).
+    const later = { rows: leads("Later", 1) };
+    expect((await keyed("daily-later", later)).status).toBe(409);
     // Another org is not limited by it.
     // (Each run of this test is awaited: a run left going would call the provider during the next test.)
     const elsewhere = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Elsewhere", 1) } } });
@@ -138,6 +148,9 @@ describe("the org's daily limit", () => {
     const lifted = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: leads("Lifted", 1) } }, token });
     expect(lifted.status).toBe(202);
     expect((await waitForRun(lifted.body.runId, { token })).status).toBe("completed");
+    const liftedRetry = await keyed("daily-later", later);
+    expect(liftedRetry.status).toBe(202);
+    expect((await waitForRun(liftedRetry.body.runId, { token })).status).toBe("completed");
   });
 });
 

@@ -86,7 +86,10 @@ export async function playInput(env: Env, org: string, play: PlayDefinition, raw
  * Starts a run, once per `Idempotency-Key` of the org: the org's directory
  * records key → run id atomically, and the run is started under whichever id
  * it holds. Starting is idempotent, so a submit that died between the two
- * steps is completed by the next submit with the same key.
+ * steps is completed by the next submit with the same key. A retry whose run
+ * exists gets it back, whatever the org's daily limit says now; only a run to
+ * start is refused past it. `rerunOf` keeps a rerun's key apart from the
+ * submit that used it first (the same play and input).
  */
 async function submitRun(
   env: Env,
@@ -97,10 +100,10 @@ async function submitRun(
     force: boolean;
     forceToolRefresh: boolean;
     idempotencyKey: string | null;
+    rerunOf?: string;
   } & RunLimits,
 ): Promise<{ runId: string; status: string }> {
   const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
-  await refuseOverDailyLimit(env, org);
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
     const spend =
@@ -109,7 +112,8 @@ async function submitRun(
       timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0
         ? []
         : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
-    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits]));
+    const rerun = request.rerunOf === undefined ? [] : [{ rerunOf: request.rerunOf }];
+    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits, ...rerun]));
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({
       key: idempotencyKey,
       fingerprint,
@@ -123,8 +127,14 @@ async function submitRun(
         { httpStatus: 409 },
       );
     }
-    runId = claimed.runId;
+    if (claimed.runId !== runId) {
+      // A retry: its run, if the first submit got as far as starting it.
+      const started = await env.RUN_COORDINATOR.getByName(claimed.runId).getRun(org);
+      if (started) return { runId: claimed.runId, status: started.status };
+      runId = claimed.runId;
+    }
   }
+  await refuseOverDailyLimit(env, org);
   const run = await env.RUN_COORDINATOR.getByName(runId).start({
     runId,
     org,
@@ -221,6 +231,7 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
     force: body.force,
     forceToolRefresh: body.forceToolRefresh,
     idempotencyKey,
+    rerunOf: sourceId,
     maxSpend: body.maxSpend,
     retryUnknown: body.retryUnknown,
   });
