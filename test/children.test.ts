@@ -124,6 +124,42 @@ describe("a cancelled parent's children", () => {
     expect((await waitForRun(parentId)).status).toBe("cancelled");
     expect((await waitForRun(child.runId)).status).toBe("cancelled");
   });
+
+  it("hold a rerun of their parent off (409 run_active) until they are cancelled: it took a child about to be cancelled", async () => {
+    const n = uniqueN();
+    const parentId = await startRun("test-parent", { leaf: { n, waitForSignal: true } });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(parentId);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    // The parent's first cancel of its child fails: its alarm tries again 5 s later.
+    await setFaults([{ point: "child.cancel", play: "test-parent", fromCall: 1, times: 1 }]);
+    await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
+    expect((await waitForRun(parentId)).status).toBe("cancelled");
+    const early = await apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST" });
+    expect(early.status).toBe(409);
+    expect(early.body.error).toMatchObject({ code: "run_active", details: { status: "cancelling" } });
+
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+    // The parent settles its wait on the child once the child's cancel answered: a moment after the child ended.
+    const rerun = (
+      await until(
+        () => apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST", headers: { "Idempotency-Key": `after-${n}` } }),
+        (answer) => answer.status === 202,
+        "the rerun to be taken",
+      )
+    ).body.runId as string;
+    let next: any;
+    for (let i = 0; i < 500 && !next; i++) {
+      [next] = await childrenOf(rerun);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(next.runId).not.toBe(child.runId);
+    expect((await apiJson(`/v1/runs/${next.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const done = await waitForRun(rerun);
+    expect(done.status, JSON.stringify(done.error)).toBe("completed");
+  });
 });
 
 describe("a child another parent is cancelling", () => {

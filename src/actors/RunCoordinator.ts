@@ -50,8 +50,8 @@ export interface RunSource {
   inputJson: string;
   force: boolean;
   forceToolRefresh: boolean;
-  /** The run's status now: a run that has not ended cannot be rerun yet. */
-  status: RunStatus;
+  /** The run's status now (`cancelling` while a cancelled run still cancels its children): a run that has not ended cannot be rerun yet. */
+  status: RunStatus | "cancelling";
 }
 
 /** A finished run whose spend report failed tries again after this long. */
@@ -230,8 +230,17 @@ export class RunCoordinator extends Server<Env> {
       inputJson: this.#store.inputJson(),
       force: run.force,
       forceToolRefresh: run.forceToolRefresh,
-      status: run.status,
+      status: run.status === "cancelled" && this.#cancellingChildren() ? "cancelling" : run.status,
     };
+  }
+
+  /**
+   * A cancelled run is still cancelling children it started (a rerun now
+   * would take a child it is about to cancel, and the rerun's rows waiting on
+   * it would fail `child_cancelled`), unless its alarm has given up on them.
+   */
+  #cancellingChildren(): boolean {
+    return this.#journal.ownedWaitingChildren().length > 0 && this.#journal.counter("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES;
   }
 
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {
