@@ -1,9 +1,11 @@
 /** The CLI's progress fold and its lines (pure: no server). */
 import { PassThrough } from "node:stream";
 import { describe, expect, it } from "vitest";
-import type { RunView } from "../src/client/index.ts";
-import { barMapLine, formatDuration, RunProgress } from "../src/cli/progress.ts";
-import { PlainView } from "../src/cli/views.ts";
+import type { LiveMessage, RunView, TroupeClient } from "../src/client/index.ts";
+import { barFrame, barMapLine, formatDuration, RunProgress } from "../src/cli/progress.ts";
+import { TerminalView } from "../src/cli/TerminalView.ts";
+import { PlainView, type RunWatchView } from "../src/cli/views.ts";
+import { watchRun } from "../src/cli/watch.ts";
 
 const run = (status: RunView["status"], completed: number): RunView => ({
   runId: "run_1",
@@ -86,5 +88,51 @@ describe("lines", () => {
       "run_1 leads: 4/10 done, 0 failed, 2.0 rows/s, spend 2.5 credits",
       "run_1 leads: 10/10 done, 0 failed, spend 2.5 credits",
     ]);
+  });
+});
+
+describe("watching a run", () => {
+  it("the last frame shows the counts the run ended with, without a rate or an ETA", async () => {
+    // Live counts include the rows of running chunks; the cancelled run did not keep them.
+    const feed: LiveMessage[] = [
+      { type: "snapshot", run: run("running", 2), seq: 0 },
+      { seq: 1, type: "map.progress", at: "", ...counts(8, 1), rowsPerSecond: 4, etaSeconds: 1, spend: 2.5 },
+      { seq: 2, type: "run.cancelled", at: "", progress: { leads: run("cancelled", 3).progress.maps.leads! } },
+    ];
+    const client = {
+      async *events() {
+        yield* feed;
+      },
+      get: async () => run("cancelled", 3),
+    } as unknown as TroupeClient;
+    const frames: string[] = [];
+    const view: RunWatchView = {
+      update: () => {},
+      pause: () => {},
+      resume: () => {},
+      note: () => {},
+      // What TerminalView draws last.
+      finish: (progress) => frames.push(barFrame(progress, 120)),
+    };
+    const end = await watchRun({ client, runId: "run_1", view, interrupt: { kind: "detach" } });
+    expect(end).toMatchObject({ kind: "ended", run: { status: "cancelled" } });
+    expect(frames).toHaveLength(1);
+    expect(frames[0]).toMatch(/^run_1 {2}demo-enrich {2}cancelled\nleads {2}\[[█▓░]{30}\] {2}4\/10 {2}1 failed {2}spend 2\.5 credits$/);
+  });
+
+  it("terminal: log lines that arrive while the Ctrl-C question is open are printed once it closes", () => {
+    const out = Object.assign(new PassThrough(), { columns: 120 });
+    let text = "";
+    out.on("data", (d: Buffer) => (text += d.toString()));
+    const view = new TerminalView(out);
+    const progress = new RunProgress("run_1");
+    view.update(progress, progress.apply({ type: "snapshot", run: run("running", 2), seq: 0 }));
+    view.pause();
+    view.update(progress, progress.apply({ seq: 1, type: "log.appended", at: "", line: "asked while paused" }));
+    expect(text).not.toContain("asked while paused");
+    view.resume(progress);
+    expect(text).toContain("log: asked while paused\n");
+    view.finish(progress, null);
+    expect(text.split("asked while paused")).toHaveLength(2);
   });
 });

@@ -204,6 +204,19 @@ describe.skipIf("missing" in browser)("the dashboard in Chromium", () => {
     expect(await untilStatus(page, ["cancelled", "completed", "failed"])).toBe("cancelled");
     expect((await api.get(started.runId)).status).toBe("cancelled");
     await page.locator('[data-testid="event-log"] li[data-type="run.cancelled"]').waitFor();
+    // The counts it ended with (live counts held rows of chunks it never finished), and no rows in flight, rate or ETA.
+    const ended = (await api.get(started.runId)).progress.maps.leads!;
+    const endedBar = { done: ended.completed + ended.failed, total: ended.total };
+    const endedStats = `${ended.completed.toLocaleString("en-US")} completed · ${ended.failed.toLocaleString("en-US")} failed`;
+    const stats = () => page.locator('[data-map="leads"] .map-stats').textContent();
+    await expect.poll(() => progressOf(page, "leads"), { timeout: WAIT_MS }).toEqual(endedBar);
+    await expect.poll(stats, { timeout: WAIT_MS }).toBe(endedStats);
+    // The same when the page is opened later: it replays the run's events from the first.
+    await page.reload();
+    await page.locator(`[data-testid="run-page"][data-run-id="${started.runId}"] [data-testid="run-status"]`).waitFor();
+    await page.locator('[data-testid="event-log"] li[data-type="run.cancelled"]').waitFor();
+    await expect.poll(() => progressOf(page, "leads"), { timeout: WAIT_MS }).toEqual(endedBar);
+    await expect.poll(stats, { timeout: WAIT_MS }).toBe(endedStats);
 
     await expect.poll(() => page.getByTestId("rerun").isDisabled(), { timeout: WAIT_MS }).toBe(false);
     await page.getByTestId("rerun").click();

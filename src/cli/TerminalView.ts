@@ -13,6 +13,8 @@ export class TerminalView implements RunWatchView {
   #out: Writable & { columns?: number };
   #log: ReturnType<typeof createLogUpdate>;
   #paused = false;
+  /** Log lines that arrived while paused (the Ctrl-C question was open): printed on resume. */
+  #heldLines: string[] = [];
   #lastDrawAt = 0;
   #pending: ReturnType<typeof setTimeout> | null = null;
   #progress: RunProgress | null = null;
@@ -24,7 +26,11 @@ export class TerminalView implements RunWatchView {
 
   update(progress: RunProgress, changes: Change[]): void {
     this.#progress = progress;
-    for (const change of changes) if (change.kind === "log" && !this.#paused) this.#log.persist(`log: ${change.line}`);
+    for (const change of changes) {
+      if (change.kind !== "log") continue;
+      if (this.#paused) this.#heldLines.push(`log: ${change.line}`);
+      else this.#log.persist(`log: ${change.line}`);
+    }
     this.#schedule();
   }
 
@@ -37,6 +43,7 @@ export class TerminalView implements RunWatchView {
   resume(progress: RunProgress): void {
     this.#paused = false;
     this.#progress = progress;
+    this.#printHeld();
     this.#draw();
   }
 
@@ -49,6 +56,7 @@ export class TerminalView implements RunWatchView {
     this.#cancelPending();
     this.#progress = progress;
     this.#paused = false;
+    this.#printHeld();
     this.#draw();
     this.#log.done();
     if (run) this.#out.write(`${summaryOf(run)}\n`);
@@ -65,6 +73,10 @@ export class TerminalView implements RunWatchView {
       this.#pending = null;
       this.#draw();
     }, wait);
+  }
+
+  #printHeld(): void {
+    for (const line of this.#heldLines.splice(0)) this.#log.persist(line);
   }
 
   #cancelPending(): void {

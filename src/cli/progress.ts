@@ -75,6 +75,19 @@ export class RunProgress {
     }
   }
 
+  /**
+   * The run as read once the watch is over: its status, spend and final
+   * counts. Live counts include rows of chunks still running, which a
+   * cancelled or failed run never finishes; a rate or an ETA no longer applies.
+   */
+  applyFinal(run: RunView): void {
+    this.#snapshot(run);
+    for (const map of this.maps.values()) {
+      map.rowsPerSecond = null;
+      map.etaSeconds = null;
+    }
+  }
+
   /** A snapshot is where the run stands now: its status, and every map as news. */
   #snapshot(run: RunView): Change[] {
     this.play = run.play;

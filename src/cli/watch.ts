@@ -75,7 +75,7 @@ export async function watchRun(options: {
   const run = await client.get(runId);
   // The feed ends with the run; a status that is not terminal yet is the view catching up.
   if (!TERMINAL_STATUSES.has(run.status)) view.note(`${runId}: the live feed ended while the run is ${run.status}`);
-  progress.status = run.status;
+  progress.applyFinal(run);
   view.finish(progress, run);
   return { kind: "ended", run };
 }

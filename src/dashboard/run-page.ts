@@ -7,10 +7,11 @@
  * every few seconds while it has not ended, for what no event carries (a
  * status turning `waiting`, usage).
  */
-import { TERMINAL_STATUSES, TroupeApiError, type LedgerEvent, type RunStatus } from "../client";
+import { TERMINAL_STATUSES, TroupeApiError, type LedgerEvent } from "../client";
 import { cellText, formatTime, h, replaceChildren } from "./dom";
 import { DatasetPreview } from "./dataset-preview";
-import { eventItem, progressSection, spendSection, throughputSection, type LiveMapProgress, type RunInfo } from "./run-sections";
+import { eventItem, progressSection, spendSection, throughputSection } from "./run-sections";
+import { applyEnd, applyMapProgress, mergeRead, type RunInfo } from "./run-state";
 import type { Page, Shell } from "./shell";
 import { ThroughputSeries } from "./throughput";
 
@@ -18,19 +19,6 @@ import { ThroughputSeries } from "./throughput";
 const REFRESH_INTERVAL_MS = 3_000;
 /** Event log lines kept on the page; older ones scroll away. */
 const MAX_LOG_LINES = 1_000;
-/** The fields of a `map.progress` event that are the map's progress. */
-const PROGRESS_FIELDS = [
-  "total",
-  "completed",
-  "failed",
-  "active",
-  "waiting",
-  "blocked",
-  "inFlight",
-  "executors",
-  "rowsPerSecond",
-  "etaSeconds",
-] as const;
 
 /** The page of run `runId`. */
 export function runPage(shell: Shell, runId: string): Page {
@@ -198,19 +186,15 @@ class RunPage implements Page {
     this.#shell.report(error);
   }
 
-  #setRun(run: RunInfo): void {
-    const previous = this.#run;
+  #setRun(read: RunInfo): void {
+    this.#show(mergeRead(this.#run, read));
+  }
+
+  #show(run: RunInfo): void {
     // Rows read while the run was live may be pending since: read them again once it ended.
+    const previous = this.#run;
     if (previous && !TERMINAL_STATUSES.has(previous.status) && TERMINAL_STATUSES.has(run.status)) this.#preview.reload();
-    // Live events may be newer than a read that was already on its way: keep the larger counts.
-    const maps: Record<string, LiveMapProgress> = { ...(run.progress?.maps ?? {}) };
-    for (const [name, live] of Object.entries(previous?.progress?.maps ?? {})) {
-      const read = maps[name];
-      if (!read) continue;
-      if ((live.completed ?? 0) + (live.failed ?? 0) > (read.completed ?? 0) + (read.failed ?? 0)) maps[name] = { ...read, ...live };
-      else maps[name] = { rowsPerSecond: live.rowsPerSecond, etaSeconds: live.etaSeconds, ...read };
-    }
-    this.#run = { ...run, progress: { maps } };
+    this.#run = run;
   }
 
   #onEvent(event: LedgerEvent): void {
@@ -222,13 +206,7 @@ class RunPage implements Page {
     if (event.type === "map.progress" && typeof e.map === "string") {
       this.#series.add({ at: event.at, map: e.map, completed: e.completed, failed: e.failed, rowsPerSecond: e.rowsPerSecond });
       if (typeof e.spend === "number") this.#liveSpend = e.spend;
-      if (run) {
-        const maps = { ...(run.progress?.maps ?? {}) };
-        const update: LiveMapProgress = { ...maps[e.map] };
-        for (const field of PROGRESS_FIELDS) if (e[field] !== undefined) (update as Record<string, unknown>)[field] = e[field];
-        maps[e.map] = update;
-        this.#run = { ...run, progress: { maps } };
-      }
+      if (run) this.#run = applyMapProgress(run, event);
     } else if (event.type === "wait.started" && e.kind === "event" && typeof e.eventKey === "string") {
       this.#awaitedKey = e.eventKey;
     } else if (event.type === "wait.finished" && e.kind === "event") {
@@ -236,13 +214,7 @@ class RunPage implements Page {
     } else if (event.type === "run.started" && run && run.status === "queued") {
       this.#run = { ...run, status: "running" };
     } else if (event.type === "run.completed" || event.type === "run.failed" || event.type === "run.cancelled") {
-      if (run)
-        this.#setRun({
-          ...run,
-          status: event.type.slice("run.".length) as RunStatus,
-          ...(event.type === "run.completed" ? { result: e.result } : {}),
-          ...(event.type === "run.failed" ? { error: e.error } : {}),
-        });
+      if (run) this.#show(applyEnd(run, event));
     }
   }
 
@@ -306,7 +278,7 @@ class RunPage implements Page {
         : null,
     );
     const maps = run.progress?.maps ?? {};
-    replaceChildren(this.#progress, progressSection(maps));
+    replaceChildren(this.#progress, progressSection(maps, { ended: terminal }));
     replaceChildren(this.#chart, throughputSection(this.#series.samples));
     replaceChildren(this.#spend, spendSection(run, this.#liveSpend));
     replaceChildren(

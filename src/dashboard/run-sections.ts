@@ -3,31 +3,31 @@
  * map, the throughput chart, spend, and the lines of the event log.
  */
 import { formatCount, formatDuration, formatNumber, formatTime, h, svg } from "./dom";
-import type { LedgerEvent, MapProgress, RunView } from "../client";
+import type { LedgerEvent } from "../client";
+import type { LiveMapProgress, RunInfo } from "./run-state";
 import { chartGeometry, type ThroughputSample } from "./throughput";
 
-/** One map's counts, from `GET /v1/runs/<id>` and the rates its `map.progress` events add. */
-export type LiveMapProgress = Partial<MapProgress> & { rowsPerSecond?: number | null; etaSeconds?: number | null };
-
-/** A run as the page shows it: `GET /v1/runs/<id>` (or a snapshot), with live events applied. */
-export type RunInfo = Omit<RunView, "progress"> & { progress: { maps: Record<string, LiveMapProgress> } };
-
-/** A bar per map: completed and failed rows of its total, and the rows being computed. */
-export function progressSection(maps: Record<string, LiveMapProgress>): HTMLElement {
+/**
+ * A bar per map: completed and failed rows of its total, and while the run is
+ * live the rows being computed, the rate and the ETA (an ended run has none).
+ */
+export function progressSection(maps: Record<string, LiveMapProgress>, options: { ended: boolean }): HTMLElement {
   const names = Object.keys(maps);
   return h(
     "div",
     { class: "card", "data-testid": "progress" },
     h("h2", {}, "Progress"),
-    names.length === 0 ? h("p", { class: "muted" }, "No map has started yet.") : names.map((name) => mapBar(name, maps[name]!)),
+    names.length === 0
+      ? h("p", { class: "muted" }, "No map has started yet.")
+      : names.map((name) => mapBar(name, maps[name]!, options.ended)),
   );
 }
 
-function mapBar(name: string, m: LiveMapProgress): HTMLElement {
+function mapBar(name: string, m: LiveMapProgress, ended: boolean): HTMLElement {
   const total = m.total ?? 0;
   const completed = m.completed ?? 0;
   const failed = m.failed ?? 0;
-  const inFlight = m.inFlight ?? m.active ?? 0;
+  const inFlight = ended ? 0 : (m.inFlight ?? m.active ?? 0);
   const pct = (n: number) => (total > 0 ? `${Math.min(100, (n / total) * 100).toFixed(2)}%` : "0%");
   const done = completed + failed;
   return h(
@@ -56,9 +56,10 @@ function mapBar(name: string, m: LiveMapProgress): HTMLElement {
     h(
       "div",
       { class: "map-stats" },
-      `${formatCount(completed)} completed · ${formatCount(failed)} failed · ${formatCount(inFlight)} in flight`,
-      m.rowsPerSecond != null ? ` · ${formatNumber(m.rowsPerSecond)} rows/s` : "",
-      m.etaSeconds != null && done < total ? ` · ETA ${formatDuration(m.etaSeconds)}` : "",
+      `${formatCount(completed)} completed · ${formatCount(failed)} failed`,
+      ended ? "" : ` · ${formatCount(inFlight)} in flight`,
+      m.rowsPerSecond != null && !ended ? ` · ${formatNumber(m.rowsPerSecond)} rows/s` : "",
+      m.etaSeconds != null && !ended && done < total ? ` · ETA ${formatDuration(m.etaSeconds)}` : "",
       m.blocked ? ` · ${formatCount(m.blocked)} blocked` : "",
     ),
   );
@@ -156,7 +157,7 @@ export function eventDetail(event: LedgerEvent): string {
         (typeof e.spend === "number" ? `, ${formatNumber(e.spend)} credits` : "")
       );
     case "chunks.completed": {
-      const chunks = e.chunks ?? [];
+      const chunks = event.chunks ?? [];
       const sum = (field: "completed" | "failed" | "reused") => chunks.reduce((n, c) => n + (c[field] ?? 0), 0);
       const which = chunks.length === 1 ? `chunk ${chunks[0]!.chunk}` : `${formatCount(chunks.length)} chunks`;
       return `${e.map} ${which}: ${formatCount(sum("completed"))} completed, ${formatCount(sum("failed"))} failed, ${formatCount(sum("reused"))} reused`;

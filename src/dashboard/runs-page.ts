@@ -5,16 +5,17 @@
  */
 import type { PlayList, RunSummary } from "../client";
 import { formatTime, h, replaceChildren } from "./dom";
+import { readNewestRuns } from "./newest-runs";
 import type { Page, Shell } from "./shell";
 
 /** How often the list is read again while it is shown. */
 const POLL_INTERVAL_MS = 2_000;
+/** Runs shown at first, and how many more each "Show more" adds. */
 const PAGE_SIZE = 50;
-const MAX_LIMIT = 200;
 
 /** The runs page. */
 export function runsPage(shell: Shell): Page {
-  let limit = PAGE_SIZE;
+  let shown = PAGE_SIZE;
   let timer: ReturnType<typeof setTimeout> | undefined;
   let disposed = false;
 
@@ -27,7 +28,7 @@ export function runsPage(shell: Shell): Page {
       type: "button",
       hidden: true,
       onclick: () => {
-        limit = Math.min(limit + PAGE_SIZE, MAX_LIMIT);
+        shown += PAGE_SIZE;
         void refresh();
       },
     },
@@ -37,10 +38,10 @@ export function runsPage(shell: Shell): Page {
   async function refresh(): Promise<void> {
     clearTimeout(timer);
     try {
-      const page = await shell.client.list({ limit });
+      const page = await readNewestRuns((options) => shell.client.list(options), shown);
       if (disposed) return;
       renderRuns(page.runs);
-      more.hidden = page.nextCursor === null || limit >= MAX_LIMIT;
+      more.hidden = !page.more;
       liveDot.className = "live-dot";
     } catch (error) {
       if (disposed) return;
