@@ -256,6 +256,32 @@ describe("multipart uploads", () => {
     ]);
   });
 
+  it("answers every one of concurrent completes with the upload, and a part sent once R2 joined the parts 409", async () => {
+    const uploadId = await start(CSV);
+    await put(uploadId, 1, "id,note\n1,a\n2,b\n");
+    const answers = await Promise.all(Array.from({ length: 4 }, () => complete(uploadId)));
+    for (const answer of answers)
+      expect(answer).toEqual({ status: 201, body: expect.objectContaining({ uploadId, rows: 2, status: "ready" }) });
+    expect((await bucketKeys()).filter((k) => k.includes(uploadId))).toEqual([
+      `dev/${uploadId}/data`,
+      `dev/${uploadId}/index`,
+      `dev/${uploadId}/upload`,
+    ]);
+
+    // A part sent while a complete checks the joined file (R2 has joined the parts: it takes no more).
+    const joining = await start(CSV);
+    await put(joining, 1, "id,note\n1,a\n");
+    const record = JSON.parse(await (await env.UPLOADS.get(`dev/${joining}/multipart`))!.text());
+    const marker = await env.UPLOADS.head(`dev/${joining}/parts/1`);
+    await env.UPLOADS.resumeMultipartUpload(`dev/${joining}/data`, record.r2UploadId).complete([
+      { partNumber: 1, etag: marker!.customMetadata!.etag! },
+    ]);
+    const late = await put(joining, 2, "3,c\n");
+    expect(late.status).toBe(409);
+    expect(late.body.error.code).toBe("upload_complete");
+    expect((await complete(joining)).body).toMatchObject({ rows: 1, status: "ready" });
+  });
+
   it("deletes a file found malformed at complete, with its parts, and says which line", async () => {
     const uploadId = await start(CSV);
     await put(uploadId, 1, 'id,note\n1,"two\nlines"\n2\n');

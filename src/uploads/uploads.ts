@@ -77,8 +77,16 @@ export class Uploads {
     if (bytes === 0)
       throw new TroupeError("upload_part_empty", `part ${part} is empty; every part holds at least one byte`, { httpStatus: 400 });
     const multipart = await this.#receiving(uploadId);
-    const upload = this.#store.bucket.resumeMultipartUpload(this.#store.dataKey(uploadId), multipart.r2UploadId);
-    const { etag } = await upload.uploadPart(part, body);
+    const dataKey = this.#store.dataKey(uploadId);
+    const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
+    let etag: string;
+    try {
+      ({ etag } = await upload.uploadPart(part, body));
+    } catch (error) {
+      // A complete has joined the parts (it is checking the file): R2 takes no more of them.
+      if (await this.#store.bucket.head(dataKey)) throw completeAlready(uploadId);
+      throw error;
+    }
     await this.#store.markPart(uploadId, { part, etag, bytes });
     return { part, bytes };
   }
@@ -100,7 +108,10 @@ export class Uploads {
     const dataKey = this.#store.dataKey(uploadId);
     if (!(await this.#store.bucket.head(dataKey))) {
       const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
-      await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag })));
+      // Another complete of this upload may have joined them first: then its file is the one to check.
+      await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag }))).catch(async (error: unknown) => {
+        if (!(await this.#store.bucket.head(dataKey))) throw error;
+      });
     }
     const fileAtFault = (error: unknown) => error instanceof TroupeError && error.httpStatus < 500;
     const view = await this.#landing(uploadId, fileAtFault, async () => {
@@ -108,7 +119,11 @@ export class Uploads {
       if (!object) throw new Error(`the completed upload ${uploadId} has no data object`);
       const scan = new UploadScan({ format: multipart.format });
       for await (const chunk of object.body) await scan.write(chunk);
-      return { createdAt: multipart.createdAt, index: await scan.finish() };
+      const index = await scan.finish();
+      // Deleted while it was checked (DELETE found it receiving parts): recording it now would bring back a ready upload
+      // whose file is gone. (Completed by another complete meanwhile, it is still there: this one records the same.)
+      if (!(await this.#store.readMultipart(uploadId)) && !(await this.#readyRecord(uploadId))) throw uploadNotFound(uploadId);
+      return { createdAt: multipart.createdAt, index };
     });
     await this.#store.forgetParts(uploadId);
     return view;
@@ -186,13 +201,15 @@ export class Uploads {
   async #receiving(uploadId: string): Promise<MultipartRecord> {
     const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
     if (multipart) return multipart;
-    if (await this.#readyRecord(uploadId)) {
-      throw new TroupeError("upload_complete", `upload ${uploadId} is complete and takes no more parts; start a new upload`, {
-        httpStatus: 409,
-      });
-    }
+    if (await this.#readyRecord(uploadId)) throw completeAlready(uploadId);
     throw uploadNotFound(uploadId);
   }
+}
+
+function completeAlready(uploadId: string): TroupeError {
+  return new TroupeError("upload_complete", `upload ${uploadId} is complete and takes no more parts; start a new upload`, {
+    httpStatus: 409,
+  });
 }
 
 export function uploadNotFound(uploadId: string): NotFoundError {
