@@ -4,7 +4,7 @@
  * map during its first answer's wait, not after it.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { allEvents, api, apiJson, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, eventsOfType, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { callRows, SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -56,5 +56,22 @@ describe("two maps at once", () => {
     expect(
       (await allEvents(runId)).filter((e) => e.type === "log.appended" && String((e as { line?: string }).line).includes("superseded")),
     ).toEqual([]);
+  });
+});
+
+describe("two maps one after the other", () => {
+  it("run on the same executors: the second map's attempts replay the play past the first, with no capture timing out", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 20 });
+    const rows = Array.from({ length: 100 }, (_, i) => ({ id: `seq-${i}`, name: `Seq Person ${i}`, domain: "seq.test" }));
+    const runId = await startRun("test-two-maps", { rows, sequential: true }, { testPolicy: { minExecutors: 1, maxExecutors: 1 } });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ left: 100, right: 100 });
+    const lines = eventsOfType(await allEvents(runId), "log.appended").map((e) => e.line);
+    expect(lines.filter((line) => /could not take the fields|did not reach ctx\.map/.test(line))).toEqual([]);
+    // No invocation failed on the way (a capture that timed out failed its attempt, and the invocation was retried).
+    expect(run.runAttempt).toBe(0);
+    expect(await notices(runId)).not.toContain("invocation_resumed");
   });
 });

@@ -57,8 +57,11 @@ export class MapExecutor extends DurableObject<Env> {
   #looping = false;
   /** ...and waits: a new assignment wakes it. */
   #wake = () => {};
-  /** What each epoch's invocation of the run had done, asked once per epoch. */
-  #sources = new Map<number, Promise<CaptureSource | null>>();
+  /**
+   * What the run's invocation had done when it ran each map, asked once per epoch and map (`<attemptSeq>:<map>`): a
+   * source asked while an earlier map ran has that map unsettled, and a replay for a later one would stop there.
+   */
+  #sources = new Map<string, Promise<CaptureSource | null>>();
   /** The run's upload, opened once (its index) for all the attempts this instance runs. */
   #uploads = new Map<string, Promise<OpenUpload>>();
 
@@ -117,7 +120,7 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       faults,
       uploads: this.#uploads,
-      source: (attemptSeq: number) => this.#source(link, attemptSeq),
+      source: (attemptSeq: number, map: string) => this.#source(link, attemptSeq, map),
     };
     const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
     return { reused, usage: usageOf(meter) };
@@ -225,8 +228,8 @@ export class MapExecutor extends DurableObject<Env> {
             reporter,
             pacers: invocation.pacers,
             uploads: this.#uploads,
-            source: async (attemptSeq) => {
-              const source = await this.#source(invocation.link, attemptSeq);
+            source: async (attemptSeq, map) => {
+              const source = await this.#source(invocation.link, attemptSeq, map);
               if (source) invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
               return source;
             },
@@ -248,13 +251,16 @@ export class MapExecutor extends DurableObject<Env> {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }
 
-  #source(link: CoordinatorLink, attemptSeq: number): Promise<CaptureSource | null> {
-    let source = this.#sources.get(attemptSeq);
+  #source(link: CoordinatorLink, attemptSeq: number, map: string): Promise<CaptureSource | null> {
+    const key = `${attemptSeq}:${map}`;
+    let source = this.#sources.get(key);
     if (!source) {
+      // An older epoch's sources are done with: its attempts are fenced off.
+      for (const older of this.#sources.keys()) if (Number.parseInt(older, 10) < attemptSeq) this.#sources.delete(older);
       source = link.captureSource(attemptSeq);
       // A failed ask is asked again by the next attempt.
-      source.catch(() => this.#sources.delete(attemptSeq));
-      this.#sources.set(attemptSeq, source);
+      source.catch(() => this.#sources.delete(key));
+      this.#sources.set(key, source);
     }
     return source;
   }

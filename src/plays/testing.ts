@@ -289,19 +289,25 @@ export const testStrayCalls = definePlay({
   },
 });
 
-/** Two maps at once (`Promise.all`): each with its own executors, neither stopping the other's attempts. */
+/** Two maps at once (`Promise.all`): each with its own executors, neither stopping the other's attempts; or one after the other. */
 export const testTwoMaps = definePlay({
   name: "test-two-maps",
-  description: "test only: two maps over the same rows at the same time",
-  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  description: "test only: two maps over the same rows at the same time, or one after the other",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000),
+    sequential: z.boolean().default(false),
+  }),
   async run(ctx, input) {
     const find = async (row: Record<string, unknown>, c: RowContext) =>
       ((await c.tool("sim_find_email", { name: row.name, domain: row.domain })) as { email: string }).email;
-    const [left, right] = await Promise.all([
-      ctx.map("left", input.rows, { email: find }, { key: "id" }),
-      ctx.map("right", input.rows, { email: find, side: async () => "right" }, { key: "id" }),
-    ]);
-    return { left: left.completed, right: right.completed };
+    const left = () => ctx.map("left", input.rows, { email: find }, { key: "id" });
+    const right = () => ctx.map("right", input.rows, { email: find, side: async () => "right" }, { key: "id" });
+    if (input.sequential) {
+      const first = await left();
+      return { left: first.completed, right: (await right()).completed };
+    }
+    const [l, r] = await Promise.all([left(), right()]);
+    return { left: l.completed, right: r.completed };
   },
 });
 

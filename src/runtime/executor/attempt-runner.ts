@@ -51,8 +51,11 @@ export interface AttemptHost {
   pacers: PacerRegistry;
   /** Uploads this executor has opened (their indexes), kept across its attempts. */
   uploads: Map<string, Promise<OpenUpload>>;
-  /** What the coordinator's invocation of epoch `attemptSeq` had done (asked once per epoch), or null when it is gone. */
-  source(attemptSeq: number): Promise<CaptureSource | null>;
+  /**
+   * What the coordinator's invocation of epoch `attemptSeq` had done by the time it ran `map` (asked once per epoch and
+   * map: the trace of a later map has the earlier maps' outcomes), or null when it is gone.
+   */
+  source(attemptSeq: number, map: string): Promise<CaptureSource | null>;
   now(): number;
 }
 
@@ -65,7 +68,7 @@ class ChildNeedsCoordinator extends TroupeError {
 
 /** Runs `assignment` until it ends (or `stop` aborts it) and says how it ended; never throws. */
 export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment, stop: AbortSignal): Promise<AttemptEnd> {
-  const source = await host.source(assignment.attempt.attemptSeq).catch(() => null);
+  const source = await host.source(assignment.attempt.attemptSeq, assignment.map).catch(() => null);
   if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
   const { run, policy } = source;
   // Rows count in the run's progress within about a second (two progress intervals); a quiet attempt still says it lives.
@@ -233,7 +236,7 @@ export async function runSweep(
     if (!play) throw new TroupeError("play_not_found", `play ${dataset.play} is not in this Worker`);
     let key: MapOptions["key"] = sweep.key ?? undefined;
     if (sweep.keyInPlay) {
-      const source = await host.source(sweep.attempt.attemptSeq);
+      const source = await host.source(sweep.attempt.attemptSeq, sweep.map);
       if (!source) throw new TroupeError("stopped", "the coordinator's invocation that assigned it has ended");
       key = (await capture(host, source, play, sweep)).options.key;
     }
