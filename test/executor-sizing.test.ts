@@ -74,4 +74,11 @@ describe("two maps one after the other", () => {
     expect(run.runAttempt).toBe(0);
     expect(await notices(runId)).not.toContain("invocation_resumed");
   });
+
+  it("refuses a second map of the same name (it answered the first one's rows and counts): duplicate_map_name", async () => {
+    const rows = Array.from({ length: 10 }, (_, i) => ({ id: `dup-${i}`, name: `Dup Person ${i}`, domain: "dup.test" }));
+    const run = await waitForRun(await startRun("test-two-maps", { rows, sequential: true, sameName: true }));
+    expect(run.status).toBe("failed");
+    expect(run.error).toMatchObject({ code: "duplicate_map_name", message: expect.stringContaining('ctx.map("left") was called twice') });
+  });
 });

@@ -296,12 +296,14 @@ export const testTwoMaps = definePlay({
   input: z.object({
     rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000),
     sequential: z.boolean().default(false),
+    /** The second map takes the first one's name (refused: duplicate_map_name). */
+    sameName: z.boolean().default(false),
   }),
   async run(ctx, input) {
     const find = async (row: Record<string, unknown>, c: RowContext) =>
       ((await c.tool("sim_find_email", { name: row.name, domain: row.domain })) as { email: string }).email;
     const left = () => ctx.map("left", input.rows, { email: find }, { key: "id" });
-    const right = () => ctx.map("right", input.rows, { email: find, side: async () => "right" }, { key: "id" });
+    const right = () => ctx.map(input.sameName ? "left" : "right", input.rows, { email: find, side: async () => "right" }, { key: "id" });
     if (input.sequential) {
       const first = await left();
       return { left: first.completed, right: (await right()).completed };

@@ -66,6 +66,8 @@ export class MapRunner {
   #computedSinceStart = new Map<string, number>();
   /** Chunks completed since the map's last progress event: they go out with the next. */
   #completions: ChunkCompletions;
+  /** The maps the play has called in this invocation (a replay calls each once more, in a new invocation). */
+  #called = new Set<string>();
   /** Maps whose rows need the coordinator (a row starts a child play): their chunks run here. */
   #inline = new Set<string>();
 
@@ -96,6 +98,13 @@ export class MapRunner {
 
   async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
     if (!MAP_NAME.test(name)) throw new TerminalError("invalid_map_name", `map name ${JSON.stringify(name)} must match [a-z0-9_-]{1,64}`);
+    // A map's record is its name's: a second call would answer the first one's rows and counts, its own never computed.
+    if (this.#called.has(name))
+      throw new TerminalError(
+        "duplicate_map_name",
+        `ctx.map("${name}") was called twice in one run; give each map a name of its own (a map's name is its dataset)`,
+      );
+    this.#called.add(name);
     const input = await this.#plan(name, rows, options);
     const record = this.#deps.store.map(name) ?? (await this.#createMap(name, input.total, input.duplicatesDropped));
     if (record.total !== input.total) {

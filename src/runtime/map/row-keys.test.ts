@@ -10,3 +10,21 @@ describe("planRows with a key field", () => {
     expect(plan.rows.map((r) => r.key)).toEqual(["k1", "k2"]);
   });
 });
+
+describe("planRows keys", () => {
+  it('takes strings and numbers (7 and "7" are one row), and refuses what would collide written as a string', async () => {
+    const plan = await planRows([{ id: 7 }, { id: "7" }, { id: "x" }, { id: 10n as unknown }], "id");
+    expect(plan.rows.map((r) => r.key)).toEqual(["7", "x", "10"]);
+    expect(plan.duplicatesDropped).toBe(1);
+    // Every object was "[object Object]", every promise "[object Promise]": all rows but the first were dropped as duplicates.
+    for (const bad of [{ a: 1 }, [1, 2], true, Number.NaN]) {
+      await expect(planRows([{ id: bad }, { id: bad }], "id")).rejects.toMatchObject({ code: "invalid_row_key" });
+    }
+    // TypeScript refuses an async key function; a play built without it does not.
+    const asyncKey = (async (row: { email?: unknown }) => String(row.email)) as unknown as (row: object) => string;
+    await expect(planRows([{ email: "a@x" }, { email: "b@x" }], asyncKey)).rejects.toMatchObject({
+      code: "invalid_row_key",
+      message: expect.stringContaining("must not be async"),
+    });
+  });
+});

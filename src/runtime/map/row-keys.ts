@@ -41,6 +41,14 @@ export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key
   const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
   if (raw === undefined || raw === null || raw === "")
     return { error: `has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)` };
+  // A string, or a number or bigint written as one (7 and "7" are one row). Anything else written as a string collides:
+  // every object is "[object Object]", every promise of an async key function "[object Promise]".
+  const kind = typeof raw;
+  if (kind !== "string" && !(kind === "number" && Number.isFinite(raw)) && kind !== "bigint") {
+    const what =
+      raw instanceof Promise ? "a promise (a key function must not be async)" : kind === "number" ? String(raw) : `of type ${kind}`;
+    return { error: `has a key that is ${what}, not a string or a number` };
+  }
   const k = String(raw);
   if (k.length > MAX_KEY_LENGTH) return { error: `has a key longer than ${MAX_KEY_LENGTH} characters` };
   return k;
