@@ -4,7 +4,9 @@
  * on purpose between driving the run and arming its next alarm (a `hold`
  * fault at `run.alarm`), deliver the wake there, then let it go on.
  */
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import type { RunCoordinator } from "../src/actors/RunCoordinator";
 import { afterEach, describe, expect, it } from "vitest";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
 import { allEvents, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
@@ -66,5 +68,28 @@ describe("a wake between driving and re-arming", () => {
     const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
     expect(parent.status).toBe("completed");
     expect(parent.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
+  });
+});
+
+describe("an alarm that keeps failing", () => {
+  it("leaves a run that has not ended an alarm of its own once the platform's retries run out", async () => {
+    const key = tag("late");
+    const runId = await startRun("test-waits", { keys: [key] });
+    await until(
+      () => allEvents(runId),
+      (events) => events.some((e) => e.type === "wait.started"),
+      "the run to wait",
+    );
+    await setFaults([{ point: "run.alarm", play: "test-waits", times: 1 }]);
+    // The platform's last retry of a failed alarm (the directory was down for two minutes, say) fails too.
+    const armed = await runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) => {
+      await state.storage.deleteAlarm();
+      await expect(instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() })).rejects.toThrow(/run.alarm/);
+      return state.storage.getAlarm();
+    });
+    // Without one, the run would never wake, time out or meet its deadline.
+    expect(armed).toBeGreaterThan(Date.now());
+    expect((await signal(runId, key, { n: 1 })).body.consumed).toBe(true);
+    expect((await waitForRun(runId, { timeoutMs: 20_000 })).status).toBe("completed");
   });
 });

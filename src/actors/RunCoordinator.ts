@@ -59,6 +59,14 @@ const SPEND_REPORT_RETRY_MS = 5_000;
 /** A child whose cancel failed is tried again this much later, this many times. */
 const CHILD_CANCEL_RETRY_MS = 5_000;
 const MAX_CHILD_CANCEL_TRIES = 10;
+/**
+ * The platform retries a failed alarm six times (from 2 s, doubling), then
+ * never again: from its fifth retry on, a failed alarm of a run that has not
+ * ended arms the next itself, this long after (a run with no alarm would never
+ * wake, time out or meet its deadline).
+ */
+const LATE_ALARM_RETRY = 5;
+const ALARM_FALLBACK_MS = 60_000;
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
@@ -312,6 +320,14 @@ export class RunCoordinator extends Server<Env> {
     this.#feed.open(connection, afterOf(ctx.request.url));
   }
 
+  /** Which retry of a failed alarm this is (partyserver's `onAlarm` is not told). */
+  #alarmRetry = 0;
+
+  override async alarm(info?: AlarmInvocationInfo): Promise<void> {
+    this.#alarmRetry = info?.retryCount ?? 0;
+    await super.alarm();
+  }
+
   override async onAlarm(): Promise<void> {
     if (this.#invocation) {
       // Another invocation is under way: it arms the next alarm when it ends.
@@ -321,13 +337,16 @@ export class RunCoordinator extends Server<Env> {
     const invocation = { controller: new AbortController(), wake: false };
     this.#invocation = invocation;
     let next: number | null = null;
+    let failed = true;
     try {
       next = await withOutbound(this.#outbound(), () => this.#invoke(invocation.controller.signal));
+      failed = false;
     } finally {
       // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
       this.#invocation = null;
       const terminal = isTerminal(this.#store.run()?.status ?? "completed");
-      const at = invocation.wake && !terminal ? Date.now() : next;
+      const fallback = failed && !terminal && this.#alarmRetry >= LATE_ALARM_RETRY ? Date.now() + ALARM_FALLBACK_MS : null;
+      const at = invocation.wake && !terminal ? Date.now() : (next ?? fallback);
       if (at !== null) await this.ctx.storage.setAlarm(at);
     }
   }
