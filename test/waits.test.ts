@@ -135,12 +135,45 @@ describe("ctx.waitForEvent", () => {
     expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: false });
     expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: true });
     expect((await allEvents(runId)).filter((e) => e.type === "signal.received" && e.eventKey === "spare")).toHaveLength(1);
+    // The key again with another signal is not that signal repeated: it was answered "consumed, duplicate" and dropped.
+    for (const [key, data] of [
+      ["other", 1],
+      ["spare", 2],
+    ] as const) {
+      const reused = await signal(runId, key, { data }, once);
+      expect(reused.status, key).toBe(409);
+      expect(reused.body.error.code).toBe("idempotency_key_reused");
+    }
 
     await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
     expect((await waitForRun(runId)).status).toBe("cancelled");
     const late = await signal(runId, "ok", { data: 1 });
     expect(late.status).toBe(409);
     expect(late.body.error.code).toBe("run_finished");
+  });
+});
+
+describe("a signal's wait", () => {
+  it("is not one whose timeout has passed: a signal arriving after it is kept, and the wait fails event_timeout", async () => {
+    const key = tag("late");
+    const runId = await startRun("test-waits", { keys: [key], timeoutMs: 500, catchTimeout: true });
+    await waitForStatus(runId, "waiting");
+    const coordinator = env.RUN_COORDINATOR.getByName(runId);
+    // Its alarm at the timeout comes late (a busy machine, alarm retries): the signal arrives first, past the timeout.
+    await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.deleteAlarm());
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect((await signal(runId, key, { data: "too late" })).body).toMatchObject({ consumed: false });
+    await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.setAlarm(Date.now()));
+    const run = await waitForRun(runId);
+    expect(run.result).toMatchObject({ timedOut: "event_timeout" });
+  });
+
+  it("of twelve on one key at once takes the signals in the order the play opened them", async () => {
+    const key = tag("vote");
+    const runId = await startRun("test-waits", { keys: Array(12).fill(key), parallel: true });
+    await waitForStatus(runId, "waiting");
+    for (let n = 0; n < 12; n++) expect((await signal(runId, key, { data: n })).body).toMatchObject({ consumed: true });
+    expect((await waitForRun(runId)).result).toEqual({ got: [...Array(12).keys()] });
   });
 });
 

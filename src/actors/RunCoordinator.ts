@@ -34,6 +34,8 @@ import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 export type SignalResult =
   | { outcome: "not_found" }
   | { outcome: "finished"; status: RunStatus }
+  /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
+  | { outcome: "key_reused"; eventKey: string }
   | { outcome: "accepted"; status: RunStatus; consumed: boolean; duplicate: boolean };
 
 /**
@@ -166,10 +168,12 @@ export class RunCoordinator extends Server<Env> {
     if (!run) return { outcome: "not_found" };
     // A retry of a delivery gets the first answer, even once the signal has ended the run.
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
+    if (earlier && (earlier.eventKey !== eventKey || earlier.dataJson !== JSON.stringify(data ?? null)))
+      return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
     if (isTerminal(run.status)) return { outcome: "finished", status: run.status };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
-    const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey);
+    const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey, Date.now());
     if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
     if (consumedBy) {
       this.#emit("wait.finished", { kind: "event", key: consumedBy, eventKey, outcome: "signal" });

@@ -39,6 +39,13 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
   }
   const result = await coordinator.signal(c.get("org"), eventKey, data, dedupeKey);
   if (result.outcome === "not_found") throw runNotFound(runId);
+  if (result.outcome === "key_reused") {
+    throw new TroupeError(
+      "idempotency_key_reused",
+      `this Idempotency-Key was already used for another signal (${JSON.stringify(result.eventKey)}${result.eventKey === eventKey ? " with other data" : ""}); send a new key for a new signal`,
+      { httpStatus: 409 },
+    );
+  }
   if (result.outcome === "finished") {
     throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, {
       httpStatus: 409,

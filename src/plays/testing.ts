@@ -169,7 +169,7 @@ export const testWaits = definePlay({
   // Declared and never mapped: a dataset of the run with no rows yet.
   datasets: ["later"],
   input: z.object({
-    keys: z.array(z.string()).min(1).max(5),
+    keys: z.array(z.string()).min(1).max(12),
     timeoutMs: z.number().optional(),
     parallel: z.boolean().default(false),
     catchTimeout: z.boolean().default(false),

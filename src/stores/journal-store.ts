@@ -175,27 +175,33 @@ export class JournalStore {
   }
 
   /** The signal delivered with `dedupeKey`, and whether a wait has taken it. */
-  signalByDedupeKey(dedupeKey: string): { eventKey: string; consumed: boolean } | null {
+  signalByDedupeKey(dedupeKey: string): { eventKey: string; dataJson: string; consumed: boolean } | null {
     const row = this.#sql<{
       event_key: string;
+      data: string;
       consumed_by: string | null;
-    }>`SELECT event_key, consumed_by FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
-    return row ? { eventKey: row.event_key, consumed: row.consumed_by !== null } : null;
+    }>`SELECT event_key, data, consumed_by FROM signals WHERE dedupe_key = ${dedupeKey}`[0];
+    return row ? { eventKey: row.event_key, dataJson: row.data, consumed: row.consumed_by !== null } : null;
   }
 
-  /** The oldest signal for `eventKey` no wait has taken yet. */
-  openSignal(eventKey: string): { seq: number; data: unknown } | null {
+  /** The oldest signal for `eventKey` no wait has taken yet, sent before `before` (a wait's timeout) when given. */
+  openSignal(eventKey: string, before: number | null = null): { seq: number; data: unknown } | null {
     const row = this.#sql<{
       seq: number;
       data: string;
-    }>`SELECT seq, data FROM signals WHERE event_key = ${eventKey} AND consumed_by IS NULL ORDER BY seq LIMIT 1`[0];
+    }>`SELECT seq, data FROM signals WHERE event_key = ${eventKey} AND consumed_by IS NULL AND at < ${before ?? Number.MAX_SAFE_INTEGER}
+      ORDER BY seq LIMIT 1`[0];
     return row ? { seq: row.seq, data: JSON.parse(row.data) } : null;
   }
 
-  /** The oldest entry waiting for `eventKey`. */
-  waitingFor(eventKey: string): WaitEntry | null {
-    const row = this
-      .#sql<WaitRow>`SELECT * FROM waits WHERE kind = 'event' AND event_key = ${eventKey} AND state = 'waiting' ORDER BY created_at, key LIMIT 1`[0];
+  /**
+   * The oldest entry waiting for `eventKey` whose timeout has not come by `now`
+   * (one past it fails `event_timeout` at its replay, whatever arrives since).
+   * Entries opened together (`Promise.all`) are in the order the play opened them.
+   */
+  waitingFor(eventKey: string, now: number): WaitEntry | null {
+    const row = this.#sql<WaitRow>`SELECT * FROM waits WHERE kind = 'event' AND event_key = ${eventKey} AND state = 'waiting'
+      AND (timeout_at IS NULL OR timeout_at > ${now}) ORDER BY created_at, rowid LIMIT 1`[0];
     return row ? rowToWait(row) : null;
   }
 

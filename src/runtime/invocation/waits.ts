@@ -106,8 +106,8 @@ export class Waits {
     const timeoutMs = options.timeoutMs ?? null;
     let entry = this.#entry(key, "event", { dueInMs: timeoutMs, timeoutMs, eventKey });
     if (entry.state === "waiting") {
-      // A signal sent before the wait began is kept for it.
-      const early = journal.openSignal(eventKey);
+      // A signal sent before the wait began is kept for it (one sent after its timeout is not its own).
+      const early = journal.openSignal(eventKey, entry.timeoutAt);
       if (early && journal.consumeSignal(early.seq, key, early.data)) {
         this.#deps.emit("wait.finished", { kind: "event", key, eventKey, outcome: "signal" });
         entry = journal.get(key)!;
@@ -166,10 +166,11 @@ export function deliverSignal(
   eventKey: string,
   data: unknown,
   dedupeKey: string | null,
+  now: number,
 ): { consumedBy: string | null; duplicate: boolean } {
   const { seq, duplicate } = journal.addSignal(eventKey, JSON.stringify(data ?? null), dedupeKey);
   if (duplicate) return { consumedBy: null, duplicate };
-  const waiting = journal.waitingFor(eventKey);
+  const waiting = journal.waitingFor(eventKey, now);
   if (waiting && journal.consumeSignal(seq, waiting.key, data ?? null)) return { consumedBy: waiting.key, duplicate };
   return { consumedBy: null, duplicate };
 }
