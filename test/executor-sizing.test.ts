@@ -4,7 +4,20 @@
  * map during its first answer's wait, not after it.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { allEvents, api, apiJson, eventsOfType, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  api,
+  apiJson,
+  datasetRows,
+  eventsOfType,
+  expectedEmail,
+  notices,
+  runView,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 import { callRows, SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -80,5 +93,22 @@ describe("two maps one after the other", () => {
     const run = await waitForRun(await startRun("test-two-maps", { rows, sequential: true, sameName: true }));
     expect(run.status).toBe("failed");
     expect(run.error).toMatchObject({ code: "duplicate_map_name", message: expect.stringContaining('ctx.map("left") was called twice') });
+  });
+});
+
+describe("play-level calls chained at once before a map", () => {
+  it("reach the map's fields with their own results, whichever was answered first", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 200 });
+    const [a, b] = ["chain-a.test", "chain-b.test"];
+    // b's two calls are then answered from their receipts at once, a's go to the provider: b's verify is called first.
+    expect((await waitForRun(await startRun("test-chained", { domains: [b], rows: [] }))).status).toBe("completed");
+    const rows = Array.from({ length: 20 }, (_, i) => ({ id: `chain-${i}`, domain: i % 2 ? b : a }));
+    const runId = await startRun("test-chained", { domains: [a, b], rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1 } });
+    const run = await waitForRun(runId);
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    const stored = await datasetRows(runId, "chained");
+    expect(stored).toHaveLength(20);
+    for (const row of stored) expect(row.verified, row._key).toBe(expectedEmail("Chain Lookup", row.domain));
   });
 });

@@ -78,6 +78,12 @@ export interface TracedEffect {
   kind: string;
   name: string;
   ordinal: number;
+  /**
+   * What a tool call or child was called with (`callIdentity`): calls of one
+   * tool made at once are numbered as their inputs become known, which may
+   * differ between the coordinator and a replay; a replay matches them by it.
+   */
+  input?: string | null;
   /** null while the effect had not settled when the source was taken. */
   outcome: { ok: true; value: unknown } | { ok: false; code: string | null; message: string } | null;
 }

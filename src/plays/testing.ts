@@ -313,6 +313,32 @@ export const testTwoMaps = definePlay({
   },
 });
 
+/**
+ * Play-level calls chained per domain (find, then verify what it found), all at once, then a map whose fields read
+ * their results: calls of one tool made in the order their inputs arrived, which differs between the coordinator
+ * (answers from receipts come first) and an executor's replay.
+ */
+export const testChained = definePlay({
+  name: "test-chained",
+  description: "test only: chained play-level calls at once, read by a map's fields",
+  input: z.object({
+    domains: z.array(z.string()).min(1).max(5),
+    rows: z.array(z.object({ id: z.string(), domain: z.string() })).max(100),
+  }),
+  async run(ctx, input) {
+    const verified = await Promise.all(
+      input.domains.map((domain) =>
+        ctx
+          .tool<{ email: string }>("sim_find_email", { name: "Chain Lookup", domain })
+          .then((found) => ctx.tool<{ email: string }>("sim_verify_email", { email: found.email })),
+      ),
+    );
+    const byDomain = new Map(input.domains.map((domain, i) => [domain, verified[i]!.email]));
+    const rows = await ctx.map("chained", input.rows, { verified: (row) => byDomain.get(String(row.domain)) ?? null }, { key: "id" });
+    return { completed: rows.completed };
+  },
+});
+
 /** Rows whose first field returns data nested too deep to store, then whose second throws: each row fails alone. */
 export const testDeepThenThrow = definePlay({
   name: "test-deep-then-throw",
@@ -340,6 +366,7 @@ export const testDeepThenThrow = definePlay({
 });
 
 export const testPlays = [
+  testChained,
   testMap,
   testTool,
   testCalls,

@@ -26,7 +26,7 @@ import type {
   ToolCallOptions,
 } from "../../play/types";
 import { type EffectCall, type EffectKind, Effects } from "../invocation/effects";
-import { UNREPLAYABLE } from "../invocation/effect-trace";
+import { callIdentity, UNREPLAYABLE } from "../invocation/effect-trace";
 
 /** The map's fields and options, as the play passed them. */
 export interface CapturedMap {
@@ -112,16 +112,16 @@ class CaptureContext implements PlayContext {
     return this.#replay(
       "tool",
       String(toolId),
-      (call) => this.#settled(call, (value) => value as T),
+      (call) => this.#settled(call, (value) => value as T, callIdentity([input, options ?? {}])),
       (row) => row.tool<T>(toolId, input, options),
     );
   }
 
-  runPlay<T = unknown>(play: string, input: unknown, options?: RunPlayOptions): Promise<T> {
+  runPlay<T = unknown>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
     return this.#replay(
       "child",
       String(play),
-      (call) => this.#settled(call, (value) => value as T),
+      (call) => this.#settled(call, (value) => value as T, callIdentity([input, options])),
       (row) => row.runPlay<T>(play, input, options),
     );
   }
@@ -158,9 +158,12 @@ class CaptureContext implements PlayContext {
     }
   }
 
-  /** The recorded outcome of `call`: its value, its error, or never (it had not settled, so the play had not gone past it). */
-  #settled<T>(call: EffectCall, value: (recorded: unknown) => T): Promise<T> {
-    const traced = this.#traced.get(slot(call));
+  /**
+   * The recorded outcome of `call` (made with `input`, for a tool or a child): its value, its error, or never (it had
+   * not settled, so the play had not gone past it).
+   */
+  #settled<T>(call: EffectCall, value: (recorded: unknown) => T, input: string | null = null): Promise<T> {
+    const traced = this.#recorded(call, input);
     if (!traced?.outcome) return never();
     const { outcome } = traced;
     if (outcome.ok) return Promise.resolve(value(outcome.value));
@@ -172,6 +175,23 @@ class CaptureContext implements PlayContext {
       return never();
     }
     return Promise.reject(new TroupeError(outcome.code ?? "effect_failed", outcome.message));
+  }
+
+  /**
+   * The recorded effect of `call`: the one in its place, or, when that one was
+   * made with another input (calls of one tool made at once, numbered as their
+   * inputs became known, which here is another order), the one made with its own.
+   */
+  #recorded(call: EffectCall, input: string | null): TracedEffect | undefined {
+    const traced = this.#traced.get(slot(call));
+    if (!traced || input === null || traced.input == null || traced.input === input) return traced;
+    const same = this.source.effects.find((effect) => effect.kind === call.kind && effect.name === call.name && effect.input === input);
+    if (same) return same;
+    const error = new CaptureUnsupported(
+      `the play's ${call.kind} calls of "${call.name}" before ctx.map("${this.target}") were made with other inputs when replayed`,
+    );
+    this.#reject(error);
+    return undefined;
   }
 
   #handle(name: string): DatasetHandle {

@@ -19,7 +19,7 @@ import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
 import type { InvocationScope } from "./scope";
-import type { EffectTrace } from "./effect-trace";
+import { callIdentity, type EffectTrace } from "./effect-trace";
 
 /** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
 export interface PlayServices {
@@ -82,10 +82,15 @@ export class RunContext implements PlayContext {
   }
 
   runPlay<T = unknown>(play: string, input: unknown, options: RunPlayOptions = {}): Promise<T> {
-    return this.#effect("child", String(play), {
-      play: () => this.#services.children.run(play, input, options, null) as Promise<T>,
-      row: (row) => row.runPlay<T>(play, input, options),
-    });
+    return this.#effect(
+      "child",
+      String(play),
+      {
+        play: () => this.#services.children.run(play, input, options, null) as Promise<T>,
+        row: (row) => row.runPlay<T>(play, input, options),
+      },
+      [input, options],
+    );
   }
 
   waitForEvent<T = unknown>(eventKey: string, options?: { timeoutMs?: number }): Promise<T> {
@@ -101,16 +106,21 @@ export class RunContext implements PlayContext {
   }
 
   tool<T = unknown>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
-    return this.#effect("tool", String(toolId), {
-      play: () => {
-        if (!this.#scheduler) {
-          const attemptSeq = this.#attemptSeq();
-          const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
-          this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
-        }
-        return this.#scheduler.call(toolId, input, options) as Promise<T>;
+    return this.#effect(
+      "tool",
+      String(toolId),
+      {
+        play: () => {
+          if (!this.#scheduler) {
+            const attemptSeq = this.#attemptSeq();
+            const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
+            this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
+          }
+          return this.#scheduler.call(toolId, input, options) as Promise<T>;
+        },
       },
-    });
+      [input, options ?? {}],
+    );
   }
 
   /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
@@ -131,13 +141,13 @@ export class RunContext implements PlayContext {
    * row's own, at play level with its place in the play. An effect refused
    * where it was made rejects (or, for a log line, throws).
    */
-  #effect<T>(kind: EffectKind, name: string, at: { play(call: EffectCall): T; row?(row: RowContext): T }): T {
+  #effect<T>(kind: EffectKind, name: string, at: { play(call: EffectCall): T; row?(row: RowContext): T }, input?: unknown): T {
     const row = rowScope.getStore();
     try {
       const play = (call: EffectCall) => {
         const result = at.play(call);
         // What an executor replays to reach a map (runtime/executor/capture.ts).
-        this.#trace.record(call, result);
+        this.#trace.record(call, result, input === undefined ? null : callIdentity(input));
         return result;
       };
       return this.#effects.make(kind, name, row !== undefined, { play, row: row && at.row ? () => at.row!(row) : undefined });
