@@ -18,7 +18,7 @@ import {
   startRun,
   waitForRun,
 } from "./helpers";
-import { callRows, SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
+import { callRows, clearFaults, SIM_DEFAULTS, setFaults, setSim, until } from "./chaos-helpers";
 
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
@@ -110,5 +110,24 @@ describe("play-level calls chained at once before a map", () => {
     const stored = await datasetRows(runId, "chained");
     expect(stored).toHaveLength(20);
     for (const row of stored) expect(row.verified, row._key).toBe(expectedEmail("Chain Lookup", row.domain));
+  });
+});
+
+describe("a play-level call's failure the play catches before a map", () => {
+  afterEach(clearFaults);
+
+  it("is the same error in an executor's replay (a ToolCallError, not retryable): the play goes on to the map there too", async () => {
+    await simReset();
+    await setFaults([
+      { point: "provider.before", tool: "sim_find_email", play: "test-caught", error: { code: "not_found", retryable: false } },
+    ]);
+    const rows = Array.from({ length: 10 }, (_, i) => ({ id: `caught-${i}` }));
+    const runId = await startRun("test-caught", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1 } });
+    const run = await waitForRun(runId);
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ found: "none (not_found)", completed: 10 });
+    // No attempt failed on the way (the replay threw a plain error, the play rethrew it, and the invocation was retried).
+    expect(run.runAttempt).toBe(0);
+    for (const row of await datasetRows(runId, "caught")) expect(row.found).toBe("none (not_found)");
   });
 });

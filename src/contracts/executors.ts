@@ -85,7 +85,22 @@ export interface TracedEffect {
    */
   input?: string | null;
   /** null while the effect had not settled when the source was taken. */
-  outcome: { ok: true; value: unknown } | { ok: false; code: string | null; message: string } | null;
+  outcome: { ok: true; value: unknown } | TracedFailure | null;
+}
+
+/**
+ * How a traced effect failed, with what the play may test of the error: a
+ * tool's `ToolCallError` (`retryable`, `status`, `retryAfterMs`) or a
+ * `TerminalError`; a replay throws the same kind.
+ */
+export interface TracedFailure {
+  ok: false;
+  code: string | null;
+  message: string;
+  as?: "tool" | "terminal";
+  retryable?: boolean;
+  status?: number | null;
+  retryAfterMs?: number | null;
 }
 
 /** A map the play finished before: what its handle says, and where its rows are. */

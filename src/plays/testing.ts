@@ -2,6 +2,7 @@
 import { z } from "zod";
 import { definePlay, rowsInput } from "../play/define";
 import type { MapOptions, Row, RowContext } from "../play/types";
+import { ToolCallError } from "../play/tool-error";
 
 const TestRow = z.object({
   id: z.string().optional(),
@@ -339,6 +340,24 @@ export const testChained = definePlay({
   },
 });
 
+/** A play-level call whose permanent failure the play catches (a ToolCallError, not retryable), then a map. */
+export const testCaught = definePlay({
+  name: "test-caught",
+  description: "test only: a caught play-level tool failure before a map",
+  input: z.object({ rows: z.array(z.object({ id: z.string() })).max(100) }),
+  async run(ctx, input) {
+    let found: string;
+    try {
+      found = (await ctx.tool<{ email: string }>("sim_find_email", { name: "Caught Lookup", domain: "caught.test" })).email;
+    } catch (error) {
+      if (!(error instanceof ToolCallError) || error.retryable) throw error;
+      found = `none (${error.code})`;
+    }
+    const rows = await ctx.map("caught", input.rows, { found: () => found }, { key: "id" });
+    return { found, completed: rows.completed };
+  },
+});
+
 /** Rows whose first field returns data nested too deep to store, then whose second throws: each row fails alone. */
 export const testDeepThenThrow = definePlay({
   name: "test-deep-then-throw",
@@ -366,6 +385,7 @@ export const testDeepThenThrow = definePlay({
 });
 
 export const testPlays = [
+  testCaught,
   testChained,
   testMap,
   testTool,

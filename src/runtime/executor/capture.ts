@@ -26,7 +26,7 @@ import type {
   ToolCallOptions,
 } from "../../play/types";
 import { type EffectCall, type EffectKind, Effects } from "../invocation/effects";
-import { callIdentity, UNREPLAYABLE } from "../invocation/effect-trace";
+import { callIdentity, tracedError, UNREPLAYABLE } from "../invocation/effect-trace";
 
 /** The map's fields and options, as the play passed them. */
 export interface CapturedMap {
@@ -174,7 +174,7 @@ class CaptureContext implements PlayContext {
       this.#reject(error);
       return never();
     }
-    return Promise.reject(new TroupeError(outcome.code ?? "effect_failed", outcome.message));
+    return Promise.reject(tracedError(outcome));
   }
 
   /**

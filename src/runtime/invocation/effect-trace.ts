@@ -4,9 +4,10 @@
  * (src/runtime/executor/capture.ts). Kept in memory for the invocation only;
  * an executor of a later invocation asks that one.
  */
-import { codeOf, messageOf } from "../../core/errors";
+import { codeOf, messageOf, TerminalError, TroupeError } from "../../core/errors";
+import { ToolCallError } from "../../play/tool-error";
 import { canonicalJson, fnv1a } from "../../core/hash";
-import type { TracedEffect } from "../../contracts/executors";
+import type { TracedEffect, TracedFailure } from "../../contracts/executors";
 import type { EffectCall } from "./effects";
 
 /** The code of an effect an executor cannot replay (a fetch's response): the map then runs in the coordinator. */
@@ -44,7 +45,7 @@ export class EffectTrace {
         else entry.outcome = { ok: true, value: call.kind === "map" ? null : value };
       },
       (error: unknown) => {
-        entry.outcome = { ok: false, code: codeOf(error) ?? null, message: messageOf(error) };
+        entry.outcome = { ok: false, code: codeOf(error) ?? null, message: messageOf(error), ...kindOf(error) };
       },
     );
   }
@@ -52,4 +53,27 @@ export class EffectTrace {
   snapshot(): TracedEffect[] {
     return this.#effects.map((effect) => ({ ...effect }));
   }
+}
+
+/** What a play may test of a failed effect's error, for a replay to throw the same (see {@link TracedFailure}). */
+function kindOf(error: unknown): Partial<TracedFailure> {
+  if (error instanceof ToolCallError)
+    return { as: "tool", retryable: error.retryable, status: error.status, retryAfterMs: error.retryAfterMs };
+  if (error instanceof TerminalError) return { as: "terminal" };
+  return {};
+}
+
+/** The error a traced failure was, as a replay throws it. */
+export function tracedError(failure: TracedFailure): TroupeError {
+  const code = failure.code ?? "effect_failed";
+  if (failure.as === "tool")
+    return new ToolCallError({
+      code,
+      message: failure.message,
+      retryable: failure.retryable ?? false,
+      status: failure.status ?? null,
+      retryAfterMs: failure.retryAfterMs ?? null,
+    });
+  if (failure.as === "terminal") return new TerminalError(code, failure.message);
+  return new TroupeError(code, failure.message);
 }
