@@ -71,6 +71,21 @@ describe("a wake between driving and re-arming", () => {
   });
 });
 
+describe("a cancel asked for while an invocation runs", () => {
+  it("shows the run cancelling in the org's list and in a signal's answer, until it ends cancelled", async () => {
+    await setFaults([{ point: "run.alarm", play: "test-waits", hold: true, times: 1 }]);
+    const runId = await startRun("test-waits", { keys: [tag("c")] });
+    await faults().held(0);
+    expect((await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+    const listed = async () => (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === runId);
+    expect(await listed()).toMatchObject({ status: "cancelling" });
+    expect((await signal(runId, tag("other"), { n: 1 })).body).toMatchObject({ status: "cancelling" });
+    expect(await faults().release(0)).toBe(1);
+    expect((await waitForRun(runId, { timeoutMs: 20_000 })).status).toBe("cancelled");
+    expect(await listed()).toMatchObject({ status: "cancelled" });
+  });
+});
+
 describe("an alarm that keeps failing", () => {
   it("leaves a run that has not ended an alarm of its own once the platform's retries run out", async () => {
     const key = tag("late");

@@ -19,7 +19,7 @@ import { isTerminal, type RunStatus } from "../core/statuses";
 import { RunStore, type RunRecord } from "../stores/run-store";
 import type { LedgerEvent } from "../stores/ledger-store";
 import { runMigrations } from "../stores/run-schema";
-import { runView, type RunView } from "../runtime/views/run-view";
+import { runView, shownStatus, type RunView } from "../runtime/views/run-view";
 import { LiveRows } from "../runtime/map/live-rows";
 import { ExecutorAttempts } from "../runtime/executor/executor-attempts";
 import type { CaptureSource } from "../clients/executors";
@@ -36,7 +36,7 @@ export type SignalResult =
   | { outcome: "finished"; status: RunStatus }
   /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
   | { outcome: "key_reused"; eventKey: string }
-  | { outcome: "accepted"; status: RunStatus; consumed: boolean; duplicate: boolean };
+  | { outcome: "accepted"; status: RunView["status"]; consumed: boolean; duplicate: boolean };
 
 /**
  * Set by the Worker on a live (WebSocket) request it forwards: the org whose
@@ -170,7 +170,7 @@ export class RunCoordinator extends Server<Env> {
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
     if (earlier && (earlier.eventKey !== eventKey || earlier.dataJson !== JSON.stringify(data ?? null)))
       return { outcome: "key_reused", eventKey: earlier.eventKey };
-    if (earlier) return { outcome: "accepted", status: run.status, consumed: earlier.consumed, duplicate: true };
+    if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
     if (isTerminal(run.status)) return { outcome: "finished", status: run.status };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey, Date.now());
@@ -179,7 +179,7 @@ export class RunCoordinator extends Server<Env> {
       this.#emit("wait.finished", { kind: "event", key: consumedBy, eventKey, outcome: "signal" });
       await this.#wake();
     }
-    return { outcome: "accepted", status: this.#store.run()!.status, consumed: consumedBy !== null, duplicate };
+    return { outcome: "accepted", status: shownStatus(this.#store.run()!), consumed: consumedBy !== null, duplicate };
   }
 
   /** A child run ended (told by the child's coordinator): record it and wake the play. Idempotent. */
@@ -229,6 +229,8 @@ export class RunCoordinator extends Server<Env> {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
+      // The org's list says so at once (the alarm that ends the run tells it again); a failure here is the alarm's to mend.
+      await this.#syncDirectory().catch(() => {});
     }
     return this.#view();
   }
@@ -451,7 +453,7 @@ export class RunCoordinator extends Server<Env> {
     await new OrgClient({ env: this.env, org: run.org }).record({
       runId: run.runId,
       play: run.play,
-      status: run.status,
+      status: shownStatus(run),
       parentRunId: run.parentRunId,
       createdAt: run.createdAt,
       updatedAt: run.updatedAt,

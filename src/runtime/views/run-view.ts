@@ -30,6 +30,11 @@ export interface RunView {
   updatedAt: string;
 }
 
+/** The run's status as the API shows it: `cancelling` while a cancel has been asked for and the run has not ended yet. */
+export function shownStatus(run: RunRecord): RunView["status"] {
+  return run.cancelRequested && !isTerminal(run.status) ? "cancelling" : run.status;
+}
+
 /** The run; `live` adds the rows of its running chunks that have settled since their chunk started. */
 export function runView(store: RunStore, declaredDatasets: readonly string[] = [], live?: LiveRows): RunView | null {
   const run = store.run();
@@ -40,7 +45,7 @@ export function runView(store: RunStore, declaredDatasets: readonly string[] = [
     runId: run.runId,
     play: run.play,
     org: run.org,
-    status: run.cancelRequested && !isTerminal(run.status) ? "cancelling" : run.status,
+    status: shownStatus(run),
     runAttempt: run.runAttempt,
     parentRunId: run.parentRunId,
     progress: { maps },
