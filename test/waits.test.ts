@@ -1,5 +1,6 @@
 import { abortAllDurableObjects, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import { MAX_OPEN_SIGNALS, type RunCoordinator } from "../src/actors/RunCoordinator";
 import { describe, expect, it } from "vitest";
 import { until } from "./chaos-helpers";
 import { allEvents, api, apiJson, startRun, waitForRun } from "./helpers";
@@ -166,6 +167,23 @@ describe("a signal's wait", () => {
     await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.setAlarm(Date.now()));
     const run = await waitForRun(runId);
     expect(run.result).toMatchObject({ timedOut: "event_timeout" });
+  });
+
+  it("is still handed its signal when the run keeps as many signals no wait took as it may; others are refused", async () => {
+    const key = tag("w");
+    const runId = await startRun("test-waits", { keys: [key] });
+    await waitForStatus(runId, "waiting");
+    // A sender posting to keys the play never waits on: each was kept, 64 KiB and a ledger event apiece, for ever.
+    const last = await runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator) => {
+      for (let i = 0; i < MAX_OPEN_SIGNALS; i++) await instance.signal("dev", `unheard-${i % 7}`, i, null);
+      return instance.signal("dev", "unheard-0", "one more", null);
+    });
+    expect(last).toEqual({ outcome: "full", open: MAX_OPEN_SIGNALS });
+    const refused = await signal(runId, "unheard-1", { data: 1 });
+    expect(refused.status).toBe(409);
+    expect(refused.body.error).toMatchObject({ code: "too_many_signals", details: { open: MAX_OPEN_SIGNALS } });
+    expect((await signal(runId, key, { data: "go" })).body).toMatchObject({ consumed: true });
+    expect((await waitForRun(runId)).status).toBe("completed");
   });
 
   it("of twelve on one key at once takes the signals in the order the play opened them", async () => {

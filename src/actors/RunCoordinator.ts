@@ -34,6 +34,8 @@ import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 export type SignalResult =
   | { outcome: "not_found" }
   | { outcome: "finished"; status: RunStatus }
+  /** The run holds {@link MAX_OPEN_SIGNALS} signals no wait has taken: this one is refused. */
+  | { outcome: "full"; open: number }
   /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
   | { outcome: "key_reused"; eventKey: string }
   | { outcome: "accepted"; status: RunView["status"]; consumed: boolean; duplicate: boolean };
@@ -61,6 +63,8 @@ const SPEND_REPORT_RETRY_MS = 5_000;
 /** A child whose cancel failed is tried again this much later, this many times. */
 const CHILD_CANCEL_RETRY_MS = 5_000;
 const MAX_CHILD_CANCEL_TRIES = 10;
+/** Signals a run keeps that no wait has taken yet; more are refused (`too_many_signals`) unless a wait takes them now. */
+export const MAX_OPEN_SIGNALS = 1_000;
 /**
  * The platform retries a failed alarm six times (from 2 s, doubling), then
  * never again: from its fifth retry on, a failed alarm of a run that has not
@@ -173,6 +177,9 @@ export class RunCoordinator extends Server<Env> {
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
     if (isTerminal(run.status)) return { outcome: "finished", status: run.status };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
+    // Each is kept (up to 64 KiB) until a wait takes it: a sender posting to a key the play never waits on stops here.
+    const open = this.#journal.openSignals();
+    if (open >= MAX_OPEN_SIGNALS && !this.#journal.waitingFor(eventKey, Date.now())) return { outcome: "full", open };
     const { consumedBy, duplicate } = deliverSignal(this.#journal, eventKey, data, dedupeKey, Date.now());
     if (!duplicate) this.#emit("signal.received", { eventKey, consumedBy });
     if (consumedBy) {

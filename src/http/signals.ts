@@ -39,6 +39,13 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
   }
   const result = await coordinator.signal(c.get("org"), eventKey, data, dedupeKey);
   if (result.outcome === "not_found") throw runNotFound(runId);
+  if (result.outcome === "full") {
+    throw new TroupeError(
+      "too_many_signals",
+      `run ${runId} keeps ${result.open} signals no wait has taken; a signal goes to a key the play waits on (ctx.waitForEvent)`,
+      { httpStatus: 409, details: { open: result.open } },
+    );
+  }
   if (result.outcome === "key_reused") {
     throw new TroupeError(
       "idempotency_key_reused",

@@ -174,6 +174,11 @@ export class JournalStore {
     return { seq: this.#sql<{ seq: number }>`SELECT last_insert_rowid() AS seq`[0]!.seq, duplicate: false };
   }
 
+  /** How many signals no wait has taken yet. */
+  openSignals(): number {
+    return this.#sql<{ n: number }>`SELECT COUNT(*) AS n FROM signals WHERE consumed_by IS NULL`[0]!.n;
+  }
+
   /** The signal delivered with `dedupeKey`, and whether a wait has taken it. */
   signalByDedupeKey(dedupeKey: string): { eventKey: string; dataJson: string; consumed: boolean } | null {
     const row = this.#sql<{
