@@ -256,6 +256,18 @@ describe("ctx.runPlay inside ctx.map", () => {
     expect(await childrenOf(runId)).toHaveLength(3);
   });
 
+  it("fails the run (onRowError: 'fail') for a row that failed before another row's long child made the map yield", async () => {
+    const base = uniqueN();
+    // One row a chunk: the failing row's chunk ends, then the invocation yields for the other row's child.
+    const rows = [
+      { id: "rf0", n: base, fail: true },
+      { id: "rf1", n: base + 1, sleepMs: 1_500 },
+    ];
+    const run = await waitForRun(await startRun("test-map-children", { rows, onRowError: "fail" }, { testPolicy: { chunkRows: 1 } }));
+    expect(run.status).toBe("failed");
+    expect(run.error).toMatchObject({ code: "row_failed", message: expect.stringContaining("rf0") });
+  });
+
   it("acts for the row when a field function calls the play's own ctx, and refuses a wait there", async () => {
     const base = uniqueN();
     const rows = [0, 1, 2].map((i) => ({ id: `v${i}`, n: base + i, sleepMs: i === 0 ? 800 : 0 }));

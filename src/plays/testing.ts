@@ -146,6 +146,7 @@ export const testMapChildren = definePlay({
     viaPlayCtx: z.boolean().default(false),
     /** Also call ctx.sleep from the field function (which must fail the row). */
     sleepInRow: z.boolean().default(false),
+    onRowError: z.enum(["continue", "fail"]).default("continue"),
   }),
   async run(ctx, input) {
     const kids = await ctx.map(
@@ -157,7 +158,7 @@ export const testMapChildren = definePlay({
           return (input.viaPlayCtx ? ctx : c).runPlay("test-leaf", { n: row.n, fail: row.fail, sleepMs: row.sleepMs });
         },
       },
-      { key: "id" },
+      { key: "id", onRowError: input.onRowError },
     );
     return { total: kids.total, completed: kids.completed, failed: kids.failed };
   },

@@ -216,6 +216,11 @@ export class MapRunner {
     );
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
+    // A row an earlier invocation saw fail (it ended before failing the run: a crash, a child that ran long) fails it now.
+    if (options.onRowError === "fail" && store.chunks(record.name).some((chunk) => chunk.state === "done" && chunk.failed > 0)) {
+      const sample = store.failureSamples().find((s) => s.map === record.name);
+      outcome.rowFailed(sample ?? { key: "?", error: "a row failed in an earlier invocation" });
+    }
 
     const executorOf = (): ChunkExecutor => (remote && !this.#inline.has(record.name) ? remote.executor : inProcess);
 
