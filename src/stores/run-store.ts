@@ -427,7 +427,9 @@ export class RunStore {
    * earlier attempt of it stored (rows that failed, or a blocked retry's) is
    * left to LiveRows, which counts it until the running attempt's own live
    * counts (reused rows included) reach it; counting both showed a chunk past
-   * its rows, then falling back when it ended.
+   * its rows, then falling back when it ended. A pending chunk's rows an
+   * earlier attempt stored (a retry of its blocked rows, a repair) count as
+   * they were stored, not as waiting too.
    */
   progress(map: string): MapProgress {
     const r = this.#sql<{ total: number; completed: number; failed: number; active: number; waiting: number; blocked: number }>`
@@ -435,7 +437,7 @@ export class RunStore {
         coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.completed END), 0) AS completed,
         coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.failed END), 0) AS failed,
         coalesce(sum(CASE WHEN c.state = 'running' THEN c.rows ELSE 0 END), 0) AS active,
-        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.rows - c.blocked ELSE 0 END), 0) AS waiting,
+        coalesce(sum(CASE WHEN c.state = 'pending' THEN max(0, c.rows - c.completed - c.failed - c.blocked) ELSE 0 END), 0) AS waiting,
         coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
       FROM maps m LEFT JOIN chunks c ON c.map = m.name WHERE m.name = ${map} GROUP BY m.name`[0];
     if (!r) return { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
