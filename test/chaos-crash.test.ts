@@ -255,6 +255,20 @@ describe("alarm retries", () => {
   });
 });
 
+describe("a play that catches its map's yield", () => {
+  it("has not ended: the run goes on in the next invocation and completes the map, every row computed once", async () => {
+    await simReset();
+    const rows = Array.from({ length: 120 }, (_, i) => ({ id: `sw-${i}`, name: `Swallow Person ${i}`, domain: "swallow.test" }));
+    // A small budget makes the map yield after a few chunks; the play catches the yield and returns.
+    const runId = await startRun("test-swallow", { rows }, { testPolicy: { invocationSubrequestBudget: 10, chunkRows: 5 } });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ completed: 120 });
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+  });
+});
+
 describe("infrastructure failures in a row", () => {
   it("are counted once each: an invocation that failed and retried is not also counted as interrupted, and the run completes", async () => {
     await simReset();

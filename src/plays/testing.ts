@@ -341,6 +341,26 @@ export const testChained = definePlay({
   },
 });
 
+/** A map whose every error the play catches, returning instead (what docs/plays.md asks plays not to do). */
+export const testSwallow = definePlay({
+  name: "test-swallow",
+  description: "test only: a play that catches its map's errors and returns",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    try {
+      const rows = await ctx.map(
+        "swallow",
+        input.rows,
+        { email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email },
+        { key: "id" },
+      );
+      return { completed: rows.completed };
+    } catch (error) {
+      return { swallowed: String(error) };
+    }
+  },
+});
+
 /** A play-level call whose permanent failure the play catches (a ToolCallError, not retryable), then a map. */
 export const testCaught = definePlay({
   name: "test-caught",
@@ -386,6 +406,7 @@ export const testDeepThenThrow = definePlay({
 });
 
 export const testPlays = [
+  testSwallow,
   testCaught,
   testChained,
   testMap,

@@ -146,7 +146,7 @@ export class Invocation implements InvocationScope {
     });
     try {
       await services.children.checkDue();
-      return await this.#run(play, ctx, services);
+      return await this.#run(play, ctx, services, maps);
     } finally {
       close();
       clearTimeout(timer);
@@ -154,9 +154,11 @@ export class Invocation implements InvocationScope {
     }
   }
 
-  async #run(play: PlayDefinition, ctx: RunContext, services: PlayServices): Promise<InvocationEnd> {
+  async #run(play: PlayDefinition, ctx: RunContext, services: PlayServices, maps: MapRunner): Promise<InvocationEnd> {
     try {
       const result = await play.run(ctx, this.store.input());
+      // A play that caught a map's yield (or its cancel, its infrastructure failure) and returned has not ended.
+      if (maps.interrupted !== null) throw maps.interrupted;
       await services.children.idle();
       return endAfterReturn(result, services.waits.parked?.resumeAt ?? null);
     } catch (error) {

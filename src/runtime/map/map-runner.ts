@@ -15,7 +15,7 @@ import type { DatasetHandle, FieldSet, MapOptions, MapRows, Row, AnyTool } from 
 import { isUploadedRows } from "../../play/define";
 import { UploadRows } from "./upload-rows";
 import { messageOf, TerminalError } from "../../core/errors";
-import { InfraError } from "../invocation/yield";
+import { InfraError, YieldSignal } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
 import type { AttemptRef } from "../../contracts/shards";
 import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
@@ -96,7 +96,28 @@ export class MapRunner {
     });
   }
 
+  /**
+   * The first time a map stopped for the runtime rather than the play (a
+   * yield, an infrastructure failure, a cancel, the runtime limit, a row's
+   * long child): a play that catches it and returns has not ended; its
+   * invocation ends as though the play had let it through.
+   */
+  get interrupted(): unknown {
+    return this.#interrupted;
+  }
+  #interrupted: unknown = null;
+
   async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    try {
+      return await this.#map(name, rows, fields, options);
+    } catch (error) {
+      if (this.#interrupted === null && (error instanceof YieldSignal || error instanceof InfraError || this.#scope.signal.aborted))
+        this.#interrupted = error;
+      throw error;
+    }
+  }
+
+  async #map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions): Promise<DatasetHandle> {
     if (!MAP_NAME.test(name)) throw new TerminalError("invalid_map_name", `map name ${JSON.stringify(name)} must match [a-z0-9_-]{1,64}`);
     // A map's record is its name's: a second call would answer the first one's rows and counts, its own never computed.
     if (this.#called.has(name))
