@@ -6,7 +6,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { SubrequestMeter } from "../src/core/meter";
-import { withOutbound } from "../src/core/outbound";
+import { outboundFetch, withOutbound } from "../src/core/outbound";
 import { MAX_OUTBOUND_IN_FLIGHT, outboundGateFor, subrequestCapFor } from "../src/core/platform-limits";
 import { safeFetch } from "../src/runtime/invocation/egress";
 import { callSim, resetSim, simStats, updateSimConfig } from "../src/sim/client";
@@ -139,6 +139,43 @@ describe("PLATFORM_LIMITS=emulate", () => {
     for (const respond of answer.slice(1)) respond();
     expect(await Promise.all(fetches.map(async (f) => (await f).text()))).toEqual(Array(7).fill("ok"));
     expect([gate.inFlight, gate.waiting]).toEqual([0, 0]);
+  });
+
+  it("makes a tool's seventh call.fetch wait as well, and counts each request a tool sends with it as it goes out", async () => {
+    const answer: (() => void)[] = [];
+    const spy = vi
+      .spyOn(globalThis, "fetch")
+      .mockImplementation(() => new Promise<Response>((resolve) => answer.push(() => resolve(new Response("ok")))));
+    const gate = outboundGateFor(env)!;
+    const fetch = outboundFetch(new AbortController().signal);
+    const fetches = withOutbound({ caller: `Test:${id()}`, gate }, () =>
+      Array.from({ length: 7 }, (_, i) => fetch(`https://api.example.com/lookup/${i}`)),
+    );
+    await vi.waitFor(() => expect(answer).toHaveLength(6));
+    expect([gate.inFlight, gate.waiting]).toEqual([6, 1]);
+    for (const respond of answer) respond();
+    await vi.waitFor(() => expect(answer).toHaveLength(7));
+    answer[6]!();
+    expect(await Promise.all(fetches.map(async (f) => (await f).text()))).toEqual(Array(7).fill("ok"));
+    spy.mockRestore();
+
+    // A provider that cannot be reached: each request was counted once it answered, so none of these was.
+    const real = globalThis.fetch;
+    const down = vi
+      .spyOn(globalThis, "fetch")
+      .mockImplementation((input, init) =>
+        String(input instanceof Request ? input.url : input).includes("troupe-provider.invalid")
+          ? Promise.reject(new TypeError("fetch failed: the provider cannot be reached"))
+          : real(input, init),
+      );
+    try {
+      const rows = Array.from({ length: 5 }, (_, n) => ({ id: `down-${id()}-${n}`, tool: "test_fetch_down", input: { n } }));
+      const run = await waitForRun(await startRun("test-calls", { rows, dataset: "down" }));
+      expect(run.result).toMatchObject({ failed: 5 });
+      expect(run.usage.providerRequests).toBe(5);
+    } finally {
+      down.mockRestore();
+    }
   });
 
   it("throws on an invocation's 10,001st subrequest, as the platform does", () => {

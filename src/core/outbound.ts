@@ -180,3 +180,15 @@ export async function sendOutbound<T>(send: (caller: string | null) => Promise<T
   // While it waits, the stop or its own signal takes it out of the queue; once granted, only its own signal governs it.
   return outbound.gate.hold(go, stop && signal ? AbortSignal.any([stop, signal]) : (stop ?? signal));
 }
+
+/**
+ * `fetch` as one outbound request of the current object ({@link sendOutbound}),
+ * aborted by `signal` unless `init.signal` is given: what a tool's call is
+ * given to reach its provider (`ToolCall.fetch`).
+ */
+export function outboundFetch(signal: AbortSignal): (input: RequestInfo | URL, init?: RequestInit) => Promise<Response> {
+  return (input, init) => {
+    const own = init?.signal ?? signal;
+    return sendOutbound(() => fetch(input, { ...init, signal: own }), own);
+  };
+}

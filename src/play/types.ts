@@ -250,10 +250,19 @@ export interface ToolCall<Bindings extends ToolBinding = never> {
    * headers travel on the thrown `ToolCallError` (`headers`).
    *
    * @example
-   * const res = await fetch(url, { signal: call.signal });
+   * const res = await call.fetch(url);
    * call.reportHeaders(res.headers);
    */
   reportHeaders(headers: HeadersInit): void;
+  /**
+   * `fetch` for the provider's API: send every request of the call with it.
+   * It waits for one of the object's six outbound connections (under
+   * emulated limits, as production does), is counted as the invocation's
+   * subrequest as it goes out (and refused past the cap), and is aborted by
+   * the call's `signal` unless `init.signal` says otherwise. A request sent
+   * with the global `fetch` is counted only once it ends.
+   */
+  fetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response>;
 }
 
 /**
@@ -278,6 +287,8 @@ export interface BatchCall<Bindings extends ToolBinding = never> {
   readonly env: ToolEnv<Bindings>;
   /** As {@link ToolCall.reportHeaders}, for the batch request's answer. */
   reportHeaders(headers: HeadersInit): void;
+  /** As {@link ToolCall.fetch}. */
+  fetch(input: RequestInfo | URL, init?: RequestInit): Promise<Response>;
 }
 
 /** One member of a batch call. */
@@ -374,7 +385,7 @@ export interface ToolDefinition<Input = unknown, Output = unknown, Bindings exte
    *
    * @example
    * recover: async (key, call) => {
-   *   const res = await fetch(`https://api.example.com/results/${key}`, { signal: call.signal });
+   *   const res = await call.fetch(`https://api.example.com/results/${key}`);
    *   return res.status === 404 ? { found: false } : { found: true, output: await res.json() };
    * }
    */

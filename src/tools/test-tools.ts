@@ -2,6 +2,7 @@
 import { faultProbeFor } from "../clients/faults";
 import { callSim } from "../sim/client";
 import { outputOf, SIM_BINDINGS, simFindEmail } from "./sim-tools";
+import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 
 /**
@@ -74,4 +75,25 @@ export const testForbiddenWhenLimitedFind = defineTool({
   isRateLimit: (error) => error instanceof ToolCallError && error.status === 403 && error.code === "too_many_requests",
 });
 
-export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testHugeFind, testForbiddenWhenLimitedFind];
+/**
+ * A tool whose provider is unreachable, reached with `call.fetch` as a tool of
+ * a real API is: each request counts as the invocation's as it goes out,
+ * answered or not.
+ */
+export const testFetchDown = defineTool({
+  id: "test_fetch_down",
+  provider: "down",
+  version: "1",
+  price: 0,
+  input: z.object({ n: z.number() }),
+  async execute(input, call) {
+    try {
+      await call.fetch(`https://troupe-provider.invalid/lookup/${input.n}`);
+    } catch (error) {
+      throw new ToolCallError({ code: "provider_unreachable", message: String(error), retryable: false });
+    }
+    return { reached: true };
+  },
+});
+
+export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testHugeFind, testForbiddenWhenLimitedFind, testFetchDown];

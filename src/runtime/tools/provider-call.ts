@@ -87,8 +87,8 @@ export async function callProvider<T>(
       const answer = new AnswerSignals();
       try {
         await ctx.faults.check("provider.before", ctx.toolId);
-        // Counted as it goes out (after any wait for one of the object's six slots); a tool that sends
-        // its request some other way is counted once it answers.
+        // Counted as it goes out (after any wait for one of the object's six slots: `call.fetch`); a tool that
+        // sends its request some other way (the global fetch) is counted once it answers.
         let counted = false;
         const count = () => {
           if (counted) return;

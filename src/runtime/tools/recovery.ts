@@ -11,6 +11,7 @@ import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { Log } from "../../contracts/events";
 import { sleep } from "../../core/time";
+import { outboundFetch } from "../../core/outbound";
 import type { SubrequestMeter } from "../../core/meter";
 import { toolEnv } from "../../play/define";
 
@@ -60,6 +61,7 @@ export async function recoverCall(o: RecoverCallOptions): Promise<Recovered> {
         env: toolEnv(o.tool, o.env),
         authScopeDigest: o.authScopeDigest,
         input: o.input,
+        fetch: outboundFetch(o.signal),
       });
     } catch (error) {
       o.log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);

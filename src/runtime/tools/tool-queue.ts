@@ -11,7 +11,7 @@
  * Each caller gets its outcome together with its place in the window:
  * `done()` gives the place back once the receipt is written.
  */
-import { withSendHooks, withSendStop } from "../../core/outbound";
+import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
 import { timeoutSignal } from "../../core/time";
 import { ToolCallError } from "../../play/tool-error";
 import type { BatchMember, AnyTool } from "../../play/types";
@@ -258,6 +258,7 @@ export class ToolQueue {
                 env: toolEnv(tool, env),
                 authScopeDigest: call.authScopeDigest,
                 reportHeaders,
+                fetch: outboundFetch(requestSignal),
               }),
             ),
           ),
@@ -355,7 +356,12 @@ export class ToolQueue {
         this.#sending(tool, members.length, () =>
           callProvider(this.#context(tool), (reportHeaders) =>
             this.#timed((requestSignal) =>
-              strategy.send(strategy.compile(batchMembers), { signal: requestSignal, env: toolEnv(tool, env), reportHeaders }),
+              strategy.send(strategy.compile(batchMembers), {
+                signal: requestSignal,
+                env: toolEnv(tool, env),
+                reportHeaders,
+                fetch: outboundFetch(requestSignal),
+              }),
             ),
           ),
         ),
