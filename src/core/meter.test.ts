@@ -27,6 +27,17 @@ describe("SubrequestMeter", () => {
     expect(meter.retries + meter.rateLimited).toBe(2);
   });
 
+  it("keeps counting toward the cap when counts are set back to 0 (a run's end records its usage mid-invocation)", () => {
+    const meter = new SubrequestMeter({ cap: subrequestCapFor({ PLATFORM_LIMITS: "emulate" }) });
+    for (let i = 0; i < 8_000; i++) meter.rpc++;
+    meter.rpc = 0;
+    expect(meter.total).toBe(8_000);
+    for (let i = 0; i < 2_000; i++) meter.rpc++;
+    // The platform counts the invocation's 10,001st subrequest, whatever the runtime recorded in between.
+    expect(() => meter.rpc++).toThrow("Too many subrequests.");
+    expect([meter.rpc, meter.total]).toEqual([2_000, 10_000]);
+  });
+
   it("without PLATFORM_LIMITS (production, where the platform enforces it) counts past the cap", () => {
     const meter = new SubrequestMeter({ cap: subrequestCapFor({}) });
     for (let i = 0; i <= MAX_SUBREQUESTS_PER_INVOCATION; i++) meter.rpc++;

@@ -25,6 +25,8 @@ export class SubrequestMeter {
   rateLimited = 0;
   /** Requests not sent again because their outcome is unknown and their provider ignores idempotency keys. */
   outcomeUnknown = 0;
+  /** Every subrequest counted, whatever counts were set back to 0 since (a run's end records its usage and resets them). */
+  #spent = 0;
 
   constructor(options: { cap?: number | null } = {}) {
     this.cap = options.cap ?? null;
@@ -84,13 +86,16 @@ export class SubrequestMeter {
     this.#fetches = count;
   }
 
+  /** The invocation's subrequests so far: what its budget and the platform's cap are about (counts set back to 0 do not lower it). */
   get total(): number {
-    return this.#rpc + this.#provider + this.#lookups + this.#fetches;
+    return this.#spent;
   }
 
   #admit(added: number): void {
-    if (this.cap !== null && added > 0 && this.total + added > this.cap) {
+    if (added <= 0) return;
+    if (this.cap !== null && this.#spent + added > this.cap) {
       throw new TroupeError("too_many_subrequests", TOO_MANY_SUBREQUESTS, { details: { cap: this.cap } });
     }
+    this.#spent += added;
   }
 }

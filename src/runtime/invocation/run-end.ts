@@ -5,7 +5,6 @@
  */
 import { faultProbeFor } from "../../clients/faults";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
-import { SubrequestMeter } from "../../core/meter";
 import type { RunError, RunStore } from "../../stores/run-store";
 import { MAX_RESTORE_TRIES } from "../../stores/salvage-store";
 import { toCredits } from "../../stores/spend-store";
@@ -144,10 +143,9 @@ function restoreDelayMs(inv: Invocation, tries: number): number {
  * unstarted cannot lease the rows again.
  */
 async function releaseLeases(inv: Invocation, at: { ended: boolean }): Promise<void> {
-  const { run, store } = inv;
+  const { run, store, meter } = inv;
   // Parked, the epoch was bumped already; at the end, no epoch of the run runs again.
   const fenceBelow = store.run()!.runAttempt + (at.ended ? 1 : 0);
-  const meter = new SubrequestMeter();
   const releases: Promise<number>[] = [];
   if (at.ended)
     releases.push(new ReceiptClient({ env: inv.env, org: run.org, shardCount: inv.policy.receiptShards, meter }).releaseRun(run.runId));
