@@ -3,6 +3,7 @@
  * request has been answered, the age of the oldest one still waiting is the latency: a slow provider widens the
  * map during its first answer's wait, not after it.
  */
+import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   allEvents,
@@ -129,5 +130,17 @@ describe("a play-level call's failure the play catches before a map", () => {
     // No attempt failed on the way (the replay threw a plain error, the play rethrew it, and the invocation was retried).
     expect(run.runAttempt).toBe(0);
     for (const row of await datasetRows(runId, "caught")) expect(row.found).toBe("none (not_found)");
+  });
+});
+
+describe("the org's executor bound", () => {
+  it("holds across the maps of one run at once: each map's lease counts against the other's", async () => {
+    const org = env.ORG_DIRECTORY.getByName(`org-leases-${crypto.randomUUID()}`);
+    const ask = (runId: string, map: string, wanted: number) => org.leaseExecutors({ runId, map, wanted, limit: 4, ttlMs: 60_000 });
+    // The second map of the run was granted the whole bound again (one lease per run, the last asking's).
+    expect([await ask("run_x", "left", 3), await ask("run_x", "right", 3)]).toEqual([3, 1]);
+    // One map giving its lease back leaves the other's standing.
+    expect(await ask("run_x", "left", 0)).toBe(0);
+    expect(await ask("run_y", "items", 4)).toBe(3);
   });
 });

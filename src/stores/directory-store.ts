@@ -17,6 +17,8 @@ export const directoryMigrations = [
 /** A run's map asks for executors under its org's bound (see `DirectoryStore.leaseExecutors`). */
 export const ExecutorLeaseRequest = z.object({
   runId: z.string().min(1).max(100),
+  /** The run's map asking: each map of a run (two at once, `Promise.all`) holds a lease of its own. */
+  map: z.string().min(1).max(64).optional(),
   /** 0 gives the run's lease back. */
   wanted: z.number().int().min(0).max(1000),
   /** The org's bound, from the asking run's policy. */
@@ -85,16 +87,17 @@ export class DirectoryStore {
    * and always at least one, so that no running map stands still.
    */
   leaseExecutors(request: ExecutorLeaseRequest, now: number): number {
+    // The lease's holder (the table's run_id column): a run's map, or a run.
+    const holder = request.map === undefined ? request.runId : `${request.runId}/${request.map}`;
     this.#sql.write`DELETE FROM executor_leases WHERE expires_at <= ${now}`;
     if (request.wanted === 0) {
-      this.#sql.write`DELETE FROM executor_leases WHERE run_id = ${request.runId}`;
+      this.#sql.write`DELETE FROM executor_leases WHERE run_id = ${holder}`;
       return 0;
     }
     const others = this.#sql<{ n: number }>`SELECT coalesce(sum(executors), 0) AS n FROM executor_leases
-      WHERE run_id != ${request.runId}`[0]!.n;
+      WHERE run_id != ${holder}`[0]!.n;
     const granted = Math.max(1, Math.min(request.wanted, request.limit - others));
-    this.#sql
-      .write`INSERT INTO executor_leases (run_id, executors, expires_at) VALUES (${request.runId}, ${granted}, ${now + request.ttlMs})
+    this.#sql.write`INSERT INTO executor_leases (run_id, executors, expires_at) VALUES (${holder}, ${granted}, ${now + request.ttlMs})
       ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, expires_at = excluded.expires_at`;
     return granted;
   }

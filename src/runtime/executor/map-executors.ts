@@ -50,6 +50,7 @@ export function mapExecutors(options: {
       meter.countRpc("org.leaseExecutors");
       return new OrgClient({ env, org: run.org }).leaseExecutors({
         runId: run.runId,
+        map: dataset.dataset,
         wanted,
         limit: policy.maxExecutorsPerOrg,
         ttlMs: EXECUTOR_LEASE_MS,
