@@ -327,6 +327,18 @@ describe("POST /v1/runs/estimate", () => {
     const billed = await waitForRun(await submitWith({ rows, dataset: "estimated" }, {}));
     expect(billed.usage.spend.total).toBe(12.5);
 
+    // Ten rows making the same call: one request is billed in the run (the others reuse its receipt), priced once.
+    const same = Array.from({ length: 10 }, (_, i) => ({
+      id: `same-${i}`,
+      tool: "sim_find_email",
+      input: { name: "Shared Lookup", domain: "same.test" },
+    }));
+    const shared = await estimate({ play: "test-calls", input: { rows: same, dataset: "estimated-same" } });
+    expect(shared.body.spend.low).toBe(1);
+    expect(shared.body.calls.sim_find_email).toEqual({ reused: 0, new: 1 });
+    const sharedRun = await waitForRun(await submitWith({ rows: same, dataset: "estimated-same" }, {}));
+    expect(sharedRun.usage.spend.total).toBe(shared.body.spend.low);
+
     // Bad requests are 400s, like POST /v1/runs.
     expect((await estimate({ play: "demo-enrich", input: { rows: [{ nope: 1 }] } })).status).toBe(400);
     expect((await estimate({ play: "no-such-play", input: {} })).status).toBe(404);

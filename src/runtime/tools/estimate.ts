@@ -125,6 +125,8 @@ class Estimator {
   #rows = { total: 0, reusable: 0, toCompute: 0 };
   #calls: Record<string, { reused: number; new: number }> = {};
   #knownMicros = 0;
+  /** Receipt keys of the new calls priced so far: a call made by several rows is billed once. */
+  #newKeys = new Set<string>();
   #expectedExtraMicros = 0;
   #highExtraMicros: number | null = 0;
   #unknownRows = 0;
@@ -201,7 +203,7 @@ class Estimator {
     const sampled = Math.min(total, UPLOAD_SAMPLE_ROWS);
     const rows = sampled ? await reader.read({ upload, from: 0, to: sampled }) : [];
     const before = this.#tally();
-    const handle = await this.#plannedMap(name, { rows, duplicatesDropped: 0 }, fields);
+    const handle = await this.#plannedMap(name, { rows, duplicatesDropped: 0 }, fields, total);
     if (sampled < total) {
       this.#scale(before, total / sampled);
       this.note(`map "${name}" reads ${total} rows from upload ${upload}: estimated from its first ${sampled}, scaled to all of them`);
@@ -239,9 +241,10 @@ class Estimator {
     this.#unknownRows = grow(before.unknown, this.#unknownRows);
   }
 
-  async #plannedMap(name: string, plan: RowPlan, fields: FieldSet): Promise<DatasetHandle> {
+  async #plannedMap(name: string, plan: RowPlan, fields: FieldSet, totalRows = plan.rows.length): Promise<DatasetHandle> {
     const { env, org, play, policy } = this.#deps;
-    // The count a run would record; a dataset that does not exist yet is created with it, as the run would.
+    // The count a run would record; a dataset that does not exist yet is created with it, as the run would (by all of
+    // an upload's rows, not the sample read: a 10M-row upload's dataset got the 4 shards of 2,000 rows).
     let reusable: Set<string>;
     try {
       const shardCount = await SheetClient.ensureDataset({
@@ -249,7 +252,7 @@ class Estimator {
         org,
         play: play.name,
         dataset: name,
-        shardCount: shardCountFor(plan.rows.length, policy),
+        shardCount: shardCountFor(totalRows, policy),
         meter: this.#meter,
       });
       const sheets = new SheetClient({ env, meter: this.#meter, location: { org, play: play.name, dataset: name, shardCount } });
@@ -356,7 +359,13 @@ class Estimator {
       nowMs: this.#deps.now(),
     });
     const receipt = await this.#lookup(key);
-    if (receipt.state === "new") throw fresh();
+    if (receipt.state === "new") {
+      // The same call in another row is billed once in a run (the others wait for its receipt, or reuse it): priced
+      // once here. Its output is not known either way: the row stops there.
+      if (this.#newKeys.has(key)) throw new RowUnknown(toolId);
+      this.#newKeys.add(key);
+      throw fresh();
+    }
     counts.reused++;
     // A failure the receipt remembers fails the row again, without a request.
     if (receipt.state === "failed") throw new Error(`${toolId} failed before`);
