@@ -107,4 +107,22 @@ describe("an alarm that keeps failing", () => {
     expect((await signal(runId, key, { n: 1 })).body.consumed).toBe(true);
     expect((await waitForRun(runId, { timeoutMs: 20_000 })).status).toBe("completed");
   });
+
+  it("leaves an ended run an alarm too, for what its end still has to tell (the org's directory and spend, its parents)", async () => {
+    const runId = await startRun("test-waits", { keys: [tag("ended")] });
+    await until(
+      () => allEvents(runId),
+      (events) => events.some((e) => e.type === "wait.started"),
+      "the run to wait",
+    );
+    await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+    expect((await waitForRun(runId)).status).toBe("cancelled");
+    await setFaults([{ point: "run.alarm", play: "test-waits", times: 1 }]);
+    const armed = await runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) => {
+      await state.storage.deleteAlarm();
+      await expect(instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() })).rejects.toThrow(/run.alarm/);
+      return state.storage.getAlarm();
+    });
+    expect(armed).toBeGreaterThan(Date.now());
+  });
 });

@@ -73,6 +73,8 @@ export const MAX_OPEN_SIGNALS = 1_000;
  */
 const LATE_ALARM_RETRY = 5;
 const ALARM_FALLBACK_MS = 60_000;
+/** How many times an ended run's failing alarm is armed again so (an hour of tries, a minute apart). */
+const MAX_ENDED_ALARM_FALLBACKS = 60;
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
@@ -357,9 +359,12 @@ export class RunCoordinator extends Server<Env> {
     } finally {
       // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
       this.#invocation = null;
-      const terminal = isTerminal(this.#store.run()?.status ?? "completed");
-      const fallback = failed && !terminal && this.#alarmRetry >= LATE_ALARM_RETRY ? Date.now() + ALARM_FALLBACK_MS : null;
-      const at = invocation.wake && !terminal ? Date.now() : (next ?? fallback);
+      const run = this.#store.run();
+      const terminal = isTerminal(run?.status ?? "completed");
+      // An ended run's alarm still tells the directory, its parents and the org's spend: a few more tries for those.
+      const late = failed && run !== null && this.#alarmRetry >= LATE_ALARM_RETRY;
+      const fallback = late && (!terminal || this.#journal.bump("ended_alarm_fallbacks") <= MAX_ENDED_ALARM_FALLBACKS);
+      const at = invocation.wake && !terminal ? Date.now() : (next ?? (fallback ? Date.now() + ALARM_FALLBACK_MS : null));
       if (at !== null) await this.ctx.storage.setAlarm(at);
     }
   }
@@ -393,9 +398,13 @@ export class RunCoordinator extends Server<Env> {
       faults,
       log: (line: string) => this.#emit("log.appended", { line }),
     };
-    if (!wasTerminal) await recordPlayHistory(this.env, this.#store);
+    // Once an ended run's (the alarm that ended it may have failed past its end: its directory call, say).
+    if (isTerminal(this.#store.run()?.status ?? "queued") && this.#journal.counter("play_history") === 0) {
+      await recordPlayHistory(this.env, this.#store);
+      this.#journal.bump("play_history");
+    }
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
-    else await this.#syncDirectory();
+    if (wasTerminal) await this.#syncDirectory();
     // Whether or not this alarm ended the run: one that died mid-way through its end, or a child's cancel that failed, left
     // children running, and they would run to their own limits.
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
