@@ -9,7 +9,6 @@
  * yields, and the next one fences the dead attempt off by bumping the epoch
  * and redispatches the chunk (a bounded number of times).
  */
-import { MICROS } from "../../stores/spend-store";
 import type { z } from "zod";
 import type { DatasetHandle, FieldSet, MapOptions, MapRows, Row, AnyTool } from "../../play/types";
 import { isUploadedRows } from "../../play/define";
@@ -33,7 +32,7 @@ import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
 import { ChunkQueue } from "./chunk-queue";
 import type { LiveRows } from "./live-rows";
-import { ChunkCompletions } from "./chunk-completions";
+import { MapProgressFeed } from "./map-progress";
 import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
@@ -60,12 +59,8 @@ const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 export class MapRunner {
   #deps: MapRunnerOptions;
   #scope: InvocationScope;
-  #lastProgressAt = new Map<string, number>();
-  #lastProgress = new Map<string, string>();
-  #startedAt: number;
-  #computedSinceStart = new Map<string, number>();
-  /** Chunks completed since the map's last progress event: they go out with the next. */
-  #completions: ChunkCompletions;
+  /** The maps' progress and chunk completions, as their watchers hear them. */
+  #feed: MapProgressFeed;
   /** The maps the play has called in this invocation (a replay calls each once more, in a new invocation). */
   #called = new Set<string>();
   /** Maps whose rows need the coordinator (a row starts a child play): their chunks run here. */
@@ -74,8 +69,7 @@ export class MapRunner {
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
     this.#scope = options.scope;
-    this.#startedAt = options.scope.now();
-    this.#completions = new ChunkCompletions(options.scope.emit);
+    this.#feed = new MapProgressFeed({ scope: options.scope, store: options.store, live: options.live });
   }
 
   /** Map-wide dispatch guards: one circuit breaker, one window of waves, one completion ladder. */
@@ -212,7 +206,7 @@ export class MapRunner {
         if (event === "started") this.#deps.live.started(record.name, chunk);
         else {
           this.#deps.live.settled(record.name, chunk, event);
-          this.#progress(record.name, false);
+          this.#feed.tell(record.name, false);
         }
       },
     });
@@ -225,7 +219,7 @@ export class MapRunner {
       dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
       latch,
       onReport: () => {
-        this.#progress(record.name, false);
+        this.#feed.tell(record.name, false);
         grow();
       },
       onSlot: (delta) => this.#deps.live.remote(record.name, delta),
@@ -265,7 +259,7 @@ export class MapRunner {
       const attemptSeq = this.#deps.store.run()!.runAttempt;
       const attempt: AttemptRef = { attemptId: `${run.runId}/${record.name}/${idx}/${attemptSeq}`, runId: run.runId, attemptSeq };
       store.startChunk(record.name, idx, attemptSeq);
-      this.#progress(record.name, false);
+      this.#feed.tell(record.name, false);
       const from = idx * record.chunkRows;
       const to = Math.min(record.total, from + record.chunkRows);
       let summary: ChunkSummary;
@@ -304,18 +298,16 @@ export class MapRunner {
         remote?.sizer.observeReusedOnly();
         queue.reusedOnly();
       }
-      this.#computedSinceStart.set(record.name, (this.#computedSinceStart.get(record.name) ?? 0) + computed);
       if (done)
-        this.#completions.add(record.name, {
-          chunk: idx,
-          completed: summary.completed,
-          failed: summary.failed,
-          reused: summary.reused,
-          attemptSeq,
-        });
+        this.#feed.chunkDone(
+          record.name,
+          { chunk: idx, completed: summary.completed, failed: summary.failed, reused: summary.reused, attemptSeq },
+          computed,
+        );
+      else this.#feed.computed(record.name, computed);
       if (summary.failed > 0 && options.onRowError === "fail")
         outcome.rowFailed(summary.failureSamples[0] ?? { key: "?", error: "row failed" });
-      this.#progress(record.name, false);
+      this.#feed.tell(record.name, false);
     };
 
     /** Records the chunks of `group` a sweep found wholly reused, as their attempts would have; the rest go back for dispatch. */
@@ -355,16 +347,16 @@ export class MapRunner {
           blocked: [],
           failureSamples: [],
         });
-        this.#completions.add(record.name, { chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq });
+        this.#feed.chunkDone(record.name, { chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq }, 0);
       }
-      this.#progress(record.name, false);
+      this.#feed.tell(record.name, false);
     };
 
     const stop = () =>
       outcome.stopped({
         subrequests: this.#scope.meter.total,
         maxSubrequests: policy.invocationSubrequestBudget,
-        elapsedMs: this.#scope.now() - this.#startedAt,
+        elapsedMs: this.#scope.now() - this.#feed.startedAt,
         maxElapsedMs: policy.invocationWallMs,
       });
     // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), and one more
@@ -406,10 +398,10 @@ export class MapRunner {
       }
     } finally {
       // However the drain ends (a failed run's too), the ledger has every chunk it completed.
-      this.#completions.flush(record.name);
+      this.#feed.flushChunks(record.name);
       await remote?.sizer.stop();
     }
-    this.#progress(record.name, true);
+    this.#feed.tell(record.name, true);
 
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
     outcome.throwIfUnfinished(left, this.#scope.now(), blockedUntil);
@@ -468,26 +460,7 @@ export class MapRunner {
         `finalize of "${record.name}": counts of ${plan.adjust.length} chunks taken from the sheets (another run rewrote some of their rows since)`,
       );
     store.markMapDone(record.name);
-    this.#progress(record.name, true);
-  }
-
-  #progress(map: string, force: boolean): void {
-    const now = this.#scope.now();
-    if (!force && now - (this.#lastProgressAt.get(map) ?? 0) < this.#scope.policy.progressIntervalMs) return;
-    this.#lastProgressAt.set(map, now);
-    this.#completions.flush(map);
-    const progress = this.#deps.live.apply(map, this.#deps.store.progress(map), this.#deps.store.runningCounts(map));
-    // The run's spend so far, in credits: what a watcher sees grow with each billed call.
-    const spend = this.#deps.store.spend.billedMicros() / MICROS;
-    // A watcher gains nothing from the same counts twice.
-    const counts = JSON.stringify({ ...progress, spend });
-    if (this.#lastProgress.get(map) === counts) return;
-    this.#lastProgress.set(map, counts);
-    const elapsedS = Math.max(0.001, (now - this.#startedAt) / 1000);
-    const rowsPerSecond = Math.round(((this.#computedSinceStart.get(map) ?? 0) / elapsedS) * 10) / 10;
-    const remaining = progress.total - progress.completed - progress.failed;
-    const etaSeconds = rowsPerSecond > 0 ? Math.ceil(remaining / rowsPerSecond) : null;
-    this.#scope.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
+    this.#feed.tell(record.name, true);
   }
 
   #handle(record: MapRecord, sheets: SheetClient): DatasetHandle {
