@@ -87,21 +87,32 @@ describe("a cancel asked for while an invocation runs", () => {
 });
 
 describe("an alarm that keeps failing", () => {
-  it("leaves a run that has not ended an alarm of its own once the platform's retries run out", async () => {
-    const key = tag("late");
+  /** A test-waits run waiting on its one key. */
+  const waitingRun = async (key: string) => {
     const runId = await startRun("test-waits", { keys: [key] });
     await until(
       () => allEvents(runId),
       (events) => events.some((e) => e.type === "wait.started"),
       "the run to wait",
     );
+    return runId;
+  };
+
+  /** Runs the run's alarm as the platform's last retry of a failed one, failing again; answers the alarm then set. */
+  const failLastRetry = async (runId: string) => {
     await setFaults([{ point: "run.alarm", play: "test-waits", times: 1 }]);
-    // The platform's last retry of a failed alarm (the directory was down for two minutes, say) fails too.
-    const armed = await runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) => {
+    return runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) => {
       await state.storage.deleteAlarm();
       await expect(instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() })).rejects.toThrow(/run.alarm/);
       return state.storage.getAlarm();
     });
+  };
+
+  it("leaves a run that has not ended an alarm of its own once the platform's retries run out", async () => {
+    const key = tag("late");
+    const runId = await waitingRun(key);
+    // The platform's last retry of a failed alarm (the directory was down for two minutes, say) fails too.
+    const armed = await failLastRetry(runId);
     // Without one, the run would never wake, time out or meet its deadline.
     expect(armed).toBeGreaterThan(Date.now());
     expect((await signal(runId, key, { n: 1 })).body.consumed).toBe(true);
@@ -109,20 +120,9 @@ describe("an alarm that keeps failing", () => {
   });
 
   it("leaves an ended run an alarm too, for what its end still has to tell (the org's directory and spend, its parents)", async () => {
-    const runId = await startRun("test-waits", { keys: [tag("ended")] });
-    await until(
-      () => allEvents(runId),
-      (events) => events.some((e) => e.type === "wait.started"),
-      "the run to wait",
-    );
+    const runId = await waitingRun(tag("ended"));
     await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
     expect((await waitForRun(runId)).status).toBe("cancelled");
-    await setFaults([{ point: "run.alarm", play: "test-waits", times: 1 }]);
-    const armed = await runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) => {
-      await state.storage.deleteAlarm();
-      await expect(instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() })).rejects.toThrow(/run.alarm/);
-      return state.storage.getAlarm();
-    });
-    expect(armed).toBeGreaterThan(Date.now());
+    expect(await failLastRetry(runId)).toBeGreaterThan(Date.now());
   });
 });
