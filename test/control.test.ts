@@ -160,6 +160,16 @@ describe("Idempotency-Key on POST /v1/runs", () => {
     await waitForRun(again.body.runId);
   });
 
+  it("stands for its run for seven days: a key older than that is taken anew (a daily job with a fixed key got its first run)", async () => {
+    const org = env.ORG_DIRECTORY.getByName(`org-keys-${crypto.randomUUID()}`);
+    const day = 24 * 3600_000;
+    const claim = (runId: string, now: number) => org.claimIdempotencyKey({ key: "nightly-import", fingerprint: "f", runId, now });
+    const t0 = Date.now();
+    expect(await claim("run_a", t0)).toMatchObject({ runId: "run_a", created: true });
+    expect(await claim("run_b", t0 + 6 * day)).toMatchObject({ runId: "run_a", created: false });
+    expect(await claim("run_c", t0 + 8 * day)).toMatchObject({ runId: "run_c", created: true });
+  });
+
   it("refuses a key reused for a different request with 409", async () => {
     const first = await submitKeyed("reused-key", { rows: rowsOf("r1", 1) });
     expect(first.status).toBe(202);

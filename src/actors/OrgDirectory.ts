@@ -37,7 +37,8 @@ export class OrgDirectory extends DurableObject<Env> {
 
   /** The run an `Idempotency-Key` of this org stands for, recording `runId` if the key is new. */
   async claimIdempotencyKey(submit: IdempotentSubmit): Promise<IdempotentRun> {
-    return this.#store.claimKey(IdempotentSubmit.parse(submit));
+    const parsed = IdempotentSubmit.parse(submit);
+    return this.ctx.storage.transactionSync(() => this.#store.claimKey(parsed));
   }
 
   async list(request: ListRunsRequest) {

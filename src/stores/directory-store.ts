@@ -12,7 +12,14 @@ export const directoryMigrations = [
      key TEXT PRIMARY KEY, run_id TEXT NOT NULL, fingerprint TEXT NOT NULL, created_at INTEGER NOT NULL);`,
   orgSpendMigration,
   `CREATE TABLE executor_leases (run_id TEXT PRIMARY KEY, executors INTEGER NOT NULL, expires_at INTEGER NOT NULL);`,
+  // Keys expire (IDEMPOTENCY_KEY_TTL_MS): the oldest go first.
+  `CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);`,
 ];
+
+/** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */
+export const IDEMPOTENCY_KEY_TTL_MS = 7 * 24 * 3600_000;
+/** Expired keys removed with each claim, at most: the table does not grow for ever, and no claim does much work. */
+const EXPIRED_KEYS_PER_CLAIM = 100;
 
 /** A run's map asks for executors under its org's bound (see `DirectoryStore.leaseExecutors`). */
 export const ExecutorLeaseRequest = z.object({
@@ -112,9 +119,14 @@ export class DirectoryStore {
   /**
    * Records `key` → `runId` unless the key is already taken, in one statement:
    * of any number of concurrent submits with one key, exactly one is `created`
-   * and every other gets that one's run.
+   * and every other gets that one's run. A key older than
+   * {@link IDEMPOTENCY_KEY_TTL_MS} has expired: it is taken anew.
    */
   claimKey(submit: IdempotentSubmit): IdempotentRun {
+    const expired = submit.now - IDEMPOTENCY_KEY_TTL_MS;
+    this.#sql.write`DELETE FROM idempotency_keys WHERE key = ${submit.key} AND created_at <= ${expired}`;
+    this.#sql.write`DELETE FROM idempotency_keys WHERE key IN
+      (SELECT key FROM idempotency_keys WHERE created_at <= ${expired} ORDER BY created_at LIMIT ${EXPIRED_KEYS_PER_CLAIM})`;
     const created = this.#sql.write`INSERT INTO idempotency_keys (key, run_id, fingerprint, created_at)
       VALUES (${submit.key}, ${submit.runId}, ${submit.fingerprint}, ${submit.now}) ON CONFLICT (key) DO NOTHING`;
     const row = this.#sql<{
