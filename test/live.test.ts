@@ -121,9 +121,9 @@ describe("GET /v1/runs/<id>/live", () => {
       expect(chunks.map((c) => c.chunk).sort((a, b) => a - b)).toEqual([...Array(40).keys()]);
       // The rerun computed nothing: every row was reused.
       expect(chunks.reduce((sum, c) => sum + c.reused, 0)).toBe(i === 0 ? 0 : 400);
-      // One event per progress interval (100 ms under the test policy), and the one that closes the map's drain.
-      const at = eventsOfType(events, "chunks.completed").map((e) => Date.parse(e.at));
-      for (let j = 1; j < at.length - 1; j++) expect(at[j]! - at[j - 1]!).toBeGreaterThanOrEqual(100);
+      // The rerun's 40 chunks are swept a group at a time: a few events, not one a chunk (the pacing itself, one event
+      // per progress interval, is map-progress.test.ts's, on a clock of its own).
+      if (i === 1) expect(eventsOfType(events, "chunks.completed").length).toBeLessThanOrEqual(5);
     }
     // Each row's one call made once, by the first run.
     expect(await simStats()).toMatchObject({ calls: 400, duplicates: 0 });

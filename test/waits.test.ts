@@ -3,7 +3,7 @@ import { env } from "cloudflare:workers";
 import { MAX_OPEN_SIGNALS, type RunCoordinator } from "../src/actors/RunCoordinator";
 import { describe, expect, it } from "vitest";
 import { until } from "./chaos-helpers";
-import { allEvents, api, apiJson, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -157,12 +157,14 @@ describe("ctx.waitForEvent", () => {
 describe("a signal's wait", () => {
   it("is not one whose timeout has passed: a signal arriving after it is kept, and the wait fails event_timeout", async () => {
     const key = tag("late");
-    const runId = await startRun("test-waits", { keys: [key], timeoutMs: 500, catchTimeout: true });
+    // Long enough that its alarm is taken away below before it comes, on a loaded machine too.
+    const runId = await startRun("test-waits", { keys: [key], timeoutMs: 1_500, catchTimeout: true });
     await waitForStatus(runId, "waiting");
     const coordinator = env.RUN_COORDINATOR.getByName(runId);
     // Its alarm at the timeout comes late (a busy machine, alarm retries): the signal arrives first, past the timeout.
     await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.deleteAlarm());
-    await new Promise((resolve) => setTimeout(resolve, 700));
+    const { dueAt } = eventsOfType(await allEvents(runId), "wait.started")[0]!;
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(dueAt!) - Date.now()) + 200));
     expect((await signal(runId, key, { data: "too late" })).body).toMatchObject({ consumed: false });
     await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.setAlarm(Date.now()));
     const run = await waitForRun(runId);
