@@ -6,6 +6,7 @@
 import { env } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
+import type { MapExecutor } from "../src/actors/MapExecutor";
 import type { ChunkAssignment } from "../src/contracts/executors";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
@@ -159,6 +160,32 @@ describe("attempts alongside", () => {
     expect(await heldBy(`${runId}#0`)).toEqual([]);
     // Nothing is left to wake for.
     expect(await runDurableObjectAlarm(executor)).toBe(false);
+  });
+
+  it("arms an alarm of its own for an attempt whose end it could not report, once the platform's retries run out", async () => {
+    const runId = `run_${id()}`;
+    const executor = env.MAP_EXECUTOR.getByName(`${runId}#0`);
+    // Its run's coordinator cannot be told anything (its reports fail): this is the platform's last retry of the alarm.
+    await setFaults([{ point: "executor.report", play: "test-calls" }]);
+    const armed = await runInDurableObject(executor, async (instance: MapExecutor, state: DurableObjectState) => {
+      new ExecutorStore({ sql: createSql(state.storage) }).assign({
+        runId,
+        map: "m",
+        chunk: 0,
+        attempt: { attemptId: `${runId}/m/0/1`, runId, attemptSeq: 1 },
+        rows: [{ key: "k0", index: 0, input: { id: "k0" } }],
+        slice: null,
+        dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+        alongside: null,
+      });
+      await expect(instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() })).rejects.toThrow(/could not report the end/);
+      return state.storage.getAlarm();
+    });
+    // Else the end, and the bills an end carries, would wait for the next assignment to this executor.
+    expect(armed).toBeGreaterThan(Date.now());
+    await clearFaults();
+    expect(await runDurableObjectAlarm(executor)).toBe(true);
+    expect(await heldBy(`${runId}#0`)).toEqual([]);
   });
 
   it("keeps a held assignment past one value's budget whole, a character split across the parts' boundary included", async () => {

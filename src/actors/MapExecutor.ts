@@ -20,6 +20,14 @@ const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
 /** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
 const YIELD_AFTER_MS = 5 * 60_000;
 
+/**
+ * The platform retries a failed alarm six times, then never again: from its
+ * fifth retry on, a failed alarm with attempts still held (an end not yet
+ * reported, with the bills it carries) arms the next itself, this long after.
+ */
+const LATE_ALARM_RETRY = 5;
+const ALARM_FALLBACK_MS = 60_000;
+
 /** What the attempts of one alarm invocation share: its meter and subrequest budget, its link, its pacers. */
 interface Invocation {
   meter: SubrequestMeter;
@@ -99,8 +107,9 @@ export class MapExecutor extends DurableObject<Env> {
     this.#store.finish(attemptId);
     const { runId, map, chunk } = held.assignment;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
+    const faults = faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: held.assignment.dataset.play });
     const reporter = new AttemptReporter({
-      link: new CoordinatorLink({ env: this.env, runId, meter }),
+      link: new CoordinatorLink({ env: this.env, runId, meter, faults }),
       store: this.#store,
       usage: new MeterReports(meter),
       report: { executor: this.#caller(), attemptId, map, chunk },
@@ -126,11 +135,16 @@ export class MapExecutor extends DurableObject<Env> {
     return { reused, usage: usageOf(meter) };
   }
 
-  override async alarm(): Promise<void> {
+  override async alarm(info?: AlarmInvocationInfo): Promise<void> {
     if (this.#looping) return;
     this.#looping = true;
     try {
       await this.#runHeld();
+    } catch (error) {
+      // Its bills would wait for the next assignment to this executor, maybe for ever.
+      if ((info?.retryCount ?? 0) >= LATE_ALARM_RETRY && this.#store.held().length > 0)
+        await this.ctx.storage.setAlarm(Date.now() + ALARM_FALLBACK_MS);
+      throw error;
     } finally {
       this.#looping = false;
     }
@@ -156,7 +170,12 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
       budget: YIELD_AFTER_SUBREQUESTS,
-      link: new CoordinatorLink({ env: this.env, runId: first.runId, meter }),
+      link: new CoordinatorLink({
+        env: this.env,
+        runId: first.runId,
+        meter,
+        faults: faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: first.dataset.play }),
+      }),
       usage: new MeterReports(meter),
       pacers: new PacerRegistry({
         env: this.env,

@@ -14,6 +14,7 @@ import type {
   TracedEffect,
   TracedMap,
 } from "../contracts/executors";
+import type { FaultProbe } from "./faults";
 import type { SubrequestMeter } from "../core/meter";
 import type { RuntimePolicy } from "../core/policy";
 import type { RunRecord } from "../stores/run-store";
@@ -93,10 +94,12 @@ export class ExecutorClient {
 export class CoordinatorLink {
   #stub: CoordinatorRpc;
   #meter: SubrequestMeter | null;
+  #faults: FaultProbe | null;
 
-  constructor(options: { env: Pick<Env, "RUN_COORDINATOR">; runId: string; meter?: SubrequestMeter }) {
+  constructor(options: { env: Pick<Env, "RUN_COORDINATOR">; runId: string; meter?: SubrequestMeter; faults?: FaultProbe }) {
     this.#stub = options.env.RUN_COORDINATOR.getByName(options.runId) as unknown as CoordinatorRpc;
     this.#meter = options.meter ?? null;
+    this.#faults = options.faults ?? null;
   }
 
   /** What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running. */
@@ -105,7 +108,8 @@ export class CoordinatorLink {
     return this.#stub.captureSource(attemptSeq);
   }
 
-  report(report: AttemptReport): Promise<ReportAnswer> {
+  async report(report: AttemptReport): Promise<ReportAnswer> {
+    await this.#faults?.check("executor.report");
     this.#count("attemptReport");
     return this.#stub.attemptReport(report);
   }

@@ -46,6 +46,7 @@ export const FAULT_POINTS = [
   "sheet.persisted",
   "run.alarm",
   "child.cancel",
+  "executor.report",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);
