@@ -65,6 +65,8 @@ export class MapRunner {
   #called = new Set<string>();
   /** Maps whose rows need the coordinator (a row starts a child play): their chunks run here. */
   #inline = new Set<string>();
+  /** See {@link interrupted}. */
+  #interrupted: unknown = null;
 
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
@@ -99,7 +101,6 @@ export class MapRunner {
   get interrupted(): unknown {
     return this.#interrupted;
   }
-  #interrupted: unknown = null;
 
   async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
     try {
