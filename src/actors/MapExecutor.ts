@@ -5,7 +5,7 @@ import type { ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "..
 import { TroupeError } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
-import { MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { lateAlarmRetryAt, MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import { playRegistry } from "../plays";
 import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
 import { PacerRegistry } from "../runtime/pacing/pacers";
@@ -19,14 +19,6 @@ import type { OpenUpload } from "../uploads/uploads";
 const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
 /** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
 const YIELD_AFTER_MS = 5 * 60_000;
-
-/**
- * The platform retries a failed alarm six times, then never again: from its
- * fifth retry on, a failed alarm with attempts still held (an end not yet
- * reported, with the bills it carries) arms the next itself, this long after.
- */
-const LATE_ALARM_RETRY = 5;
-const ALARM_FALLBACK_MS = 60_000;
 
 /** What the attempts of one alarm invocation share: its meter and subrequest budget, its link, its pacers. */
 interface Invocation {
@@ -141,9 +133,9 @@ export class MapExecutor extends DurableObject<Env> {
     try {
       await this.#runHeld();
     } catch (error) {
-      // Its bills would wait for the next assignment to this executor, maybe for ever.
-      if ((info?.retryCount ?? 0) >= LATE_ALARM_RETRY && this.#store.held().length > 0)
-        await this.ctx.storage.setAlarm(Date.now() + ALARM_FALLBACK_MS);
+      // Attempts still held (an end not yet reported, with its bills) would wait for the next assignment, maybe for ever.
+      const late = lateAlarmRetryAt(info?.retryCount ?? 0, Date.now());
+      if (late !== null && this.#store.held().length > 0) await this.ctx.storage.setAlarm(late);
       throw error;
     } finally {
       this.#looping = false;

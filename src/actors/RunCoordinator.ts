@@ -6,7 +6,7 @@ import { policyFor } from "../core/policy";
 import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
 import { withOutbound, type Outbound, type OutboundGate } from "../core/outbound";
-import { outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { lateAlarmRetryAt, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
 import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
@@ -65,15 +65,7 @@ const CHILD_CANCEL_RETRY_MS = 5_000;
 const MAX_CHILD_CANCEL_TRIES = 10;
 /** Signals a run keeps that no wait has taken yet; more are refused (`too_many_signals`) unless a wait takes them now. */
 export const MAX_OPEN_SIGNALS = 1_000;
-/**
- * The platform retries a failed alarm six times (from 2 s, doubling), then
- * never again: from its fifth retry on, a failed alarm of a run that has not
- * ended arms the next itself, this long after (a run with no alarm would never
- * wake, time out or meet its deadline).
- */
-const LATE_ALARM_RETRY = 5;
-const ALARM_FALLBACK_MS = 60_000;
-/** How many times an ended run's failing alarm is armed again so (an hour of tries, a minute apart). */
+/** How many times an ended run's failing alarm is armed again at its last retry (lateAlarmRetryAt: an hour of tries). */
 const MAX_ENDED_ALARM_FALLBACKS = 60;
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
@@ -361,10 +353,11 @@ export class RunCoordinator extends Server<Env> {
       this.#invocation = null;
       const run = this.#store.run();
       const terminal = isTerminal(run?.status ?? "completed");
-      // An ended run's alarm still tells the directory, its parents and the org's spend: a few more tries for those.
-      const late = failed && run !== null && this.#alarmRetry >= LATE_ALARM_RETRY;
-      const fallback = late && (!terminal || this.#journal.bump("ended_alarm_fallbacks") <= MAX_ENDED_ALARM_FALLBACKS);
-      const at = invocation.wake && !terminal ? Date.now() : (next ?? (fallback ? Date.now() + ALARM_FALLBACK_MS : null));
+      // A run with no alarm would never wake, time out or meet its deadline; an ended run's alarm still tells the
+      // directory, its parents and the org's spend: a few more tries for those.
+      const late = failed && run !== null ? lateAlarmRetryAt(this.#alarmRetry, Date.now()) : null;
+      const fallback = late !== null && (!terminal || this.#journal.bump("ended_alarm_fallbacks") <= MAX_ENDED_ALARM_FALLBACKS);
+      const at = invocation.wake && !terminal ? Date.now() : (next ?? (fallback ? late : null));
       if (at !== null) await this.ctx.storage.setAlarm(at);
     }
   }

@@ -30,3 +30,13 @@ export function outboundGateFor(env: { readonly PLATFORM_LIMITS?: string }): Out
 export function subrequestCapFor(env: { readonly PLATFORM_LIMITS?: string }): number | null {
   return emulatesPlatformLimits(env) ? MAX_SUBREQUESTS_PER_INVOCATION : null;
 }
+
+/**
+ * The platform retries a failed alarm six times (from 2 s, doubling), then
+ * never again. An object whose alarm still fails from the fifth retry on and
+ * that still has work to do (a run to drive, an end to report) arms the next
+ * itself, a minute later: else nothing would wake it. Null for earlier retries.
+ */
+export function lateAlarmRetryAt(retryCount: number, now: number): number | null {
+  return retryCount >= 5 ? now + 60_000 : null;
+}
