@@ -7,7 +7,8 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { expect } from "vitest";
-import type { ChunkAssignment } from "../src/contracts/executors";
+import { ExecutorStore } from "../src/stores/executor-store";
+import { createSql } from "../src/stores/sql";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, expectedVerdict, runView, simStats } from "./helpers";
 
 /** One row of the `test-calls` play: one tool call, its output lands in `out`. */
@@ -120,16 +121,21 @@ export function coordinator(runId: string) {
   return env.RUN_COORDINATOR.getByName(runId);
 }
 
-/** What executor `name` holds: each attempt's chunk and the attempt it runs alongside, oldest first. */
-export function heldBy(name: string): Promise<{ chunk: number; attemptId: string; alongside: string | null }[]> {
+/**
+ * What executor `name` holds: each attempt's chunk, the attempt it runs alongside, and the rows a wind-down left it
+ * (null: it has not wound down), oldest first.
+ */
+export function heldBy(
+  name: string,
+): Promise<{ chunk: number; attemptId: string; alongside: string | null; state: string; resumeRows: number[] | null }[]> {
   return runInDurableObject(env.MAP_EXECUTOR.getByName(name), (_object: unknown, state: DurableObjectState) =>
-    state.storage.sql
-      .exec<{ body: string }>("SELECT body FROM held ORDER BY seq")
-      .toArray()
-      .map((row) => {
-        const { chunk, attempt, alongside } = JSON.parse(row.body) as ChunkAssignment;
-        return { chunk, attemptId: attempt.attemptId, alongside };
-      }),
+    new ExecutorStore({ sql: createSql(state.storage) }).held().map(({ assignment, state, resume }) => ({
+      chunk: assignment.chunk,
+      attemptId: assignment.attempt.attemptId,
+      alongside: assignment.alongside,
+      state,
+      resumeRows: resume?.rows ?? null,
+    })),
   );
 }
 

@@ -10,6 +10,8 @@ import { playRegistry } from "../plays";
 import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
 import { PacerRegistry } from "../runtime/pacing/pacers";
 import { runAttempt, runSweep } from "../runtime/executor/attempt-runner";
+import { WindDown } from "../runtime/executor/wind-down";
+import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
 import { toolRegistry } from "../tools";
@@ -20,10 +22,11 @@ const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
 /** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
 const YIELD_AFTER_MS = 5 * 60_000;
 
-/** What the attempts of one alarm invocation share: its meter and subrequest budget, its link, its pacers. */
+/** What the attempts of one alarm invocation share: its meter and subrequest budget, its wind-down, its link, its pacers. */
 interface Invocation {
   meter: SubrequestMeter;
   budget: number;
+  windDown: WindDown;
   link: CoordinatorLink;
   usage: MeterReports;
   pacers: PacerRegistry;
@@ -107,7 +110,10 @@ export class MapExecutor extends DurableObject<Env> {
       report: { executor: this.#caller(), attemptId, map, chunk },
       sizing: false,
     });
-    await reporter.end({ kind: "stopped", reason: `stopped before it started: ${reason}` });
+    await reporter.end({
+      kind: "stopped",
+      reason: `stopped before it ${held.resume ? "went on after a wind-down" : "started"}: ${reason}`,
+    });
   }
 
   /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */
@@ -148,10 +154,12 @@ export class MapExecutor extends DurableObject<Env> {
    * Runs what is held, each attempt as soon as it is, until nothing is; or,
    * past half of an invocation's subrequests or five minutes, starts nothing
    * more and returns once what runs has ended, leaving the rest to a new
-   * alarm (a fresh invocation), so that a busy executor never meets the
-   * platform's subrequest cap or its 15 minutes per alarm. Throws when an
-   * attempt's end could not be reported, once the others have ended: the
-   * alarm's retry reports it stopped.
+   * alarm (a fresh invocation). An attempt still running as the invocation
+   * nears the platform's subrequest cap or its 15 minutes per alarm is wound
+   * down (wind-down.ts) and held to go on in that new alarm, so that a busy
+   * executor never meets them. Throws when an attempt's end could not be
+   * reported, once the others have ended: the alarm's retry reports it
+   * stopped.
    */
   async #runHeld(): Promise<void> {
     const first = this.#store.held()[0]?.assignment;
@@ -162,6 +170,7 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       // The run's own budget (its policy) once an attempt has read it: tests shrink it to make this loop yield.
       budget: YIELD_AFTER_SUBREQUESTS,
+      windDown: new WindDown({ meter, limits: policyFor(this.env), now: Date.now }),
       link: new CoordinatorLink({
         env: this.env,
         runId: first.runId,
@@ -183,7 +192,11 @@ export class MapExecutor extends DurableObject<Env> {
     const failures: unknown[] = [];
     try {
       for (;;) {
-        const yielding = failures.length > 0 || meter.total >= invocation.budget || Date.now() - startedAt >= YIELD_AFTER_MS;
+        const yielding =
+          failures.length > 0 ||
+          invocation.windDown.signal.aborted ||
+          meter.total >= invocation.budget ||
+          Date.now() - startedAt >= YIELD_AFTER_MS;
         const held = this.#store.held();
         for (const each of yielding ? [] : held) {
           const attemptId = each.assignment.attempt.attemptId;
@@ -199,13 +212,14 @@ export class MapExecutor extends DurableObject<Env> {
         await Promise.race([...started.values(), new Promise<void>((resolve) => (this.#wake = resolve))]);
       }
     } finally {
+      invocation.windDown.close();
       await invocation.pacers.closeAll();
     }
     if (failures.length > 0) throw failures[0];
   }
 
-  /** Runs one held attempt to its end, and reports it. */
-  async #runOne({ assignment, state }: HeldAssignment, invocation: Invocation): Promise<void> {
+  /** Runs one held attempt to its end, and reports it; or, wound down, holds it to go on in the next invocation. */
+  async #runOne({ assignment, state, resume }: HeldAssignment, invocation: Invocation): Promise<void> {
     const { attemptId } = assignment.attempt;
     const caller = this.#caller();
     const reporter = new AttemptReporter({
@@ -241,15 +255,24 @@ export class MapExecutor extends DurableObject<Env> {
             uploads: this.#uploads,
             source: async (attemptSeq, map) => {
               const source = await this.#source(invocation.link, attemptSeq, map);
-              if (source) invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
+              if (source) {
+                invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
+                invocation.windDown.limit(source.policy);
+              }
               return source;
             },
             now: Date.now,
           },
-          assignment,
+          { assignment, resume },
           stop.signal,
+          invocation.windDown.signal,
         ),
       );
+      if (end.kind === "resume") {
+        // Held first: should this object die now, the next alarm goes on with it all the same.
+        if (this.#store.resume(attemptId, end.resume)) await reporter.suspend().catch(() => {});
+        return;
+      }
       await reporter.end(end);
     } finally {
       this.#running.delete(attemptId);

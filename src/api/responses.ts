@@ -184,6 +184,8 @@ export interface LedgerEventFields {
  * - `call_recovered`: a taken-over call's result was read back from the provider instead of calling again.
  * - `map_repaired`: finalize found rows not persisted and runs their chunks again.
  * - `auth_rescoped`: a provider said a call's credentials changed; the call is claimed again under the new auth scope.
+ * - `attempt_wound_down`: an executor's invocation neared the platform's subrequest or time limit; its attempt sent no
+ *   request more, stored the rows it computed and goes on with the rest in a fresh invocation (nothing runs twice).
  */
 export type NoticeCode =
   | "invocation_resumed"
@@ -194,7 +196,8 @@ export type NoticeCode =
   | "receipt_taken_over"
   | "call_recovered"
   | "map_repaired"
-  | "auth_rescoped";
+  | "auth_rescoped"
+  | "attempt_wound_down";
 
 /** The type of a ledger event. */
 export type LedgerEventType = keyof LedgerEventFields;

@@ -45,6 +45,21 @@ export interface ChunkAssignment {
 }
 
 /**
+ * An attempt its executor wound down (its invocation's budget ran low:
+ * MapExecutor) and goes on with in a fresh invocation, under the same
+ * attempt: the rows it left, what it did before, and what it was granted
+ * to spend and did not use.
+ */
+export interface AttemptResume {
+  /** Indexes of the chunk's rows still to run (their leases are the attempt's). */
+  rows: number[];
+  /** The summary so far (its `lost` is null: an attempt that lost leases ends). */
+  done: ChunkSummary;
+  /** Of the spend the coordinator granted the attempt, what it has not used (0 when the run has no cap). */
+  grantedMicros: number;
+}
+
+/**
  * Consecutive chunks of a map that a rerun probably finds done (a chunk
  * before them had every row reused): the executor reads their rows once and
  * records, in one claim per shard, only the rows that are reused. Nothing is

@@ -27,6 +27,7 @@ export class SubrequestMeter {
   outcomeUnknown = 0;
   /** Every subrequest counted, whatever counts were set back to 0 since (a run's end records its usage and resets them). */
   #spent = 0;
+  #watchers = new Set<(total: number) => void>();
 
   constructor(options: { cap?: number | null } = {}) {
     this.cap = options.cap ?? null;
@@ -91,11 +92,18 @@ export class SubrequestMeter {
     return this.#spent;
   }
 
+  /** Calls `watcher` with {@link total} after each subrequest counted, until the returned function is called. */
+  watch(watcher: (total: number) => void): () => void {
+    this.#watchers.add(watcher);
+    return () => void this.#watchers.delete(watcher);
+  }
+
   #admit(added: number): void {
     if (added <= 0) return;
     if (this.cap !== null && this.#spent + added > this.cap) {
       throw new TroupeError("too_many_subrequests", TOO_MANY_SUBREQUESTS, { details: { cap: this.cap } });
     }
     this.#spent += added;
+    for (const watcher of this.#watchers) watcher(this.#spent);
   }
 }

@@ -105,6 +105,15 @@ export interface RuntimePolicy {
   invocationWallMs: number;
   /** After a cancel, how long an executor's last report (its bills) is awaited before the run settles. */
   executorStopWaitMs: number;
+  /**
+   * An executor invocation whose subrequests pass this many, or whose wall
+   * clock passes this long, winds its running attempts down: no request is
+   * sent any more, those in flight are answered, the rows computed are
+   * persisted and the rest go on in a fresh invocation (MapExecutor). What is
+   * left below the platform's 10,000 subrequests and 15 minutes covers them.
+   */
+  executorWindDownSubrequests: number;
+  executorWindDownMs: number;
 }
 
 const production: RuntimePolicy = {
@@ -162,6 +171,10 @@ const production: RuntimePolicy = {
   maxExecutorsPerOrg: 256,
   invocationWallMs: 10 * 60_000,
   executorStopWaitMs: 10_000,
+  // 2,000 subrequests and 3 minutes left: the requests in flight (each stopped by providerTimeoutMs), their receipts,
+  // the rows' persist and the reports.
+  executorWindDownSubrequests: 8_000,
+  executorWindDownMs: 12 * 60_000,
 };
 
 const test: Partial<RuntimePolicy> = {
@@ -209,6 +222,13 @@ export const TestPolicyOverrides = z
     dispatchWaveSize: z.number().int().min(1).max(10_000),
     /** Subrequests one coordinator invocation spends before it yields (a test makes a run span invocations). */
     invocationSubrequestBudget: z.number().int().min(5).max(8_000),
+    /** Subrequests, or wall clock, after which an executor invocation's running attempts go on in a fresh one. */
+    executorWindDownSubrequests: z.number().int().min(5).max(8_000),
+    executorWindDownMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(12 * 60_000),
     /** Invocations in a row that may die with chunks in flight before the run fails `crash_loop` (each waits out the platform's alarm retry backoff). */
     maxInterruptedInvocations: z.number().int().min(1).max(100),
     /** 0: the run's chunk attempts run in its coordinator, not in executors. */

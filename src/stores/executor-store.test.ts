@@ -3,6 +3,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { createSql } from "./sql";
 import { ExecutorStore } from "./executor-store";
+import type { ChunkAssignment } from "../contracts/executors";
 
 describe("ExecutorStore's outbox", () => {
   it("hands out what one report may carry: by count, and by size past the first entry, so that large salvage waits its turn", async () => {
@@ -48,5 +49,57 @@ describe("ExecutorStore's outbox", () => {
     );
     expect(seen.reports).toEqual([["true", "r0", "r1"], ["false", "r2", "q"], ["false"], ["false"]]);
     expect(seen).toMatchObject({ alone: 1, counted: 2 });
+  });
+});
+
+describe("ExecutorStore's held attempts", () => {
+  it("holds a wound-down attempt assigned again with what it left, whole past one value's budget, and reads bodies stored before", async () => {
+    const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
+    const assignment: ChunkAssignment = {
+      runId,
+      map: "m",
+      chunk: 0,
+      attempt: { attemptId: `${runId}/m/0/1`, runId, attemptSeq: 1 },
+      // 600 rows of 1 KiB: the body is kept in parts.
+      rows: Array.from({ length: 600 }, (_, index) => ({ key: `k${index}`, index, input: { id: `k${index}`, note: "n".repeat(1024) } })),
+      slice: null,
+      dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+      alongside: null,
+    };
+    const done = {
+      completed: 2,
+      failed: 1,
+      reused: 0,
+      blocked: [],
+      rejected: [],
+      lost: null,
+      failureSamples: [{ key: "k1", error: "no" }],
+    };
+    const seen = await runInDurableObject(env.MAP_EXECUTOR.getByName(`${runId}#0`), (_o: unknown, state: DurableObjectState) => {
+      const store = new ExecutorStore({ sql: createSql(state.storage) });
+      store.assign(assignment);
+      store.markRunning(assignment.attempt.attemptId);
+      const resumed = store.resume(assignment.attempt.attemptId, { rows: [3, 4, 599], done, grantedMicros: 250_000 });
+      const [held] = store.held();
+      // An assignment stored before wind-downs existed: its body is the assignment alone.
+      const old = {
+        ...assignment,
+        chunk: 1,
+        rows: assignment.rows.slice(0, 1),
+        attempt: { ...assignment.attempt, attemptId: `${runId}/m/1/1` },
+      };
+      state.storage.sql.exec(
+        "INSERT INTO held (attempt_id, body, state, coordinator) VALUES (?, ?, 'assigned', ?)",
+        old.attempt.attemptId,
+        JSON.stringify(old),
+        runId,
+      );
+      const before = store.held()[1];
+      return { resumed, held, before, gone: store.resume("run_x/m/9/1", { rows: [], done, grantedMicros: 0 }) };
+    });
+    expect(seen.resumed).toBe(true);
+    expect(seen.held).toEqual({ assignment, state: "assigned", resume: { rows: [3, 4, 599], done, grantedMicros: 250_000 } });
+    expect(seen.before).toMatchObject({ assignment: { chunk: 1 }, state: "assigned", resume: null });
+    expect(seen.gone).toBe(false);
   });
 });

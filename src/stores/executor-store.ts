@@ -6,7 +6,7 @@
  * Entries leave the outbox once a report carrying them was acknowledged; the
  * coordinator applies them idempotently, so a report sent twice counts once.
  */
-import type { BilledRequest, ChunkAssignment } from "../contracts/executors";
+import type { AttemptResume, BilledRequest, ChunkAssignment } from "../contracts/executors";
 import type { SalvageEntry } from "../contracts/shards";
 import { MAX_PARAM_CHARS, type Sql } from "./sql";
 
@@ -40,10 +40,15 @@ export const EXECUTOR_MIGRATIONS = [
   `,
 ];
 
-/** An attempt held: `assigned` until it starts, `running` once it has (a restart finds it running and reports it dead). */
+/**
+ * An attempt held: `assigned` until it starts, `running` once it has (a
+ * restart finds it running and reports it dead); `assigned` again, with
+ * `resume`, once a wind-down left it to go on in a fresh invocation.
+ */
 export interface HeldAssignment {
   assignment: ChunkAssignment;
   state: "assigned" | "running";
+  resume: AttemptResume | null;
 }
 
 export type OutboxEntry = { seq: number } & ({ kind: "bill"; bill: BilledRequest } | { kind: "salvage"; salvage: SalvageEntry });
@@ -71,31 +76,51 @@ export class ExecutorStore {
       ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
     this.#sql.write`DELETE FROM held WHERE attempt_id IS NOT ${assignment.alongside}`;
     this.#dropOrphanParts();
-    const { attemptId } = assignment.attempt;
-    const text = JSON.stringify(assignment);
-    // A body past one value's budget is kept in parts, and the row's own body is empty.
-    const parted = text.length > MAX_PARAM_CHARS;
     this.#sql.write`INSERT INTO held (attempt_id, body, state, coordinator)
-      VALUES (${attemptId}, ${parted ? "" : text}, 'assigned', ${assignment.runId})`;
-    if (parted) {
-      for (let part = 0, at = 0; at < text.length; part++) {
-        let end = Math.min(text.length, at + MAX_PARAM_CHARS);
-        // Never half a character: a lone surrogate is stored as U+FFFD, and the rows would come back changed.
-        if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
-        this.#sql.write`INSERT INTO held_parts (attempt_id, part, text) VALUES (${attemptId}, ${part}, ${text.slice(at, end)})`;
-        at = end;
-      }
-    }
+      VALUES (${assignment.attempt.attemptId}, '', 'assigned', ${assignment.runId})`;
+    this.#writeBody(assignment.attempt.attemptId, { assignment, resume: null });
     return true;
+  }
+
+  /**
+   * The running attempt wound down: it is held `assigned` again, to go on
+   * as `resume` says in the next invocation. False when it is no longer held.
+   */
+  resume(attemptId: string, resume: AttemptResume): boolean {
+    const held = this.held().find((h) => h.assignment.attempt.attemptId === attemptId);
+    if (!held) return false;
+    this.#sql.write`UPDATE held SET state = 'assigned' WHERE attempt_id = ${attemptId}`;
+    this.#writeBody(attemptId, { assignment: held.assignment, resume });
+    return true;
+  }
+
+  /** A body past one value's budget is kept in parts, and the row's own body is empty. */
+  #writeBody(attemptId: string, body: Omit<HeldAssignment, "state">): void {
+    this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
+    const text = JSON.stringify(body);
+    const parted = text.length > MAX_PARAM_CHARS;
+    this.#sql.write`UPDATE held SET body = ${parted ? "" : text} WHERE attempt_id = ${attemptId}`;
+    if (!parted) return;
+    for (let part = 0, at = 0; at < text.length; part++) {
+      let end = Math.min(text.length, at + MAX_PARAM_CHARS);
+      // Never half a character: a lone surrogate is stored as U+FFFD, and the rows would come back changed.
+      if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
+      this.#sql.write`INSERT INTO held_parts (attempt_id, part, text) VALUES (${attemptId}, ${part}, ${text.slice(at, end)})`;
+      at = end;
+    }
   }
 
   /** The attempts held, oldest first. */
   held(): HeldAssignment[] {
     return this.#sql<{ attempt_id: string; body: string; state: string }>`SELECT attempt_id, body, state FROM held ORDER BY seq`.map(
-      (row) => ({
-        assignment: JSON.parse(row.body === "" ? this.#parts(row.attempt_id) : row.body) as ChunkAssignment,
-        state: row.state as HeldAssignment["state"],
-      }),
+      (row) => {
+        const body = JSON.parse(row.body === "" ? this.#parts(row.attempt_id) : row.body) as
+          | Omit<HeldAssignment, "state">
+          | ChunkAssignment;
+        const state = row.state as HeldAssignment["state"];
+        // Bodies stored before wind-downs were the assignment alone.
+        return "assignment" in body ? { ...body, state } : { assignment: body, resume: null, state };
+      },
     );
   }
 

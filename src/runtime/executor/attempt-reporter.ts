@@ -184,11 +184,26 @@ export class AttemptReporter {
     return firstLatency || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
-  /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
-  async end(end: AttemptEnd): Promise<void> {
+  /**
+   * The attempt wound down and goes on in the executor's next invocation,
+   * with a reporter of its own: what happened so far goes now, with no end
+   * (not retried: the next reports carry the outbox, and rows counts are live only).
+   */
+  async suspend(): Promise<void> {
+    this.#stopTimers();
+    while (this.#store.outboxOverflows(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS)) await this.flush(null);
+    await this.flush(null);
+  }
+
+  #stopTimers(): void {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = null;
     this.#stopWaiting();
+  }
+
+  /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
+  async end(end: AttemptEnd): Promise<void> {
+    this.#stopTimers();
     let failure: unknown = null;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
@@ -207,9 +222,7 @@ export class AttemptReporter {
   /** The executor died (test faults): nothing more is reported from this instance. */
   kill(): void {
     this.#killed = true;
-    if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
-    this.#stopWaiting();
+    this.#stopTimers();
   }
 
   /** Sends what happened since the last report (one report at a time). */

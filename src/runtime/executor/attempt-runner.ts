@@ -13,7 +13,7 @@ import { SheetClient } from "../../clients/shards";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import { timeoutSignal } from "../../core/time";
-import type { AttemptEnd, ChunkAssignment, ChunkSweepAssignment } from "../../contracts/executors";
+import type { AttemptEnd, AttemptResume, ChunkAssignment, ChunkSummary, ChunkSweepAssignment } from "../../contracts/executors";
 import type { PlannedRow } from "../../contracts/shards";
 import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore } from "../../stores/executor-store";
@@ -66,8 +66,23 @@ class ChildNeedsCoordinator extends TroupeError {
   }
 }
 
-/** Runs `assignment` until it ends (or `stop` aborts it) and says how it ended; never throws. */
-export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment, stop: AbortSignal): Promise<AttemptEnd> {
+/** The attempt wound down: it goes on in the executor's next invocation, as `resume` says. */
+export interface WoundDown {
+  kind: "resume";
+  resume: AttemptResume;
+}
+
+/**
+ * Runs `assignment` (or, with `resume`, the rows a wind-down left of it)
+ * until it ends, `stop` aborts it or `windDown` winds it down, and says how
+ * it ended; never throws.
+ */
+export async function runAttempt(
+  host: AttemptHost,
+  { assignment, resume }: { assignment: ChunkAssignment; resume: AttemptResume | null },
+  stop: AbortSignal,
+  windDown: AbortSignal,
+): Promise<AttemptEnd | WoundDown> {
   const source = await host.source(assignment.attempt.attemptSeq, assignment.map).catch(() => null);
   if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
   const { run, policy } = source;
@@ -105,6 +120,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
   const spend = new ExecutorSpend({
     attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
+    grantedMicros: resume?.grantedMicros ?? 0,
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
     keep: (bill) => host.store.addBill(bill),
   });
@@ -117,7 +133,8 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     pacers: host.pacers,
   });
   const secrets = new SecretValues();
-  const egress = new PlayFetch({ env: host.env, org: run.org, signal, secrets, meter: host.meter });
+  // A wound-down attempt's rows fetch nothing more either: a row cut off goes on in the next invocation.
+  const egress = new PlayFetch({ env: host.env, org: run.org, signal: AbortSignal.any([signal, windDown]), secrets, meter: host.meter });
   const fields = rowFields(
     captured.fields,
     (rc) => ({
@@ -150,6 +167,7 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     policy,
     latch: guards.latch,
     signal,
+    windDown,
     recompute: run.force || run.forceToolRefresh,
     log,
     now: host.now,
@@ -167,14 +185,17 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
     onDraining: () => host.reporter.draining(),
   });
   try {
-    const summary = await executor.execute({
-      map: assignment.map,
-      chunk: assignment.chunk,
-      attempt: assignment.attempt,
-      rows: assignment.rows,
-      slice: assignment.slice,
-    });
-    return { kind: "summary", summary };
+    const { deferred, ...part } = await executor.execute(
+      { map: assignment.map, chunk: assignment.chunk, attempt: assignment.attempt, rows: assignment.rows, slice: assignment.slice },
+      resume ? new Set(resume.rows) : undefined,
+    );
+    const summary = resume ? joined(resume.done, part) : part;
+    if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
+    log(
+      `attempt ${assignment.attempt.attemptId} wound down (${host.meter.total} subrequests in this invocation): ${deferred.length} of its rows go on in a fresh one`,
+      "attempt_wound_down",
+    );
+    return { kind: "resume", resume: { rows: deferred, done: summary, grantedMicros: spend.unusedMicros } };
   } catch (error) {
     const tripped = guards.latch.tripped;
     if (tripped instanceof ChildNeedsCoordinator) return { kind: "inline", reason: tripped.message };
@@ -195,6 +216,19 @@ export async function runAttempt(host: AttemptHost, assignment: ChunkAssignment,
 }
 
 type Captured = Awaited<ReturnType<typeof captureMap>>;
+
+/** What an attempt did before a wind-down and after it, as one summary. */
+function joined(before: ChunkSummary, after: ChunkSummary): ChunkSummary {
+  return {
+    completed: before.completed + after.completed,
+    failed: before.failed + after.failed,
+    reused: before.reused + after.reused,
+    blocked: [...before.blocked, ...after.blocked],
+    rejected: [...before.rejected, ...after.rejected],
+    lost: after.lost,
+    failureSamples: [...before.failureSamples, ...after.failureSamples].slice(0, 5),
+  };
+}
 
 /** The map's field functions and options, from the play replayed up to its `ctx.map` call (capture.ts). */
 function capture(

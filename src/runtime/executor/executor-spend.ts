@@ -22,6 +22,8 @@ export interface ExecutorSpendOptions {
   grant(wantedMicros: number): Promise<SpendGrant>;
   /** Keeps a bill durably until it is reported. */
   keep(bill: BilledRequest): void;
+  /** Granted to the attempt before, and not used: a wound-down attempt going on (AttemptResume). */
+  grantedMicros?: number;
 }
 
 export class ExecutorSpend implements SpendLedger {
@@ -36,6 +38,12 @@ export class ExecutorSpend implements SpendLedger {
 
   constructor(options: ExecutorSpendOptions) {
     this.#deps = options;
+    this.#grantedMicros = options.grantedMicros ?? 0;
+  }
+
+  /** Granted and neither billed nor reserved: what the attempt may still spend without asking. */
+  get unusedMicros(): number {
+    return Math.max(0, this.#grantedMicros - this.#usedMicros);
   }
 
   async reserve(request: BillableRequest): Promise<void> {

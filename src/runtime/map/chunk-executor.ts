@@ -98,6 +98,12 @@ export interface InProcessExecutorOptions {
   latch: FatalLatch;
   /** The run's signal (cancel, suspension). Each attempt adds its own: lease lost. */
   signal: AbortSignal;
+  /**
+   * Aborted when the invocation's budget runs low (an executor's, MapExecutor):
+   * the attempt sends no request more, as on a cancel, and ends with the rows
+   * it did not finish {@link WoundDownSummary.deferred} instead of throwing.
+   */
+  windDown?: AbortSignal;
   /** A tool scheduler for the attempt, whose tool path stops with `leases.signal` and reports receipts to `leases`. */
   scheduler(attempt: AttemptRef, workers: WorkerBarrier, leases: AttemptLeases): ToolScheduler;
   /** Reads a chunk's rows from the run's upload (upload-rows.ts); absent when the map's rows are in hand. */
@@ -120,6 +126,11 @@ export interface InProcessExecutorOptions {
  */
 const DRAIN_ROWS = 2 * MAX_OUTBOUND_IN_FLIGHT;
 
+/** An attempt's summary; `deferred`: the indexes of rows a wind-down left unfinished (nothing of them was persisted). */
+export interface WoundDownSummary extends ChunkSummary {
+  deferred: number[];
+}
+
 /** Runs chunk attempts inside the calling invocation. */
 export class InProcessChunkExecutor implements ChunkExecutor {
   #deps: InProcessExecutorOptions;
@@ -128,10 +139,24 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     this.#deps = options;
   }
 
-  async execute({ attempt, rows: given, chunk, slice }: ChunkAttempt): Promise<ChunkSummary> {
-    const { sheets, policy, latch, signal } = this.#deps;
-    const summary: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
-    const rows = slice ? await this.#read(slice) : given;
+  /** Runs the attempt over `rows`, or only those of its rows whose index is in `only` (a wound-down attempt going on). */
+  async execute({ attempt, rows: given, chunk, slice }: ChunkAttempt, only?: ReadonlySet<number>): Promise<WoundDownSummary> {
+    const { sheets, policy, latch, windDown } = this.#deps;
+    const summary: WoundDownSummary = {
+      completed: 0,
+      failed: 0,
+      reused: 0,
+      blocked: [],
+      rejected: [],
+      lost: null,
+      failureSamples: [],
+      deferred: [],
+    };
+    const all = slice ? await this.#read(slice) : given;
+    const rows = only ? all.filter((row) => only.has(row.index)) : all;
+    // Wound down before it claimed anything: every row goes on in the next invocation.
+    if (windDown?.aborted && !this.#deps.signal.aborted) return { ...summary, deferred: rows.map((row) => row.index) };
+    const signal = windDown ? AbortSignal.any([this.#deps.signal, windDown]) : this.#deps.signal;
     const claims = await sheets.claimRows({ attempt, rows, recompute: this.#deps.recompute, leaseTtlMs: policy.rowLeaseTtlMs });
     const pending: PlannedRow[] = [];
     let newerSeq: number | null = null;
@@ -166,10 +191,11 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     });
     leases.holdRows(pending.map((row) => row.key));
     leases.start();
+    let results: PersistRowsRequest["rows"] = [];
     try {
       const workers = new WorkerBarrier();
       const scheduler = this.#deps.scheduler(attempt, workers, leases);
-      const results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal);
+      results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal);
       // Calls a row left behind when it settled (its field rejected while they ran) end under the attempt's leases.
       await scheduler.settled();
       if (results.length) await this.#persist(attempt, leases, results, summary);
@@ -179,8 +205,13 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     const lost = leases.lost;
     if (lost) summary.lost = { ...lost.keys, reason: lost.message };
     // Rows left unpersisted by a cancel or a tripped latch keep their leases until teardown releases them.
-    signal.throwIfAborted();
+    this.#deps.signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
+    // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again.
+    if (windDown?.aborted && !lost) {
+      const computed = new Set(results.map((row) => row.key));
+      summary.deferred = pending.filter((row) => !computed.has(row.key)).map((row) => row.index);
+    }
     return summary;
   }
 

@@ -1,0 +1,130 @@
+/**
+ * An executor invocation near the platform's limits winds its attempts down
+ * (src/runtime/executor/wind-down.ts): they send no request more, store the
+ * rows they computed and go on with the rest in a fresh invocation, under the
+ * same attempt. Production's thresholds (8,000 subrequests, 12 minutes) are
+ * shrunk per run here, so that one chunk winds down several times.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { updateSimConfig } from "../src/sim/client";
+import { allEvents, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { clearFaults, crash, heldBy, setFaults, until } from "./chaos-helpers";
+
+let unique = 0;
+const id = () => `wd${Date.now().toString(36)}${unique++}`;
+
+/** One executor, one chunk of `count` leads: every call of the run is made by the attempt that winds down. */
+const oneChunk = { minExecutors: 1, maxExecutors: 1, chunkRows: 100 };
+
+/** Leads of names no other test calls the provider for (receipts are the org's: a name seen before is reused). */
+function leads(count: number) {
+  const batch = id();
+  return Array.from({ length: count }, (_, i) => ({ id: `${batch}-${i}`, name: `Wind ${batch} ${i}`, domain: "example.com" }));
+}
+
+/** The run completed every lead with the provider's answers, each call billed once, and never redispatched a chunk. */
+async function expectWhole(runId: string, rows: ReturnType<typeof leads>) {
+  const run = await waitForRun(runId);
+  expect(run.status).toBe("completed");
+  expect(run.result).toEqual({ rows: rows.length, failed: 0 });
+  await expectExactlyOnce(runId, rows);
+  const codes = await notices(runId);
+  // The same attempt went on: nothing was redispatched, no epoch fenced off, no lease lost.
+  for (const code of ["attempt_redispatched", "invocation_resumed", "leases_lost", "late_write_rejected"] as const)
+    expect(codes).not.toContain(code);
+  return { run, windDowns: codes.filter((code) => code === "attempt_wound_down").length };
+}
+
+beforeEach(async () => {
+  await simReset();
+});
+
+afterEach(async () => {
+  await updateSimConfig(env, { latencyMs: 0 });
+});
+
+describe("an executor invocation near its subrequest limit", () => {
+  it("winds its attempt down and goes on in fresh invocations: every row once, every call billed once", async () => {
+    await updateSimConfig(env, { latencyMs: 20 });
+    const rows = leads(100);
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 60 } });
+    const { windDowns } = await expectWhole(runId, rows);
+    // 200 calls and their receipts, at 60 subrequests an invocation: several wind-downs.
+    expect(windDowns).toBeGreaterThanOrEqual(2);
+
+    // Each invocation stopped sending soon after the threshold: what it spent past 60 is what was in flight then
+    // (six connections), their receipts, the rows' persist and the reports; not the rest of the chunk's 200 calls.
+    const spent = (await allEvents(runId)).flatMap((event) =>
+      event.type === "log.appended" && event.code === "attempt_wound_down" ? [Number(/\((\d+) subrequests/.exec(event.line)?.[1])] : [],
+    );
+    expect(spent.length).toBe(windDowns);
+    for (const total of spent) expect(total).toBeLessThan(60 + 60);
+  });
+
+  it("carries what the attempt was granted to spend: a run capped at its exact cost still completes", async () => {
+    const rows = leads(100);
+    // 1.25 credits a lead (find 1, verify 0.25). An attempt's unused grant left reserved at each wind-down would
+    // leave the next too little and fail the run spend_cap_reached.
+    const runId = await startRun("demo-enrich", { rows }, { maxSpend: 125, testPolicy: { ...oneChunk, executorWindDownSubrequests: 60 } });
+    const { run, windDowns } = await expectWhole(runId, rows);
+    expect(windDowns).toBeGreaterThanOrEqual(2);
+    expect(run.usage.spend.total).toBe(125);
+  });
+});
+
+describe("an executor invocation near its time limit", () => {
+  it("winds its attempt down as well: the requests in flight are answered and stored, the rest sent from the next invocation", async () => {
+    await updateSimConfig(env, { latencyMs: 100 });
+    const rows = leads(60);
+    // 120 calls at six at a time, 100 ms each: about 2 s, over invocations of 400 ms.
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 400 } });
+    const { windDowns } = await expectWhole(runId, rows);
+    expect(windDowns).toBeGreaterThanOrEqual(2);
+  });
+});
+
+describe("an executor evicted around a wind-down", () => {
+  afterEach(async () => {
+    await clearFaults();
+  });
+
+  it("after the wound-down attempt stored its rows, before it was held to go on: its chunk is redispatched, every row once", async () => {
+    const rows = leads(100);
+    // The chunk's first persist is its first wind-down's (one chunk, one attempt): the executor dies right after it.
+    await setFaults([{ point: "sheet.persisted", play: "demo-enrich", fromCall: 1, times: 1, crash: true }]);
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 60 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    await expectExactlyOnce(runId, rows);
+  });
+
+  it("while it holds the attempt to go on: the next alarm, in a new instance, goes on with it", async () => {
+    await updateSimConfig(env, { latencyMs: 50 });
+    const rows = leads(100);
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 300 } });
+    const held = await until(
+      () => heldBy(`${runId}#0`),
+      (attempts) => attempts.some((attempt) => attempt.resumeRows !== null),
+      "the executor to hold a wound-down attempt",
+    );
+    await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    // What it held went on as it was (or, had the crash caught it running, its chunk was redispatched).
+    expect(held[0]!.resumeRows!.length).toBeGreaterThan(0);
+    await expectExactlyOnce(runId, rows);
+  });
+});
+
+/** Every lead completed with the provider's answers and each call billed once, however the chunk was redispatched. */
+async function expectExactlyOnce(runId: string, rows: ReturnType<typeof leads>) {
+  const stored = await datasetRows(runId, "leads");
+  expect(stored).toHaveLength(rows.length);
+  const byKey = new Map(stored.map((row) => [row._key, row]));
+  for (const row of rows) {
+    const email = expectedEmail(row.name, row.domain);
+    expect(byKey.get(row.id)).toMatchObject({ _status: "completed", email, verdict: expectedVerdict(email) });
+  }
+  expect(await simStats()).toMatchObject({ billed: 2 * rows.length, duplicates: 0 });
+}
