@@ -1,5 +1,5 @@
-import { describe, expect, it } from "vitest";
-import { allEvents, apiJson, datasetRows, startRun, waitForRun } from "./helpers";
+import { describe, expect, it, vi } from "vitest";
+import { allEvents, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 const id = () => `u${Date.now().toString(36)}${unique++}`;
@@ -86,5 +86,38 @@ describe("ctx.fetch", () => {
     const stored = JSON.stringify(await datasetRows(run.runId, "fetches")) + JSON.stringify(run.result);
     expect(stored).not.toContain(bearer);
     expect(stored).not.toContain(apiKey);
+  });
+});
+
+describe("a map over rows a play-level ctx.fetch returned", () => {
+  it("runs in executors, which replay the response the play got instead of fetching again", async () => {
+    await simReset();
+    const url = `https://lists.example.com/${id()}.json`;
+    const batch = id();
+    const rows = Array.from({ length: 120 }, (_, i) => ({ id: `${batch}-${i}`, name: `Listed ${batch} ${i}`, domain: "example.com" }));
+    const real = globalThis.fetch;
+    let listFetches = 0;
+    const spy = vi.spyOn(globalThis, "fetch").mockImplementation((input, init) => {
+      if (String(input instanceof Request ? input.url : input) !== url) return real(input, init);
+      listFetches++;
+      return Promise.resolve(Response.json({ rows }));
+    });
+    try {
+      const run = await waitForRun(await startRun("test-fetched-list", { url }));
+      expect(run.status).toBe("completed");
+      expect(run.result).toEqual({ completed: 120, failed: 0 });
+      const stored = new Map((await datasetRows(run.runId, "listed")).map((row) => [row._key, row]));
+      for (const row of rows)
+        expect(stored.get(row.id)).toMatchObject({ _status: "completed", email: expectedEmail(row.name, row.domain) });
+      // Its three chunks' calls went out from executors, not from the coordinator's six connections.
+      const callers = Object.keys((await simStats()).maxInFlightByCaller);
+      expect(callers.length).toBeGreaterThan(0);
+      expect(callers.every((caller) => caller.startsWith(`MapExecutor:${run.runId}#`))).toBe(true);
+      expect(listFetches).toBeGreaterThan(0);
+      const lines = (await allEvents(run.runId)).flatMap((e) => (e.type === "log.appended" ? [e.line] : []));
+      expect(lines.filter((line) => line.includes("runs in the coordinator"))).toEqual([]);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

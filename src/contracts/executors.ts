@@ -44,6 +44,14 @@ export interface ChunkAssignment {
   sizing?: boolean;
 }
 
+/** A play-level fetch's response as a trace keeps it for executors' replays (its body, at most MAX_TRACED_FETCH_BYTES in all). */
+export interface TracedResponse {
+  status: number;
+  statusText: string;
+  headers: [string, string][];
+  body: Uint8Array;
+}
+
 /**
  * An attempt its executor wound down (its invocation's budget ran low:
  * MapExecutor) and goes on with in a fresh invocation, under the same
@@ -94,7 +102,7 @@ export interface TracedEffect {
   name: string;
   ordinal: number;
   /**
-   * What a tool call or child was called with (`callIdentity`): calls of one
+   * What a tool call, child or fetch was called with (`callIdentity`): calls of one
    * tool made at once are numbered as their inputs become known, which may
    * differ between the coordinator and a replay; a replay matches them by it.
    */

@@ -341,6 +341,25 @@ export const testChained = definePlay({
   },
 });
 
+/** The common shape of a play that fetches its list, then enriches it: the map's rows come from a play-level ctx.fetch. */
+export const testFetchedList = definePlay({
+  name: "test-fetched-list",
+  description: "test only: a map over rows a play-level ctx.fetch returned",
+  input: z.object({ url: z.string() }),
+  async run(ctx, input) {
+    const listed = (await (await ctx.fetch(input.url, { headers: { Accept: "application/json" } })).json()) as {
+      rows: { id: string; name: string; domain: string }[];
+    };
+    const rows = await ctx.map(
+      "listed",
+      listed.rows,
+      { email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email },
+      { key: "id" },
+    );
+    return { completed: rows.completed, failed: rows.failed };
+  },
+});
+
 /** A map whose every error the play catches, returning instead (what docs/plays.md asks plays not to do). */
 export const testSwallow = definePlay({
   name: "test-swallow",
@@ -406,6 +425,7 @@ export const testDeepThenThrow = definePlay({
 });
 
 export const testPlays = [
+  testFetchedList,
   testSwallow,
   testCaught,
   testChained,

@@ -12,7 +12,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { TerminalError, TroupeError } from "../../core/errors";
 import type { CaptureSource } from "../../clients/executors";
-import type { TracedEffect, TracedMap } from "../../contracts/executors";
+import type { TracedEffect, TracedMap, TracedResponse } from "../../contracts/executors";
 import type {
   DatasetHandle,
   FieldSet,
@@ -26,7 +26,7 @@ import type {
   ToolCallOptions,
 } from "../../play/types";
 import { type EffectCall, type EffectKind, Effects } from "../invocation/effects";
-import { callIdentity, tracedError, UNREPLAYABLE } from "../invocation/effect-trace";
+import { callIdentity, fetchIdentity, replayedResponse, tracedError, UNREPLAYABLE } from "../invocation/effect-trace";
 
 /** The map's fields and options, as the play passed them. */
 export interface CapturedMap {
@@ -138,7 +138,7 @@ class CaptureContext implements PlayContext {
     return this.#replay(
       "fetch",
       "",
-      (call) => this.#settled(call, () => new Response(null)),
+      (call) => this.#settled(call, (value) => replayedResponse(value as TracedResponse), callIdentity(fetchIdentity(url, init))),
       (row) => row.fetch(url, init),
     );
   }

@@ -13,6 +13,7 @@ import type { RowContext } from "../../play/types";
 import { z } from "zod";
 import { SpendCapReached } from "../tools/spend";
 import { captureMap, CaptureUnsupported } from "./capture";
+import { callIdentity, fetchIdentity } from "../invocation/effect-trace";
 import { ExecutorSpend } from "./executor-spend";
 import { ExecutorSizer } from "./sizing";
 
@@ -279,6 +280,32 @@ describe("captureMap", () => {
     });
     const traced = source([{ kind: "fetch", name: "", ordinal: 0, outcome: { ok: false, code: "unreplayable", message: "no" } }]);
     await expect(captureMap(fetching, traced, "second", async () => [])).rejects.toBeInstanceOf(CaptureUnsupported);
+  });
+
+  it("hands a play that fetched before the map the response its coordinator got: status, headers and body", async () => {
+    const fetching = definePlay({
+      ...play,
+      async run(ctx) {
+        const response = await ctx.fetch("https://example.com/list", { method: "get" });
+        const list = (await response.json()) as { factor: number };
+        await ctx.map("second", [], {
+          b: (row) => Number(row.n) * list.factor + (response.headers.get("x-offset") ? 1 : 0) + response.status,
+        });
+        return null;
+      },
+    });
+    const body = new TextEncoder().encode(JSON.stringify({ factor: 7 }));
+    const traced = source([
+      {
+        kind: "fetch",
+        name: "",
+        ordinal: 0,
+        input: callIdentity(fetchIdentity("https://example.com/list", { method: "GET" })),
+        outcome: { ok: true, value: { status: 203, statusText: "", headers: [["x-offset", "1"]], body } },
+      },
+    ]);
+    const captured = await captureMap(fetching, traced, "second", async () => []);
+    expect(await captured.fields.b!({ n: 2 }, {} as RowContext)).toBe(2 * 7 + 1 + 203);
   });
 
   it("fails when the replayed play ends without reaching the map", async () => {

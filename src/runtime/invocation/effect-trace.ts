@@ -7,11 +7,33 @@
 import { codeOf, messageOf, TerminalError, TroupeError } from "../../core/errors";
 import { ToolCallError } from "../../play/tool-error";
 import { canonicalJson, fnv1a } from "../../core/hash";
-import type { TracedEffect, TracedFailure } from "../../contracts/executors";
+import type { TracedEffect, TracedFailure, TracedResponse } from "../../contracts/executors";
 import type { EffectCall } from "./effects";
 
-/** The code of an effect an executor cannot replay (a fetch's response): the map then runs in the coordinator. */
+/** The code of an effect an executor cannot replay (a fetch's response past the bytes kept): the map then runs in the coordinator. */
 export const UNREPLAYABLE = "unreplayable";
+
+/**
+ * Bytes of play-level fetch responses one invocation keeps for its executors'
+ * replays (they travel with each capture source, under an RPC's 32 MiB): a
+ * response past them is not replayable, and a map after it runs in the coordinator.
+ */
+export const MAX_TRACED_FETCH_BYTES = 4 * 1024 * 1024;
+
+/** What a fetch's identity in a trace is made of: its URL and method (never its headers, which may carry secrets). */
+export function fetchIdentity(url: string | URL, init?: RequestInit): unknown {
+  return [String(url), (init?.method ?? "GET").toUpperCase()];
+}
+
+/** The response a replay of a traced fetch gets: the one the play got. */
+export function replayedResponse(traced: TracedResponse): Response {
+  const nullBody = [101, 204, 205, 304].includes(traced.status);
+  return new Response(nullBody ? null : traced.body.slice(), {
+    status: traced.status,
+    statusText: traced.statusText,
+    headers: traced.headers,
+  });
+}
 
 /**
  * What a call was made with, as a trace compares it: its canonical JSON, or
@@ -29,6 +51,24 @@ export function callIdentity(value: unknown): string | null {
 
 export class EffectTrace {
   #effects: TracedEffect[] = [];
+  /** The play-level fetch responses kept, by the response the play got. */
+  #responses = new WeakMap<Response, TracedResponse>();
+  #responseBytes = 0;
+
+  /**
+   * The response of a play-level fetch, kept (within {@link MAX_TRACED_FETCH_BYTES}) for the trace: the play gets a
+   * copy, so that what it reads and what a replay reads are the same bytes.
+   */
+  async keep(response: Response): Promise<Response> {
+    const body = new Uint8Array(await response.arrayBuffer());
+    const traced: TracedResponse = { status: response.status, statusText: response.statusText, headers: [...response.headers], body };
+    const copy = replayedResponse(traced);
+    if (this.#responseBytes + body.byteLength <= MAX_TRACED_FETCH_BYTES) {
+      this.#responseBytes += body.byteLength;
+      this.#responses.set(copy, traced);
+    }
+    return copy;
+  }
 
   /**
    * Records the effect `call` (made with `input`, see {@link callIdentity}) and, once it settles, its outcome (a map's
@@ -41,8 +81,11 @@ export class EffectTrace {
     if (!(result instanceof Promise)) return;
     result.then(
       (value: unknown) => {
-        if (call.kind === "fetch") entry.outcome = { ok: false, code: UNREPLAYABLE, message: "a fetch's response cannot be replayed" };
-        else entry.outcome = { ok: true, value: call.kind === "map" ? null : value };
+        const response = call.kind === "fetch" ? this.#responses.get(value as Response) : undefined;
+        if (call.kind === "fetch" && !response) {
+          const message = `its play-level fetch responses pass the ${MAX_TRACED_FETCH_BYTES / 1024 / 1024} MiB an invocation keeps for replays`;
+          entry.outcome = { ok: false, code: UNREPLAYABLE, message };
+        } else entry.outcome = { ok: true, value: call.kind === "map" ? null : (response ?? value) };
       },
       (error: unknown) => {
         entry.outcome = { ok: false, code: codeOf(error) ?? null, message: messageOf(error), ...kindOf(error) };

@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { Effects } from "./effects";
+import { EffectTrace, MAX_TRACED_FETCH_BYTES, UNREPLAYABLE } from "./effect-trace";
+import type { TracedResponse } from "../../contracts/executors";
 
 describe("Effects", () => {
   it("gives each play-level effect its ordinal among the effects of its kind and name", () => {
@@ -24,5 +26,26 @@ describe("Effects", () => {
     expect(effects.make("tool", "t", true, { play: (call) => call.ordinal, row: () => -1 })).toBe(0);
     expect(effects.make("child", "p", false, { play: (call) => call.ordinal })).toBe(0);
     expect(effects.make("log", "", false, { play: (call) => call.ordinal })).toBe(0);
+  });
+});
+
+describe("EffectTrace's play-level fetches", () => {
+  it("keeps responses for replays up to MAX_TRACED_FETCH_BYTES in all; a fetch past them is not replayable", async () => {
+    const trace = new EffectTrace();
+    const fetchOf = async (ordinal: number, bytes: number) => {
+      const response = trace.keep(new Response(new Uint8Array(bytes).fill(65), { status: 201, headers: { "x-page": String(ordinal) } }));
+      trace.record({ kind: "fetch", name: "", ordinal }, response, null);
+      return response;
+    };
+    const first = await fetchOf(0, MAX_TRACED_FETCH_BYTES - 10);
+    // The play reads its copy; what the trace keeps is the same bytes.
+    expect((await first.text()).length).toBe(MAX_TRACED_FETCH_BYTES - 10);
+    await fetchOf(1, 11);
+    await fetchOf(2, 10);
+    const [kept, over, fits] = trace.snapshot();
+    expect(kept!.outcome).toMatchObject({ ok: true, value: { status: 201, headers: [["x-page", "0"]] } });
+    expect(over!.outcome).toMatchObject({ ok: false, code: UNREPLAYABLE });
+    expect(fits!.outcome).toMatchObject({ ok: true });
+    expect(((fits!.outcome as { value: TracedResponse }).value.body as Uint8Array).byteLength).toBe(10);
   });
 });

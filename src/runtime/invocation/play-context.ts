@@ -19,7 +19,7 @@ import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
 import type { InvocationScope } from "./scope";
-import { callIdentity, type EffectTrace } from "./effect-trace";
+import { callIdentity, type EffectTrace, fetchIdentity } from "./effect-trace";
 
 /** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
 export interface PlayServices {
@@ -102,7 +102,13 @@ export class RunContext implements PlayContext {
   }
 
   fetch(url: string | URL, init?: RequestInit): Promise<Response> {
-    return this.#effect("fetch", "", { play: () => this.#services.egress.fetch(url, init) });
+    return this.#effect(
+      "fetch",
+      "",
+      // Kept for the invocation's executors: a replay up to a map after it reads the response the play read.
+      { play: () => this.#services.egress.fetch(url, init).then((response) => this.#trace.keep(response)) },
+      fetchIdentity(url, init),
+    );
   }
 
   tool<T = unknown>(toolId: string, input: unknown, options?: ToolCallOptions): Promise<T> {
