@@ -8,7 +8,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { updateSimConfig } from "../src/sim/client";
-import { allEvents, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, api, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { clearFaults, crash, heldBy, setFaults, until } from "./chaos-helpers";
 
 let unique = 0;
@@ -29,10 +29,12 @@ async function expectWhole(runId: string, rows: ReturnType<typeof leads>) {
   expect(run.status).toBe("completed");
   expect(run.result).toEqual({ rows: rows.length, failed: 0 });
   await expectExactlyOnce(runId, rows);
-  const codes = await notices(runId);
+  const events = await allEvents(runId);
+  const codes = events.flatMap((e) => (e.type === "log.appended" && e.code ? [e.code] : []));
+  const lines = events.flatMap((e) => (e.type === "log.appended" ? [e.line] : [])).join("\n");
   // The same attempt went on: nothing was redispatched, no epoch fenced off, no lease lost.
   for (const code of ["attempt_redispatched", "invocation_resumed", "leases_lost", "late_write_rejected"] as const)
-    expect(codes).not.toContain(code);
+    expect(codes, lines).not.toContain(code);
   return { run, windDowns: codes.filter((code) => code === "attempt_wound_down").length };
 }
 
@@ -128,3 +130,42 @@ async function expectExactlyOnce(runId: string, rows: ReturnType<typeof leads>) 
   }
   expect(await simStats()).toMatchObject({ billed: 2 * rows.length, duplicates: 0 });
 }
+
+describe("a field that catches its call's error", () => {
+  it("does not store what it made of a call the wind-down refused: the row goes on in the next invocation", async () => {
+    await updateSimConfig(env, { latencyMs: 50 });
+    const rows = leads(100);
+    // Rows wait for the executor's six connections: at each wind-down, most have a call refused, which they catch.
+    const runId = await startRun("test-catching", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 300 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(await notices(runId)).toContain("attempt_wound_down");
+    const stored = new Map((await datasetRows(runId, "leads")).map((row) => [row._key, row]));
+    for (const row of rows) expect(stored.get(row.id)).toMatchObject({ _status: "completed", email: expectedEmail(row.name, row.domain) });
+    expect(await simStats()).toMatchObject({ billed: rows.length, duplicates: 0 });
+  });
+});
+
+describe("a run cancelled while its attempt winds down and goes on", () => {
+  it("sends nothing more: no attempt held or resumed after the cancel calls the provider", async () => {
+    await updateSimConfig(env, { latencyMs: 50 });
+    const rows = leads(100);
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 200 } });
+    await until(
+      () => notices(runId),
+      (codes) => codes.filter((code) => code === "attempt_wound_down").length >= 2,
+      "two wind-downs",
+    );
+    expect((await api(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+    expect((await waitForRun(runId)).status).toBe("cancelled");
+    await until(
+      () => heldBy(`${runId}#0`),
+      (held) => held.length === 0,
+      "the executor to hold nothing",
+    );
+    const calls = (await simStats()).calls;
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect((await simStats()).calls).toBe(calls);
+    expect((await simStats()).duplicates).toBe(0);
+  });
+});

@@ -2,7 +2,7 @@ import { DurableObject } from "cloudflare:workers";
 import { type CaptureSource, CoordinatorLink } from "../clients/executors";
 import { faultProbeFor } from "../clients/faults";
 import type { ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "../contracts/executors";
-import { TroupeError } from "../core/errors";
+import { messageOf, TroupeError } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
 import { lateAlarmRetryAt, MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
@@ -77,15 +77,22 @@ export class MapExecutor extends DurableObject<Env> {
 
   /** Holds `assignment` and wakes the alarm: true, or false when it was dropped (an older epoch than this executor has seen). */
   async assign(assignment: ChunkAssignment): Promise<boolean> {
+    const before = this.#store.held();
     // A stale coordinator's assignment (an older epoch) is dropped: its attempt would be fenced off anyway.
     if (!this.ctx.storage.transactionSync(() => this.#store.assign(assignment))) return false;
     const held = new Set(this.#store.held().map((h) => h.assignment.attempt.attemptId));
+    const reason = (attemptId: string) => `attempt ${attemptId} was replaced by ${assignment.attempt.attemptId}`;
     for (const [attemptId, running] of this.#running)
-      if (!held.has(attemptId))
-        running.stop.abort(new TroupeError("superseded", `attempt ${attemptId} was replaced by ${assignment.attempt.attemptId}`));
+      if (!held.has(attemptId)) running.stop.abort(new TroupeError("superseded", reason(attemptId)));
     // A running alarm starts it at once; else wake one.
     if (this.#looping) this.#wake();
     else await this.ctx.storage.setAlarm(Date.now());
+    // A wound-down attempt replaced while held says so: the coordinator frees the spend it was granted.
+    for (const dropped of before) {
+      const { attemptId } = dropped.assignment.attempt;
+      if (dropped.resume && dropped.state === "assigned" && !held.has(attemptId) && !this.#running.has(attemptId))
+        await this.#reportStopped(dropped, reason(attemptId)).catch(() => {});
+    }
     return true;
   }
 
@@ -100,7 +107,13 @@ export class MapExecutor extends DurableObject<Env> {
     const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
     if (!held) return;
     this.#store.finish(attemptId);
+    await this.#reportStopped(held, reason);
+  }
+
+  /** Reports an attempt held and not running (dropped) stopped, from an invocation of its own. */
+  async #reportStopped(held: HeldAssignment, reason: string): Promise<void> {
     const { runId, map, chunk } = held.assignment;
+    const { attemptId } = held.assignment.attempt;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     const faults = faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: held.assignment.dataset.play });
     const reporter = new AttemptReporter({
@@ -254,7 +267,8 @@ export class MapExecutor extends DurableObject<Env> {
             pacers: invocation.pacers,
             uploads: this.#uploads,
             source: async (attemptSeq, map) => {
-              const source = await this.#source(invocation.link, attemptSeq, map);
+              // A wound-down attempt asks afresh: the invocation that assigned it may have ended since.
+              const source = await this.#source(invocation.link, attemptSeq, map, resume !== null);
               if (source) {
                 invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
                 invocation.windDown.limit(source.policy);
@@ -270,7 +284,12 @@ export class MapExecutor extends DurableObject<Env> {
       );
       if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
-        if (this.#store.resume(attemptId, end.resume)) await reporter.suspend().catch(() => {});
+        if (!this.#store.resume(attemptId, end.resume)) return;
+        await reporter.suspend().catch(() => {});
+        if (!stop.signal.aborted) return;
+        // Stopped while it was being held (a cancel, its coordinator giving it up): it does not go on.
+        this.#store.finish(attemptId);
+        await reporter.end({ kind: "stopped", reason: messageOf(stop.signal.reason) });
         return;
       }
       await reporter.end(end);
@@ -285,8 +304,9 @@ export class MapExecutor extends DurableObject<Env> {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }
 
-  #source(link: CoordinatorLink, attemptSeq: number, map: string): Promise<CaptureSource | null> {
+  #source(link: CoordinatorLink, attemptSeq: number, map: string, fresh = false): Promise<CaptureSource | null> {
     const key = `${attemptSeq}:${map}`;
+    if (fresh) this.#sources.delete(key);
     let source = this.#sources.get(key);
     if (!source) {
       // An older epoch's sources are done with: its attempts are fenced off.

@@ -65,6 +65,8 @@ export interface AttemptResume {
   done: ChunkSummary;
   /** Of the spend the coordinator granted the attempt, what it has not used (0 when the run has no cap). */
   grantedMicros: number;
+  /** Invocations in a row that wound down without settling a row (absent: none). */
+  stalled?: number;
 }
 
 /**

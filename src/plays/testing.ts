@@ -360,6 +360,30 @@ export const testFetchedList = definePlay({
   },
 });
 
+/** A map whose field catches its tool call's error and goes on (a row then says "caught"). */
+export const testCatching = definePlay({
+  name: "test-catching",
+  description: "test only: a field that catches its call's error",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    const rows = await ctx.map(
+      "leads",
+      input.rows,
+      {
+        email: async (row, c) => {
+          try {
+            return (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email;
+          } catch {
+            return "caught";
+          }
+        },
+      },
+      { key: "id" },
+    );
+    return { completed: rows.completed, failed: rows.failed };
+  },
+});
+
 /** A map whose every error the play catches, returning instead (what docs/plays.md asks plays not to do). */
 export const testSwallow = definePlay({
   name: "test-swallow",
@@ -425,6 +449,7 @@ export const testDeepThenThrow = definePlay({
 });
 
 export const testPlays = [
+  testCatching,
   testFetchedList,
   testSwallow,
   testCaught,

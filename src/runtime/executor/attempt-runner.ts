@@ -19,7 +19,7 @@ import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "
 import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
-import { InProcessChunkExecutor, sweepReused } from "../map/chunk-executor";
+import { InProcessChunkExecutor, refusedIn, sweepReused } from "../map/chunk-executor";
 import { UploadRows } from "../map/upload-rows";
 import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
@@ -35,6 +35,9 @@ import { ExecutorSpend } from "./executor-spend";
 
 /** How long the play may take to reach the map when replayed here. */
 const CAPTURE_TIMEOUT_MS = 30_000;
+
+/** Wind-downs in a row without a row settled before an attempt fails (its chunk then goes to a new epoch, a bounded number of times). */
+const MAX_STALLED_WIND_DOWNS = 3;
 
 /** What the executor gives each attempt it runs. */
 export interface AttemptHost {
@@ -142,7 +145,11 @@ export async function runAttempt(
       signal: rc.signal,
       tool: rc.tool,
       log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
-      fetch: (url, init) => egress.fetch(url, init),
+      fetch: (url, init) =>
+        egress.fetch(url, init).catch((error: unknown) => {
+          if (rc.signal.aborted) refusedIn(rc);
+          throw error;
+        }),
       runPlay: (child) => {
         const error = new ChildNeedsCoordinator(String(child));
         guards.latch.trip(error);
@@ -191,11 +198,18 @@ export async function runAttempt(
     );
     const summary = resume ? joined(resume.done, part) : part;
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
+    // No row settled in this invocation: one that cannot settle within an invocation's budget would go on for ever.
+    const stalled = resume && deferred.length === resume.rows.length ? (resume.stalled ?? 0) + 1 : 0;
+    if (stalled >= MAX_STALLED_WIND_DOWNS)
+      return {
+        kind: "failed",
+        message: `attempt ${assignment.attempt.attemptId} wound down ${stalled} invocations in a row without settling a row: its rows need more than an invocation's subrequests or time`,
+      };
     log(
       `attempt ${assignment.attempt.attemptId} wound down (${host.meter.total} subrequests in this invocation): ${deferred.length} of its rows go on in a fresh one`,
       "attempt_wound_down",
     );
-    return { kind: "resume", resume: { rows: deferred, done: summary, grantedMicros: spend.unusedMicros } };
+    return { kind: "resume", resume: { rows: deferred, done: summary, grantedMicros: spend.unusedMicros, stalled } };
   } catch (error) {
     const tripped = guards.latch.tripped;
     if (tripped instanceof ChildNeedsCoordinator) return { kind: "inline", reason: tripped.message };

@@ -63,7 +63,7 @@ export class WindDown {
     const total = this.#meter.total;
     const elapsed = this.#now() - this.#startedAt;
     if (total < this.#subrequests && elapsed < this.#ms) return;
-    const why = total >= this.#subrequests ? `${total} subrequests` : `${Math.round(elapsed / 1000)} s`;
+    const why = total >= this.#subrequests ? `${total} subrequests` : `${elapsed} ms`;
     this.#controller.abort(new TroupeError("wound_down", `this executor invocation has spent ${why}; its attempts go on in a fresh one`));
     this.close();
   }

@@ -15,6 +15,7 @@ import type { JournalStore } from "../../stores/journal-store";
 import { type EffectCall, type EffectKind, Effects } from "./effects";
 import type { ChildPlays } from "./child-plays";
 import type { MapRunner } from "../map/map-runner";
+import { refusedIn } from "../map/chunk-executor";
 import type { PlayFetch, SecretValues } from "./play-fetch";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
@@ -172,7 +173,12 @@ export class RunContext implements PlayContext {
       tool: rc.tool,
       log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
       runPlay: (play, input, options = {}) => children.run(play, input, options, rc.rowKey) as Promise<any>,
-      fetch: (url, init) => egress.fetch(url, init),
+      fetch: (url, init) =>
+        egress.fetch(url, init).catch((error: unknown) => {
+          // Refused because the attempt stopped: the row is not stored, whatever its field makes of it.
+          if (rc.signal.aborted) refusedIn(rc);
+          throw error;
+        }),
     };
   }
 }

@@ -87,6 +87,11 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     return this.#controller.signal.aborted ? (this.#controller.signal.reason as LeaseLostError) : null;
   }
 
+  /** The receipts the attempt holds running: claimed and neither completed nor failed. */
+  get heldReceipts(): string[] {
+    return [...this.#receipts.values()].flatMap((held) => [...held]);
+  }
+
   holdRows(keys: Iterable<string>): void {
     for (const key of keys) this.#rows.add(key);
   }

@@ -126,6 +126,20 @@ export interface InProcessExecutorOptions {
  */
 const DRAIN_ROWS = 2 * MAX_OUTBOUND_IN_FLIGHT;
 
+/**
+ * A row context's hook for effects added around it (`ctx.fetch`): an effect
+ * refused because the attempt stopped calls it, and the row is not stored.
+ */
+export const REFUSED = Symbol("refused");
+export interface Refusable {
+  [REFUSED]?: () => void;
+}
+
+/** Tells the row `rc` belongs to that one of its effects was refused because its attempt stopped. */
+export function refusedIn(rc: RowContext): void {
+  (rc as RowContext & Refusable)[REFUSED]?.();
+}
+
 /** An attempt's summary; `deferred`: the indexes of rows a wind-down left unfinished (nothing of them was persisted). */
 export interface WoundDownSummary extends ChunkSummary {
   deferred: number[];
@@ -192,10 +206,11 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     leases.holdRows(pending.map((row) => row.key));
     leases.start();
     let results: PersistRowsRequest["rows"] = [];
+    const computed = new Set<number>();
     try {
       const workers = new WorkerBarrier();
       const scheduler = this.#deps.scheduler(attempt, workers, leases);
-      results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal);
+      results = await this.#computeRows(chunk, pending, scheduler, workers, leases.signal, computed);
       // Calls a row left behind when it settled (its field rejected while they ran) end under the attempt's leases.
       await scheduler.settled();
       if (results.length) await this.#persist(attempt, leases, results, summary);
@@ -207,10 +222,19 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     // Rows left unpersisted by a cancel or a tripped latch keep their leases until teardown releases them.
     this.#deps.signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
-    // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again.
     if (windDown?.aborted && !lost) {
-      const computed = new Set(results.map((row) => row.key));
-      summary.deferred = pending.filter((row) => !computed.has(row.key)).map((row) => row.index);
+      const left = pending.filter((row) => !computed.has(row.index));
+      const unsettled = leases.heldReceipts;
+      // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again. A call
+      // left running (a request whose failure was cut short, a takeover whose recovery was) is not the same
+      // attempt's to send again: its chunk goes to a new epoch, whose claims see it was taken over.
+      if (unsettled.length === 0) summary.deferred = left.map((row) => row.index);
+      else
+        summary.lost = {
+          rows: left.map((row) => row.key),
+          receipts: unsettled,
+          reason: `wound down with ${unsettled.length} calls whose outcome it had not stored`,
+        };
     }
     return summary;
   }
@@ -237,13 +261,14 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     }
   }
 
-  /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out. */
+  /** Computes the pending rows, at most `rowConcurrency` at once; rows cut off by `signal` are left out, the others' indexes go to `computed`. */
   async #computeRows(
     chunk: number,
     pending: PlannedRow[],
     scheduler: ToolScheduler,
     workers: WorkerBarrier,
     signal: AbortSignal,
+    computed: Set<number>,
   ): Promise<PersistRowsRequest["rows"]> {
     const results: PersistRowsRequest["rows"] = [];
     let left = pending.length;
@@ -262,7 +287,10 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       try {
         // Its requests are paced in row order (after older chunks'): the chunk's rows finish one after another, not all at its end.
         outcome = await withRank(rowRank(chunk, index), () => this.#computeRow(planned, scheduler, signal));
-        if (outcome) results.push(outcome);
+        if (outcome) {
+          results.push(outcome);
+          computed.add(planned.index);
+        }
       } finally {
         workers.leave();
         this.#deps.onRow?.(chunk, outcome?.status ?? "stopped");
@@ -305,18 +333,30 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     if (planned.invalid !== undefined)
       return { key: planned.key, status: "failed", data: planned.input, error: `invalid_row: ${planned.invalid}` };
     const row: Row = { ...planned.input };
-    const ctx = <RowContext>{
+    // A call refused because the attempt stopped (a cancel, lost leases, a wind-down), which a field may catch and
+    // go on from: the row is not what its fields would compute, and is not stored.
+    let refused = false;
+    const refuse = () => {
+      refused = true;
+    };
+    const ctx = <RowContext & Refusable>{
       // runPlay and fetch are added by RunContext.map (src/runtime/invocation/play-context.ts)
       rowKey: planned.key,
       signal,
-      tool: (toolId, input, options) => scheduler.call(toolId, input, options) as Promise<any>,
+      tool: (toolId, input, options) =>
+        (scheduler.call(toolId, input, options) as Promise<any>).catch((error: unknown) => {
+          if (signal.aborted) refuse();
+          throw error;
+        }),
       log: (...args) => this.#deps.log(`[row ${planned.key}] ${args.map(String).join(" ")}`),
+      [REFUSED]: refuse,
     };
     try {
       for (const [name, fn] of Object.entries(this.#deps.fields)) {
         const value = await fn(row, ctx);
         row[name] = value === undefined ? null : value;
       }
+      if (refused) return null;
       const deep = tooDeepAt(row);
       if (deep !== null) {
         return {

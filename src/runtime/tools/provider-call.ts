@@ -70,31 +70,44 @@ function toolSaysRateLimit(error: unknown, isRateLimit: ((error: unknown) => boo
   }
 }
 
+/** The request was stopped (`signal` aborted) before anything of it was sent: its outcome is known, nothing. */
+export class NotSent extends Error {
+  constructor(readonly reason: unknown) {
+    super(messageOf(reason));
+  }
+}
+
 /**
  * Makes one provider request through `send`, paced and retried. `send`
  * gets the attempt's `reportHeaders` for the tool's call. Throws only when
- * aborted.
+ * aborted before any of its sends began ({@link NotSent}); aborted after one
+ * did, it answers that send's failure (no retry), so the call's outcome is
+ * stored as a failure a later attempt may send again, as a retry would have.
  */
 export async function callProvider<T>(
   ctx: ProviderCallContext,
   send: (reportHeaders: (headers: HeadersInit) => void) => Promise<T>,
 ): Promise<ProviderOutcome<T>> {
+  let last: Failure | null = null;
   for (let attempt = 1; ; attempt++) {
-    ctx.signal.throwIfAborted();
     let failure: Failure;
+    let sending = false;
+    let counted = false;
     try {
+      ctx.signal.throwIfAborted();
       const slot = await ctx.pacer.slot(ctx.signal, currentRank());
       const answer = new AnswerSignals();
       try {
         await ctx.faults.check("provider.before", ctx.toolId);
         // Counted as it goes out (after any wait for one of the object's six slots: `call.fetch`); a tool that
         // sends its request some other way (the global fetch) is counted once it answers.
-        let counted = false;
         const count = () => {
           if (counted) return;
           counted = true;
           ctx.meter.provider++;
         };
+        // From here it may reach the provider (a tool that sends without `call.fetch` is not seen going out).
+        sending = true;
         const value = await withSendHooks({ sent: count }, () => send((headers) => answer.add(headers)));
         count();
         await ctx.faults.check("provider.after", ctx.toolId);
@@ -117,10 +130,19 @@ export async function callProvider<T>(
         slot.release(answer.signals);
       }
     } catch (error) {
-      // Not sent (waiting for a slot when cancelled), or sent and failed: either way nothing billed is dropped.
-      if (ctx.signal.aborted) throw ctx.signal.reason;
+      // Stopped before this send began (waiting for a slot, or for the next try): an earlier send's failure is the
+      // call's outcome, else nothing was sent.
+      // A send that waited for one of the object's six connections is refused with the stop's own reason.
+      const refused = sending && !counted && error === ctx.signal.reason;
+      if (ctx.signal.aborted && (!sending || refused)) {
+        if (last) return { ok: false, error: last.error, retryable: last.retryable };
+        throw new NotSent(ctx.signal.reason);
+      }
       failure = classifyFailure(error, ctx.isRateLimit);
     }
+    last = failure;
+    // Sent and failed as the attempt stopped: not retried here.
+    if (ctx.signal.aborted) return { ok: false, error: failure.error, retryable: failure.retryable };
     if (failure.retry.kind === "rate_limited") {
       ctx.meter.rateLimited++;
       await ctx.pacer.backpressure(failure.retry.retryAfterMs).catch((error: unknown) => {
@@ -135,6 +157,7 @@ export async function callProvider<T>(
     }
     ctx.meter.retries++;
     const retryAfterMs = failure.retry.kind === "rate_limited" ? failure.retry.retryAfterMs : null;
-    await sleep(retryDelayMs(ctx.retry, attempt, retryAfterMs), ctx.signal);
+    // Stopped while it waits: the next turn answers this failure.
+    await sleep(retryDelayMs(ctx.retry, attempt, retryAfterMs), ctx.signal).catch(() => {});
   }
 }

@@ -19,7 +19,7 @@ import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import type { ReceiptError } from "../../contracts/shards";
 import { checkSplit, planBatches } from "./batching";
-import { callProvider, type ProviderCallContext } from "./provider-call";
+import { callProvider, NotSent, type ProviderCallContext } from "./provider-call";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
@@ -27,6 +27,7 @@ import { toolEnv } from "../../play/define";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
 /** One owned call, ready to send: its validated input and keys. */
+
 export interface QueuedCall {
   input: unknown;
   idempotencyKey: string;
@@ -246,7 +247,10 @@ export class ToolQueue {
 
   async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
-    await this.#enter(1, signal);
+    // Refused before anything was sent (the attempt stopped): the receipt may say it was never sent.
+    await this.#enter(1, signal).catch((error: unknown) => {
+      throw new NotSent(error);
+    });
     try {
       const result = await this.#outbound(
         this.#sending(tool, 1, () =>
@@ -346,7 +350,8 @@ export class ToolQueue {
     try {
       await this.#enter(members.length, signal);
     } catch (error) {
-      for (const member of members) member.reject(error);
+      // Refused before anything was sent (the attempt stopped): each member's receipt may say it was never sent.
+      for (const member of members) member.reject(new NotSent(error));
       return;
     }
     let outcomes: CallOutcome[];

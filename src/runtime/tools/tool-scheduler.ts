@@ -11,6 +11,7 @@ import { AuthScopeChange } from "./auth-scope";
 import { LadderExhausted } from "./completion-ladder";
 import type { DispatchServices, MapGuards } from "./services";
 import { ToolQueue, type HeldOutcome } from "./tool-queue";
+import { NotSent } from "./provider-call";
 import { priceOf, SpendCapReached } from "./spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
 import { NOT_SENT, OUTCOME_UNKNOWN } from "../../stores/receipt-store";
@@ -413,11 +414,14 @@ export class ToolScheduler {
           () => this.#queue.submit(call.tool, { input: call.input, idempotencyKey: key, authScopeDigest: call.scope }),
         ),
       );
-    } catch (error) {
-      // Cut off before any request of it left (a cancel, lost leases): the receipt says it was never sent, so a rerun
-      // sends it as a call never made, not as one whose outcome is unknown (which a provider that ignores idempotency
-      // keys cannot be sent again). A batch's request leaves from its gathering, out of this call's sight: not told.
-      if (!wentOut && !call.tool.batch && this.#services.signal.aborted) {
+    } catch (caught) {
+      // Cut off before any request of it left (a cancel, lost leases, a wind-down): the receipt says it was never sent,
+      // so a rerun sends it as a call never made, not as one whose outcome is unknown (which a provider that ignores
+      // idempotency keys cannot be sent again). A batch's request leaves from its gathering, out of this call's sight:
+      // told when the batch was refused before it could leave.
+      const notSent = caught instanceof NotSent;
+      const error = notSent ? caught.reason : caught;
+      if ((notSent || (!wentOut && !call.tool.batch)) && this.#services.signal.aborted) {
         const message = `${call.tool.id}: the request was not sent (${messageOf(error)})`;
         await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
       }

@@ -1,0 +1,87 @@
+import { describe, expect, it } from "vitest";
+import { NO_FAULTS } from "../../clients/faults";
+import { RetryBudget } from "../../core/backoff";
+import { SubrequestMeter } from "../../core/meter";
+import { sendOutbound, withOutbound, withSendStop, OutboundGate } from "../../core/outbound";
+import { ToolCallError } from "../../play/tool-error";
+import type { Pacer } from "../pacing/pacer";
+import { callProvider, NotSent, type ProviderCallContext } from "./provider-call";
+
+/** A pacer that hands a slot out at once, or holds every request until `open()`. */
+function pacer(held = false) {
+  let open = () => {};
+  const opened = held ? new Promise<void>((resolve) => (open = resolve)) : Promise.resolve();
+  const fake = {
+    async slot(signal: AbortSignal) {
+      await Promise.race([opened, new Promise((_, reject) => signal.addEventListener("abort", () => reject(signal.reason)))]);
+      return { release: () => {} };
+    },
+    async backpressure() {},
+  } as unknown as Pacer;
+  return { pacer: fake, open: () => open() };
+}
+
+function context(stop: AbortController, fake: Pacer): ProviderCallContext {
+  return {
+    toolId: "t",
+    pacer: fake,
+    budget: new RetryBudget({ remaining: 10 }),
+    faults: NO_FAULTS,
+    retry: { providerAttempts: 3, rateLimitAttempts: 3, providerRetryBaseMs: 5_000, providerRetryMaxMs: 5_000 },
+    signal: stop.signal,
+    meter: new SubrequestMeter(),
+    log: () => {},
+  };
+}
+
+describe("callProvider, stopped", () => {
+  it("throws NotSent when stopped while it waits for a pacing slot: nothing of the call was sent", async () => {
+    const stop = new AbortController();
+    const { pacer: fake } = pacer(true);
+    let sent = 0;
+    const call = callProvider(context(stop, fake), async () => void sent++);
+    stop.abort(new Error("wound down"));
+    const error = await call.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(NotSent);
+    expect((error as NotSent).reason).toBe(stop.signal.reason);
+    expect(sent).toBe(0);
+  });
+
+  it("throws NotSent when the object's six connections refuse the request it waited for", async () => {
+    const stop = new AbortController();
+    const gate = new OutboundGate({ limit: 1 });
+    // Its one connection is held by another request.
+    await gate.acquire();
+    const call = withOutbound({ caller: "Test:gate", gate }, () =>
+      withSendStop(stop.signal, () => callProvider(context(stop, pacer().pacer), () => sendOutbound(async () => "sent"))),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    stop.abort(new Error("wound down"));
+    expect(await call.catch((e: unknown) => e)).toBeInstanceOf(NotSent);
+  });
+
+  it("answers a sent request's failure, not retried, when stopped after it went out: a later attempt may send it again", async () => {
+    const stop = new AbortController();
+    let sent = 0;
+    const outcome = await callProvider(context(stop, pacer().pacer), async () => {
+      sent++;
+      stop.abort(new Error("wound down"));
+      throw new ToolCallError({ code: "upstream_busy", message: "try later", retryable: true });
+    });
+    expect(outcome).toEqual({ ok: false, error: { code: "upstream_busy", message: "try later" }, retryable: true });
+    expect(sent).toBe(1);
+  });
+
+  it("answers the last failure when stopped while it waits to retry", async () => {
+    const stop = new AbortController();
+    let sent = 0;
+    const call = callProvider(context(stop, pacer().pacer), async () => {
+      sent++;
+      throw new ToolCallError({ code: "upstream_busy", message: "try later", retryable: true });
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    stop.abort(new Error("wound down"));
+    expect(await call).toEqual({ ok: false, error: { code: "upstream_busy", message: "try later" }, retryable: true });
+    expect(sent).toBe(1);
+  });
+});
