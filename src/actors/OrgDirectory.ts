@@ -60,6 +60,19 @@ export class OrgDirectory extends DurableObject<Env> {
     return { ...this.#spend.limits(), spentToday: this.#spend.dayTotal(utcDay(now)) };
   }
 
+  /** Up to `wantedMicros` more of today's limit for the run (OrgSpendStore.holdDaily): what was granted. */
+  async holdDailySpend(runId: string, at: number, wantedMicros: number): Promise<number> {
+    return this.ctx.storage.transactionSync(() =>
+      this.#spend.holdDaily(String(runId), Number(at), Math.max(0, Math.floor(Number(wantedMicros)))),
+    );
+  }
+
+  /** The run's spend is reported: its hold of today's limit ends. Answers the limit and today's billed, as spendBudget. */
+  async resetDailySpend(runId: string, now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    this.#spend.resetDaily(String(runId));
+    return this.spendBudget(now);
+  }
+
   /** A completed run's rows computed and billed requests, added to its play's history once. */
   async recordPlayStats(stats: PlayStatsMessage): Promise<void> {
     this.ctx.storage.transactionSync(() => this.#spend.recordPlay(PlayStatsMessage.parse(stats)));

@@ -375,7 +375,7 @@ export class RunCoordinator extends Server<Env> {
       policy: policyFor(this.env, run?.testPolicy),
       meter,
       faults,
-      spendCap: await spendCapOf(this.env, this.#store),
+      spend: await spendCapOf(this.env, this.#store),
     };
     try {
       next = await driveRun(this.#host, start);
@@ -403,8 +403,10 @@ export class RunCoordinator extends Server<Env> {
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + CHILD_CANCEL_RETRY_MS);
     await tellParents(links);
-    // A report that could not be made is made by a later alarm, even once the run has ended.
+    // A report that could not be made is made by a later alarm, even once the run has ended. Made, what this
+    // invocation held of the org's daily limit is in the day's total: the hold ends.
     if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
+    else if (run) await start.spend.release(this.env, run.runId, run.org).catch(() => {});
     return next;
   }
 

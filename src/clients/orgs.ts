@@ -26,6 +26,16 @@ export class OrgClient {
     return this.#stub.spendBudget(now);
   }
 
+  /** Up to `wantedMicros` more of the org's daily limit held for `runId`: what was granted (all of it without a limit). */
+  holdDailySpend(runId: string, at: number, wantedMicros: number): Promise<number> {
+    return this.#stub.holdDailySpend(runId, at, wantedMicros);
+  }
+
+  /** The run's spend is reported: its hold ends. The org's daily limit and what it has billed today. */
+  resetDailySpend(runId: string, now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    return this.#stub.resetDailySpend(runId, now);
+  }
+
   recordSpend(report: SpendReportMessage): Promise<number> {
     return this.#stub.recordSpend(report);
   }

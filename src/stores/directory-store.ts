@@ -1,7 +1,7 @@
 /** An org's run index: upserted by each run's coordinator, paged newest first. */
 import { z } from "zod";
 import type { Sql } from "./sql";
-import { orgSpendMigration } from "./org-spend-store";
+import { dailyHoldsMigration, orgSpendMigration } from "./org-spend-store";
 
 export const directoryMigrations = [
   `CREATE TABLE runs (
@@ -14,6 +14,7 @@ export const directoryMigrations = [
   `CREATE TABLE executor_leases (run_id TEXT PRIMARY KEY, executors INTEGER NOT NULL, expires_at INTEGER NOT NULL);`,
   // Keys expire (IDEMPOTENCY_KEY_TTL_MS): the oldest go first.
   `CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);`,
+  dailyHoldsMigration,
 ];
 
 /** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */

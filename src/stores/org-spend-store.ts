@@ -16,6 +16,14 @@ export const orgSpendMigration = `
   CREATE TABLE play_stats (play TEXT PRIMARY KEY, runs INTEGER NOT NULL, rows_computed INTEGER NOT NULL) WITHOUT ROWID;
   CREATE TABLE play_tool_stats (play TEXT NOT NULL, tool TEXT NOT NULL, calls INTEGER NOT NULL, micros INTEGER NOT NULL, PRIMARY KEY (play, tool)) WITHOUT ROWID;`;
 
+/**
+ * What each run of the org holds of the day's limit: spend it may reserve
+ * and has not reported yet (OrgSpendStore.holdDaily). Holds of past days no
+ * longer count.
+ */
+export const dailyHoldsMigration = `
+  CREATE TABLE daily_holds (run_id TEXT PRIMARY KEY, day TEXT NOT NULL, micros INTEGER NOT NULL) WITHOUT ROWID;`;
+
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 
 /**
@@ -129,6 +137,38 @@ export class OrgSpendStore {
       tools[row.tool] = { calls: row.calls, micros: row.micros };
     }
     return { runs: head?.runs ?? 0, rowsComputed: head?.rows_computed ?? 0, tools };
+  }
+
+  /**
+   * Sets aside up to `wantedMicros` more of the day's limit for `runId`, so
+   * that the org's runs together never reserve past it: what the day has
+   * billed (reported) and every run's hold stay under the limit. Answers
+   * what was granted (0 when the day leaves nothing; all of it without a
+   * limit). A run's hold ends when its spend is reported ({@link resetDaily}).
+   */
+  holdDaily(runId: string, at: number, wantedMicros: number): number {
+    const limit = this.#sql<{ daily_micros: number | null }>`SELECT daily_micros FROM spend_limits WHERE id = 1`[0]?.daily_micros ?? null;
+    if (limit === null) return wantedMicros;
+    const day = utcDay(at);
+    this.#sql.write`DELETE FROM daily_holds WHERE day < ${day}`;
+    const spent = this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_days WHERE day = ${day}`[0]!.n;
+    const held = this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM daily_holds WHERE day = ${day}`[0]!.n;
+    const granted = Math.max(0, Math.min(wantedMicros, limit - spent - held));
+    if (granted > 0)
+      this.#sql.write`INSERT INTO daily_holds (run_id, day, micros) VALUES (${runId}, ${day}, ${granted})
+        ON CONFLICT (run_id) DO UPDATE SET micros = CASE WHEN day = excluded.day THEN micros + excluded.micros ELSE excluded.micros END,
+          day = excluded.day`;
+    return granted;
+  }
+
+  /** The run's hold ends: its spend so far is reported (or it ended). */
+  resetDaily(runId: string): void {
+    this.#sql.write`DELETE FROM daily_holds WHERE run_id = ${runId}`;
+  }
+
+  /** What the org's runs hold of `day`'s limit now. */
+  heldOn(day: string): number {
+    return toCredits(this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM daily_holds WHERE day = ${day}`[0]!.n);
   }
 
   limits(): SpendLimits {

@@ -36,8 +36,8 @@ interface Watched {
 export interface InvocationAnswers {
   /** What an executor needs to capture a map's fields, if this is the invocation of epoch `attemptSeq`. */
   source(attemptSeq: number): CaptureSource | null;
-  /** Spend for an attempt, under this invocation's cap. */
-  grant(attemptId: string, wantedMicros: number): SpendGrant;
+  /** Spend for an attempt, under this invocation's caps (it may ask the org for more of its day first). */
+  grant(attemptId: string, wantedMicros: number): Promise<SpendGrant>;
 }
 
 export class ExecutorAttempts {
@@ -77,9 +77,9 @@ export class ExecutorAttempts {
   }
 
   /** Between invocations nothing is granted: the attempt asking is stale (its invocation ended). */
-  grant(attemptId: string, wantedMicros: number): SpendGrant {
+  async grant(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
     return (
-      this.#invocation?.grant(attemptId, wantedMicros) ?? {
+      (await this.#invocation?.grant(attemptId, wantedMicros)) ?? {
         grantedMicros: 0,
         spentCredits: toCredits(this.#store.spend.billedMicros()),
         cap: null,

@@ -21,7 +21,8 @@ import type { ExecutorAttempts } from "../executor/executor-attempts";
 import { EffectTrace } from "./effect-trace";
 import { MapRunner } from "../map/map-runner";
 import { createDispatchServices } from "../tools/services";
-import { type SpendCap, SpendCapReached, type SpendLedger } from "../tools/spend";
+import type { SpendLedger } from "../tools/spend";
+import type { InvocationSpendCap } from "../tools/org-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
 import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
 import { type PlayServices, RunContext } from "./play-context";
@@ -67,8 +68,8 @@ export interface InvocationStart {
   meter: SubrequestMeter;
   /** The test-only fault seam (the coordinator's can crash it). */
   faults: FaultProbe;
-  /** The most the run may have reserved and billed by the end of this invocation, or null for no cap. */
-  spendCap: SpendCap | null;
+  /** The caps the run spends under in this invocation: its `maxSpend`, and what it holds of the org's daily limit. */
+  spend: InvocationSpendCap;
 }
 
 const MAX_INFRA_RETRIES = 6;
@@ -126,7 +127,7 @@ export class Invocation implements InvocationScope {
       tools: this.host.tools,
       // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
       salvage: (entry) => this.store.salvage.add(entry),
-      spend: spendLedger(this.store, this.#start.spendCap),
+      spend: spendLedger(this.store, this.#start.spend),
     });
     const maps = new MapRunner({
       scope: this,
@@ -201,24 +202,13 @@ export class Invocation implements InvocationScope {
         duplicatesDropped,
         shardCount,
       })),
-      spendCapped: this.#start.spendCap !== null,
+      spendCapped: this.#start.spend.capped,
     };
   }
 
-  /** Spend for an executor's attempt under this invocation's cap; 0 granted says the cap is reached. */
-  #grant(attemptId: string, wantedMicros: number): SpendGrant {
-    const cap = this.#start.spendCap;
-    const grantedMicros = this.store.spend.grant(attemptId, wantedMicros, cap === null ? null : toMicros(cap.credits));
-    return {
-      grantedMicros,
-      spentCredits: toCredits(this.store.spend.billedMicros()),
-      cap:
-        cap === null
-          ? null
-          : cap.reason === "daily"
-            ? { credits: cap.credits, reason: "daily", limit: cap.limit }
-            : { credits: cap.credits, reason: "maxSpend" },
-    };
+  /** Spend for an executor's attempt under this invocation's caps; 0 granted says a cap is reached. */
+  #grant(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
+    return this.#start.spend.grant(attemptId, wantedMicros);
   }
 
   /** Child plays, waits and fetch for this invocation. */
@@ -260,15 +250,10 @@ export function deadlineExceeded(run: RunRecord): RunError {
   };
 }
 
-/** The run's ledger of billable requests, over its coordinator's storage, under `cap`. */
-function spendLedger(store: RunStore, cap: SpendCap | null): SpendLedger {
-  const capMicros = cap === null ? null : toMicros(cap.credits);
+/** The run's ledger of billable requests, over its coordinator's storage, under the invocation's caps. */
+function spendLedger(store: RunStore, caps: InvocationSpendCap): SpendLedger {
   return {
-    reserve: (request) => {
-      if (store.spend.reserve(request, capMicros)) return;
-      const spent = toCredits(store.spend.billedMicros());
-      throw cap!.reason === "maxSpend" ? new SpendCapReached(spent, cap!.credits) : new SpendCapReached(spent, cap!.limit, "daily");
-    },
+    reserve: (request) => caps.reserve(request),
     bill: (requestKey) => store.spend.bill(requestKey),
     release: (requestKey) => store.spend.release(requestKey),
     recordBilled: (request) => store.spend.recordBilled(request),

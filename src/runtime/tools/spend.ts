@@ -45,7 +45,7 @@ export class SpendCapReached extends TerminalError {
       "spend_cap_reached",
       reason === "maxSpend"
         ? `the run's next provider request would pass its maxSpend of ${maxSpend} credits; nothing more was sent. Rerun with a higher maxSpend (completed rows and billed calls are reused)`
-        : `the run's next provider request would pass the org's daily spend limit of ${maxSpend} credits; nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`,
+        : `the run's next provider request would pass the org's daily spend limit of ${maxSpend} credits (what today has billed, and what the org's other running runs hold of it); nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`,
       { details: { spent, maxSpend } },
     );
   }

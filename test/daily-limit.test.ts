@@ -1,0 +1,81 @@
+/**
+ * The org's daily limit is shared by its runs: each holds, at its org, what
+ * it may spend of the day before spending it (OrgSpendStore.holdDaily), so
+ * runs at once never pass the limit together. (Storage is this file's own:
+ * the org `other` has spent nothing today here.)
+ */
+import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
+import { afterEach, describe, expect, it } from "vitest";
+import { OrgSpendStore, utcDay } from "../src/stores/org-spend-store";
+import { createSql } from "../src/stores/sql";
+import { toMicros } from "../src/stores/spend-store";
+import { billedCredits, setSim, SIM_DEFAULTS } from "./chaos-helpers";
+import { apiJson, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+const token = "other-token";
+
+afterEach(async () => {
+  await setSim(SIM_DEFAULTS);
+  await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null }, token });
+});
+
+const leads = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Person ${i}`, domain: "daily.test" }));
+
+describe("the org's daily limit, with runs at once", () => {
+  it("is not passed by the runs together: each spends only what it holds of the day, and they fail spend_cap_reached", async () => {
+    await simReset();
+    await setSim({ latencyMs: 50 });
+    expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 20 }, token })).status).toBe(200);
+    // Three runs of 50 credits each (1.25 a lead) start together; the day allows 20.
+    const runIds = await Promise.all(
+      ["A", "B", "C"].map((name) => startRun("demo-enrich", { rows: leads(`Together${name}`, 40) }, { token })),
+    );
+    const runs = await Promise.all(runIds.map((runId) => waitForRun(runId, { token })));
+    for (const run of runs) {
+      expect(run.status).toBe("failed");
+      expect(run.error.code).toBe("spend_cap_reached");
+    }
+    const spent = runs.reduce((sum, run) => sum + run.usage.spend.total, 0);
+    expect(spent).toBeLessThanOrEqual(20);
+    // What the provider billed is what the runs counted, and the org's day holds it all.
+    expect(billedCredits(await simStats())).toBe(spent);
+    const day = (await apiJson("/v1/spend", { token })).body;
+    expect(day.total).toBe(spent);
+    // The day was spent, not left idle by holds that outlived their runs.
+    expect(spent).toBeGreaterThan(10);
+  });
+});
+
+describe("OrgSpendStore.holdDaily", () => {
+  it("grants what the limit leaves after the day's bills and every run's hold, ends a run's hold on reset, and forgets past days", async () => {
+    const seen = await runInDurableObject(env.ORG_DIRECTORY.getByName("holds-org"), (_o: unknown, state: DurableObjectState) => {
+      const store = new OrgSpendStore({ sql: createSql(state.storage) });
+      const now = Date.UTC(2026, 11, 5, 12);
+      const unlimited = store.holdDaily("r1", now, toMicros(1_000));
+      store.setLimits({ dailyCredits: 10 });
+      store.record({ runId: "r0", upTo: 1, days: [{ day: utcDay(now), provider: "sim", micros: toMicros(3) }] });
+      const a = store.holdDaily("r1", now, toMicros(4));
+      const b = store.holdDaily("r2", now, toMicros(4));
+      // 3 billed, 8 held: nothing is left for anyone.
+      const c = store.holdDaily("r3", now, toMicros(1));
+      store.resetDaily("r1");
+      const d = store.holdDaily("r3", now, toMicros(5));
+      const heldToday = store.heldOn(utcDay(now));
+      // The next day: yesterday's holds and bills are not today's.
+      const tomorrow = store.holdDaily("r2", now + 24 * 3600_000, toMicros(10));
+      return { unlimited, a, b, c, d, heldToday, tomorrow, heldTomorrow: store.heldOn(utcDay(now + 24 * 3600_000)) };
+    });
+    expect(seen).toEqual({
+      unlimited: toMicros(1_000),
+      a: toMicros(4),
+      b: toMicros(3),
+      c: 0,
+      d: toMicros(4),
+      heldToday: 7,
+      tomorrow: toMicros(10),
+      heldTomorrow: 10,
+    });
+  });
+});
