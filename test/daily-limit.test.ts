@@ -7,7 +7,7 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
-import { OrgSpendStore, utcDay } from "../src/stores/org-spend-store";
+import { DAILY_HOLD_TTL_MS, OrgSpendStore, utcDay } from "../src/stores/org-spend-store";
 import { createSql } from "../src/stores/sql";
 import { toMicros } from "../src/stores/spend-store";
 import { billedCredits, setSim, SIM_DEFAULTS } from "./chaos-helpers";
@@ -49,7 +49,7 @@ describe("the org's daily limit, with runs at once", () => {
 });
 
 describe("OrgSpendStore.holdDaily", () => {
-  it("grants what the limit leaves after the day's bills and every run's hold, ends a run's hold on reset, and forgets past days", async () => {
+  it("grants what the limit leaves after the day's bills and every live hold, at most half of it past the need, and forgets lapsed holds and past days", async () => {
     const seen = await runInDurableObject(env.ORG_DIRECTORY.getByName("holds-org"), (_o: unknown, state: DurableObjectState) => {
       const store = new OrgSpendStore({ sql: createSql(state.storage) });
       const now = Date.UTC(2026, 11, 5, 12);
@@ -58,22 +58,38 @@ describe("OrgSpendStore.holdDaily", () => {
       store.record({ runId: "r0", upTo: 1, days: [{ day: utcDay(now), provider: "sim", micros: toMicros(3) }] });
       const a = store.holdDaily("r1", now, toMicros(4));
       const b = store.holdDaily("r2", now, toMicros(4));
-      // 3 billed, 8 held: nothing is left for anyone.
+      // 3 billed, 7 held: nothing is left for anyone.
       const c = store.holdDaily("r3", now, toMicros(1));
-      store.resetDaily("r1");
-      const d = store.holdDaily("r3", now, toMicros(5));
-      const heldToday = store.heldOn(utcDay(now));
+      // r1's spend is reported with 1 credit still reserved: its hold is that.
+      store.resetDaily("r1", now, toMicros(1));
+      // 3 left: a run that needs 1 and would like 10 gets half of it.
+      const d = store.holdDaily("r3", now, toMicros(10), toMicros(1));
+      const heldToday = store.heldOn(utcDay(now), now);
+      // A hold not asked for again lapses: r2 died holding 3.
+      const later = now + DAILY_HOLD_TTL_MS;
+      const lapsed = store.heldOn(utcDay(now), later);
       // The next day: yesterday's holds and bills are not today's.
       const tomorrow = store.holdDaily("r2", now + 24 * 3600_000, toMicros(10));
-      return { unlimited, a, b, c, d, heldToday, tomorrow, heldTomorrow: store.heldOn(utcDay(now + 24 * 3600_000)) };
+      return {
+        unlimited,
+        a,
+        b,
+        c,
+        d,
+        heldToday,
+        lapsed,
+        tomorrow,
+        heldTomorrow: store.heldOn(utcDay(now + 24 * 3600_000), now + 24 * 3600_000),
+      };
     });
     expect(seen).toEqual({
       unlimited: toMicros(1_000),
       a: toMicros(4),
       b: toMicros(3),
       c: 0,
-      d: toMicros(4),
-      heldToday: 7,
+      d: toMicros(1.5),
+      heldToday: 1 + 3 + 1.5,
+      lapsed: 0,
       tomorrow: toMicros(10),
       heldTomorrow: 10,
     });

@@ -60,16 +60,21 @@ export class OrgDirectory extends DurableObject<Env> {
     return { ...this.#spend.limits(), spentToday: this.#spend.dayTotal(utcDay(now)) };
   }
 
-  /** Up to `wantedMicros` more of today's limit for the run (OrgSpendStore.holdDaily): what was granted. */
-  async holdDailySpend(runId: string, at: number, wantedMicros: number): Promise<number> {
+  /** More of today's limit for the run (OrgSpendStore.holdDaily): what was granted. */
+  async holdDailySpend(runId: string, wantedMicros: number, needMicros: number): Promise<number> {
+    const micros = (n: number) => Math.max(0, Math.floor(Number(n)) || 0);
     return this.ctx.storage.transactionSync(() =>
-      this.#spend.holdDaily(String(runId), Number(at), Math.max(0, Math.floor(Number(wantedMicros)))),
+      this.#spend.holdDaily(String(runId), Date.now(), micros(wantedMicros), micros(needMicros)),
     );
   }
 
-  /** The run's spend is reported: its hold of today's limit ends. Answers the limit and today's billed, as spendBudget. */
-  async resetDailySpend(runId: string, now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
-    this.#spend.resetDaily(String(runId));
+  /**
+   * The run's spend is reported: its hold of today's limit becomes what it still has reserved (OrgSpendStore.resetDaily).
+   * Answers the limit and today's billed, as spendBudget.
+   */
+  async resetDailySpend(runId: string, keepMicros: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    const now = Date.now();
+    this.#spend.resetDaily(String(runId), now, Math.max(0, Math.floor(Number(keepMicros)) || 0));
     return this.spendBudget(now);
   }
 

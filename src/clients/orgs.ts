@@ -26,14 +26,14 @@ export class OrgClient {
     return this.#stub.spendBudget(now);
   }
 
-  /** Up to `wantedMicros` more of the org's daily limit held for `runId`: what was granted (all of it without a limit). */
-  holdDailySpend(runId: string, at: number, wantedMicros: number): Promise<number> {
-    return this.#stub.holdDailySpend(runId, at, wantedMicros);
+  /** More of the org's daily limit held for `runId` (`wantedMicros`, at most half the day's rest past `needMicros`): what was granted. */
+  holdDailySpend(runId: string, wantedMicros: number, needMicros: number): Promise<number> {
+    return this.#stub.holdDailySpend(runId, wantedMicros, needMicros);
   }
 
-  /** The run's spend is reported: its hold ends. The org's daily limit and what it has billed today. */
-  resetDailySpend(runId: string, now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
-    return this.#stub.resetDailySpend(runId, now);
+  /** The run's spend is reported: its hold becomes `keepMicros` (still reserved). The org's daily limit and today's billed. */
+  resetDailySpend(runId: string, keepMicros: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+    return this.#stub.resetDailySpend(runId, keepMicros);
   }
 
   recordSpend(report: SpendReportMessage): Promise<number> {

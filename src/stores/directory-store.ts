@@ -1,7 +1,7 @@
 /** An org's run index: upserted by each run's coordinator, paged newest first. */
 import { z } from "zod";
 import type { Sql } from "./sql";
-import { dailyHoldsMigration, orgSpendMigration } from "./org-spend-store";
+import { dailyHoldsExpiryMigration, dailyHoldsMigration, orgSpendMigration } from "./org-spend-store";
 
 export const directoryMigrations = [
   `CREATE TABLE runs (
@@ -15,6 +15,7 @@ export const directoryMigrations = [
   // Keys expire (IDEMPOTENCY_KEY_TTL_MS): the oldest go first.
   `CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);`,
   dailyHoldsMigration,
+  dailyHoldsExpiryMigration,
 ];
 
 /** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */

@@ -24,6 +24,12 @@ export const orgSpendMigration = `
 export const dailyHoldsMigration = `
   CREATE TABLE daily_holds (run_id TEXT PRIMARY KEY, day TEXT NOT NULL, micros INTEGER NOT NULL) WITHOUT ROWID;`;
 
+/** A hold lapses this long after it was last asked for or reset: a run that died holding room gives it back. */
+export const DAILY_HOLD_TTL_MS = 20 * 60_000;
+
+/** Holds lapse ({@link DAILY_HOLD_TTL_MS}); those stored before this had no expiry and lapse at once. */
+export const dailyHoldsExpiryMigration = `ALTER TABLE daily_holds ADD COLUMN expires_at INTEGER NOT NULL DEFAULT 0;`;
+
 const DAY = /^\d{4}-\d{2}-\d{2}$/;
 
 /**
@@ -140,35 +146,48 @@ export class OrgSpendStore {
   }
 
   /**
-   * Sets aside up to `wantedMicros` more of the day's limit for `runId`, so
-   * that the org's runs together never reserve past it: what the day has
-   * billed (reported) and every run's hold stay under the limit. Answers
-   * what was granted (0 when the day leaves nothing; all of it without a
-   * limit). A run's hold ends when its spend is reported ({@link resetDaily}).
+   * Sets aside more of the day's limit for `runId`, so that the org's runs
+   * together never reserve past it: what the day has billed (reported) and
+   * every run's live hold stay under the limit. Grants `wantedMicros`, or
+   * what is left if less; but past `needMicros`, at most half of what is
+   * left, so that the org's other runs find room too. Answers what was
+   * granted (0 when the day has nothing left; all of it without a limit). A hold lapses {@link DAILY_HOLD_TTL_MS} after
+   * its last ask, and ends when its run's spend is reported ({@link resetDaily}).
    */
-  holdDaily(runId: string, at: number, wantedMicros: number): number {
+  holdDaily(runId: string, at: number, wantedMicros: number, needMicros = wantedMicros): number {
     const limit = this.#sql<{ daily_micros: number | null }>`SELECT daily_micros FROM spend_limits WHERE id = 1`[0]?.daily_micros ?? null;
     if (limit === null) return wantedMicros;
     const day = utcDay(at);
-    this.#sql.write`DELETE FROM daily_holds WHERE day < ${day}`;
+    this.#sql.write`DELETE FROM daily_holds WHERE day < ${day} OR expires_at <= ${at}`;
     const spent = this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_days WHERE day = ${day}`[0]!.n;
     const held = this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM daily_holds WHERE day = ${day}`[0]!.n;
-    const granted = Math.max(0, Math.min(wantedMicros, limit - spent - held));
-    if (granted > 0)
-      this.#sql.write`INSERT INTO daily_holds (run_id, day, micros) VALUES (${runId}, ${day}, ${granted})
-        ON CONFLICT (run_id) DO UPDATE SET micros = CASE WHEN day = excluded.day THEN micros + excluded.micros ELSE excluded.micros END,
-          day = excluded.day`;
+    const left = Math.max(0, limit - spent - held);
+    const granted = Math.min(wantedMicros, left, Math.max(needMicros, Math.floor(left / 2)));
+    if (granted <= 0) return 0;
+    this.#sql
+      .write`INSERT INTO daily_holds (run_id, day, micros, expires_at) VALUES (${runId}, ${day}, ${granted}, ${at + DAILY_HOLD_TTL_MS})
+      ON CONFLICT (run_id) DO UPDATE SET micros = CASE WHEN day = excluded.day THEN micros + excluded.micros ELSE excluded.micros END,
+        day = excluded.day, expires_at = excluded.expires_at`;
     return granted;
   }
 
-  /** The run's hold ends: its spend so far is reported (or it ended). */
-  resetDaily(runId: string): void {
-    this.#sql.write`DELETE FROM daily_holds WHERE run_id = ${runId}`;
+  /**
+   * The run's spend is reported: its hold becomes `keepMicros`, what it still
+   * has reserved and not billed (requests in flight, grants of its executors'
+   * attempts), or ends when that is 0.
+   */
+  resetDaily(runId: string, at: number, keepMicros = 0): void {
+    if (keepMicros <= 0) return void this.#sql.write`DELETE FROM daily_holds WHERE run_id = ${runId}`;
+    this.#sql
+      .write`INSERT INTO daily_holds (run_id, day, micros, expires_at) VALUES (${runId}, ${utcDay(at)}, ${keepMicros}, ${at + DAILY_HOLD_TTL_MS})
+      ON CONFLICT (run_id) DO UPDATE SET micros = excluded.micros, day = excluded.day, expires_at = excluded.expires_at`;
   }
 
-  /** What the org's runs hold of `day`'s limit now. */
-  heldOn(day: string): number {
-    return toCredits(this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM daily_holds WHERE day = ${day}`[0]!.n);
+  /** What the org's runs hold of `day`'s limit at `at`. */
+  heldOn(day: string, at: number): number {
+    return toCredits(
+      this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM daily_holds WHERE day = ${day} AND expires_at > ${at}`[0]!.n,
+    );
   }
 
   limits(): SpendLimits {

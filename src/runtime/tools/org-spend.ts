@@ -7,6 +7,7 @@
 import { isTerminal } from "../../core/statuses";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
+import { utcDay } from "../../stores/org-spend-store";
 import { type BillableRequest, type SpendCap, SpendCapReached } from "./spend";
 import type { SpendGrant } from "../../contracts/executors";
 
@@ -16,39 +17,48 @@ type DirectoryEnv = Pick<Env, "ORG_DIRECTORY">;
 
 /** A hold for a request of the coordinator's own asks for this many like it (an executor's grant is already as large). */
 const HOLD_MULTIPLE = 25;
+/** Tries of a hold before the org is taken to have nothing for the run (a refusal fails the run: an RPC blip must not). */
+const HOLD_TRIES = 3;
 
 /**
  * The caps one invocation of a run spends under: the run's `maxSpend`, and
  * the org's daily limit, which the org's runs share. A run does not take
  * what the day has left for itself (two runs at once would each spend it):
  * it spends only what it holds of the day at its org (OrgSpendStore.holdDaily),
- * asked for as it needs it, a little more each time; what the day has
- * billed and every run's hold stay under the limit. The invocation's hold
- * ends once its spend is reported ({@link release}; the next invocation's
- * {@link spendCapOf} ends it too).
+ * asked for as it needs it, a little more each time (never past what its
+ * `maxSpend` leaves, nor more than half the day's rest); what the day has
+ * billed and every run's hold stay under the limit. Once the invocation's
+ * spend is reported ({@link release}; the next invocation's
+ * {@link spendCapOf} does it too), its hold shrinks to what the run still
+ * has reserved. A new UTC day starts the holding over.
  */
 export class InvocationSpendCap {
   readonly maxSpend: number | null;
   /** The org's daily limit in credits, or null (none, or the org could not be asked). */
   readonly dailyLimit: number | null;
   #store: RunStore;
-  #hold: (wantedMicros: number) => Promise<number>;
-  /** Committed when the invocation started: the daily cap is this plus what it holds. */
+  #hold: (wantedMicros: number, needMicros: number) => Promise<number>;
+  #now: () => number;
+  /** Committed when the holding started (the invocation, or the day): the daily cap is this plus what it holds. */
   #baseMicros: number;
   #heldMicros = 0;
+  #day: string;
   #asking: Promise<number> | null = null;
 
   constructor(options: {
     store: RunStore;
     maxSpend: number | null;
     dailyLimit: number | null;
-    hold?(wantedMicros: number): Promise<number>;
+    hold?(wantedMicros: number, needMicros: number): Promise<number>;
+    now?(): number;
   }) {
     this.#store = options.store;
     this.maxSpend = options.maxSpend;
     this.dailyLimit = options.dailyLimit;
     this.#hold = options.hold ?? (async () => 0);
+    this.#now = options.now ?? Date.now;
     this.#baseMicros = options.store.spend.committedMicros();
+    this.#day = utcDay(this.#now());
   }
 
   get capped(): boolean {
@@ -57,6 +67,13 @@ export class InvocationSpendCap {
 
   /** What the run may have reserved and billed now, in micro-credits (null: no cap), and which cap that is. */
   #cap(): { micros: number; reason: "maxSpend" | "daily" } | null {
+    // Past midnight (UTC) the org forgets yesterday's holds: what was held then is not today's.
+    const today = utcDay(this.#now());
+    if (today !== this.#day) {
+      this.#day = today;
+      this.#heldMicros = 0;
+      this.#baseMicros = this.#store.spend.committedMicros();
+    }
     const own = this.maxSpend === null ? null : toMicros(this.maxSpend);
     const daily = this.dailyLimit === null ? null : this.#baseMicros + this.#heldMicros;
     if (own === null && daily === null) return null;
@@ -77,16 +94,18 @@ export class InvocationSpendCap {
     for (;;) {
       const cap = this.#cap();
       if (this.#store.spend.reserve(request, cap?.micros ?? null)) return;
+      const need = toMicros(request.credits);
       // Held for many requests like it at once: the org is asked rarely.
-      const need = toMicros(request.credits) * HOLD_MULTIPLE;
-      if (cap!.reason === "maxSpend" || !(await this.#more(need))) throw this.#reached(cap!.reason);
+      if (cap!.reason === "maxSpend" || !(await this.#more(need, need * HOLD_MULTIPLE))) throw this.#reached(cap!.reason);
     }
   }
 
   /** Up to `wantedMicros` for an executor's attempt under the caps (holding more of the org's day first if it must). */
   async grant(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
     let granted = this.#store.spend.grant(attemptId, wantedMicros, this.#cap()?.micros ?? null);
-    while (granted < wantedMicros && this.#cap()?.reason === "daily" && (await this.#more(wantedMicros - granted)))
+    // An executor asks for many requests' worth: it needs one.
+    const need = Math.max(1, Math.ceil(wantedMicros / HOLD_MULTIPLE));
+    while (granted < wantedMicros && this.#cap()?.reason === "daily" && (await this.#more(need, wantedMicros - granted)))
       granted += this.#store.spend.grant(attemptId, wantedMicros - granted, this.#cap()?.micros ?? null);
     const cap = this.#cap();
     return {
@@ -96,31 +115,49 @@ export class InvocationSpendCap {
     };
   }
 
-  /** The invocation's spend is reported: its hold of the org's day ends. */
+  /** The run's spend is reported: its hold of the org's day shrinks to what it still has reserved. */
   async release(env: DirectoryEnv, runId: string, org: string): Promise<void> {
-    if (this.dailyLimit === null || this.#heldMicros === 0) return;
-    await new OrgClient({ env, org }).resetDailySpend(runId, Date.now());
+    const reserved = this.#store.spend.committedMicros() - this.#store.spend.billedMicros();
+    await new OrgClient({ env, org }).resetDailySpend(runId, reserved);
     this.#heldMicros = 0;
     this.#baseMicros = this.#store.spend.committedMicros();
   }
 
   /**
-   * Holds up to `needMicros` more of the org's day, or as much as it holds already if that is more (the asks grow
-   * with what the invocation spends); false when the day has nothing left. One ask at a time.
+   * Holds at least `needMicros` more of the org's day, `wantedMicros` if it can (or as much as it holds already, so
+   * the asks grow with what the invocation spends; never past what `maxSpend` leaves); false when the day has less.
+   * One ask at a time.
    */
-  async #more(needMicros: number): Promise<boolean> {
+  async #more(needMicros: number, wantedMicros: number): Promise<boolean> {
     const asked = this.#asking;
     if (asked) return (await asked) > 0;
-    this.#asking = this.#hold(Math.max(needMicros, this.#heldMicros))
-      .catch(() => 0)
+    const own = this.maxSpend === null ? Number.POSITIVE_INFINITY : toMicros(this.maxSpend) - this.#store.spend.committedMicros();
+    const wanted = Math.max(needMicros, Math.min(Math.max(wantedMicros, this.#heldMicros), own));
+    const day = this.#day;
+    this.#asking = this.#askOrg(wanted, needMicros)
       .then((granted) => {
-        this.#heldMicros += granted;
-        return granted;
+        // Granted for a day that has ended meanwhile: not today's.
+        if (day === this.#day) this.#heldMicros += granted;
+        return day === this.#day ? granted : 0;
       })
       .finally(() => {
         this.#asking = null;
       });
     return (await this.#asking) > 0;
+  }
+
+  async #askOrg(wantedMicros: number, needMicros: number): Promise<number> {
+    for (let tries = 1; ; tries++) {
+      try {
+        return await this.#hold(wantedMicros, needMicros);
+      } catch (error) {
+        if (tries >= HOLD_TRIES) {
+          console.warn("could not hold more of the org's daily limit", error);
+          return 0;
+        }
+        await new Promise((resolve) => setTimeout(resolve, 100 * tries));
+      }
+    }
   }
 
   #reached(reason: "maxSpend" | "daily"): SpendCapReached {
@@ -132,18 +169,19 @@ export class InvocationSpendCap {
 /**
  * This invocation's caps: the run's `maxSpend`, and the org's daily limit
  * (held a little at a time, see {@link InvocationSpendCap}). The run's spend
- * is reported first, which ends the hold of its last invocation.
+ * is reported first, which shrinks the hold of its last invocation to what
+ * the run still has reserved.
  */
 export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<InvocationSpendCap> {
   const run = store.run();
-  const maxSpend = run && !isTerminal(run.status) ? run.maxSpend : null;
   if (!run || isTerminal(run.status)) return new InvocationSpendCap({ store, maxSpend: null, dailyLimit: null });
+  const { maxSpend } = run;
   const org = new OrgClient({ env, org: run.org });
   let dailyLimit: number | null;
   try {
-    // Reported, the spend its last invocation held room for is in the day's total: that hold ends.
+    const reserved = store.spend.committedMicros() - store.spend.billedMicros();
     dailyLimit = (await reportSpend(env, store))
-      ? (await org.resetDailySpend(run.runId, Date.now())).dailyCredits
+      ? (await org.resetDailySpend(run.runId, reserved)).dailyCredits
       : (await org.spendBudget(Date.now())).dailyCredits;
   } catch (error) {
     // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
@@ -154,7 +192,7 @@ export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<In
     store,
     maxSpend,
     dailyLimit,
-    hold: (wantedMicros) => org.holdDailySpend(run.runId, Date.now(), wantedMicros),
+    hold: (wantedMicros, needMicros) => org.holdDailySpend(run.runId, wantedMicros, needMicros),
   });
 }
 
