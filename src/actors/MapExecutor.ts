@@ -140,7 +140,7 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       faults,
       uploads: this.#uploads,
-      source: (attemptSeq: number, map: string) => this.#source(link, attemptSeq, map),
+      source: (attemptSeq: number, map: string) => this.#source(link, { attemptSeq, map, invocation: sweep.invocation }),
     };
     const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
     return { reused, usage: usageOf(meter) };
@@ -268,7 +268,7 @@ export class MapExecutor extends DurableObject<Env> {
             uploads: this.#uploads,
             source: async (attemptSeq, map) => {
               // A wound-down attempt asks afresh: the invocation that assigned it may have ended since.
-              const source = await this.#source(invocation.link, attemptSeq, map, resume !== null);
+              const source = await this.#source(invocation.link, { attemptSeq, map, invocation: assignment.invocation }, resume !== null);
               if (source) {
                 invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
                 invocation.windDown.limit(source.policy);
@@ -304,14 +304,28 @@ export class MapExecutor extends DurableObject<Env> {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }
 
-  #source(link: CoordinatorLink, attemptSeq: number, map: string, fresh = false): Promise<CaptureSource | null> {
-    const key = `${attemptSeq}:${map}`;
+  /**
+   * The capture source of the coordinator's invocation `invocation` (of epoch `attemptSeq`) for `map`, asked once; null
+   * when the coordinator answers for another invocation (the one that assigned the attempt has ended).
+   */
+  #source(
+    link: CoordinatorLink,
+    at: { attemptSeq: number; map: string; invocation?: string },
+    fresh = false,
+  ): Promise<CaptureSource | null> {
+    const { attemptSeq, map, invocation } = at;
+    const key = `${attemptSeq}:${invocation ?? ""}:${map}`;
     if (fresh) this.#sources.delete(key);
     let source = this.#sources.get(key);
     if (!source) {
-      // An older epoch's sources are done with: its attempts are fenced off.
-      for (const older of this.#sources.keys()) if (Number.parseInt(older, 10) < attemptSeq) this.#sources.delete(older);
-      source = link.captureSource(attemptSeq);
+      // An older epoch's sources are done with (its attempts are fenced off), and so are another invocation's.
+      for (const older of this.#sources.keys()) {
+        const [seq, by] = older.split(":");
+        if (Number(seq) < attemptSeq || (invocation && Number(seq) === attemptSeq && by !== invocation)) this.#sources.delete(older);
+      }
+      source = link
+        .captureSource(attemptSeq)
+        .then((answer) => (answer && invocation && answer.invocation && answer.invocation !== invocation ? null : answer));
       // A failed ask is asked again by the next attempt.
       source.catch(() => this.#sources.delete(key));
       this.#sources.set(key, source);

@@ -34,6 +34,11 @@ export interface CaptureSource {
   maps: TracedMap[];
   /** Whether the run's spend is capped: an executor then asks before it bills more than it was granted. */
   spendCapped: boolean;
+  /**
+   * Which invocation of the coordinator this is (ChunkAssignment.invocation): the trace holds what its play-level
+   * fetches answered, which the next invocation of the same epoch fetches again.
+   */
+  invocation?: string;
 }
 
 /** The coordinator's RPC surface as its executors use it (the stub's own type is too deep for the checker). */

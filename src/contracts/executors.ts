@@ -42,6 +42,13 @@ export interface ChunkAssignment {
    * assignments stored before it existed.
    */
   sizing?: boolean;
+  /**
+   * The coordinator's invocation that assigned it (a new one per alarm, within
+   * an epoch): its capture source is that invocation's (CaptureSource.invocation),
+   * never one an earlier invocation of the epoch answered. Absent in
+   * assignments stored before it existed.
+   */
+  invocation?: string;
 }
 
 /** A play-level fetch's response as a trace keeps it for executors' replays (its body, at most MAX_TRACED_FETCH_BYTES in all). */
@@ -88,6 +95,8 @@ export interface ChunkSweepAssignment {
   key: string | null;
   /** ...or true when it is a function: the executor replays the play to the map's call to take it. */
   keyInPlay: boolean;
+  /** The coordinator's invocation that asked (ChunkAssignment.invocation). */
+  invocation?: string;
   recompute: boolean;
   dataset: AssignedDataset;
 }

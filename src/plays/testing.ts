@@ -348,12 +348,17 @@ export const testFetchedList = definePlay({
   input: z.object({ url: z.string() }),
   async run(ctx, input) {
     const listed = (await (await ctx.fetch(input.url, { headers: { Accept: "application/json" } })).json()) as {
+      version: number;
       rows: { id: string; name: string; domain: string }[];
     };
     const rows = await ctx.map(
       "listed",
       listed.rows,
-      { email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email },
+      {
+        email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
+        // What the list said when the row ran: its invocation's answer.
+        version: () => listed.version,
+      },
       { key: "id" },
     );
     return { completed: rows.completed, failed: rows.failed };

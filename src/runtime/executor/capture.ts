@@ -39,7 +39,7 @@ export interface CapturedMap {
   asRow<T>(row: RowContext, fn: () => T): T;
 }
 
-/** The play cannot be replayed here up to the map (a fetch before it, say): the map runs in the coordinator. */
+/** The play cannot be replayed here up to the map (a fetch before it past the bytes kept, say): the map runs in the coordinator. */
 export class CaptureUnsupported extends TroupeError {
   constructor(message: string) {
     super("capture_unsupported", message);

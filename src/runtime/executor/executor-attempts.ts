@@ -42,6 +42,7 @@ export interface InvocationAnswers {
 
 export class ExecutorAttempts {
   #invocation: InvocationAnswers | null = null;
+  #invocationId: string | null = null;
   #store: RunStore;
   #live: LiveRows;
   #emit: Emit;
@@ -67,13 +68,22 @@ export class ExecutorAttempts {
   /** The invocation under way answers executors until the returned close. */
   open(answers: InvocationAnswers): () => void {
     this.#invocation = answers;
+    this.#invocationId = crypto.randomUUID();
     return () => {
-      if (this.#invocation === answers) this.#invocation = null;
+      if (this.#invocation !== answers) return;
+      this.#invocation = null;
+      this.#invocationId = null;
     };
   }
 
+  /** The invocation under way, as its assignments and capture sources name it (ChunkAssignment.invocation). */
+  get invocationId(): string | null {
+    return this.#invocationId;
+  }
+
   source(attemptSeq: number): CaptureSource | null {
-    return this.#invocation?.source(attemptSeq) ?? null;
+    const source = this.#invocation?.source(attemptSeq) ?? null;
+    return source && { ...source, invocation: this.#invocationId ?? undefined };
   }
 
   /** Between invocations nothing is granted: the attempt asking is stale (its invocation ended). */

@@ -308,6 +308,28 @@ describe("captureMap", () => {
     expect(await captured.fields.b!({ n: 2 }, {} as RowContext)).toBe(2 * 7 + 1 + 203);
   });
 
+  it("hands fetches of one endpoint made at once each its own response, whichever the coordinator made first", async () => {
+    const url = "https://example.com/graphql";
+    const fetching = definePlay({
+      ...play,
+      async run(ctx) {
+        const [a, b] = await Promise.all(["a", "b"].map(async (q) => (await ctx.fetch(url, { method: "POST", body: q })).text()));
+        await ctx.map("second", [], { b: () => `${a}${b}` });
+        return null;
+      },
+    });
+    const answer = (ordinal: number, q: string): CaptureSource["effects"][number] => ({
+      kind: "fetch",
+      name: "",
+      ordinal,
+      input: callIdentity(fetchIdentity(url, { method: "POST", body: q })),
+      outcome: { ok: true, value: { status: 200, statusText: "", headers: [], body: new TextEncoder().encode(`answer-${q};`) } },
+    });
+    // The coordinator's play made b's call first.
+    const captured = await captureMap(fetching, source([answer(0, "b"), answer(1, "a")]), "second", async () => []);
+    expect(await captured.fields.b!({}, {} as RowContext)).toBe("answer-a;answer-b;");
+  });
+
   it("fails when the replayed play ends without reaching the map", async () => {
     const mapless = definePlay({
       ...play,

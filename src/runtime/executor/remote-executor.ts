@@ -95,6 +95,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
         dataset: this.#deps.dataset,
         alongside,
         sizing: this.#deps.sizing(),
+        invocation: attempts.invocationId ?? undefined,
       });
       const end = await this.#awaitEnd(watch, name, attemptId);
       return this.#summaryOf(end);
@@ -112,7 +113,14 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     const slot = this.#free(attemptId);
     try {
       signal.throwIfAborted();
-      const result = await client.sweep(executorName(runId, slot), { ...sweep, runId, rows: [...sweep.rows], recompute, dataset });
+      const result = await client.sweep(executorName(runId, slot), {
+        ...sweep,
+        runId,
+        rows: [...sweep.rows],
+        recompute,
+        dataset,
+        invocation: this.#deps.attempts.invocationId ?? undefined,
+      });
       this.#deps.addUsage(result.usage);
       return result.reused;
     } finally {

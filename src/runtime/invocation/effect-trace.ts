@@ -20,9 +20,29 @@ export const UNREPLAYABLE = "unreplayable";
  */
 export const MAX_TRACED_FETCH_BYTES = 4 * 1024 * 1024;
 
-/** What a fetch's identity in a trace is made of: its URL and method (never its headers, which may carry secrets). */
+/**
+ * What a fetch's identity in a trace is made of: its URL, method and body,
+ * and a digest of its headers (they may carry secrets). Two POSTs of one
+ * endpoint made at once are told apart by their bodies, whichever answered
+ * first. A body that cannot be read as it is given (a stream, a form) makes
+ * an identity no replay matches: a map after it runs in the coordinator.
+ */
 export function fetchIdentity(url: string | URL, init?: RequestInit): unknown {
-  return [String(url), (init?.method ?? "GET").toUpperCase()];
+  const headers = [...new Headers(init?.headers ?? undefined)].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return [String(url), (init?.method ?? "GET").toUpperCase(), bodyIdentity(init?.body), fnv1a(JSON.stringify(headers)).toString(16)];
+}
+
+function bodyIdentity(body: RequestInit["body"] | undefined): string | null {
+  if (body === undefined || body === null) return null;
+  if (typeof body === "string") return body;
+  if (body instanceof URLSearchParams) return body.toString();
+  if (body instanceof ArrayBuffer || ArrayBuffer.isView(body)) {
+    const bytes = body instanceof ArrayBuffer ? new Uint8Array(body) : new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    let text = "";
+    for (const byte of bytes) text += String.fromCharCode(byte);
+    return `bytes:${bytes.byteLength}:${fnv1a(text).toString(16)}`;
+  }
+  return `unreadable:${crypto.randomUUID()}`;
 }
 
 /** The response a replay of a traced fetch gets: the one the play got. */

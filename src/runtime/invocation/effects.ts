@@ -36,7 +36,8 @@ const ROW_RULES: Record<EffectKind, "row" | "refused" | "play"> = {
   wait: "refused",
   sleep: "refused",
   log: "row",
-  fetch: "play",
+  // A field's call of the play's `ctx.fetch` is its row's: not in the play's trace (a replay in an executor makes it in the row).
+  fetch: "row",
 };
 
 /** Per invocation: the ordinals handed out so far. */

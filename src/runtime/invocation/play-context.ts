@@ -106,8 +106,11 @@ export class RunContext implements PlayContext {
     return this.#effect(
       "fetch",
       "",
-      // Kept for the invocation's executors: a replay up to a map after it reads the response the play read.
-      { play: () => this.#services.egress.fetch(url, init).then((response) => this.#trace.keep(response)) },
+      {
+        // Kept for the invocation's executors: a replay up to a map after it reads the response the play read.
+        play: () => this.#services.egress.fetch(url, init).then((response) => this.#trace.keep(response)),
+        row: (row) => row.fetch!(url, init),
+      },
       fetchIdentity(url, init),
     );
   }
