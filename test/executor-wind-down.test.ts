@@ -8,7 +8,19 @@
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { updateSimConfig } from "../src/sim/client";
-import { allEvents, api, datasetRows, expectedEmail, expectedVerdict, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  api,
+  datasetRows,
+  eventsOfType,
+  expectedEmail,
+  expectedVerdict,
+  notices,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 import { clearFaults, crash, heldBy, setFaults, until } from "./chaos-helpers";
 
 let unique = 0;
@@ -167,5 +179,25 @@ describe("a run cancelled while its attempt winds down and goes on", () => {
     await new Promise((resolve) => setTimeout(resolve, 600));
     expect((await simStats()).calls).toBe(calls);
     expect((await simStats()).duplicates).toBe(0);
+  });
+});
+
+describe("a coordinator invocation near its subrequest limit, running a map's chunks itself", () => {
+  it("winds its attempt down too: the chunk keeps what it did, and the next invocation runs only the rows it left", async () => {
+    await updateSimConfig(env, { latencyMs: 20 });
+    const rows = leads(100);
+    // No executors: the coordinator runs the chunk, and its invocation winds down every 60 subrequests or so.
+    const runId = await startRun(
+      "demo-enrich",
+      { rows },
+      { testPolicy: { ...oneChunk, maxExecutors: 0, executorWindDownSubrequests: 60 } },
+    );
+    const { run, windDowns } = await expectWhole(runId, rows);
+    expect(windDowns).toBeGreaterThanOrEqual(2);
+    // The chunk's rows were computed once each, none counted as reused (a chunk claimed again whole would count its
+    // own rows so).
+    const completed = eventsOfType(await allEvents(runId), "chunks.completed").flatMap((e) => e.chunks);
+    expect(completed).toEqual([expect.objectContaining({ chunk: 0, completed: 100, failed: 0, reused: 0 })]);
+    expect(run.progress.maps.leads).toMatchObject({ completed: 100, failed: 0 });
   });
 });

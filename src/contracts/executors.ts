@@ -43,6 +43,11 @@ export interface ChunkAssignment {
    */
   sizing?: boolean;
   /**
+   * What an earlier attempt of the chunk, wound down in the coordinator, left of it: this one runs only those rows, and
+   * its summary is the whole chunk's (absent: the whole chunk).
+   */
+  resume?: ChunkResume | null;
+  /**
    * The coordinator's invocation that assigned it (a new one per alarm, within
    * an epoch): its capture source is that invocation's (CaptureSource.invocation),
    * never one an earlier invocation of the epoch answered. Absent in
@@ -57,6 +62,12 @@ export interface TracedResponse {
   statusText: string;
   headers: [string, string][];
   body: Uint8Array;
+}
+
+/** A chunk's attempt wound down: the indexes of the rows it left, and what it had done (its summary so far). */
+export interface ChunkResume {
+  rows: number[];
+  done: ChunkSummary;
 }
 
 /**

@@ -155,4 +155,7 @@ export const runMigrations = [
   INSERT INTO spend_report (id, up_to) SELECT 1, coalesce(max(rowid), 0) FROM spend WHERE state = 'billed' AND reported = 1;
   DROP INDEX spend_unreported;
   `,
+  // A chunk whose attempt in the coordinator wound down (its invocation's budget ran low) keeps what is left of it:
+  // the next invocation runs only those rows (ChunkResume).
+  `ALTER TABLE chunks ADD COLUMN resume TEXT;`,
 ];

@@ -5,6 +5,7 @@
  */
 import { LedgerStore } from "./ledger-store";
 import type { MapProgress } from "../api/responses";
+import type { ChunkResume } from "../contracts/executors";
 import type { RunStatus } from "../core/statuses";
 import type { Sql } from "./sql";
 import { SalvageStore, type SalvageRecord } from "./salvage-store";
@@ -88,6 +89,8 @@ export interface ChunkRecord {
   failed: number;
   /** Times an attempt of this chunk died (lost leases, threw) and the chunk was redispatched. */
   redispatches: number;
+  /** What a wound-down attempt left of it: its next attempt runs only these rows (null: the whole chunk). */
+  resume: ChunkResume | null;
 }
 
 const INPUT_PART_CHARS = 512 * 1024;
@@ -329,9 +332,11 @@ export class RunStore {
       completed: number;
       failed: number;
       redispatches: number;
+      resume: string | null;
     }>`
-      SELECT idx, rows, state, attempt_seq, retries, completed, failed, redispatches FROM chunks WHERE map = ${map} ORDER BY idx`.map(
+      SELECT idx, rows, state, attempt_seq, retries, completed, failed, redispatches, resume FROM chunks WHERE map = ${map} ORDER BY idx`.map(
       (c) => ({
+        resume: c.resume === null ? null : (JSON.parse(c.resume) as ChunkResume),
         idx: c.idx,
         rows: c.rows,
         state: c.state as ChunkState,
@@ -372,11 +377,24 @@ export class RunStore {
     const until = outcome.blocked.length ? Math.max(...outcome.blocked.map((b) => b.leaseExpiresAt)) : null;
     this.#sql
       .write`UPDATE chunks SET state = ${state}, completed = ${outcome.completed}, failed = ${outcome.failed}, reused = ${outcome.reused},
-      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry} WHERE map = ${map} AND idx = ${idx}`;
+      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry}, resume = NULL
+      WHERE map = ${map} AND idx = ${idx}`;
     for (const sample of outcome.failureSamples) {
       this.#sql.write`INSERT OR IGNORE INTO failure_samples (map, key, error) SELECT ${map}, ${sample.key}, ${sample.error}
         WHERE (SELECT count(*) FROM failure_samples WHERE map = ${map}) < 20`;
     }
+  }
+
+  /**
+   * The chunk's attempt wound down: it goes back to pending without a retry counted, its counts so far stored (the
+   * progress shows them), and its next attempt runs only the rows `resume` left.
+   */
+  deferChunk(map: string, idx: number, resume: ChunkResume): void {
+    const { done } = resume;
+    // Blocked rows' keys only name them in messages: kept short, the record stays small.
+    const stored: ChunkResume = { ...resume, done: { ...done, blocked: done.blocked.map((b) => ({ ...b, key: b.key.slice(0, 64) })) } };
+    this.#sql.write`UPDATE chunks SET state = 'pending', resume = ${JSON.stringify(stored)}, completed = ${done.completed},
+      failed = ${done.failed}, reused = ${done.reused}, blocked = ${done.blocked.length} WHERE map = ${map} AND idx = ${idx}`;
   }
 
   /** Any chunk still marked running (by a dead invocation) goes back to pending. */

@@ -103,8 +103,8 @@ describe("SpendStore", () => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
-        UPDATE _schema SET version = ?`,
-        runMigrations.length - 2,
+        ALTER TABLE chunks DROP COLUMN resume; UPDATE _schema SET version = ?`,
+        runMigrations.length - 3,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -123,8 +123,9 @@ describe("SpendStore", () => {
     await runInDurableObject(stub, (_object, state) => {
       state.storage.sql.exec(
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
-        CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; UPDATE _schema SET version = ?`,
-        runMigrations.length - 1,
+        CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
+        UPDATE _schema SET version = ?`,
+        runMigrations.length - 2,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES

@@ -19,7 +19,7 @@ import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "
 import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
-import { InProcessChunkExecutor, refusedIn, sweepReused } from "../map/chunk-executor";
+import { InProcessChunkExecutor, joinedSummary, refusedIn, sweepReused } from "../map/chunk-executor";
 import { UploadRows } from "../map/upload-rows";
 import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
@@ -82,10 +82,12 @@ export interface WoundDown {
  */
 export async function runAttempt(
   host: AttemptHost,
-  { assignment, resume }: { assignment: ChunkAssignment; resume: AttemptResume | null },
+  { assignment, resume: held }: { assignment: ChunkAssignment; resume: AttemptResume | null },
   stop: AbortSignal,
   windDown: AbortSignal,
 ): Promise<AttemptEnd | WoundDown> {
+  // Held after this executor wound it down; else what the coordinator's own attempt, wound down, left of the chunk.
+  const resume = held ?? (assignment.resume ? { ...assignment.resume, grantedMicros: 0 } : null);
   const source = await host.source(assignment.attempt.attemptSeq, assignment.map).catch(() => null);
   if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
   const { run, policy } = source;
@@ -196,7 +198,7 @@ export async function runAttempt(
       { map: assignment.map, chunk: assignment.chunk, attempt: assignment.attempt, rows: assignment.rows, slice: assignment.slice },
       resume ? new Set(resume.rows) : undefined,
     );
-    const summary = resume ? joined(resume.done, part) : part;
+    const summary = resume ? joinedSummary(resume.done, part) : part;
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
     // No row settled in this invocation: one that cannot settle within an invocation's budget would go on for ever.
     const stalled = resume && deferred.length === resume.rows.length ? (resume.stalled ?? 0) + 1 : 0;
@@ -230,19 +232,6 @@ export async function runAttempt(
 }
 
 type Captured = Awaited<ReturnType<typeof captureMap>>;
-
-/** What an attempt did before a wind-down and after it, as one summary. */
-function joined(before: ChunkSummary, after: ChunkSummary): ChunkSummary {
-  return {
-    completed: before.completed + after.completed,
-    failed: before.failed + after.failed,
-    reused: before.reused + after.reused,
-    blocked: [...before.blocked, ...after.blocked],
-    rejected: [...before.rejected, ...after.rejected],
-    lost: after.lost,
-    failureSamples: [...before.failureSamples, ...after.failureSamples].slice(0, 5),
-  };
-}
 
 /** The map's field functions and options, from the play replayed up to its `ctx.map` call (capture.ts). */
 function capture(

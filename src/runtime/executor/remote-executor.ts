@@ -74,7 +74,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return spare;
   }
 
-  async execute({ map, chunk, attempt, rows, slice }: ChunkAttempt): Promise<ChunkSummary> {
+  async execute({ map, chunk, attempt, rows, slice, resume }: ChunkAttempt): Promise<ChunkSummary> {
     const { client, attempts, signal, runId } = this.#deps;
     const { attemptId } = attempt;
     const { slot, alongside } = this.#take(attemptId);
@@ -96,6 +96,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
         alongside,
         sizing: this.#deps.sizing(),
         invocation: attempts.invocationId ?? undefined,
+        resume: resume ?? null,
       });
       const end = await this.#awaitEnd(watch, name, attemptId);
       return this.#summaryOf(end);

@@ -26,10 +26,11 @@ export class WindDown {
   #timer: ReturnType<typeof setTimeout> | null = null;
   #unwatch: () => void;
 
-  constructor(options: { meter: SubrequestMeter; limits: Limits; now(): number }) {
+  /** `startedAt`: when the invocation started (now by default). */
+  constructor(options: { meter: SubrequestMeter; limits: Limits; now(): number; startedAt?: number }) {
     this.#meter = options.meter;
     this.#now = options.now;
-    this.#startedAt = options.now();
+    this.#startedAt = options.startedAt ?? options.now();
     this.#subrequests = options.limits.executorWindDownSubrequests;
     this.#ms = options.limits.executorWindDownMs;
     this.#unwatch = options.meter.watch(() => this.#check());

@@ -10,7 +10,7 @@ import type { FieldSet, Row, RowContext } from "../../play/types";
 import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
-import type { ChunkSummary } from "../../contracts/executors";
+import type { ChunkResume, ChunkSummary } from "../../contracts/executors";
 
 export type { ChunkSummary };
 import { AttemptLeases } from "./attempt-leases";
@@ -35,6 +35,21 @@ export interface ChunkAttempt {
   rows: readonly PlannedRow[];
   /** Where the chunk's rows are when the run's input is an upload: read when the attempt runs. */
   slice?: UploadSlice | null;
+  /** What an earlier attempt that wound down left of the chunk: only these rows run, and the summary is the chunk's. */
+  resume?: ChunkResume | null;
+}
+
+/** What an attempt did before a wind-down and after it, as one summary. */
+export function joinedSummary(before: ChunkSummary, after: ChunkSummary): ChunkSummary {
+  return {
+    completed: before.completed + after.completed,
+    failed: before.failed + after.failed,
+    reused: before.reused + after.reused,
+    blocked: [...before.blocked, ...after.blocked],
+    rejected: [...before.rejected, ...after.rejected],
+    lost: after.lost,
+    failureSamples: [...before.failureSamples, ...after.failureSamples].slice(0, 5),
+  };
 }
 
 /**
@@ -153,8 +168,18 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     this.#deps = options;
   }
 
-  /** Runs the attempt over `rows`, or only those of its rows whose index is in `only` (a wound-down attempt going on). */
-  async execute({ attempt, rows: given, chunk, slice }: ChunkAttempt, only?: ReadonlySet<number>): Promise<WoundDownSummary> {
+  /**
+   * Runs the attempt over its rows, or only those whose index is in `only` (or its `resume`'s rows: a wound-down
+   * attempt going on); with a `resume`, the summary is the whole chunk's.
+   */
+  async execute(attempt: ChunkAttempt, only?: ReadonlySet<number>): Promise<WoundDownSummary> {
+    const { resume } = attempt;
+    if (!resume || only) return this.#execute(attempt, only);
+    const part = await this.#execute(attempt, new Set(resume.rows));
+    return { ...joinedSummary(resume.done, part), deferred: part.deferred };
+  }
+
+  async #execute({ attempt, rows: given, chunk, slice }: ChunkAttempt, only?: ReadonlySet<number>): Promise<WoundDownSummary> {
     const { sheets, policy, latch, windDown } = this.#deps;
     const summary: WoundDownSummary = {
       completed: 0,

@@ -5,6 +5,7 @@ import { ChunkQueue } from "./chunk-queue";
 const chunk = (idx: number, rows = 100): ChunkRecord => ({
   idx,
   rows,
+  resume: null,
   state: "pending",
   attemptSeq: 0,
   retries: 0,

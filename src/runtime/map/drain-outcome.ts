@@ -48,10 +48,11 @@ export class DrainOutcome {
    * budget is spent: its subrequests, or its wall clock (an alarm runs 15
    * minutes at most, and a coordinator waiting on its executors uses little else).
    */
-  stopped(budget: { subrequests: number; maxSubrequests: number; elapsedMs: number; maxElapsedMs: number }): boolean {
+  stopped(budget: { subrequests: number; maxSubrequests: number; elapsedMs: number; maxElapsedMs: number; woundDown?: boolean }): boolean {
     if (this.signal.aborted || this.latch.tripped !== null) return true;
     if (this.#rowFailure || this.#fatal || this.#infra !== null || this.#died > 0) return true;
-    this.#overBudget ||= budget.subrequests >= budget.maxSubrequests || budget.elapsedMs >= budget.maxElapsedMs;
+    this.#overBudget ||=
+      budget.woundDown === true || budget.subrequests >= budget.maxSubrequests || budget.elapsedMs >= budget.maxElapsedMs;
     return this.#overBudget;
   }
 

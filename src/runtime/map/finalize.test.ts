@@ -5,6 +5,7 @@ import { planFinalize, type PersistedCounts } from "./finalize";
 const chunk = (idx: number, rows: number, completed: number, failed = 0): ChunkRecord => ({
   idx,
   rows,
+  resume: null,
   state: "done",
   attemptSeq: 0,
   retries: 0,

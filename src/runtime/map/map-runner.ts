@@ -25,6 +25,7 @@ import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type Chu
 import type { ExecutorAttempts } from "../executor/executor-attempts";
 import { mapExecutors } from "../executor/map-executors";
 import { RunInline } from "../executor/remote-executor";
+import { WindDown } from "../executor/wind-down";
 
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
@@ -191,6 +192,9 @@ export class MapRunner {
     const { policy, signal, run } = this.#scope;
     const guards = this.guards();
     const latch = guards.latch;
+    // Attempts running here when the invocation nears the platform's limits stop sending and leave the rest of their
+    // chunk to the next invocation (wind-down.ts): dispatch stops at the budget, but they may run long past it.
+    const windDown = new WindDown({ meter: this.#scope.meter, limits: policy, now: this.#scope.now, startedAt: this.#feed.startedAt });
     const inProcess = new InProcessChunkExecutor({
       sheets,
       receipts: this.#deps.dispatch.receipts,
@@ -198,6 +202,7 @@ export class MapRunner {
       policy,
       latch,
       signal,
+      windDown: windDown.signal,
       recompute: run.force || run.forceToolRefresh,
       log: this.#scope.log,
       now: this.#scope.now,
@@ -263,12 +268,12 @@ export class MapRunner {
       this.#feed.tell(record.name, false);
       const from = idx * record.chunkRows;
       const to = Math.min(record.total, from + record.chunkRows);
-      let summary: ChunkSummary;
+      let summary: ChunkSummary & { deferred?: number[] };
       try {
         summary = await execute(
           input.kind === "upload"
-            ? { map: record.name, chunk: idx, attempt, rows: [], slice: { upload: input.upload, from, to } }
-            : { map: record.name, chunk: idx, attempt, rows: input.rows.slice(from, to) },
+            ? { map: record.name, chunk: idx, attempt, rows: [], slice: { upload: input.upload, from, to }, resume: chunk.resume }
+            : { map: record.name, chunk: idx, attempt, rows: input.rows.slice(from, to), resume: chunk.resume },
         );
       } catch (error) {
         // The chunk stays `running`: the next invocation redispatches it under a new epoch.
@@ -280,6 +285,17 @@ export class MapRunner {
       }
       if (summary.lost || summary.rejected.length) {
         outcome.attemptDied(this.#attemptDied(record.name, idx, attemptSeq, summary));
+        return;
+      }
+      // Wound down here (this invocation's budget ran low): the next invocation runs the rows it left.
+      if (summary.deferred?.length) {
+        const { deferred, ...done } = summary;
+        store.deferChunk(record.name, idx, { rows: deferred, done });
+        this.#scope.log(
+          `chunk ${record.name}#${idx}: attempt ${attemptSeq} wound down (${this.#scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
+          "attempt_wound_down",
+        );
+        this.#feed.tell(record.name, false);
         return;
       }
       const done = summary.blocked.length === 0;
@@ -359,6 +375,7 @@ export class MapRunner {
         maxSubrequests: policy.invocationSubrequestBudget,
         elapsedMs: this.#scope.now() - this.#feed.startedAt,
         maxElapsedMs: policy.invocationWallMs,
+        woundDown: windDown.signal.aborted,
       });
     // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), and one more
     // per executor whose attempt drains (its next runs alongside); or K in the coordinator.
@@ -398,6 +415,7 @@ export class MapRunner {
         await Promise.all(batch);
       }
     } finally {
+      windDown.close();
       // However the drain ends (a failed run's too), the ledger has every chunk it completed.
       this.#feed.flushChunks(record.name);
       await remote?.sizer.stop();
