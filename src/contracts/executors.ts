@@ -68,6 +68,8 @@ export interface TracedResponse {
 export interface ChunkResume {
   rows: number[];
   done: ChunkSummary;
+  /** Wind-downs in a row without a row settled (absent: none). */
+  stalled?: number;
 }
 
 /**

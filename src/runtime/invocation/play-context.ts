@@ -175,14 +175,26 @@ export class RunContext implements PlayContext {
       signal: rc.signal,
       tool: rc.tool,
       log: (...args: unknown[]) => rc.log(...args.map((a) => secrets.redact(typeof a === "string" ? a : safeStringify(a)))),
-      runPlay: (play, input, options = {}) => children.run(play, input, options, rc.rowKey) as Promise<any>,
-      fetch: (url, init) =>
-        egress.fetch(url, init).catch((error: unknown) => {
-          // Refused because the attempt stopped: the row is not stored, whatever its field makes of it.
-          if (rc.signal.aborted) refusedIn(rc);
-          throw error;
-        }),
+      runPlay: (play, input, options = {}) => refusing(rc, () => children.run(play, input, options, rc.rowKey) as Promise<any>),
+      fetch: (url, init) => refusing(rc, () => egress.fetch(url, init)),
     };
+  }
+}
+
+/**
+ * A row's effect, refused once its attempt stopped (a cancel, lost leases, a wind-down: the row's signal), before or
+ * as it fails: the row is not stored, whatever its field makes of the refusal.
+ */
+async function refusing<T>(rc: RowContext, effect: () => Promise<T>): Promise<T> {
+  if (rc.signal.aborted) {
+    refusedIn(rc);
+    throw rc.signal.reason;
+  }
+  try {
+    return await effect();
+  } catch (error) {
+    if (rc.signal.aborted) refusedIn(rc);
+    throw error;
   }
 }
 

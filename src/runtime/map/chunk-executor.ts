@@ -306,6 +306,11 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     workers.onGathered(drain);
     drain();
     await forEachLimited(pending, this.#deps.policy.rowConcurrency, async (planned, index) => {
+      // The attempt stopped (a cancel, lost leases, a wind-down): rows not started are left as they are.
+      if (signal.aborted) {
+        left--;
+        return;
+      }
       workers.enter();
       this.#deps.onRow?.(chunk, "started");
       let outcome: PersistRowsRequest["rows"][number] | null = null;

@@ -38,8 +38,9 @@ export class ChunkQueue {
     if (back) return [back];
     const group = [this.#chunks[this.#next++]!];
     let rows = group[0]!.rows;
-    for (let next = this.#chunks[this.#next]; this.#sweeping && next; next = this.#chunks[this.#next]) {
-      if (next.idx !== group.at(-1)!.idx + 1 || rows + next.rows > SWEEP_ROWS) break;
+    // A chunk a wound-down attempt left part of runs as an attempt (a sweep would count what it computed as reused).
+    for (let next = this.#chunks[this.#next]; this.#sweeping && next && !group[0]!.resume; next = this.#chunks[this.#next]) {
+      if (next.idx !== group.at(-1)!.idx + 1 || rows + next.rows > SWEEP_ROWS || next.resume) break;
       group.push(next);
       rows += next.rows;
       this.#next++;

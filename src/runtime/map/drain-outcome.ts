@@ -33,6 +33,11 @@ export class DrainOutcome {
     if (fatal) this.#fatal ??= fatal;
   }
 
+  /** A chunk's attempt wound down (the invocation's budget ran low): the map goes on in the next invocation. */
+  woundDown(): void {
+    this.#overBudget = true;
+  }
+
   /** A failure that ends the run, whatever else happened (a chunk blocked too long). */
   failed(error: TerminalError): void {
     this.#fatal ??= error;

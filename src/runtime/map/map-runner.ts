@@ -57,6 +57,9 @@ export interface MapRunnerOptions {
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
 
+/** Wind-downs of a chunk in a row without a row settled before the map fails (the executor's limit too). */
+const MAX_STALLED_WIND_DOWNS = 3;
+
 export class MapRunner {
   #deps: MapRunnerOptions;
   #scope: InvocationScope;
@@ -238,7 +241,10 @@ export class MapRunner {
     const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
     // A row an earlier invocation saw fail (it ended before failing the run: a crash, a child that ran long) fails it now.
-    if (options.onRowError === "fail" && store.chunks(record.name).some((chunk) => chunk.state === "done" && chunk.failed > 0)) {
+    if (
+      options.onRowError === "fail" &&
+      store.chunks(record.name).some((chunk) => (chunk.state === "done" || chunk.resume !== null) && chunk.failed > 0)
+    ) {
       const sample = store.failureSamples().find((s) => s.map === record.name);
       outcome.rowFailed(sample ?? { key: "?", error: "a row failed in an earlier invocation" });
     }
@@ -290,11 +296,23 @@ export class MapRunner {
       // Wound down here (this invocation's budget ran low): the next invocation runs the rows it left.
       if (summary.deferred?.length) {
         const { deferred, ...done } = summary;
-        store.deferChunk(record.name, idx, { rows: deferred, done });
+        // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever.
+        const stalled = chunk.resume && deferred.length === chunk.resume.rows.length ? (chunk.resume.stalled ?? 0) + 1 : 0;
+        store.deferChunk(record.name, idx, { rows: deferred, done, stalled });
         this.#scope.log(
           `chunk ${record.name}#${idx}: attempt ${attemptSeq} wound down (${this.#scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
           "attempt_wound_down",
         );
+        outcome.woundDown();
+        if (stalled >= MAX_STALLED_WIND_DOWNS)
+          outcome.failed(
+            new TerminalError(
+              "chunk_stalled",
+              `map "${record.name}" chunk ${idx}: ${stalled} invocations in a row wound down without settling a row; its rows need more than an invocation's subrequests or time`,
+            ),
+          );
+        if (done.failed > 0 && options.onRowError === "fail")
+          outcome.rowFailed(done.failureSamples[0] ?? { key: "?", error: "row failed" });
         this.#feed.tell(record.name, false);
         return;
       }
