@@ -22,7 +22,11 @@ export interface RunError {
 }
 
 /** A chunk's settled rows. */
-export type ChunkCounts = { chunk: number; completed: number; failed: number };
+/**
+ * What earlier attempts of a running chunk stored; `resumed`: the running attempt goes on from a wound-down one
+ * (ChunkResume), so its own rows come on top of these.
+ */
+export type ChunkCounts = { chunk: number; completed: number; failed: number; resumed?: boolean };
 
 export interface RunRecord {
   runId: string;
@@ -467,8 +471,9 @@ export class RunStore {
 
   /** What earlier attempts of the map's running chunks stored (chunks that stored nothing are left out). */
   runningCounts(map: string): ChunkCounts[] {
-    return this.#sql<ChunkCounts>`SELECT idx AS chunk, completed, failed FROM chunks
-      WHERE map = ${map} AND state = 'running' AND completed + failed > 0`;
+    return this.#sql<{ chunk: number; completed: number; failed: number; resumed: number }>`SELECT idx AS chunk, completed, failed,
+      resume IS NOT NULL AS resumed FROM chunks
+      WHERE map = ${map} AND state = 'running' AND completed + failed > 0`.map((row) => ({ ...row, resumed: row.resumed === 1 }));
   }
 
   /** Rows this run computed (not reused), over every map. */

@@ -23,4 +23,16 @@ describe("LiveRows", () => {
     live.ended("m", 1);
     expect(live.apply("m", stored)).toEqual({ ...stored, inFlight: 0, executors: 1 });
   });
+
+  it("adds a resumed chunk's live rows to what its wound-down attempt stored: they are other rows", () => {
+    const live = new LiveRows();
+    for (let i = 0; i < 3; i++) live.started("m", 1);
+    live.settled("m", 1, "completed");
+    live.settled("m", 1, "completed");
+    const running = { ...stored, completed: 0, active: 100, waiting: 0 };
+    // 60 rows stored before the wind-down, 2 of the 40 left settled since.
+    expect(live.apply("m", running, [{ chunk: 1, completed: 60, failed: 0, resumed: true }])).toMatchObject({ completed: 62, active: 38 });
+    // A chunk computed again whole shows the larger of the two.
+    expect(live.apply("m", running, [{ chunk: 1, completed: 60, failed: 0 }])).toMatchObject({ completed: 60, active: 40 });
+  });
 });

@@ -53,7 +53,8 @@ export class LiveRows {
    * its executors, or this coordinator, or none). A running chunk an earlier
    * attempt stored counts for (`stored`) shows those until its attempt's own
    * count reaches them: a chunk computed again neither drops to nothing as
-   * it starts nor counts its rows twice.
+   * it starts nor counts its rows twice. A chunk going on after a wind-down
+   * shows both: its stored rows are not the ones its attempt computes now.
    */
   apply(map: string, progress: MapProgress, stored: readonly ChunkCounts[] = []): MapProgress {
     const chunks = this.#maps.get(map);
@@ -65,7 +66,12 @@ export class LiveRows {
       inFlight += rows.inFlight;
       const before = earlier.get(chunk);
       earlier.delete(chunk);
-      const shown = before && before.completed + before.failed > rows.completed + rows.failed ? before : rows;
+      // A wound-down attempt's rows (stored) and its continuation's (live) are different rows: both count.
+      const shown = before?.resumed
+        ? { completed: before.completed + rows.completed, failed: before.failed + rows.failed }
+        : before && before.completed + before.failed > rows.completed + rows.failed
+          ? before
+          : rows;
       completed += shown.completed;
       failed += shown.failed;
     }
