@@ -90,18 +90,27 @@ describe("ctx.fetch", () => {
 });
 
 describe("a map over rows a play-level ctx.fetch returned", () => {
-  it("runs in executors, which replay the response the play got instead of fetching again", async () => {
-    await simReset();
+  /**
+   * A list of `count` leads served at a URL of its own: each fetch of it answers the same rows with the next
+   * `version`; every other request goes out as before.
+   */
+  function servedList(count: number) {
     const url = `https://lists.example.com/${id()}.json`;
     const batch = id();
-    const rows = Array.from({ length: 120 }, (_, i) => ({ id: `${batch}-${i}`, name: `Listed ${batch} ${i}`, domain: "example.com" }));
+    const rows = Array.from({ length: count }, (_, i) => ({ id: `${batch}-${i}`, name: `Listed ${batch} ${i}`, domain: "example.com" }));
     const real = globalThis.fetch;
-    let listFetches = 0;
+    let fetches = 0;
     const spy = vi.spyOn(globalThis, "fetch").mockImplementation((input, init) => {
       if (String(input instanceof Request ? input.url : input) !== url) return real(input, init);
-      listFetches++;
-      return Promise.resolve(Response.json({ version: listFetches, rows }));
+      fetches++;
+      return Promise.resolve(Response.json({ version: fetches, rows }));
     });
+    return { url, rows, fetches: () => fetches, restore: () => spy.mockRestore() };
+  }
+
+  it("runs in executors, which replay the response the play got instead of fetching again", async () => {
+    await simReset();
+    const { url, rows, fetches, restore } = servedList(120);
     try {
       const run = await waitForRun(await startRun("test-fetched-list", { url }));
       expect(run.status).toBe("completed");
@@ -114,37 +123,28 @@ describe("a map over rows a play-level ctx.fetch returned", () => {
       expect(callers.length).toBeGreaterThan(0);
       expect(callers.every((caller) => caller.startsWith(`MapExecutor:${run.runId}#`))).toBe(true);
       // Every row saw an answer the coordinator's play got (executors fetched nothing themselves).
-      expect(listFetches).toBeGreaterThan(0);
-      for (const row of rows) expect(stored.get(row.id).version).toBeLessThanOrEqual(listFetches);
+      expect(fetches()).toBeGreaterThan(0);
+      for (const row of rows) expect(stored.get(row.id).version).toBeLessThanOrEqual(fetches());
       const lines = (await allEvents(run.runId)).flatMap((e) => (e.type === "log.appended" ? [e.line] : []));
       expect(lines.filter((line) => line.includes("runs in the coordinator"))).toEqual([]);
     } finally {
-      spy.mockRestore();
+      restore();
     }
   });
 
   it("gets each invocation's own answer: executors never replay an earlier invocation's response", async () => {
     await simReset();
-    const url = `https://lists.example.com/${id()}.json`;
-    const batch = id();
-    const rows = Array.from({ length: 150 }, (_, i) => ({ id: `${batch}-${i}`, name: `Again ${batch} ${i}`, domain: "example.com" }));
-    const real = globalThis.fetch;
-    let listFetches = 0;
-    const spy = vi.spyOn(globalThis, "fetch").mockImplementation((input, init) => {
-      if (String(input instanceof Request ? input.url : input) !== url) return real(input, init);
-      listFetches++;
-      return Promise.resolve(Response.json({ version: listFetches, rows }));
-    });
+    const { url, fetches, restore } = servedList(150);
     try {
       // A budget of a few subrequests: the coordinator yields after each chunk or so, and each invocation fetches anew.
       const run = await waitForRun(await startRun("test-fetched-list", { url }, { testPolicy: { invocationSubrequestBudget: 5 } }));
       expect(run.status).toBe("completed");
-      expect(listFetches).toBeGreaterThan(1);
+      expect(fetches()).toBeGreaterThan(1);
       const versions = new Set((await datasetRows(run.runId, "listed")).map((row) => row.version));
       // Rows computed after the first invocation carry a later answer: the executors (the same objects) asked again.
       expect(Math.max(...versions)).toBeGreaterThan(1);
     } finally {
-      spy.mockRestore();
+      restore();
     }
   });
 });
