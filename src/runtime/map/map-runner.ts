@@ -16,10 +16,11 @@ import { UploadRows } from "./upload-rows";
 import { messageOf, TerminalError } from "../../core/errors";
 import { InfraError, YieldSignal } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
+import { attemptDied, attemptWoundDown, blockedTooLong } from "./chunk-outcomes";
 import type { AttemptRef } from "../../contracts/shards";
 import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
-import { attemptServices, describeKeys, type AttemptLeases } from "./attempt-leases";
+import { attemptServices, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import type { ExecutorAttempts } from "../executor/executor-attempts";
@@ -56,9 +57,6 @@ export interface MapRunnerOptions {
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
-
-/** Wind-downs of a chunk in a row without a row settled before the map fails (the executor's limit too). */
-const MAX_STALLED_WIND_DOWNS = 3;
 
 export class MapRunner {
   #deps: MapRunnerOptions;
@@ -290,29 +288,17 @@ export class MapRunner {
         this.#deps.live.ended(record.name, idx);
       }
       if (summary.lost || summary.rejected.length) {
-        outcome.attemptDied(this.#attemptDied(record.name, idx, attemptSeq, summary));
+        outcome.attemptDied(attemptDied(this.#outcomes(), { map: record.name, idx, attemptSeq }, summary));
         return;
       }
       // Wound down here (this invocation's budget ran low): the next invocation runs the rows it left.
       if (summary.deferred?.length) {
-        const { deferred, ...done } = summary;
-        // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever.
-        const stalled = chunk.resume && deferred.length === chunk.resume.rows.length ? (chunk.resume.stalled ?? 0) + 1 : 0;
-        store.deferChunk(record.name, idx, { rows: deferred, done, stalled });
-        this.#scope.log(
-          `chunk ${record.name}#${idx}: attempt ${attemptSeq} wound down (${this.#scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
-          "attempt_wound_down",
-        );
+        const at = { map: record.name, idx, attemptSeq, resume: chunk.resume };
+        const stalled = attemptWoundDown(this.#outcomes(), at, { ...summary, deferred: summary.deferred });
         outcome.woundDown();
-        if (stalled >= MAX_STALLED_WIND_DOWNS)
-          outcome.failed(
-            new TerminalError(
-              "chunk_stalled",
-              `map "${record.name}" chunk ${idx}: ${stalled} invocations in a row wound down without settling a row; its rows need more than an invocation's subrequests or time`,
-            ),
-          );
-        if (done.failed > 0 && options.onRowError === "fail")
-          outcome.rowFailed(done.failureSamples[0] ?? { key: "?", error: "row failed" });
+        if (stalled) outcome.failed(stalled);
+        if (summary.failed > 0 && options.onRowError === "fail")
+          outcome.rowFailed(summary.failureSamples[0] ?? { key: "?", error: "row failed" });
         this.#feed.tell(record.name, false);
         return;
       }
@@ -445,26 +431,9 @@ export class MapRunner {
     await this.#finalize(record, sheets);
   }
 
-  /**
-   * The chunk's attempt no longer owns some of its rows or receipts: it stays
-   * `running` for the next invocation to redispatch. The error when it has
-   * been redispatched too often.
-   */
-  #attemptDied(map: string, idx: number, attemptSeq: number, summary: ChunkSummary): TerminalError | null {
-    const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
-    const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
-    // Why it lost them, when it said (an executor that stopped or went silent): what a reader of the log asks first.
-    const why = summary.lost?.reason ? ` (${summary.lost.reason})` : "";
-    this.#scope.log(
-      `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys) || "its rows"}${why}${late}; the chunk is redispatched under a new attempt`,
-      summary.rejected.length ? "late_write_rejected" : "attempt_redispatched",
-    );
-    const count = this.#deps.store.noteRedispatch(map, idx);
-    if (count <= this.#scope.policy.maxChunkRedispatches) return null;
-    return new TerminalError(
-      "chunk_redispatch_exhausted",
-      `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
-    );
+  /** What chunk-outcomes.ts records chunk outcomes with. */
+  #outcomes() {
+    return { scope: this.#scope, store: this.#deps.store };
   }
 
   /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
@@ -518,18 +487,3 @@ export class MapRunner {
 type MapInput =
   | { kind: "rows"; rows: PlannedRow[]; total: number; duplicatesDropped: number }
   | { kind: "upload"; upload: string; total: number; duplicatesDropped: 0; reader: UploadRows };
-
-/** A chunk whose rows another run kept leased through every retry. */
-function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {
-  const owners = [...new Set(blocked.map((b) => b.ownerRunId))];
-  const keys = `${blocked
-    .slice(0, 5)
-    .map((b) => b.key)
-    .join(", ")}${blocked.length > 5 ? ", …" : ""}`;
-  const by = owners.length === 1 ? `run ${owners[0]}` : `runs ${owners.slice(0, 3).join(", ")}${owners.length > 3 ? ", …" : ""}`;
-  return new TerminalError(
-    "rows_blocked",
-    `map "${map}" chunk ${idx}: ${blocked.length} rows stayed leased by ${by} through ${retries} retries (rows ${keys}); ` +
-      `let that run finish or cancel it (POST /v1/runs/<id>/cancel), then rerun this one: rows already completed are reused`,
-  );
-}

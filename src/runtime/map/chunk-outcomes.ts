@@ -1,0 +1,86 @@
+/**
+ * What the map runner makes of a chunk attempt that did not simply end: one
+ * that died (lost its leases, had a late write rejected), one that wound down
+ * (its invocation's budget ran low), one whose rows stayed leased by another
+ * run. Each is logged with its notice code and stored; the error is the one
+ * that fails the map when the chunk has been retried too often.
+ */
+import { TerminalError } from "../../core/errors";
+import type { ChunkSummary } from "../../contracts/executors";
+import type { RunStore } from "../../stores/run-store";
+import type { InvocationScope } from "../invocation/scope";
+import { describeKeys } from "./attempt-leases";
+
+/** Wind-downs of a chunk in a row without a row settled before the map fails (the executor's limit too). */
+export const MAX_STALLED_WIND_DOWNS = 3;
+
+type Outcomes = { scope: Pick<InvocationScope, "log" | "policy" | "meter">; store: RunStore };
+
+/**
+ * The chunk's attempt no longer owns some of its rows or receipts: it stays
+ * `running` for the next invocation to redispatch. The error when it has
+ * been redispatched too often.
+ */
+export function attemptDied(
+  { scope, store }: Outcomes,
+  at: { map: string; idx: number; attemptSeq: number },
+  summary: ChunkSummary,
+): TerminalError | null {
+  const { map, idx, attemptSeq } = at;
+  const keys = { rows: [...new Set([...summary.rejected, ...(summary.lost?.rows ?? [])])], receipts: summary.lost?.receipts ?? [] };
+  const late = summary.rejected.length ? `; its late write of ${summary.rejected.length} rows was rejected and overwrote nothing` : "";
+  // Why it lost them, when it said (an executor that stopped or went silent): what a reader of the log asks first.
+  const why = summary.lost?.reason ? ` (${summary.lost.reason})` : "";
+  scope.log(
+    `chunk ${map}#${idx}: attempt ${attemptSeq} no longer owns ${describeKeys(keys) || "its rows"}${why}${late}; the chunk is redispatched under a new attempt`,
+    summary.rejected.length ? "late_write_rejected" : "attempt_redispatched",
+  );
+  const count = store.noteRedispatch(map, idx);
+  if (count <= scope.policy.maxChunkRedispatches) return null;
+  return new TerminalError(
+    "chunk_redispatch_exhausted",
+    `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
+  );
+}
+
+/**
+ * The chunk's attempt wound down here: the chunk goes back to pending with
+ * its counts and the rows it left (the next invocation runs only those).
+ * The error when it wound down {@link MAX_STALLED_WIND_DOWNS} times in a row
+ * without a row settled.
+ */
+export function attemptWoundDown(
+  { scope, store }: Outcomes,
+  at: { map: string; idx: number; attemptSeq: number; resume: { rows: number[]; stalled?: number } | null },
+  summary: ChunkSummary & { deferred: number[] },
+): TerminalError | null {
+  const { map, idx, attemptSeq, resume } = at;
+  const { deferred, ...done } = summary;
+  // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever.
+  const stalled = resume && deferred.length === resume.rows.length ? (resume.stalled ?? 0) + 1 : 0;
+  store.deferChunk(map, idx, { rows: deferred, done, stalled });
+  scope.log(
+    `chunk ${map}#${idx}: attempt ${attemptSeq} wound down (${scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
+    "attempt_wound_down",
+  );
+  if (stalled < MAX_STALLED_WIND_DOWNS) return null;
+  return new TerminalError(
+    "chunk_stalled",
+    `map "${map}" chunk ${idx}: ${stalled} invocations in a row wound down without settling a row; its rows need more than an invocation's subrequests or time`,
+  );
+}
+
+/** A chunk whose rows another run kept leased through every retry. */
+export function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {
+  const owners = [...new Set(blocked.map((b) => b.ownerRunId))];
+  const keys = `${blocked
+    .slice(0, 5)
+    .map((b) => b.key)
+    .join(", ")}${blocked.length > 5 ? ", …" : ""}`;
+  const by = owners.length === 1 ? `run ${owners[0]}` : `runs ${owners.slice(0, 3).join(", ")}${owners.length > 3 ? ", …" : ""}`;
+  return new TerminalError(
+    "rows_blocked",
+    `map "${map}" chunk ${idx}: ${blocked.length} rows stayed leased by ${by} through ${retries} retries (rows ${keys}); ` +
+      `let that run finish or cancel it (POST /v1/runs/<id>/cancel), then rerun this one: rows already completed are reused`,
+  );
+}
