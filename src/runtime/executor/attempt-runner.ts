@@ -13,13 +13,14 @@ import { SheetClient } from "../../clients/shards";
 import { codeOf, detailsOf, messageOf, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import { timeoutSignal } from "../../core/time";
-import type { AttemptEnd, AttemptResume, ChunkAssignment, ChunkSummary, ChunkSweepAssignment } from "../../contracts/executors";
+import type { AttemptEnd, AttemptResume, ChunkAssignment, ChunkSweepAssignment } from "../../contracts/executors";
 import type { PlannedRow } from "../../contracts/shards";
 import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor, joinedSummary, refusedIn, sweepReused } from "../map/chunk-executor";
+import { MAX_STALLED_WIND_DOWNS } from "../map/chunk-outcomes";
 import { UploadRows } from "../map/upload-rows";
 import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
@@ -35,9 +36,6 @@ import { ExecutorSpend } from "./executor-spend";
 
 /** How long the play may take to reach the map when replayed here. */
 const CAPTURE_TIMEOUT_MS = 30_000;
-
-/** Wind-downs in a row without a row settled before an attempt fails (its chunk then goes to a new epoch, a bounded number of times). */
-const MAX_STALLED_WIND_DOWNS = 3;
 
 /** What the executor gives each attempt it runs. */
 export interface AttemptHost {

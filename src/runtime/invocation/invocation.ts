@@ -13,7 +13,6 @@ import { type Emit, type Log, MAX_LOG_LINE } from "../../contracts/events";
 import type { AnyTool, PlayDefinition } from "../../play/types";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunError, RunRecord, RunStore } from "../../stores/run-store";
-import { toCredits, toMicros } from "../../stores/spend-store";
 import type { LiveRows } from "../map/live-rows";
 import type { CaptureSource } from "../../clients/executors";
 import type { SpendGrant } from "../../contracts/executors";

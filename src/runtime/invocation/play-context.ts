@@ -6,7 +6,6 @@ import type {
   MapOptions,
   MapRows,
   PlayContext,
-  Row,
   RowContext,
   RunPlayOptions,
   ToolCallOptions,
