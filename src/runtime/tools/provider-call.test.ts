@@ -84,4 +84,23 @@ describe("callProvider, stopped", () => {
     expect(await call).toEqual({ ok: false, error: { code: "upstream_busy", message: "try later" }, retryable: true });
     expect(sent).toBe(1);
   });
+
+  it("leaves a call whose later request the stop refused unknown: it throws the stop's reason, never a permanent failure", async () => {
+    const stop = new AbortController();
+    const gate = new OutboundGate({ limit: 1 });
+    // A tool that posts, then polls: its poll waits for the one connection, held by another request, and the stop comes.
+    const outcome = withOutbound({ caller: "Test:poll", gate }, () =>
+      withSendStop(stop.signal, () =>
+        callProvider(context(stop, pacer().pacer), async () => {
+          await sendOutbound(async () => "posted");
+          await gate.acquire();
+          const poll = sendOutbound(async () => "polled");
+          stop.abort(new Error("wound down"));
+          return poll;
+        }),
+      ),
+    );
+    const error = await outcome.catch((e: unknown) => e);
+    expect(error).toBe(stop.signal.reason);
+  });
 });

@@ -133,11 +133,14 @@ export async function callProvider<T>(
       // Stopped before this send began (waiting for a slot, or for the next try): an earlier send's failure is the
       // call's outcome, else nothing was sent.
       // A send that waited for one of the object's six connections is refused with the stop's own reason.
-      const refused = sending && !counted && error === ctx.signal.reason;
-      if (ctx.signal.aborted && (!sending || refused)) {
+      const refused = sending && error === ctx.signal.reason;
+      if (ctx.signal.aborted && (!sending || (refused && !counted))) {
         if (last) return { ok: false, error: last.error, retryable: last.retryable };
         throw new NotSent(ctx.signal.reason);
       }
+      // Refused after a request of this send went out (a tool that posts, then polls): how it ended is unknown, and
+      // the receipt stays running for whoever takes it over (never a failure of the stop's own making).
+      if (ctx.signal.aborted && refused) throw error;
       failure = classifyFailure(error, ctx.isRateLimit);
     }
     last = failure;
