@@ -66,7 +66,9 @@ export interface TracedResponse {
 
 /** A chunk's attempt wound down: the indexes of the rows it left, and what it had done (its summary so far). */
 export interface ChunkResume {
+  /** Indexes of the chunk's rows still to run (their leases are the wound-down attempt's). */
   rows: number[];
+  /** The summary so far (its `lost` is null: an attempt that lost leases ends). */
   done: ChunkSummary;
   /** Wind-downs in a row without a row settled (absent: none). */
   stalled?: number;
@@ -78,15 +80,9 @@ export interface ChunkResume {
  * attempt: the rows it left, what it did before, and what it was granted
  * to spend and did not use.
  */
-export interface AttemptResume {
-  /** Indexes of the chunk's rows still to run (their leases are the attempt's). */
-  rows: number[];
-  /** The summary so far (its `lost` is null: an attempt that lost leases ends). */
-  done: ChunkSummary;
+export interface AttemptResume extends ChunkResume {
   /** Of the spend the coordinator granted the attempt, what it has not used (0 when the run has no cap). */
   grantedMicros: number;
-  /** Invocations in a row that wound down without settling a row (absent: none). */
-  stalled?: number;
 }
 
 /**
