@@ -1,5 +1,8 @@
 import { parse } from "csv-parse/sync";
 import { describe, expect, it } from "vitest";
+import { env } from "cloudflare:workers";
+import { sheetShardName } from "../src/clients/shards";
+import { MAX_RUN_COLUMNS } from "../src/contracts/shards";
 import { api, apiJson, datasetRows, expectedEmail, expectedVerdict, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
@@ -53,6 +56,78 @@ describe("CSV export columns", () => {
     });
     expect(exported[550]!.note).toBe("only on row 550");
     expect(exported[0]).toMatchObject({ _status: "failed", email: "", verdict: "", note: "" });
+  });
+});
+
+describe("CSV export columns, found by the shards", () => {
+  it("follow the rows in input order, each row's fields as Object.keys lists them, wherever the rows are stored", async () => {
+    const prefix = tag("order");
+    // Integer-like fields are listed first and in numeric order by Object.keys, whatever order they were written in;
+    // fields first met in a later row come after, in that row's order. Rows spread over the dataset's four shards.
+    const rows = Array.from({ length: 40 }, (_, i) => ({
+      id: `${prefix}-${i}`,
+      name: `Order Person ${i}`,
+      domain: "order.test",
+      ...(i === 0 ? { zeta: 1, "10": "ten", alpha: 2, "2": "two" } : {}),
+      ...(i === 7 ? { "7": "seven", beta: 3, "1": "one" } : {}),
+      ...(i === 31 ? { gamma: 4, alpha: 5 } : {}),
+    }));
+    const run = await waitForRun(await startRun("demo-enrich", { rows }), { timeoutMs: 120_000 });
+    expect(run.status).toBe("completed");
+
+    // What a reader of every row, in input order, meets first (the export's two-pass way, until it asked the shards).
+    const met = new Set<string>();
+    for (const row of await datasetRows(run.runId, "leads")) for (const key of Object.keys(row)) if (!key.startsWith("_")) met.add(key);
+    const { header, rows: exported } = await exportCsv(run.runId, "leads");
+    expect(header).toEqual([...met, "_key", "_status", "_error"]);
+    expect(header.slice(0, 9)).toEqual(["2", "10", "id", "name", "domain", "zeta", "alpha", "email", "verdict"]);
+    expect(header.slice(9, 13)).toEqual(["1", "7", "beta", "gamma"]);
+    expect(exported[7]).toMatchObject({ "1": "one", "7": "seven", beta: "3", "2": "", alpha: "" });
+  });
+
+  it("a shard scans its rows in windows: each names the first row of each field it saw, and where the next starts", async () => {
+    const prefix = tag("scan");
+    const rows = Array.from({ length: 30 }, (_, i) => ({
+      id: `${prefix}-${i}`,
+      name: `Scan Person ${i}`,
+      domain: "scan.test",
+      [`only${i}`]: i,
+    }));
+    const run = await waitForRun(await startRun("demo-enrich", { rows }), { timeoutMs: 120_000 });
+    const stored = await datasetRows(run.runId, "leads");
+    const shard = env.SHEET_SHARD.getByName(sheetShardName("dev", "demo-enrich", "leads", 0));
+    const seen = new Map<string, number>();
+    let windows = 0;
+    for (let fromIndex: number | null = 0; fromIndex !== null; windows++) {
+      const scan = await shard.runColumns({ runId: run.runId, fromIndex, limit: 2 });
+      for (const column of scan.columns) if (!seen.has(column.name)) seen.set(column.name, column.index);
+      fromIndex = scan.nextIndex;
+    }
+    // The rows shard 0 holds: their own field, first met at their own index; the shared fields at its first row.
+    const own = [...seen.keys()].filter((name) => name.startsWith("only"));
+    expect(own.length).toBeGreaterThan(1);
+    for (const name of own) expect(stored[seen.get(name)!]![name]).toBe(Number(name.slice(4)));
+    expect(windows).toBe(Math.floor(own.length / 2) + 1);
+    expect(seen.get("id")).toBe(Math.min(...own.map((name) => seen.get(name)!)));
+  });
+
+  it(`refuses with 422 an export of more than ${MAX_RUN_COLUMNS} fields in all; its JSON pages still read`, async () => {
+    const prefix = tag("wide");
+    const perRow = 1_100;
+    const rows = Array.from({ length: Math.ceil(MAX_RUN_COLUMNS / perRow) + 1 }, (_, i) => ({
+      id: `${prefix}-${i}`,
+      name: `Wide Person ${i}`,
+      domain: "wide.test",
+      ...Object.fromEntries(Array.from({ length: perRow }, (_, j) => [`f${i}x${j}`, j])),
+    }));
+    const run = await waitForRun(await startRun("demo-enrich", { rows }), { timeoutMs: 120_000 });
+    expect(run.status).toBe("completed");
+    const res = await api(`/v1/runs/${run.runId}/datasets/leads?format=csv`);
+    expect(res.status).toBe(422);
+    const body: any = await res.json();
+    expect(body.error).toMatchObject({ code: "export_too_wide", details: { maxColumns: MAX_RUN_COLUMNS } });
+    const page = await apiJson(`/v1/runs/${run.runId}/datasets/leads?limit=2`);
+    expect(page.body.rows).toHaveLength(2);
   });
 });
 

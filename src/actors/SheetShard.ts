@@ -15,11 +15,13 @@ import {
   PeekRowsRequest,
   PersistRowsRequest,
   ReadRunRowsRequest,
+  RunColumnsRequest,
   SheetReleaseRequest,
   type ClaimedRow,
   type LeaseResult,
   type PersistRowsResult,
   type RunChunkCounts,
+  type RunColumnsScan,
   type RunRowCounts,
   type SheetRow,
 } from "../contracts/shards";
@@ -97,6 +99,11 @@ export class SheetShard extends DurableObject<Env> {
   async countRunRows(request: CountRunRowsRequest): Promise<RunRowCounts> {
     const { runId } = parseRpcInput(CountRunRowsRequest, request);
     return this.#store.countRunRows(runId);
+  }
+
+  /** The fields of a run's rows in this shard, from an input index on, scanning at most 50,000 rows (exports' columns). */
+  async runColumns(request: RunColumnsRequest): Promise<RunColumnsScan> {
+    return this.#store.runColumns(parseRpcInput(RunColumnsRequest, request));
   }
 
   /** Counts a run's rows in this shard per chunk of its input (finalize reconciles chunk by chunk). */

@@ -17,11 +17,12 @@ import type {
   ReadRunRowsRequest,
   RunRowsRead,
   ReceiptWriteResult,
+  RunColumn,
   SheetRow,
   WriteReceiptsRequest,
   WriteReceiptsResult,
 } from "../contracts/shards";
-import { MAX_READ_ROWS } from "../contracts/shards";
+import { MAX_READ_ROWS, MAX_RUN_COLUMNS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert } from "../core/collections";
@@ -200,6 +201,29 @@ export class SheetClient {
     if (request.toIndex <= request.fromIndex) return { rows: [], cut: false };
     const read = await this.#stub(shard, "readRunRows").readRunRows(request);
     return { rows: read.rows as SheetRow[], cut: read.cut };
+  }
+
+  /**
+   * The fields of the run's rows over every shard, each with the first row
+   * that has it: a call per shard for every 50,000 of its rows
+   * (MAX_COLUMN_SCAN_ROWS); the scans stop once more than MAX_RUN_COLUMNS
+   * fields are found.
+   */
+  async runColumns(runId: string): Promise<RunColumn[]> {
+    const first = new Map<string, RunColumn>();
+    await Promise.all(
+      this.#allShards().map(async (shard) => {
+        for (let fromIndex: number | null = 0; fromIndex !== null && first.size <= MAX_RUN_COLUMNS; ) {
+          const scan = await this.#stub(shard, "runColumns").runColumns({ runId, fromIndex });
+          for (const column of scan.columns) {
+            const seen = first.get(column.name);
+            if (!seen || column.index < seen.index) first.set(column.name, column);
+          }
+          fromIndex = scan.nextIndex;
+        }
+      }),
+    );
+    return [...first.values()];
   }
 
   async countRunRows(runId: string): Promise<{ total: number; completed: number; failed: number; pending: number }> {

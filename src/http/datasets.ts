@@ -2,7 +2,7 @@
 import { Hono } from "hono";
 import { stringify } from "csv-stringify/sync";
 import { z } from "zod";
-import { MAX_PAGE_ROWS, readPage, readPageFrom, rowPagesInOrder } from "../runtime/map/dataset-view";
+import { MAX_PAGE_ROWS, readPage, readPageFrom, rowFields, rowPagesInOrder } from "../runtime/map/dataset-view";
 import { decodeDatasetCursor, encodeDatasetCursor } from "../runtime/map/dataset-cursor";
 import { SubrequestMeter } from "../core/meter";
 import { SheetClient } from "../clients/shards";
@@ -61,8 +61,8 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
   const { total } = found;
   const sheets = new SheetClient({ env: c.env, location: found.location, meter: new SubrequestMeter() });
   if (query.format === "csv") {
-    // The first pass runs before the response starts, so a failed read is an error response, not a cut-off file.
-    const columns = await datasetColumns(sheets, runId, total);
+    // The columns are found before the response starts, so a failed read is an error response, not a cut-off file.
+    const columns = await datasetColumns(sheets, runId);
     const body = csvStream(rowPagesInOrder(sheets, runId, total), columns, { escapeFormulas: query.safe === "1" });
     return exported(body, name, "csv");
   }
@@ -90,25 +90,21 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
 
 /**
  * The export's columns: every field any row has, in the order first seen,
- * then `_key`, `_status`, `_error`. This is a first pass over the whole
- * dataset, holding only the column names. Columns cannot be known up front:
- * input fields come from the rows themselves (a loose schema lets any row
- * carry its own), and a row that failed lacks the fields computed after its
- * failure, so any page may add a column. Reading every page twice is the
- * simplest way to be right whatever the row order, and costs reads, not memory.
+ * then `_key`, `_status`, `_error`. Columns cannot be known up front: input
+ * fields come from the rows themselves (a loose schema lets any row carry its
+ * own), and a row that failed lacks the fields computed after its failure, so
+ * any row may add one; each shard finds those of its own rows
+ * (`rowFields`).
  */
-async function datasetColumns(sheets: SheetClient, runId: string, total: number): Promise<string[]> {
-  const seen = new Set<string>();
-  for await (const rows of rowPagesInOrder(sheets, runId, total)) {
-    for (const row of rows) for (const key of Object.keys(row)) if (!META_COLUMNS.includes(key)) seen.add(key);
-  }
-  return [...seen, ...META_COLUMNS];
+async function datasetColumns(sheets: SheetClient, runId: string): Promise<string[]> {
+  const fields = await rowFields(sheets, runId);
+  return [...fields.filter((field) => !META_COLUMNS.includes(field)), ...META_COLUMNS];
 }
 
 /**
- * The second pass: the header line, then the rows a page at a time.
+ * The rows a page at a time, after the header line.
  * Exporting a run that is still running reads rows as they change: a field a
- * row gains after the first pass has no column.
+ * row gains after its columns were found has no column.
  */
 function csvStream(pages: AsyncGenerator<Row[]>, columns: string[], options: { escapeFormulas: boolean }): ReadableStream<Uint8Array> {
   const encoder = new TextEncoder();

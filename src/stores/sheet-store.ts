@@ -37,8 +37,12 @@ import { batches, type Sql } from "./sql";
 import {
   MAX_READ_CHARS,
   MAX_READ_ROWS,
+  MAX_COLUMN_SCAN_ROWS,
+  MAX_RUN_COLUMNS,
   type CountRunChunksRequest,
   type RunChunkCounts,
+  type RunColumnsRequest,
+  type RunColumnsScan,
   type RunRowCounts,
   type RunRowsRead,
 } from "../contracts/shards";
@@ -318,6 +322,28 @@ export class SheetStore {
       WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx <= ${sizes[taken - 1]!.idx}
       ORDER BY rr.idx LIMIT ${taken}`.map(rowToSheetRow);
     return { rows, cut: taken < sizes.length };
+  }
+
+  /**
+   * The fields of the run's rows from `fromIndex` on, over at most `limit` of
+   * them: each with the first row that has it and its place in that row
+   * (json_each walks a row's JSON in the order it was written; with `min()`,
+   * SQLite takes the bare `j.id` from the row of the smallest index); at
+   * most one more than MAX_RUN_COLUMNS, the first seen.
+   */
+  runColumns(request: RunColumnsRequest): RunColumnsScan {
+    const limit = Math.min(request.limit ?? MAX_COLUMN_SCAN_ROWS, MAX_COLUMN_SCAN_ROWS);
+    const columns = this.#sql<{ name: string; idx: number; position: number }>`WITH scanned AS (
+        SELECT idx, key, version FROM run_rows WHERE run_id = ${request.runId} AND idx >= ${request.fromIndex} ORDER BY idx LIMIT ${limit})
+      SELECT j.key AS name, min(s.idx) AS idx, j.id AS position
+      FROM scanned s JOIN row_versions v ON v.key = s.key AND v.version = s.version, json_each(v.data) j
+      GROUP BY j.key ORDER BY idx, position LIMIT ${MAX_RUN_COLUMNS + 1}`;
+    const scanned = this.#sql<{ last: number | null; n: number }>`SELECT max(idx) AS last, count(*) AS n FROM (
+        SELECT idx FROM run_rows WHERE run_id = ${request.runId} AND idx >= ${request.fromIndex} ORDER BY idx LIMIT ${limit})`[0]!;
+    return {
+      columns: columns.map((c) => ({ name: c.name, index: c.idx, position: c.position })),
+      nextIndex: scanned.n === limit && scanned.last !== null ? scanned.last + 1 : null,
+    };
   }
 
   /** Counts the run's membership by the status of the versions its view holds. */

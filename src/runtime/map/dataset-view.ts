@@ -6,7 +6,8 @@
  * costs the same at any depth: one call per shard, and about the rows it returns.
  */
 import type { Row } from "../../play/types";
-import { MAX_READ_CHARS, MAX_READ_ROWS, type SheetRow } from "../../contracts/shards";
+import { MAX_READ_CHARS, MAX_READ_ROWS, MAX_RUN_COLUMNS, type RunColumn, type SheetRow } from "../../contracts/shards";
+import { TroupeError } from "../../core/errors";
 import type { SheetClient } from "../../clients/shards";
 import { type ShardBuffer, takeInOrder } from "./shard-merge";
 
@@ -97,6 +98,41 @@ export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total
     if (!rows.length) return;
     yield rows.map(viewRow);
   }
+}
+
+/**
+ * The fields of the run's rows in the order a reader of its rows in input
+ * order first meets them: by the first row that has each, and within a row
+ * as `Object.keys` lists it (integer-like keys first, in numeric order, then
+ * the others as written). Found by each shard over its own rows (a call per
+ * 50,000 of them), not by reading every row through here. More than
+ * MAX_RUN_COLUMNS fields is a 422 (`export_too_wide`).
+ */
+export async function rowFields(sheets: SheetClient, runId: string): Promise<string[]> {
+  const columns = await sheets.runColumns(runId);
+  if (columns.length > MAX_RUN_COLUMNS)
+    throw new TroupeError("export_too_wide", `the rows have more than ${MAX_RUN_COLUMNS} fields in all: too many columns to export`, {
+      httpStatus: 422,
+      details: { maxColumns: MAX_RUN_COLUMNS },
+    });
+  return columns.sort(inKeyOrder).map((column) => column.name);
+}
+
+/** Orders fields by their first row, then as `Object.keys` orders an object's own keys. */
+function inKeyOrder(a: RunColumn, b: RunColumn): number {
+  if (a.index !== b.index) return a.index - b.index;
+  const ai = arrayIndex(a.name);
+  const bi = arrayIndex(b.name);
+  if (ai !== null && bi !== null) return ai - bi;
+  if (ai !== null || bi !== null) return ai !== null ? -1 : 1;
+  return a.position - b.position;
+}
+
+/** The key as an array index (which `Object.keys` lists first, ascending), or null. */
+function arrayIndex(key: string): number | null {
+  if (!/^(?:0|[1-9]\d{0,9})$/.test(key)) return null;
+  const index = Number(key);
+  return index < 2 ** 32 - 1 ? index : null;
 }
 
 /**
