@@ -101,7 +101,7 @@ export class SheetShard extends DurableObject<Env> {
     return this.#store.countRunRows(runId);
   }
 
-  /** The fields of a run's rows in this shard, from an input index on, scanning at most 50,000 rows (exports' columns). */
+  /** The fields of a run's rows in this shard, from an input index on, over at most 50,000 rows and 8 MiB of them (exports' columns). */
   async runColumns(request: RunColumnsRequest): Promise<RunColumnsScan> {
     return this.#store.runColumns(parseRpcInput(RunColumnsRequest, request));
   }

@@ -22,7 +22,7 @@ import type {
   WriteReceiptsRequest,
   WriteReceiptsResult,
 } from "../contracts/shards";
-import { MAX_READ_ROWS, MAX_RUN_COLUMNS } from "../contracts/shards";
+import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert } from "../core/collections";
@@ -205,21 +205,30 @@ export class SheetClient {
 
   /**
    * The fields of the run's rows over every shard, each with the first row
-   * that has it: a call per shard for every 50,000 of its rows
-   * (MAX_COLUMN_SCAN_ROWS); the scans stop once more than MAX_RUN_COLUMNS
-   * fields are found.
+   * that has it: a call per shard for every 8 MiB of its rows' data (and
+   * 50,000 rows). The scans stop once more than MAX_RUN_COLUMNS fields, or
+   * MAX_RUN_COLUMN_CHARS of their names, are found, or one of them failed.
    */
   async runColumns(runId: string): Promise<RunColumn[]> {
     const first = new Map<string, RunColumn>();
+    let nameChars = 0;
+    let failed = false;
+    const wide = () => first.size > MAX_RUN_COLUMNS || nameChars > MAX_RUN_COLUMN_CHARS;
     await Promise.all(
       this.#allShards().map(async (shard) => {
-        for (let fromIndex: number | null = 0; fromIndex !== null && first.size <= MAX_RUN_COLUMNS; ) {
-          const scan = await this.#stub(shard, "runColumns").runColumns({ runId, fromIndex });
-          for (const column of scan.columns) {
-            const seen = first.get(column.name);
-            if (!seen || column.index < seen.index) first.set(column.name, column);
+        try {
+          for (let fromIndex: number | null = 0; fromIndex !== null && !failed && !wide(); ) {
+            const scan = await this.#stub(shard, "runColumns").runColumns({ runId, fromIndex });
+            for (const column of scan.columns) {
+              const seen = first.get(column.name);
+              if (!seen) nameChars += column.name.length;
+              if (!seen || column.index < seen.index) first.set(column.name, column);
+            }
+            fromIndex = scan.nextIndex;
           }
-          fromIndex = scan.nextIndex;
+        } catch (error) {
+          failed = true;
+          throw error;
         }
       }),
     );

@@ -275,24 +275,29 @@ export type CountRunRowsRequest = z.infer<typeof CountRunRowsRequest>;
 export const CountRunChunksRequest = z.object({ runId: z.string().min(1).max(100), chunkRows: z.number().int().min(1).max(100_000) });
 export type CountRunChunksRequest = z.infer<typeof CountRunChunksRequest>;
 
-/** Most of a run's rows one `runColumns` call reads (a shard of 250,000 rows takes five calls). */
+/** Most of a run's rows one `runColumns` call reads (at most MAX_READ_CHARS of their data, as a read carries). */
 export const MAX_COLUMN_SCAN_ROWS = 50_000;
 
 /**
  * `runColumns`: the fields of the run's rows from input index `fromIndex` on,
- * scanning at most `limit` of them (the fields of a 10,000,000-row export are
- * found in a call or a few per shard, where reading the rows themselves took
- * one call per few hundred).
+ * scanning at most `limit` of them and `maxChars` of their data (at least one
+ * row): the fields of a dataset are found in a call per 8 MiB of its rows,
+ * where reading the rows themselves took one call per few hundred.
  */
 export const RunColumnsRequest = z.object({
   runId: z.string().min(1).max(100),
   fromIndex: z.number().int().nonnegative(),
   limit: z.number().int().min(1).max(MAX_COLUMN_SCAN_ROWS).optional(),
+  maxChars: z.number().int().min(1).max(MAX_READ_CHARS).optional(),
 });
 export type RunColumnsRequest = z.infer<typeof RunColumnsRequest>;
 
-/** Most fields a run's rows may have in all for an export (a spreadsheet's own limit): a shard answers one more at most. */
+/**
+ * Most fields a run's rows may have in all for an export (a spreadsheet's own
+ * limit), and most characters of their names: a shard answers one more at most.
+ */
 export const MAX_RUN_COLUMNS = 16_384;
+export const MAX_RUN_COLUMN_CHARS = 1024 * 1024;
 
 /** A field of a run's rows: the input index of the first row scanned that has it, and where it stands in that row. */
 export interface RunColumn {

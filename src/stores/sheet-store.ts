@@ -326,23 +326,31 @@ export class SheetStore {
 
   /**
    * The fields of the run's rows from `fromIndex` on, over at most `limit` of
-   * them: each with the first row that has it and its place in that row
-   * (json_each walks a row's JSON in the order it was written; with `min()`,
-   * SQLite takes the bare `j.id` from the row of the smallest index); at
-   * most one more than MAX_RUN_COLUMNS, the first seen.
+   * them and `maxChars` of their data (at least one row): each with the first
+   * row that has it and its place in that row (json_each walks a row's JSON in
+   * the order it was written; with `min()`, SQLite takes the bare `j.id` from
+   * the row of the smallest index). At most one more than MAX_RUN_COLUMNS,
+   * the first seen; `nextIndex` is the next row's (null: none is left).
    */
   runColumns(request: RunColumnsRequest): RunColumnsScan {
     const limit = Math.min(request.limit ?? MAX_COLUMN_SCAN_ROWS, MAX_COLUMN_SCAN_ROWS);
-    const columns = this.#sql<{ name: string; idx: number; position: number }>`WITH scanned AS (
-        SELECT idx, key, version FROM run_rows WHERE run_id = ${request.runId} AND idx >= ${request.fromIndex} ORDER BY idx LIMIT ${limit})
-      SELECT j.key AS name, min(s.idx) AS idx, j.id AS position
-      FROM scanned s JOIN row_versions v ON v.key = s.key AND v.version = s.version, json_each(v.data) j
+    const maxChars = Math.min(request.maxChars ?? MAX_READ_CHARS, MAX_READ_CHARS);
+    // Sizes first (one row past the window: where the next one starts), so that json_each parses a bounded window.
+    const sizes = this.#sql<{ idx: number; chars: number }>`SELECT rr.idx AS idx, coalesce(length(v.data), 0) AS chars
+      FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
+      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} ORDER BY rr.idx LIMIT ${limit + 1}`;
+    let taken = 0;
+    let chars = 0;
+    while (taken < Math.min(limit, sizes.length) && (taken === 0 || chars + sizes[taken]!.chars <= maxChars))
+      chars += sizes[taken++]!.chars;
+    if (taken === 0) return { columns: [], nextIndex: null };
+    const columns = this.#sql<{ name: string; idx: number; position: number }>`SELECT j.key AS name, min(rr.idx) AS idx, j.id AS position
+      FROM run_rows rr JOIN row_versions v ON v.key = rr.key AND v.version = rr.version, json_each(v.data) j
+      WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx <= ${sizes[taken - 1]!.idx}
       GROUP BY j.key ORDER BY idx, position LIMIT ${MAX_RUN_COLUMNS + 1}`;
-    const scanned = this.#sql<{ last: number | null; n: number }>`SELECT max(idx) AS last, count(*) AS n FROM (
-        SELECT idx FROM run_rows WHERE run_id = ${request.runId} AND idx >= ${request.fromIndex} ORDER BY idx LIMIT ${limit})`[0]!;
     return {
       columns: columns.map((c) => ({ name: c.name, index: c.idx, position: c.position })),
-      nextIndex: scanned.n === limit && scanned.last !== null ? scanned.last + 1 : null,
+      nextIndex: taken < sizes.length ? sizes[taken]!.idx : null,
     };
   }
 

@@ -6,7 +6,14 @@
  * costs the same at any depth: one call per shard, and about the rows it returns.
  */
 import type { Row } from "../../play/types";
-import { MAX_READ_CHARS, MAX_READ_ROWS, MAX_RUN_COLUMNS, type RunColumn, type SheetRow } from "../../contracts/shards";
+import {
+  MAX_READ_CHARS,
+  MAX_READ_ROWS,
+  MAX_RUN_COLUMN_CHARS,
+  MAX_RUN_COLUMNS,
+  type RunColumn,
+  type SheetRow,
+} from "../../contracts/shards";
 import { TroupeError } from "../../core/errors";
 import type { SheetClient } from "../../clients/shards";
 import { type ShardBuffer, takeInOrder } from "./shard-merge";
@@ -105,16 +112,20 @@ export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total
  * order first meets them: by the first row that has each, and within a row
  * as `Object.keys` lists it (integer-like keys first, in numeric order, then
  * the others as written). Found by each shard over its own rows (a call per
- * 50,000 of them), not by reading every row through here. More than
- * MAX_RUN_COLUMNS fields is a 422 (`export_too_wide`).
+ * 8 MiB of their data), not by reading every row through here. More than
+ * MAX_RUN_COLUMNS fields, or MAX_RUN_COLUMN_CHARS of their names, is a 422
+ * (`export_too_wide`). A stored `__proto__` field is not read back with its
+ * row (`parseRowData` drops it), so it is not one.
  */
 export async function rowFields(sheets: SheetClient, runId: string): Promise<string[]> {
-  const columns = await sheets.runColumns(runId);
-  if (columns.length > MAX_RUN_COLUMNS)
-    throw new TroupeError("export_too_wide", `the rows have more than ${MAX_RUN_COLUMNS} fields in all: too many columns to export`, {
-      httpStatus: 422,
-      details: { maxColumns: MAX_RUN_COLUMNS },
-    });
+  const columns = (await sheets.runColumns(runId)).filter((column) => column.name !== "__proto__");
+  const nameChars = columns.reduce((sum, column) => sum + column.name.length, 0);
+  if (columns.length > MAX_RUN_COLUMNS || nameChars > MAX_RUN_COLUMN_CHARS)
+    throw new TroupeError(
+      "export_too_wide",
+      `the rows have more than ${MAX_RUN_COLUMNS} fields, or ${MAX_RUN_COLUMN_CHARS} characters of field names, in all: too many columns to export`,
+      { httpStatus: 422, details: { maxColumns: MAX_RUN_COLUMNS, maxColumnChars: MAX_RUN_COLUMN_CHARS } },
+    );
   return columns.sort(inKeyOrder).map((column) => column.name);
 }
 
