@@ -158,6 +158,26 @@ describe("a field that catches its call's error", () => {
   });
 });
 
+describe("a field that catches a call it made through the play's ctx (a closure), refused by a wind-down", () => {
+  for (const [where, policy] of [
+    ["in an executor", { ...oneChunk, executorWindDownMs: 300 }],
+    ["in the coordinator", { ...oneChunk, maxExecutors: 0, executorWindDownSubrequests: 60 }],
+  ] as const) {
+    it(`${where}: the call was its row's, so what the field made of the refusal is not stored`, async () => {
+      await updateSimConfig(env, { latencyMs: 50 });
+      const rows = leads(100);
+      const runId = await startRun("test-catching", { rows, outer: true }, { testPolicy: policy });
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("completed");
+      expect(await notices(runId)).toContain("attempt_wound_down");
+      const stored = new Map((await datasetRows(runId, "leads")).map((row) => [row._key, row]));
+      for (const row of rows)
+        expect(stored.get(row.id)).toMatchObject({ _status: "completed", email: expectedEmail(row.name, row.domain) });
+      expect(await simStats()).toMatchObject({ billed: rows.length, duplicates: 0 });
+    });
+  }
+});
+
 describe("a run cancelled while its attempt winds down and goes on", () => {
   it("sends nothing more: no attempt held or resumed after the cancel calls the provider", async () => {
     await updateSimConfig(env, { latencyMs: 50 });

@@ -90,6 +90,17 @@ export const testCalls = definePlay({
   },
 });
 
+/** test-calls written with the play's `ctx` in the field (a closure) instead of the row's: the call is still its row's. */
+export const testOuterCalls = definePlay({
+  name: "test-outer-calls",
+  description: "test only: one call per row through the play's ctx.tool, from a field",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), tool: z.string(), input: z.unknown() })).max(5000) }),
+  async run(ctx, input) {
+    const calls = await ctx.map("calls", input.rows, { out: (row) => ctx.tool(String(row.tool), row.input) }, { key: "id" });
+    return { total: calls.total, completed: calls.completed, failed: calls.failed };
+  },
+});
+
 /** A child play for the child-play tests: doubles `n`, after an optional sleep or signal, or fails on purpose. */
 export const testLeaf = definePlay({
   name: "test-leaf",
@@ -369,7 +380,11 @@ export const testFetchedList = definePlay({
 export const testCatching = definePlay({
   name: "test-catching",
   description: "test only: a field that catches its call's error",
-  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000),
+    // Calls through the play's ctx (a closure) instead of the row's.
+    outer: z.boolean().default(false),
+  }),
   async run(ctx, input) {
     const rows = await ctx.map(
       "leads",
@@ -377,7 +392,7 @@ export const testCatching = definePlay({
       {
         email: async (row, c) => {
           try {
-            return (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email;
+            return (await (input.outer ? ctx : c).tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email;
           } catch {
             return "caught";
           }
@@ -456,6 +471,7 @@ export const testDeepThenThrow = definePlay({
 export const testPlays = [
   testCatching,
   testFetchedList,
+  testOuterCalls,
   testSwallow,
   testCaught,
   testChained,

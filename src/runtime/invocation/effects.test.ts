@@ -16,14 +16,16 @@ describe("Effects", () => {
     expect(new Effects().make("sleep", "", false, { play: (call) => call.ordinal })).toBe(0);
   });
 
-  it("refuses waits and sleeps in a row, sends a row's children and log lines to the row, and counts none of them", () => {
+  it("refuses waits and sleeps in a row, sends a row's tool calls, children and log lines to the row, and counts none of them", () => {
     const effects = new Effects();
     expect(() => effects.make("sleep", "", true, { play: () => "play" })).toThrow(expect.objectContaining({ code: "wait_in_row" }));
     expect(() => effects.make("wait", "k", true, { play: () => "play" })).toThrow(expect.objectContaining({ code: "wait_in_row" }));
     expect(effects.make("child", "p", true, { play: () => "play", row: () => "row" })).toBe("row");
     expect(effects.make("log", "", true, { play: () => "play", row: () => "row" })).toBe("row");
-    // Maps and tools made from a row through the play's ctx act at play level.
-    expect(effects.make("tool", "t", true, { play: (call) => call.ordinal, row: () => -1 })).toBe(0);
+    // A tool call made from a row through the play's ctx is the row's; a map made there acts at play level.
+    expect(effects.make("tool", "t", true, { play: (call) => call.ordinal, row: () => -1 })).toBe(-1);
+    expect(effects.make("map", "m", true, { play: (call) => call.ordinal, row: () => -1 })).toBe(0);
+    expect(effects.make("tool", "t", false, { play: (call) => call.ordinal })).toBe(0);
     expect(effects.make("child", "p", false, { play: (call) => call.ordinal })).toBe(0);
     expect(effects.make("log", "", false, { play: (call) => call.ordinal })).toBe(0);
   });

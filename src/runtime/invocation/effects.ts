@@ -26,12 +26,13 @@ export interface EffectCall {
 
 /**
  * Where an effect may be made. A wait or a sleep parks the whole run, so a
- * field function (a row) cannot make one; a row's child plays and log lines
- * belong to its row.
+ * field function (a row) cannot make one; a row's tool calls, child plays,
+ * fetches and log lines belong to its row.
  */
 const ROW_RULES: Record<EffectKind, "row" | "refused" | "play"> = {
   map: "play",
-  tool: "play",
+  // A field's call of the play's `ctx.tool` is its row's (the row's lease, abort and batching; the same receipt).
+  tool: "row",
   child: "row",
   wait: "refused",
   sleep: "refused",

@@ -127,6 +127,7 @@ export class RunContext implements PlayContext {
           }
           return this.#scheduler.call(toolId, input, options) as Promise<T>;
         },
+        row: (row) => row.tool<T>(toolId, input, options),
       },
       [input, options ?? {}],
     );
