@@ -68,12 +68,20 @@ function watch(port, runId) {
 /**
  * Polls the run until it ends. Past `capSeconds` it takes the provider's
  * counters as they stand and cancels the run: the measured window ends there.
+ * `timeline` (when given) gets the provider's admitted requests about once a
+ * second: `[seconds since started, admitted so far]`.
  */
-async function untilEnd(call, runId, { started, capSeconds }) {
+async function untilEnd(call, runId, { started, capSeconds, timeline = null }) {
   let capped = null;
+  let sampledAt = 0;
   for (;;) {
     const run = await call("GET", `/v1/runs/${runId}`);
     const seconds = (performance.now() - started) / 1000;
+    if (timeline && seconds - sampledAt >= 1) {
+      const stats = await call("GET", "/v1/sim/stats");
+      sampledAt = seconds;
+      timeline.push([Number(seconds.toFixed(1)), stats.calls - stats.rateLimited]);
+    }
     if (TERMINAL.includes(run.status)) return { run, seconds: capped?.seconds ?? seconds, capped };
     if (!capped && seconds > capSeconds) {
       capped = { seconds, run, stats: await call("GET", "/v1/sim/stats") };
@@ -91,7 +99,8 @@ async function troupeCase(call, { port, latencyMs, rate, concurrency, rows: rowC
   const started = performance.now();
   const { runId } = await call("POST", "/v1/runs", { play: "demo-enrich", input: { rows } });
   const watcher = watchLive ? watch(port, runId) : null;
-  const { run, seconds, capped } = await untilEnd(call, runId, { started, capSeconds });
+  const admitted = [];
+  const { run, seconds, capped } = await untilEnd(call, runId, { started, capSeconds, timeline: admitted });
   const stats = capped?.stats ?? (await call("GET", "/v1/sim/stats"));
   if (watcher) {
     await Promise.race([
@@ -127,6 +136,14 @@ async function troupeCase(call, { port, latencyMs, rate, concurrency, rows: rowC
     objectRpcsByKind: run.usage.objectRpcsByKind ?? {},
     providerRequestsPerRow: settled ? run.usage.providerRequests / settled : null,
     rerun: null,
+    // Where the time went: requests admitted per second, sampled about every second, and when each chunk completed.
+    timeline: {
+      requestsPerSecond: admitted.map(([at, total], i) => {
+        const [before, then] = i === 0 ? [0, 0] : admitted[i - 1];
+        return Math.round((total - then) / (at - before));
+      }),
+      chunksCompletedAt: await chunkCompletionTimes(call, runId, Date.parse(run.createdAt)),
+    },
     live: watcher && {
       events: watcher.events.length,
       eventsByType: Object.fromEntries(Object.entries(Object.groupBy(watcher.events, (e) => e.type)).map(([t, list]) => [t, list.length])),
@@ -135,6 +152,19 @@ async function troupeCase(call, { port, latencyMs, rate, concurrency, rows: rowC
   };
   if (run.status === "completed") result.rerun = await rerun(call, runId, seconds);
   return result;
+}
+
+/** Seconds from `createdAt` at which each of the run's chunks completed (its `chunks.completed` event), in order. */
+async function chunkCompletionTimes(call, runId, createdAt) {
+  const times = [];
+  for (let after = 0; ; ) {
+    const page = await call("GET", `/v1/runs/${runId}/events?after=${after}&limit=1000`);
+    for (const event of page.events)
+      if (event.type === "chunks.completed")
+        for (const _ of event.chunks) times.push(Number(((Date.parse(event.at) - createdAt) / 1000).toFixed(1)));
+    if (!page.nextCursor || page.events.length === 0) return times.sort((a, b) => a - b);
+    after = page.nextCursor;
+  }
 }
 
 /** Reruns a completed run: its time as a share of the first run's, and the provider requests it made. */

@@ -17,7 +17,8 @@
 // JSON line with every figure. The pacing bench is `npm run bench:pacing`.
 // Knobs: BENCH_LATENCIES (ms, comma-separated), BENCH_CAP_FACTOR (2), BENCH_FIRST_CAP_FACTOR (4),
 // BENCH_BASELINE_SECONDS (20), BENCH_ONLY (troupe | baselines), BENCH_PORT
-// (8799), BENCH_BASELINE_PORT (8797), BENCH_VERBOSE. Only ever talks to 127.0.0.1.
+// (8799), BENCH_BASELINE_PORT (8797), BENCH_VERBOSE, BENCH_TIMELINE (prints each run's requests per second and
+// when its chunks completed; the JSON line has them always). Only ever talks to 127.0.0.1.
 import { benchBaselines } from "./bench-baselines.mjs";
 import { report } from "./bench-report.mjs";
 import { benchTroupe } from "./bench-troupe.mjs";
@@ -65,6 +66,15 @@ const baselines =
       });
 
 console.log(report({ rate: RATE, concurrency: CONCURRENCY, requestsPerRow: REQUESTS_PER_ROW, troupe, baselines }));
+if (process.env.BENCH_TIMELINE) {
+  console.log(
+    "\nWhere each Troupe run's time went (BENCH_TIMELINE): requests admitted per second, about every second; seconds at which its chunks completed.",
+  );
+  for (const result of troupe) {
+    console.log(`  ${result.latencyMs} ms: ${result.timeline.requestsPerSecond.join(" ")}`);
+    console.log(`  ${" ".repeat(String(result.latencyMs).length)}     chunks: ${result.timeline.chunksCompletedAt.join(" ")}`);
+  }
+}
 console.log(`(bench took ${((performance.now() - started) / 1000).toFixed(0)} s)`);
 const forJson = troupe.map(({ live, ...rest }) => ({
   ...rest,
