@@ -308,13 +308,7 @@ export class SheetStore {
       FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
       WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} AND rr.idx < ${request.toIndex}
       ORDER BY rr.idx LIMIT ${limit}`;
-    let taken = 0;
-    let chars = 0;
-    for (const size of sizes) {
-      if (taken > 0 && chars + size.chars > maxChars) break;
-      chars += size.chars;
-      taken++;
-    }
+    const taken = countWithin(sizes, maxChars);
     if (taken === 0) return { rows: [], cut: false };
     const rows = this
       .#sql<RunRowRecord>`SELECT rr.idx AS idx, rr.key AS key, coalesce(v.status, 'pending') AS status, coalesce(v.data, '{}') AS data, v.error AS error
@@ -339,10 +333,7 @@ export class SheetStore {
     const sizes = this.#sql<{ idx: number; chars: number }>`SELECT rr.idx AS idx, coalesce(length(v.data), 0) AS chars
       FROM run_rows rr LEFT JOIN row_versions v ON v.key = rr.key AND v.version = rr.version
       WHERE rr.run_id = ${request.runId} AND rr.idx >= ${request.fromIndex} ORDER BY rr.idx LIMIT ${limit + 1}`;
-    let taken = 0;
-    let chars = 0;
-    while (taken < Math.min(limit, sizes.length) && (taken === 0 || chars + sizes[taken]!.chars <= maxChars))
-      chars += sizes[taken++]!.chars;
+    const taken = countWithin(sizes, maxChars, limit);
     if (taken === 0) return { columns: [], nextIndex: null };
     const columns = this.#sql<{ name: string; idx: number; position: number }>`SELECT j.key AS name, min(rr.idx) AS idx, j.id AS position
       FROM run_rows rr JOIN row_versions v ON v.key = rr.key AND v.version = rr.version, json_each(v.data) j
@@ -447,6 +438,14 @@ function newRecord(key: string): RowRecord {
     lease_seq: null,
     lease_expires_at: null,
   };
+}
+
+/** How many of `sizes`, in order, fit in `maxChars` (at least one, whatever its size), and at most `limit`. */
+function countWithin(sizes: readonly { chars: number }[], maxChars: number, limit = sizes.length): number {
+  let taken = 0;
+  let chars = 0;
+  while (taken < Math.min(limit, sizes.length) && (taken === 0 || chars + sizes[taken]!.chars <= maxChars)) chars += sizes[taken++]!.chars;
+  return taken;
 }
 
 function rowToSheetRow(row: RunRowRecord): SheetRow {
