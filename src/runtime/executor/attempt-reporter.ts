@@ -3,8 +3,8 @@
  * about once a second while it runs (rows started and settled, log lines,
  * usage, provider latency, and the outbox of bills and salvage), and once at
  * the end with how it ended. An attempt of a map not yet sized (no latency
- * known: ChunkAssignment.sizing) reports its first latency at the next tick
- * even with no row settled, and until its first answer, twice a second, how
+ * known: ChunkAssignment.sizing) reports its first latency as soon as its
+ * first answer comes, and until then, twice a second, how
  * long its requests have waited. A report also says the executor is alive: the
  * coordinator gives up on an attempt it has not heard from for a lease's
  * length. Deltas of a report that failed go out with the next one; outbox
@@ -136,7 +136,12 @@ export class AttemptReporter {
       if (ended) return;
       ended = true;
       this.#waiting.get(provider)?.delete(id);
-      if (timed) this.#observe(provider, Date.now() - sentAt);
+      if (!timed) return;
+      const first = this.#sizing && this.#latency.size === 0;
+      this.#observe(provider, Date.now() - sentAt);
+      // The map runs at its floor until the coordinator hears an answer: the first goes now, not at the next tick
+      // (up to a report's interval later: at 500 ms, a third of the map's start).
+      if (first) void this.flush(null).catch(() => {});
     };
   }
 
@@ -144,7 +149,7 @@ export class AttemptReporter {
     const seen = getOrInsert(this.#latency, provider, () => ({ calls: 0, totalMs: 0 }));
     seen.calls += calls;
     seen.totalMs += ms;
-    // An answer says more than a wait: the next tick carries it (see #hasNews).
+    // An answer says more than a wait.
     this.#stopWaiting();
   }
 
