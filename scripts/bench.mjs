@@ -16,7 +16,8 @@
 // then prints the table against the targets (scripts/bench-report.mjs) and one
 // JSON line with every figure. The pacing bench is `npm run bench:pacing`.
 // Knobs: BENCH_LATENCIES (ms, comma-separated), BENCH_CAP_FACTOR (2), BENCH_FIRST_CAP_FACTOR (4),
-// BENCH_BASELINE_SECONDS (20), BENCH_ONLY (troupe | baselines), BENCH_PORT
+// BENCH_BASELINE_SECONDS (20), BENCH_RUN_SECONDS (every Troupe run's length at the bound, in place of 20 s + 20 s
+// per second of latency: how a run's fixed start and end weigh with its length), BENCH_ONLY (troupe | baselines), BENCH_PORT
 // (8799), BENCH_BASELINE_PORT (8797), BENCH_VERBOSE, BENCH_TIMELINE (prints each run's requests per second and
 // when its chunks completed; the JSON line has them always). Only ever talks to 127.0.0.1.
 import { benchBaselines } from "./bench-baselines.mjs";
@@ -35,7 +36,8 @@ const VERBOSE = Boolean(process.env.BENCH_VERBOSE);
 const REQUESTS_PER_ROW = 1.02;
 
 /** Seconds a Troupe run lasts at the bound: long enough for its slowest start to be a small part of it. */
-const durationAt = (latencyMs) => 20 + (20 * latencyMs) / 1000;
+const RUN_SECONDS = process.env.BENCH_RUN_SECONDS ? Number(process.env.BENCH_RUN_SECONDS) : null;
+const durationAt = (latencyMs) => RUN_SECONDS ?? 20 + (20 * latencyMs) / 1000;
 
 const started = performance.now();
 const troupe =
