@@ -21,7 +21,7 @@ import {
   startRun,
   waitForRun,
 } from "./helpers";
-import { clearFaults, crash, heldBy, setFaults, until } from "./chaos-helpers";
+import { callRows, clearFaults, crash, expectExactlyOnce as expectCallsOnce, heldBy, setFaults, until } from "./chaos-helpers";
 
 let unique = 0;
 const id = () => `wd${Date.now().toString(36)}${unique++}`;
@@ -95,6 +95,30 @@ describe("an executor invocation near its time limit", () => {
     const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 400 } });
     const { windDowns } = await expectWhole(runId, rows);
     expect(windDowns).toBeGreaterThanOrEqual(2);
+  });
+});
+
+describe("a coordinator invocation near its time limit", () => {
+  it("has its executors wind their attempts down and hand back the rows they left, which its next invocation runs", async () => {
+    await updateSimConfig(env, { latencyMs: 100 });
+    const rows = callRows(`Handed${id()}`, 80);
+    // 80 calls at six at a time, 100 ms each: over a second, past a coordinator invocation of 400 ms. An attempt goes on
+    // past its executor's invocation, but its coordinator's alarm, which waits for it, runs 15 minutes at most.
+    const runId = await startRun("test-calls", { rows }, { testPolicy: { ...oneChunk, coordinatorWindDownMs: 400 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    await expectCallsOnce(runId, "calls", rows);
+    const events = await allEvents(runId);
+    const lines = events.flatMap((e) => (e.type === "log.appended" ? [e.line] : [])).join("\n");
+    // Handed back to the coordinator, not gone on in the executor: the coordinator's own line says so.
+    const handedBack = events.filter(
+      (e) => e.type === "log.appended" && e.code === "attempt_wound_down" && e.line.includes("go on in the next"),
+    );
+    expect(handedBack.length, lines).toBeGreaterThanOrEqual(1);
+    // The same attempt went on: nothing was redispatched under a new epoch, no lease was lost.
+    const codes = events.flatMap((e) => (e.type === "log.appended" && e.code ? [e.code] : []));
+    for (const code of ["attempt_redispatched", "invocation_resumed", "leases_lost", "late_write_rejected"] as const)
+      expect(codes, lines).not.toContain(code);
   });
 });
 

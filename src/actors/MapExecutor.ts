@@ -1,7 +1,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { type CaptureSource, CoordinatorLink } from "../clients/executors";
 import { faultProbeFor } from "../clients/faults";
-import type { ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "../contracts/executors";
+import type { AttemptEnd, ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "../contracts/executors";
 import { messageOf, TroupeError } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
 import { type OutboundGate, withOutbound } from "../core/outbound";
@@ -9,7 +9,7 @@ import { lateAlarmRetryAt, MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subr
 import { playRegistry } from "../plays";
 import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
 import { PacerRegistry } from "../runtime/pacing/pacers";
-import { runAttempt, runSweep } from "../runtime/executor/attempt-runner";
+import { handedBack, runAttempt, runSweep } from "../runtime/executor/attempt-runner";
 import { WindDown } from "../runtime/executor/wind-down";
 import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
@@ -54,8 +54,8 @@ interface Invocation {
 export class MapExecutor extends DurableObject<Env> {
   #store: ExecutorStore;
   #gate: OutboundGate | null;
-  /** The attempts running in this instance, each with its stop and its reporter. */
-  #running = new Map<string, { stop: AbortController; reporter: AttemptReporter }>();
+  /** The attempts running in this instance, each with its stop, its coordinator's wind-down and its reporter. */
+  #running = new Map<string, { stop: AbortController; windDown: AbortController; reporter: AttemptReporter }>();
   /** An alarm is running the held attempts... */
   #looping = false;
   /** ...and waits: a new assignment wakes it. */
@@ -110,8 +110,32 @@ export class MapExecutor extends DurableObject<Env> {
     await this.#reportStopped(held, reason);
   }
 
+  /**
+   * Its coordinator's invocation nears its limits: the attempt winds down as
+   * it would at this executor's own (no request more is sent, the rows
+   * computed are stored) but ends, handing the rows it left back to the
+   * coordinator, which runs them from its next invocation. One held and not
+   * running ends so at once, with every row it has left.
+   */
+  async windDown(attemptId: string, reason: string): Promise<void> {
+    const running = this.#running.get(attemptId);
+    if (running) return void running.windDown.abort(new TroupeError("wound_down", reason));
+    const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
+    if (!held) return;
+    this.#store.finish(attemptId);
+    await this.#reportEnd(held, handedBack(held));
+  }
+
   /** Reports an attempt held and not running (dropped) stopped, from an invocation of its own. */
   async #reportStopped(held: HeldAssignment, reason: string): Promise<void> {
+    await this.#reportEnd(held, {
+      kind: "stopped",
+      reason: `stopped before it ${held.resume ? "went on after a wind-down" : "started"}: ${reason}`,
+    });
+  }
+
+  /** Reports the end of an attempt held and not running, from an invocation of its own. */
+  async #reportEnd(held: HeldAssignment, end: AttemptEnd): Promise<void> {
     const { runId, map, chunk } = held.assignment;
     const { attemptId } = held.assignment.attempt;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
@@ -123,10 +147,7 @@ export class MapExecutor extends DurableObject<Env> {
       report: { executor: this.#caller(), attemptId, map, chunk },
       sizing: false,
     });
-    await reporter.end({
-      kind: "stopped",
-      reason: `stopped before it ${held.resume ? "went on after a wind-down" : "started"}: ${reason}`,
-    });
+    await reporter.end(end);
   }
 
   /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */
@@ -250,7 +271,8 @@ export class MapExecutor extends DurableObject<Env> {
       return;
     }
     const stop = new AbortController();
-    this.#running.set(attemptId, { stop, reporter });
+    const windDown = new AbortController();
+    this.#running.set(attemptId, { stop, windDown, reporter });
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: assignment.dataset.play });
     try {
       const end = await withOutbound({ caller, gate: this.#gate }, () =>
@@ -279,10 +301,13 @@ export class MapExecutor extends DurableObject<Env> {
           },
           { assignment, resume },
           stop.signal,
-          invocation.windDown.signal,
+          AbortSignal.any([invocation.windDown.signal, windDown.signal]),
         ),
       );
-      if (end.kind === "resume") {
+      // Wound down for its coordinator: the rows it left go back to it, not on in this executor.
+      if (end.kind === "resume" && windDown.signal.aborted) {
+        await reporter.end({ kind: "summary", summary: end.resume.done, deferred: end.resume.rows });
+      } else if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
         if (!this.#store.resume(attemptId, end.resume)) return;
         await reporter.suspend().catch(() => {});
@@ -291,8 +316,7 @@ export class MapExecutor extends DurableObject<Env> {
         this.#store.finish(attemptId);
         await reporter.end({ kind: "stopped", reason: messageOf(stop.signal.reason) });
         return;
-      }
-      await reporter.end(end);
+      } else await reporter.end(end);
     } finally {
       this.#running.delete(attemptId);
     }

@@ -52,6 +52,7 @@ interface CoordinatorRpc {
 interface ExecutorRpc {
   assign(assignment: ChunkAssignment): Promise<boolean>;
   stop(attemptId: string, reason: string): Promise<void>;
+  windDown(attemptId: string, reason: string): Promise<void>;
   sweep(sweep: ChunkSweepAssignment): Promise<ChunkSweepResult>;
 }
 
@@ -82,6 +83,14 @@ export class ExecutorClient {
   /** Stops the attempt if the executor still runs it: nothing more is sent for it. */
   stop(name: string, attemptId: string, reason: string): Promise<void> {
     return this.#stub(name, "stop").stop(attemptId, reason);
+  }
+
+  /**
+   * Winds the attempt down if the executor still holds it: it sends no request more, stores the rows it computed and
+   * ends, handing back the rows it left (its end's `deferred`).
+   */
+  windDown(name: string, attemptId: string, reason: string): Promise<void> {
+    return this.#stub(name, "windDown").windDown(attemptId, reason);
   }
 
   /** Has the executor `name` record which of the sweep's chunks are wholly reused, and answer in the call. */

@@ -207,7 +207,8 @@ export interface ChunkSummary {
 
 /** How an executor's attempt ended. */
 export type AttemptEnd =
-  | { kind: "summary"; summary: ChunkSummary }
+  /** `deferred`: the indexes of rows it left when its coordinator had it wind down (nothing of them was persisted). */
+  | { kind: "summary"; summary: ChunkSummary; deferred?: number[] }
   /** It stopped without a summary: cancelled, superseded, or its executor restarted mid-way. */
   | { kind: "stopped"; reason: string }
   /** A failure that stops the map (the latch, the spend cap): `details` as the error carried them; `prevented` calls it stopped. */

@@ -114,6 +114,14 @@ export interface RuntimePolicy {
    */
   executorWindDownSubrequests: number;
   executorWindDownMs: number;
+  /**
+   * Wall clock after which a coordinator invocation winds down the attempts
+   * its executors still run for it (they store what they computed and hand
+   * back the rows they left) and yields: an executor's attempt outlives the
+   * executor's invocations (it winds down and goes on), but the coordinator's
+   * alarm, which waits for it, runs 15 minutes at most.
+   */
+  coordinatorWindDownMs: number;
 }
 
 const production: RuntimePolicy = {
@@ -175,6 +183,8 @@ const production: RuntimePolicy = {
   // the rows' persist and the reports.
   executorWindDownSubrequests: 8_000,
   executorWindDownMs: 12 * 60_000,
+  // As the executors: 3 minutes for the attempts to stop sending, store their rows and report.
+  coordinatorWindDownMs: 12 * 60_000,
 };
 
 const test: Partial<RuntimePolicy> = {
@@ -225,6 +235,12 @@ export const TestPolicyOverrides = z
     /** Subrequests, or wall clock, after which an executor invocation's running attempts go on in a fresh one. */
     executorWindDownSubrequests: z.number().int().min(5).max(8_000),
     executorWindDownMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(12 * 60_000),
+    /** Wall clock after which a coordinator invocation has its executors wind their attempts down, and yields. */
+    coordinatorWindDownMs: z
       .number()
       .int()
       .min(100)

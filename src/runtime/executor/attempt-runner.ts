@@ -16,7 +16,7 @@ import { timeoutSignal } from "../../core/time";
 import type { AttemptEnd, AttemptResume, ChunkAssignment, ChunkSweepAssignment } from "../../contracts/executors";
 import type { PlannedRow } from "../../contracts/shards";
 import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "../../play/types";
-import type { ExecutorStore } from "../../stores/executor-store";
+import type { ExecutorStore, HeldAssignment } from "../../stores/executor-store";
 import { readPage } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor, joinedSummary, refusedIn, sweepReused } from "../map/chunk-executor";
@@ -311,4 +311,18 @@ async function withTimeout<T>(promise: Promise<T>, ms: number, message: string):
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * What an attempt held and not running hands back when its coordinator winds
+ * it down: every row it has left, with what it did before (a wind-down here,
+ * or the coordinator's own attempt's).
+ */
+export function handedBack({ assignment, resume }: Pick<HeldAssignment, "assignment" | "resume">): AttemptEnd {
+  const left = resume ?? assignment.resume;
+  if (left) return { kind: "summary", summary: left.done, deferred: left.rows };
+  const { rows, slice } = assignment;
+  const deferred = slice ? Array.from({ length: slice.to - slice.from }, (_, i) => slice.from + i) : rows.map((row) => row.index);
+  const summary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+  return { kind: "summary", summary, deferred };
 }

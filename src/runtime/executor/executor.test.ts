@@ -16,6 +16,8 @@ import { captureMap, CaptureUnsupported } from "./capture";
 import { callIdentity, fetchIdentity } from "../invocation/effect-trace";
 import { ExecutorSpend } from "./executor-spend";
 import { ExecutorSizer } from "./sizing";
+import { handedBack } from "./attempt-runner";
+import type { ChunkAssignment, ChunkSummary } from "../../contracts/executors";
 
 /** Lets the sizer's background asks (the gates, the org's lease) finish. */
 async function settle(sizer: ExecutorSizer): Promise<void> {
@@ -340,5 +342,38 @@ describe("captureMap", () => {
     });
     const traced = source([{ kind: "tool", name: "config", ordinal: 0, outcome: { ok: true, value: {} } }]);
     await expect(captureMap(mapless, traced, "second", async () => [])).rejects.toThrow(/without calling ctx.map\("second"\)/);
+  });
+});
+
+describe("handedBack: an attempt held and not running, wound down by its coordinator", () => {
+  const assignment = (over: Partial<ChunkAssignment>): ChunkAssignment => ({
+    runId: "run_1",
+    map: "leads",
+    chunk: 2,
+    attempt: { attemptId: "run_1/leads/2/0", runId: "run_1", attemptSeq: 0 },
+    rows: [],
+    slice: null,
+    dataset: { org: "o", play: "p", dataset: "leads", shardCount: 1 },
+    alongside: null,
+    ...over,
+  });
+  const done: ChunkSummary = { completed: 3, failed: 1, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+
+  it("hands back every row of one never started: its rows in hand, or its slice of the upload", () => {
+    const rows = [7, 8, 9].map((index) => ({ key: `k${index}`, index, input: {} }));
+    expect(handedBack({ assignment: assignment({ rows }), resume: null })).toEqual({
+      kind: "summary",
+      summary: { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] },
+      deferred: [7, 8, 9],
+    });
+    const slice = { upload: "up_1", from: 100, to: 104 };
+    expect(handedBack({ assignment: assignment({ slice }), resume: null })).toMatchObject({ deferred: [100, 101, 102, 103] });
+  });
+
+  it("hands back the rows a wind-down left, with what the chunk did before (here, or in the coordinator)", () => {
+    const held = { rows: [5, 6], done, grantedMicros: 40, stalled: 1 };
+    expect(handedBack({ assignment: assignment({}), resume: held })).toEqual({ kind: "summary", summary: done, deferred: [5, 6] });
+    const byCoordinator = assignment({ resume: { rows: [6], done } });
+    expect(handedBack({ assignment: byCoordinator, resume: null })).toEqual({ kind: "summary", summary: done, deferred: [6] });
   });
 });

@@ -31,11 +31,13 @@ export function mapExecutors(options: {
   store: RunStore;
   dataset: AssignedDataset;
   latch: FatalLatch;
+  /** The invocation nears its limits: the attempts still running in executors wind down (RemoteExecutorOptions). */
+  windDown: AbortSignal;
   onReport(): void;
   /** An executor became busy (1) or idle (-1). */
   onSlot(delta: 1 | -1): void;
 }): MapExecutors | null {
-  const { scope, attempts, store, dataset, latch, onReport, onSlot } = options;
+  const { scope, attempts, store, dataset, latch, windDown, onReport, onSlot } = options;
   const { env, run, policy, meter, signal, now } = scope;
   if (!attempts || policy.maxExecutors === 0) return null;
   const sizer = new ExecutorSizer({
@@ -66,6 +68,7 @@ export function mapExecutors(options: {
     attempts,
     latch,
     signal,
+    windDown,
     // Its leases have lapsed by then; but a report may be late on a loaded machine, and an end heard is better than a guess.
     silenceMs: Math.max(policy.rowLeaseTtlMs, 5_000),
     stopWaitMs: policy.executorStopWaitMs,

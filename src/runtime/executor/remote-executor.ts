@@ -37,6 +37,11 @@ export interface RemoteExecutorOptions {
   latch: FatalLatch;
   /** The invocation's signal: a cancel, the runtime limit, a suspension. */
   signal: AbortSignal;
+  /**
+   * The invocation nears its limits: attempts still running are wound down (their end hands back the rows they
+   * left, `deferred`), so that it can yield before the platform ends it.
+   */
+  windDown: AbortSignal;
   /** Given up on after this long without a report. */
   silenceMs: number;
   /** After a stop, how long its last report is awaited. */
@@ -74,7 +79,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return spare;
   }
 
-  async execute({ map, chunk, attempt, rows, slice, resume }: ChunkAttempt): Promise<ChunkSummary> {
+  async execute({ map, chunk, attempt, rows, slice, resume }: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[] }> {
     const { client, attempts, signal, runId } = this.#deps;
     const { attemptId } = attempt;
     const { slot, alongside } = this.#take(attemptId);
@@ -130,10 +135,15 @@ export class RemoteChunkExecutor implements ChunkExecutor {
   }
 
   async #awaitEnd(watch: ReturnType<ExecutorAttempts["watch"]>, name: string, attemptId: string): Promise<AttemptEnd | null> {
-    const { signal, silenceMs, now, latch } = this.#deps;
+    const { signal, silenceMs, now, latch, windDown } = this.#deps;
     // A cancel, the runtime limit, or another attempt of the map tripping its latch: this one stops too.
     // Its listeners go when it ends: a map's signal and latch outlive thousands of attempts.
     let stopListening = () => {};
+    // Asked once; the attempt's end (its rows handed back) comes as any end does, and silence is given up on as ever.
+    const offWindDown = onAbort(windDown, () => {
+      const reason = messageOf(windDown.reason);
+      void this.#deps.client.windDown(name, attemptId, reason).catch(() => {});
+    });
     const aborted = new Promise<"aborted">((resolve) => {
       const onAbort = () => resolve("aborted");
       if (signal.aborted) resolve("aborted");
@@ -158,6 +168,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
       }
     } finally {
       stopListening();
+      offWindDown();
     }
     // Stopped here: stop it there too, and give its last report (its bills) a moment.
     const reason = signal.aborted ? signal.reason : latch.tripped;
@@ -168,7 +179,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
   }
 
   /** The attempt's summary as the map runner records it; a failure or fatal end throws as it would have in process. */
-  #summaryOf(end: AttemptEnd | null): ChunkSummary {
+  #summaryOf(end: AttemptEnd | null): ChunkSummary & { deferred?: number[] } {
     const lost = (reason: string): ChunkSummary => ({
       completed: 0,
       failed: 0,
@@ -181,7 +192,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     if (end === null) return lost(`its executor was not heard from for ${this.#deps.silenceMs} ms`);
     switch (end.kind) {
       case "summary":
-        return end.summary;
+        return end.deferred?.length ? { ...end.summary, deferred: end.deferred } : end.summary;
       case "stopped":
         return lost(end.reason);
       case "inline":
@@ -236,6 +247,16 @@ function fatalOf(end: Extract<AttemptEnd, { kind: "fatal" }>): TroupeError {
     return new SpendCapReached(spent, maxSpend, end.message.includes("daily") ? "daily" : "maxSpend");
   }
   return new TerminalError(end.code, end.message, { details: end.details });
+}
+
+/** Calls `listener` once `signal` aborts (at once if it has); answers how to stop listening. */
+function onAbort(signal: AbortSignal, listener: () => void): () => void {
+  if (signal.aborted) {
+    listener();
+    return () => {};
+  }
+  signal.addEventListener("abort", listener, { once: true });
+  return () => signal.removeEventListener("abort", listener);
 }
 
 /** The first of `promises` to settle, or undefined after `ms` (the timer does not outlive the race). */

@@ -70,7 +70,8 @@ export interface ChunkSweep {
 }
 
 export interface ChunkExecutor {
-  execute(chunk: ChunkAttempt): Promise<ChunkSummary>;
+  /** The attempt's summary; `deferred`: the rows a wind-down left (they go on in the run's next invocation). */
+  execute(chunk: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[] }>;
   /** The chunks of `sweep` whose every row was reused, now recorded in the run's view; the others are left as they were. */
   sweep(sweep: ChunkSweep): Promise<number[]>;
 }

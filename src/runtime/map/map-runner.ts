@@ -13,7 +13,7 @@ import type { z } from "zod";
 import type { DatasetHandle, FieldSet, MapOptions, MapRows, Row, AnyTool } from "../../play/types";
 import { isUploadedRows } from "../../play/define";
 import { UploadRows } from "./upload-rows";
-import { messageOf, TerminalError } from "../../core/errors";
+import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import { InfraError, YieldSignal } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
 import { attemptDied, attemptWoundDown, blockedTooLong } from "./chunk-outcomes";
@@ -196,6 +196,15 @@ export class MapRunner {
     // Attempts running here when the invocation nears the platform's limits stop sending and leave the rest of their
     // chunk to the next invocation (wind-down.ts): dispatch stops at the budget, but they may run long past it.
     const windDown = new WindDown({ meter: this.#scope.meter, limits: policy, now: this.#scope.now, startedAt: this.#feed.startedAt });
+    // Attempts in executors go on past an executor's invocation, but this one waits for them, and an alarm runs 15
+    // minutes at most: near then, those still running wind down and hand their rows back, and the invocation yields.
+    const executorsWindDown = new AbortController();
+    const windDownAfterMs = this.#feed.startedAt + policy.coordinatorWindDownMs - this.#scope.now();
+    const windDownTimer = setTimeout(
+      () =>
+        executorsWindDown.abort(new TroupeError("wound_down", `its coordinator's invocation has run ${policy.coordinatorWindDownMs} ms`)),
+      Math.max(0, windDownAfterMs),
+    );
     const inProcess = new InProcessChunkExecutor({
       sheets,
       receipts: this.#deps.dispatch.receipts,
@@ -225,6 +234,7 @@ export class MapRunner {
       store,
       dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
       latch,
+      windDown: executorsWindDown.signal,
       onReport: () => {
         this.#feed.tell(record.name, false);
         grow();
@@ -379,7 +389,7 @@ export class MapRunner {
         maxSubrequests: policy.invocationSubrequestBudget,
         elapsedMs: this.#scope.now() - this.#feed.startedAt,
         maxElapsedMs: policy.invocationWallMs,
-        woundDown: windDown.signal.aborted,
+        woundDown: windDown.signal.aborted || executorsWindDown.signal.aborted,
       });
     // Chunks go out from a pool of workers: as many as the executors the map should have (sizing.ts), and one more
     // per executor whose attempt drains (its next runs alongside); or K in the coordinator.
@@ -420,6 +430,7 @@ export class MapRunner {
       }
     } finally {
       windDown.close();
+      clearTimeout(windDownTimer);
       // However the drain ends (a failed run's too), the ledger has every chunk it completed.
       this.#feed.flushChunks(record.name);
       await remote?.sizer.stop();
