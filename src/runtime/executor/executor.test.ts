@@ -133,6 +133,41 @@ describe("ExecutorSizer", () => {
   });
 });
 
+describe("ExecutorSizer.stop", () => {
+  it("returns the map's lease, and a refresh under way or asked for meanwhile does not take it again", async () => {
+    let answer = () => {};
+    const paced = new Promise<void>((resolve) => (answer = resolve));
+    const leases: number[] = [];
+    let resized = () => {};
+    const sizer = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      now: () => 0,
+      pace: async () => {
+        await paced;
+        return { requestsPerSecond: 100, concurrency: 250 };
+      },
+      lease: async (wanted) => {
+        leases.push(wanted);
+        return wanted;
+      },
+      onResized: () => resized(),
+    });
+    await sizer.start();
+    // A first provider and latency: a refresh asks the gate (its answer held back here).
+    sizer.observe(["sim"], { calls: 1, totalMs: 2_000 });
+    sizer.target();
+    // The map's last report names another provider while the refresh waits, and the map widens on each resize.
+    sizer.observe(["other"], null);
+    resized = () => void sizer.target();
+    const stopping = sizer.stop();
+    answer();
+    await stopping;
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(leases).toEqual([4, 0]);
+  });
+});
+
 describe("ExecutorSpend", () => {
   const request = (n: number, credits = 1) => ({ requestKey: `k${n}`, toolId: "t", provider: "p", credits });
 

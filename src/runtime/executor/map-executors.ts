@@ -48,7 +48,8 @@ export function mapExecutors(options: {
       const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);
       return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
     },
-    lease: (wanted) => {
+    // Async: past the emulated subrequest cap the meter throws, and the sizer takes a failed lease as a rejection.
+    lease: async (wanted) => {
       meter.countRpc("org.leaseExecutors");
       return new OrgClient({ env, org: run.org }).leaseExecutors({
         runId: run.runId,

@@ -63,6 +63,8 @@ export class ExecutorSizer {
   #leased: number | null = null;
   /** An attempt ended having computed no row. */
   #reusedOnly = false;
+  /** The map's chunks are done: nothing is leased any more. */
+  #stopped = false;
 
   constructor(options: SizingOptions) {
     this.#deps = options;
@@ -113,6 +115,9 @@ export class ExecutorSizer {
 
   /** The map's chunks are done here: its lease goes back to the org (else it lapses by itself). */
   async stop(): Promise<void> {
+    // A refresh under way, or one a last report asks for while this waits, must not lease again after the lease goes
+    // back: the org's bound would stay taken by a map that is done until the lease lapsed.
+    this.#stopped = true;
     await this.#refreshing;
     await this.#deps.lease(0).catch(() => {});
   }
@@ -151,7 +156,7 @@ export class ExecutorSizer {
    */
   #refresh(): void {
     const now = this.#deps.now();
-    if (this.#refreshing || now - this.#refreshedAt < REFRESH_MS) return;
+    if (this.#stopped || this.#refreshing || now - this.#refreshedAt < REFRESH_MS) return;
     this.#refreshedAt = now;
     const before = this.#sized();
     this.#refreshing = Promise.all(
@@ -169,6 +174,7 @@ export class ExecutorSizer {
 
   /** A lease the directory could not give keeps the last one (or none: the policy alone bounds the map). */
   async #lease(wanted: number): Promise<void> {
+    if (this.#stopped) return;
     this.#asked = wanted;
     const leased = await this.#deps.lease(wanted).catch(() => null);
     if (leased !== null) this.#leased = leased;
