@@ -101,10 +101,14 @@ describe("an executor invocation near its time limit", () => {
 describe("a coordinator invocation near its time limit", () => {
   it("has its executors wind their attempts down and hand back the rows they left, which its next invocation runs", async () => {
     await updateSimConfig(env, { latencyMs: 100 });
-    const rows = callRows(`Handed${id()}`, 80);
-    // 80 calls at six at a time, 100 ms each: over a second, past a coordinator invocation of 400 ms. An attempt goes on
-    // past its executor's invocation, but its coordinator's alarm, which waits for it, runs 15 minutes at most.
-    const runId = await startRun("test-calls", { rows }, { testPolicy: { ...oneChunk, coordinatorWindDownMs: 400 } });
+    const rows = callRows(`Handed${id()}`, 200);
+    // 200 calls at six at a time, 100 ms each: over three seconds, past a coordinator invocation of 1.5 s. An attempt
+    // goes on past its executor's invocation, but its coordinator's alarm, which waits for it, runs 15 minutes at most.
+    const runId = await startRun(
+      "test-calls",
+      { rows },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 200, coordinatorWindDownMs: 1_500 } },
+    );
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     await expectCallsOnce(runId, "calls", rows);

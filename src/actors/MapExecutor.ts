@@ -9,7 +9,7 @@ import { lateAlarmRetryAt, MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subr
 import { playRegistry } from "../plays";
 import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
 import { PacerRegistry } from "../runtime/pacing/pacers";
-import { handedBack, runAttempt, runSweep } from "../runtime/executor/attempt-runner";
+import { HANDED_BACK, handedBack, runAttempt, runSweep } from "../runtime/executor/attempt-runner";
 import { WindDown } from "../runtime/executor/wind-down";
 import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
@@ -119,7 +119,7 @@ export class MapExecutor extends DurableObject<Env> {
    */
   async windDown(attemptId: string, reason: string): Promise<void> {
     const running = this.#running.get(attemptId);
-    if (running) return void running.windDown.abort(new TroupeError("wound_down", reason));
+    if (running) return void running.windDown.abort(new TroupeError(HANDED_BACK, reason));
     const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
     if (!held) return;
     this.#store.finish(attemptId);
@@ -144,7 +144,7 @@ export class MapExecutor extends DurableObject<Env> {
       link: new CoordinatorLink({ env: this.env, runId, meter, faults }),
       store: this.#store,
       usage: new MeterReports(meter),
-      report: { executor: this.#caller(), attemptId, map, chunk },
+      report: { executor: this.#caller(), attemptId, invocation: held.assignment.invocation, map, chunk },
       sizing: false,
     });
     await reporter.end(end);
@@ -260,7 +260,7 @@ export class MapExecutor extends DurableObject<Env> {
       link: invocation.link,
       store: this.#store,
       usage: invocation.usage,
-      report: { executor: caller, attemptId, map: assignment.map, chunk: assignment.chunk },
+      report: { executor: caller, attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
       sizing: assignment.sizing ?? false,
       onStop: (reason) => this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason)),
     });
@@ -306,11 +306,17 @@ export class MapExecutor extends DurableObject<Env> {
       );
       // Wound down for its coordinator: the rows it left go back to it, not on in this executor.
       if (end.kind === "resume" && windDown.signal.aborted) {
-        await reporter.end({ kind: "summary", summary: end.resume.done, deferred: end.resume.rows });
+        await reporter.end(handedBack({ assignment, resume: end.resume }));
       } else if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
         if (!this.#store.resume(attemptId, end.resume)) return;
         await reporter.suspend().catch(() => {});
+        if (windDown.signal.aborted && !stop.signal.aborted) {
+          // Its coordinator asked while it was being held: the rows go back all the same.
+          this.#store.finish(attemptId);
+          await reporter.end(handedBack({ assignment, resume: end.resume }));
+          return;
+        }
         if (!stop.signal.aborted) return;
         // Stopped while it was being held (a cancel, its coordinator giving it up): it does not go on.
         this.#store.finish(attemptId);

@@ -207,8 +207,11 @@ export interface ChunkSummary {
 
 /** How an executor's attempt ended. */
 export type AttemptEnd =
-  /** `deferred`: the indexes of rows it left when its coordinator had it wind down (nothing of them was persisted). */
-  | { kind: "summary"; summary: ChunkSummary; deferred?: number[] }
+  /**
+   * `deferred`: the indexes of rows it left when its coordinator had it wind down (nothing of them was persisted);
+   * `unstarted`: it had not started (its rows go back as they were given: no sign of a row that cannot settle).
+   */
+  | { kind: "summary"; summary: ChunkSummary; deferred?: number[]; unstarted?: boolean }
   /** It stopped without a summary: cancelled, superseded, or its executor restarted mid-way. */
   | { kind: "stopped"; reason: string }
   /** A failure that stops the map (the latch, the spend cap): `details` as the error carried them; `prevented` calls it stopped. */
@@ -222,6 +225,11 @@ export type AttemptEnd =
 export interface AttemptReport {
   executor: string;
   attemptId: string;
+  /**
+   * The coordinator's invocation that assigned the attempt (ChunkAssignment.invocation): a later one that assigned
+   * the same attempt again (one wound down and handed back) does not take this attempt's reports for its own.
+   */
+  invocation?: string;
   map: string;
   chunk: number;
   /** Rows that started, and that settled, since the last report. */

@@ -205,10 +205,12 @@ export async function runAttempt(
         kind: "failed",
         message: `attempt ${assignment.attempt.attemptId} wound down ${stalled} invocations in a row without settling a row: its rows need more than an invocation's subrequests or time`,
       };
-    log(
-      `attempt ${assignment.attempt.attemptId} wound down (${host.meter.total} subrequests in this invocation): ${deferred.length} of its rows go on in a fresh one`,
-      "attempt_wound_down",
-    );
+    // Handed back, the coordinator says what becomes of its rows.
+    if (codeOf(windDown.reason) !== HANDED_BACK)
+      log(
+        `attempt ${assignment.attempt.attemptId} wound down (${host.meter.total} subrequests in this invocation): ${deferred.length} of its rows go on in a fresh one`,
+        "attempt_wound_down",
+      );
     return { kind: "resume", resume: { rows: deferred, done: summary, grantedMicros: spend.unusedMicros, stalled } };
   } catch (error) {
     const tripped = guards.latch.tripped;
@@ -319,10 +321,14 @@ async function withTimeout<T>(promise: Promise<T>, ms: number, message: string):
  * or the coordinator's own attempt's).
  */
 export function handedBack({ assignment, resume }: Pick<HeldAssignment, "assignment" | "resume">): AttemptEnd {
-  const left = resume ?? assignment.resume;
-  if (left) return { kind: "summary", summary: left.done, deferred: left.rows };
+  // Wound down here before: it ran, and what it left goes back. Else it never started.
+  if (resume) return { kind: "summary", summary: resume.done, deferred: resume.rows };
+  if (assignment.resume) return { kind: "summary", summary: assignment.resume.done, deferred: assignment.resume.rows, unstarted: true };
   const { rows, slice } = assignment;
   const deferred = slice ? Array.from({ length: slice.to - slice.from }, (_, i) => slice.from + i) : rows.map((row) => row.index);
   const summary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
-  return { kind: "summary", summary, deferred };
+  return { kind: "summary", summary, deferred, unstarted: true };
 }
+
+/** The code of the wind-down its coordinator asks for: the attempt hands its rows back rather than go on. */
+export const HANDED_BACK = "handed_back";

@@ -132,7 +132,10 @@ export class ExecutorAttempts {
     const run = store.run();
     if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
 
-    const watched = this.#watched.get(report.attemptId);
+    // The same attempt as an earlier invocation assigned it (wound down and handed back, its end sent again): not
+    // this invocation's, though its bills and usage count all the same.
+    const earlier = report.invocation !== undefined && this.#invocationId !== null && report.invocation !== this.#invocationId;
+    const watched = earlier ? undefined : this.#watched.get(report.attemptId);
     // Its invocation ended or gave it up (a restart of this object forgets every watch): its chunk is, or will be,
     // redispatched under a newer epoch, and what it does from here is fenced off; it only spends.
     if (!watched) return { stop: report.end ? null : "no invocation of its run waits for it any more" };

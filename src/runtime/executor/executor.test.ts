@@ -400,15 +400,26 @@ describe("handedBack: an attempt held and not running, wound down by its coordin
       kind: "summary",
       summary: { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] },
       deferred: [7, 8, 9],
+      unstarted: true,
     });
     const slice = { upload: "up_1", from: 100, to: 104 };
-    expect(handedBack({ assignment: assignment({ slice }), resume: null })).toMatchObject({ deferred: [100, 101, 102, 103] });
+    expect(handedBack({ assignment: assignment({ slice }), resume: null })).toMatchObject({
+      deferred: [100, 101, 102, 103],
+      unstarted: true,
+    });
   });
 
   it("hands back the rows a wind-down left, with what the chunk did before (here, or in the coordinator)", () => {
+    // Wound down here: it ran (a chunk whose rows never settle is caught by the stall count).
     const held = { rows: [5, 6], done, grantedMicros: 40, stalled: 1 };
     expect(handedBack({ assignment: assignment({}), resume: held })).toEqual({ kind: "summary", summary: done, deferred: [5, 6] });
+    // Given what the coordinator's own attempt left, and never started here.
     const byCoordinator = assignment({ resume: { rows: [6], done } });
-    expect(handedBack({ assignment: byCoordinator, resume: null })).toEqual({ kind: "summary", summary: done, deferred: [6] });
+    expect(handedBack({ assignment: byCoordinator, resume: null })).toEqual({
+      kind: "summary",
+      summary: done,
+      deferred: [6],
+      unstarted: true,
+    });
   });
 });

@@ -21,6 +21,14 @@ import { sleep } from "../../core/time";
 import type { ChunkAttempt, ChunkExecutor, ChunkSweep } from "../map/chunk-executor";
 import type { ExecutorAttempts } from "./executor-attempts";
 
+/**
+ * How long an attempt asked to wind down may take to end before it is
+ * stopped and its chunk redispatched: its requests in flight answered, its
+ * rows stored, its end reported, well inside the 3 minutes between the
+ * coordinator's wind-down (12 minutes) and its alarm's 15.
+ */
+const WIND_DOWN_GRACE_MS = 150_000;
+
 /** The executor's attempt cannot run there (a row starts a child play, say): run it in the coordinator. */
 export class RunInline extends TroupeError {
   constructor(reason: string) {
@@ -79,7 +87,14 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return spare;
   }
 
-  async execute({ map, chunk, attempt, rows, slice, resume }: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[] }> {
+  async execute({
+    map,
+    chunk,
+    attempt,
+    rows,
+    slice,
+    resume,
+  }: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[]; unstarted?: boolean }> {
     const { client, attempts, signal, runId } = this.#deps;
     const { attemptId } = attempt;
     const { slot, alongside } = this.#take(attemptId);
@@ -139,11 +154,16 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     // A cancel, the runtime limit, or another attempt of the map tripping its latch: this one stops too.
     // Its listeners go when it ends: a map's signal and latch outlive thousands of attempts.
     let stopListening = () => {};
-    // Asked once; the attempt's end (its rows handed back) comes as any end does, and silence is given up on as ever.
-    const offWindDown = onAbort(windDown, () => {
-      const reason = messageOf(windDown.reason);
-      void this.#deps.client.windDown(name, attemptId, reason).catch(() => {});
-    });
+    // Asked at once, and again every second (an ask can be lost, or land as the executor holds it to go on there);
+    // its end (its rows handed back) comes as any end does.
+    let askedAt = Number.NEGATIVE_INFINITY;
+    let firstAskedAt: number | null = null;
+    const askWindDown = () => {
+      askedAt = now();
+      firstAskedAt ??= askedAt;
+      void this.#deps.client.windDown(name, attemptId, messageOf(windDown.reason)).catch(() => {});
+    };
+    const offWindDown = onAbort(windDown, askWindDown);
     const aborted = new Promise<"aborted">((resolve) => {
       const onAbort = () => resolve("aborted");
       if (signal.aborted) resolve("aborted");
@@ -156,6 +176,12 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     });
     try {
       for (;;) {
+        if (firstAskedAt !== null && now() - firstAskedAt >= WIND_DOWN_GRACE_MS) {
+          const reason = `it did not wind down within ${WIND_DOWN_GRACE_MS} ms of being asked`;
+          void this.#deps.client.stop(name, attemptId, reason).catch(() => {});
+          return { kind: "stopped", reason };
+        }
+        if (windDown.aborted && now() - askedAt >= 1_000) askWindDown();
         const left = watch.heardAt() + silenceMs - now();
         if (left <= 0) {
           // Given up on: should it still hold the attempt unstarted, it never starts it (the chunk goes elsewhere).
@@ -179,7 +205,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
   }
 
   /** The attempt's summary as the map runner records it; a failure or fatal end throws as it would have in process. */
-  #summaryOf(end: AttemptEnd | null): ChunkSummary & { deferred?: number[] } {
+  #summaryOf(end: AttemptEnd | null): ChunkSummary & { deferred?: number[]; unstarted?: boolean } {
     const lost = (reason: string): ChunkSummary => ({
       completed: 0,
       failed: 0,
@@ -192,7 +218,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     if (end === null) return lost(`its executor was not heard from for ${this.#deps.silenceMs} ms`);
     switch (end.kind) {
       case "summary":
-        return end.deferred?.length ? { ...end.summary, deferred: end.deferred } : end.summary;
+        return end.deferred?.length ? { ...end.summary, deferred: end.deferred, unstarted: end.unstarted } : end.summary;
       case "stopped":
         return lost(end.reason);
       case "inline":

@@ -70,8 +70,11 @@ export interface ChunkSweep {
 }
 
 export interface ChunkExecutor {
-  /** The attempt's summary; `deferred`: the rows a wind-down left (they go on in the run's next invocation). */
-  execute(chunk: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[] }>;
+  /**
+   * The attempt's summary; `deferred`: the rows a wind-down left (they go on in the run's next invocation), and
+   * `unstarted` when it had not started (AttemptEnd).
+   */
+  execute(chunk: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[]; unstarted?: boolean }>;
   /** The chunks of `sweep` whose every row was reused, now recorded in the run's view; the others are left as they were. */
   sweep(sweep: ChunkSweep): Promise<number[]>;
 }

@@ -52,12 +52,14 @@ export function attemptDied(
 export function attemptWoundDown(
   { scope, store }: Outcomes,
   at: { map: string; idx: number; attemptSeq: number; resume: { rows: number[]; stalled?: number } | null },
-  summary: ChunkSummary & { deferred: number[] },
+  summary: ChunkSummary & { deferred: number[]; unstarted?: boolean },
 ): TerminalError | null {
   const { map, idx, attemptSeq, resume } = at;
-  const { deferred, ...done } = summary;
-  // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever.
-  const stalled = resume && deferred.length === resume.rows.length ? (resume.stalled ?? 0) + 1 : 0;
+  const { deferred, unstarted, ...done } = summary;
+  // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever. An
+  // attempt handed back before it started says nothing of its rows.
+  const settledNone = resume && deferred.length === resume.rows.length;
+  const stalled = unstarted ? (resume?.stalled ?? 0) : settledNone ? (resume.stalled ?? 0) + 1 : 0;
   store.deferChunk(map, idx, { rows: deferred, done, stalled });
   scope.log(
     `chunk ${map}#${idx}: attempt ${attemptSeq} wound down (${scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,

@@ -282,7 +282,7 @@ export class MapRunner {
       this.#feed.tell(record.name, false);
       const from = idx * record.chunkRows;
       const to = Math.min(record.total, from + record.chunkRows);
-      let summary: ChunkSummary & { deferred?: number[] };
+      let summary: ChunkSummary & { deferred?: number[]; unstarted?: boolean };
       try {
         summary = await execute(
           input.kind === "upload"
