@@ -137,8 +137,26 @@ describe("the org's executor bound", () => {
     const ask = (runId: string, map: string, wanted: number) => org.leaseExecutors({ runId, map, wanted, limit: 4, ttlMs: 60_000 });
     // The second map of the run was granted the whole bound again (one lease per run, the last asking's).
     expect([await ask("run_x", "left", 3), await ask("run_x", "right", 3)]).toEqual([3, 1]);
-    // One map giving its lease back leaves the other's standing.
+    // One map giving its lease back leaves the other's standing; a new run gets the rest, up to its fair share.
     expect(await ask("run_x", "left", 0)).toBe(0);
-    expect(await ask("run_y", "items", 4)).toBe(3);
+    expect(await ask("run_y", "items", 4)).toBe(2);
+  });
+
+  it("is shared by what the holders want: a run that comes while others fill it gets its share as they renew", async () => {
+    const org = env.ORG_DIRECTORY.getByName(`org-fair-${crypto.randomUUID()}`);
+    const ask = (runId: string, wanted: number) => org.leaseExecutors({ runId, map: "leads", wanted, limit: 8, ttlMs: 60_000 });
+    expect(await ask("run_a", 8)).toBe(8);
+    // The bound is full: the newcomer runs on one executor...
+    expect(await ask("run_b", 8)).toBe(1);
+    // ...until the first renews and is trimmed to its share, and the newcomer grows to its own when it renews.
+    expect(await ask("run_a", 8)).toBe(4);
+    expect(await ask("run_b", 8)).toBe(4);
+    // A holder that wants less leaves the rest to the others.
+    expect(await ask("run_c", 2)).toBe(1);
+    expect(await ask("run_a", 8)).toBe(3);
+    expect(await ask("run_c", 2)).toBe(1);
+    expect(await ask("run_b", 8)).toBe(3);
+    expect(await ask("run_c", 2)).toBe(2);
+    expect([await ask("run_a", 8), await ask("run_b", 8)]).toEqual([3, 3]);
   });
 });

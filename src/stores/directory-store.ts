@@ -16,6 +16,8 @@ export const directoryMigrations = [
   `CREATE INDEX idempotency_keys_age ON idempotency_keys (created_at);`,
   dailyHoldsMigration,
   dailyHoldsExpiryMigration,
+  // What each lease's holder asked for: the bound is shared by what the holders want (leaseExecutors).
+  `ALTER TABLE executor_leases ADD COLUMN wanted INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */
@@ -92,8 +94,13 @@ export class DirectoryStore {
 
   /**
    * Leases executors to a run until `now + ttlMs` (renewed by asking again):
-   * what it wants, as far as the org's other live leases leave under `limit`,
-   * and always at least one, so that no running map stands still.
+   * what it wants, up to its fair share of `limit` among the org's live
+   * leases ({@link fairShares}: what the holders that want less leave goes to
+   * those that want more), as far as the others' leases leave now, and always
+   * at least one, so that no running map stands still. A holder past its
+   * share (it came first) is trimmed to it when it renews, every few seconds,
+   * and the newcomer grows to its own when it does: a run started while
+   * others fill the bound gets its share within a renewal, not when they end.
    */
   leaseExecutors(request: ExecutorLeaseRequest, now: number): number {
     // The lease's holder (the table's run_id column): a run's map, or a run.
@@ -103,11 +110,15 @@ export class DirectoryStore {
       this.#sql.write`DELETE FROM executor_leases WHERE run_id = ${holder}`;
       return 0;
     }
-    const others = this.#sql<{ n: number }>`SELECT coalesce(sum(executors), 0) AS n FROM executor_leases
-      WHERE run_id != ${holder}`[0]!.n;
-    const granted = Math.max(1, Math.min(request.wanted, request.limit - others));
-    this.#sql.write`INSERT INTO executor_leases (run_id, executors, expires_at) VALUES (${holder}, ${granted}, ${now + request.ttlMs})
-      ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, expires_at = excluded.expires_at`;
+    // A lease stored before `wanted` was kept wants what it holds.
+    const others = this.#sql<{ executors: number; wanted: number }>`SELECT executors, wanted FROM executor_leases
+      WHERE run_id != ${holder}`;
+    const held = others.reduce((sum, other) => sum + other.executors, 0);
+    const [share] = fairShares(request.limit, [request.wanted, ...others.map((other) => other.wanted || other.executors)]);
+    const granted = Math.max(1, Math.min(share!, request.limit - held));
+    this.#sql.write`INSERT INTO executor_leases (run_id, executors, wanted, expires_at)
+      VALUES (${holder}, ${granted}, ${request.wanted}, ${now + request.ttlMs})
+      ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, wanted = excluded.wanted, expires_at = excluded.expires_at`;
     return granted;
   }
 
@@ -172,4 +183,25 @@ export function parseRunCursor(cursor: string): { createdAt: number; runId: stri
   const [createdAt, runId] = text.split(/:(.*)/s);
   if (!createdAt || !runId || !/^\d+$/.test(createdAt) || !/^run_[0-9a-f]{32}$/.test(runId)) return undefined;
   return { createdAt: Number(createdAt), runId };
+}
+
+/**
+ * Max-min fair shares of `limit` among `wants`: each gets at most what it
+ * wants, and what those wanting less leave is shared by the others (in the
+ * order given: `shares[i]` is `wants[i]`'s).
+ *
+ * @example
+ * fairShares(8, [8, 8]); // [4, 4]
+ * fairShares(8, [8, 2]); // [6, 2]
+ */
+export function fairShares(limit: number, wants: readonly number[]): number[] {
+  const order = wants.map((want, index) => ({ want, index })).sort((a, b) => a.want - b.want);
+  const shares = new Array<number>(wants.length).fill(0);
+  let left = limit;
+  order.forEach(({ want, index }, k) => {
+    const share = Math.min(want, Math.ceil(left / (order.length - k)));
+    shares[index] = share;
+    left -= share;
+  });
+  return shares;
 }

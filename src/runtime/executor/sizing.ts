@@ -9,8 +9,8 @@
  * concurrency. Until the first reports arrive the map starts at the floor;
  * before the first answer, the age of the oldest request still waiting is
  * the latency it sizes by (the latency is at least that). The
- * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`
- * (each keeps at least one), renewed with every refresh. A map whose attempts
+ * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`,
+ * shared by what each wants (each keeps at least one), renewed with every refresh. A map whose attempts
  * end having computed nothing (a rerun: every row reused) and that has called
  * no provider is bound by its bookkeeping (reading its rows, claiming them),
  * not by a provider: it runs at the ceiling.
