@@ -166,6 +166,26 @@ describe("ExecutorSizer.stop", () => {
     for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 0));
     expect(leases).toEqual([4, 0]);
   });
+
+  it("does not wait for ever on a gate or a directory that never answers", async () => {
+    const leases: number[] = [];
+    const sizer = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      now: () => 0,
+      stopWaitMs: 20,
+      pace: () => new Promise(() => {}),
+      lease: (wanted) => {
+        leases.push(wanted);
+        return wanted === 0 ? new Promise(() => {}) : Promise.resolve(wanted);
+      },
+    });
+    await sizer.start();
+    sizer.observe(["sim"], { calls: 1, totalMs: 500 });
+    sizer.target();
+    await sizer.stop();
+    expect(leases).toEqual([4, 0]);
+  });
 });
 
 describe("ExecutorSpend", () => {

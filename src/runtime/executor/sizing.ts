@@ -16,6 +16,7 @@
  * not by a provider: it runs at the ceiling.
  */
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
+import { sleep } from "../../core/time";
 
 export interface ProviderPace {
   /** Requests per second the provider allows (declared, announced or learned); null when none is known. */
@@ -33,6 +34,8 @@ export interface SizingOptions {
   lease(wanted: number): Promise<number>;
   /** A refresh changed {@link ExecutorSizer.target}: the map widens (or narrows) now, not at its next report. */
   onResized?(): void;
+  /** How long {@link ExecutorSizer.stop} waits for a refresh under way, and for the lease's return (5 s). */
+  stopWaitMs?: number;
   now(): number;
 }
 
@@ -48,6 +51,11 @@ const HEADROOM = 1.5;
 
 /** How often the providers' pace is asked again. */
 const REFRESH_MS = 5_000;
+
+/** See {@link SizingOptions.stopWaitMs}. */
+const STOP_WAIT_MS = 5_000;
+
+const noop = () => {};
 
 export class ExecutorSizer {
   #deps: SizingOptions;
@@ -118,8 +126,17 @@ export class ExecutorSizer {
     // A refresh under way, or one a last report asks for while this waits, must not lease again after the lease goes
     // back: the org's bound would stay taken by a map that is done until the lease lapsed.
     this.#stopped = true;
-    await this.#refreshing;
-    await this.#deps.lease(0).catch(() => {});
+    // Neither may hold the map's end up: a gate or a directory that never answers would keep the run from going on
+    // (an unreturned lease lapses by itself).
+    const waiting = new AbortController();
+    const bounded = (work: Promise<unknown>) =>
+      Promise.race([work.then(noop, noop), sleep(this.#deps.stopWaitMs ?? STOP_WAIT_MS, waiting.signal).catch(noop)]);
+    try {
+      await bounded(this.#refreshing ?? Promise.resolve());
+      await bounded(this.#deps.lease(0));
+    } finally {
+      waiting.abort();
+    }
   }
 
   /** The executors the map should have now: what its providers need, within the policy and the org's lease. */
