@@ -11,7 +11,7 @@ import type { ChunkAssignment } from "../src/contracts/executors";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
 import { createSql, MAX_PARAM_CHARS } from "../src/stores/sql";
-import { datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { clearFaults, heldBy, setFaults, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
 
@@ -62,6 +62,47 @@ describe("attempts alongside", () => {
     // The two attempts shared the one executor's six connections; each call billed once.
     expect(stats.maxInFlightByCaller).toEqual({ [`MapExecutor:${executor}`]: MAX_OUTBOUND_IN_FLIGHT });
     expect(stats).toMatchObject({ calls: 150, billed: 150, duplicates: 0 });
+  });
+
+  it("keeps one held alongside alive while its executor starts nothing more and the older one ends slowly", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 50 });
+    // A subrequest budget of 20 has the executor's invocation start nothing more after its first chunk's first calls:
+    // the next chunk, assigned alongside as the first drains, is held unstarted until the first ends, which one of
+    // its last calls, held by the test at the provider, keeps from doing for longer than the coordinator waits to hear
+    // from an attempt (the first attempt lives on: its leases are renewed while the call waits).
+    await setFaults([{ point: "provider.before", play: "test-calls", tool: "sim_find_email", fromCall: 45, times: 1, hold: true }]);
+    const rows = Array.from({ length: 100 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Heartbeat Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun(
+      "test-calls",
+      { rows },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, invocationSubrequestBudget: 20 } },
+    );
+    const executor = `${runId}#0`;
+    await faults().held(0);
+    await until(
+      () => heldBy(executor),
+      (held) => held.length === 2,
+      "executor 0 to hold the next chunk alongside",
+    );
+    // Longer than the coordinator waits to hear from an attempt (5 s under the test policy).
+    await new Promise((resolve) => setTimeout(resolve, 6_500));
+    expect(await faults().release(0)).toBe(1);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    // The held attempt was not given up on: nothing was redispatched under a new epoch.
+    const codes = await notices(runId);
+    expect(codes).not.toContain("attempt_redispatched");
+    expect(codes).not.toContain("invocation_resumed");
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(100);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+    expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
   });
 
   it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {

@@ -126,6 +126,20 @@ export class MapExecutor extends DurableObject<Env> {
     await this.#reportEnd(held, handedBack(held));
   }
 
+  /** A report with nothing but that the held attempt lives; an answer that no invocation waits for it drops it. */
+  async #heartbeat(held: HeldAssignment, invocation: Invocation): Promise<void> {
+    const { assignment } = held;
+    const { attemptId } = assignment.attempt;
+    const reporter = new AttemptReporter({
+      link: invocation.link,
+      store: this.#store,
+      usage: invocation.usage,
+      report: { executor: this.#caller(), attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
+      onStop: (reason) => void this.stop(attemptId, reason).catch(() => {}),
+    });
+    await reporter.flush(null).catch(() => {});
+  }
+
   /** Reports an attempt held and not running (dropped) stopped, from an invocation of its own. */
   async #reportStopped(held: HeldAssignment, reason: string): Promise<void> {
     await this.#reportEnd(held, {
@@ -224,6 +238,16 @@ export class MapExecutor extends DurableObject<Env> {
     };
     const started = new Map<string, Promise<void>>();
     const failures: unknown[] = [];
+    // An attempt held and not started (assigned alongside one that drains while this invocation starts nothing more,
+    // or held to go on after a wind-down) says it is alive: its coordinator would give it up while the older one ends.
+    const policy = policyFor(this.env);
+    const heartbeat = setInterval(
+      () => {
+        for (const held of this.#store.held())
+          if (held.state === "assigned" && !started.has(held.assignment.attempt.attemptId)) void this.#heartbeat(held, invocation);
+      },
+      Math.min(5_000, policy.rowLeaseTtlMs / 3),
+    );
     try {
       for (;;) {
         const yielding =
@@ -246,6 +270,7 @@ export class MapExecutor extends DurableObject<Env> {
         await Promise.race([...started.values(), new Promise<void>((resolve) => (this.#wake = resolve))]);
       }
     } finally {
+      clearInterval(heartbeat);
       invocation.windDown.close();
       await invocation.pacers.closeAll();
     }
