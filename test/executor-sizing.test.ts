@@ -159,4 +159,18 @@ describe("the org's executor bound", () => {
     expect(await ask("run_c", 2)).toBe(2);
     expect([await ask("run_a", 8), await ask("run_b", 8)]).toEqual([3, 3]);
   });
+
+  it("counts the executors a trimmed holder still runs against the others until their attempts end", async () => {
+    const org = env.ORG_DIRECTORY.getByName(`org-busy-${crypto.randomUUID()}`);
+    const ask = (runId: string, wanted: number, busy: number) =>
+      org.leaseExecutors({ runId, map: "leads", wanted, busy, limit: 8, ttlMs: 60_000 });
+    expect(await ask("run_a", 8, 0)).toBe(8);
+    expect(await ask("run_b", 8, 0)).toBe(1);
+    // Trimmed to its share, the first still runs eight attempts: the newcomer waits for them.
+    expect(await ask("run_a", 8, 8)).toBe(4);
+    expect(await ask("run_b", 8, 1)).toBe(1);
+    // Its attempts ended down to its share: the newcomer grows to its own.
+    expect(await ask("run_a", 8, 4)).toBe(4);
+    expect(await ask("run_b", 8, 1)).toBe(4);
+  });
 });

@@ -18,6 +18,7 @@ export const directoryMigrations = [
   dailyHoldsExpiryMigration,
   // What each lease's holder asked for: the bound is shared by what the holders want (leaseExecutors).
   `ALTER TABLE executor_leases ADD COLUMN wanted INTEGER NOT NULL DEFAULT 0;`,
+  `ALTER TABLE executor_leases ADD COLUMN busy INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */
@@ -32,6 +33,11 @@ export const ExecutorLeaseRequest = z.object({
   map: z.string().min(1).max(64).optional(),
   /** 0 gives the run's lease back. */
   wanted: z.number().int().min(0).max(1000),
+  /**
+   * Executors the map has busy now: a map trimmed to its share keeps them until their attempts end, and until then
+   * they count against the others' leases (absent: none).
+   */
+  busy: z.number().int().min(0).max(1000).optional(),
   /** The org's bound, from the asking run's policy. */
   limit: z.number().int().min(1).max(100_000),
   ttlMs: z.number().int().min(1000).max(3_600_000),
@@ -99,8 +105,10 @@ export class DirectoryStore {
    * those that want more), as far as the others' leases leave now, and always
    * at least one, so that no running map stands still. A holder past its
    * share (it came first) is trimmed to it when it renews, every few seconds,
-   * and the newcomer grows to its own when it does: a run started while
-   * others fill the bound gets its share within a renewal, not when they end.
+   * and the newcomer grows to its own as the executors the other no longer
+   * holds finish their attempts (until then they count as the other's): a run
+   * started while others fill the bound gets its share within a chunk's
+   * time, not when they end.
    */
   leaseExecutors(request: ExecutorLeaseRequest, now: number): number {
     // The lease's holder (the table's run_id column): a run's map, or a run.
@@ -110,15 +118,17 @@ export class DirectoryStore {
       this.#sql.write`DELETE FROM executor_leases WHERE run_id = ${holder}`;
       return 0;
     }
-    // A lease stored before `wanted` was kept wants what it holds.
-    const others = this.#sql<{ executors: number; wanted: number }>`SELECT executors, wanted FROM executor_leases
-      WHERE run_id != ${holder}`;
-    const held = others.reduce((sum, other) => sum + other.executors, 0);
+    // A lease stored before `wanted` was kept wants what it holds; one trimmed below what it still runs holds that.
+    const others = this.#sql<{ executors: number; wanted: number; busy: number }>`SELECT executors, wanted, busy
+      FROM executor_leases WHERE run_id != ${holder}`;
+    const held = others.reduce((sum, other) => sum + Math.max(other.executors, other.busy), 0);
     const [share] = fairShares(request.limit, [request.wanted, ...others.map((other) => other.wanted || other.executors)]);
     const granted = Math.max(1, Math.min(share!, request.limit - held));
-    this.#sql.write`INSERT INTO executor_leases (run_id, executors, wanted, expires_at)
-      VALUES (${holder}, ${granted}, ${request.wanted}, ${now + request.ttlMs})
-      ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, wanted = excluded.wanted, expires_at = excluded.expires_at`;
+    const busy = request.busy ?? 0;
+    this.#sql.write`INSERT INTO executor_leases (run_id, executors, wanted, busy, expires_at)
+      VALUES (${holder}, ${granted}, ${request.wanted}, ${busy}, ${now + request.ttlMs})
+      ON CONFLICT (run_id) DO UPDATE SET executors = excluded.executors, wanted = excluded.wanted, busy = excluded.busy,
+        expires_at = excluded.expires_at`;
     return granted;
   }
 

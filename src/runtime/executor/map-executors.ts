@@ -40,6 +40,8 @@ export function mapExecutors(options: {
   const { scope, attempts, store, dataset, latch, windDown, onReport, onSlot } = options;
   const { env, run, policy, meter, signal, now } = scope;
   if (!attempts || policy.maxExecutors === 0) return null;
+  // The executors busy now go with each lease (the executor is made after the sizer, which leases first).
+  let busy = () => 0;
   const sizer = new ExecutorSizer({
     min: Math.min(policy.minExecutors, policy.maxExecutors),
     max: policy.maxExecutors,
@@ -55,6 +57,7 @@ export function mapExecutors(options: {
         runId: run.runId,
         map: dataset.dataset,
         wanted,
+        busy: busy(),
         limit: policy.maxExecutorsPerOrg,
         ttlMs: EXECUTOR_LEASE_MS,
       });
@@ -85,6 +88,7 @@ export function mapExecutors(options: {
     onSlot,
     now,
   });
+  busy = () => executor.busy;
   return { executor, sizer };
 }
 

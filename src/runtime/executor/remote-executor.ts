@@ -80,6 +80,11 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     this.#deps = options;
   }
 
+  /** Executors running attempts (or a sweep) of the map now. */
+  get busy(): number {
+    return this.#slots.size;
+  }
+
   /** Executors whose only attempt drains: the map may run one more attempt per spare executor, alongside. */
   get spare(): number {
     let spare = 0;
