@@ -67,7 +67,7 @@ describe("attempts alongside", () => {
   it("keeps one held alongside alive while its executor starts nothing more and the older one ends slowly", async () => {
     await simReset();
     await updateSimConfig(env, { latencyMs: 50 });
-    // A subrequest budget of 20 has the executor's invocation start nothing more after its first chunk's first calls:
+    // A subrequest budget of 30 has the executor's invocation start nothing more after its first chunk's first calls:
     // the next chunk, assigned alongside as the first drains, is held unstarted until the first ends, which one of
     // its last calls, held by the test at the provider, keeps from doing for longer than the coordinator waits to hear
     // from an attempt (the first attempt lives on: its leases are renewed while the call waits).
@@ -80,7 +80,8 @@ describe("attempts alongside", () => {
     const runId = await startRun(
       "test-calls",
       { rows },
-      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, invocationSubrequestBudget: 20 } },
+      // (The coordinator's own invocation yields at it too: it has made a dozen subrequests by the next assignment.)
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, invocationSubrequestBudget: 30 } },
     );
     const executor = `${runId}#0`;
     await faults().held(0);

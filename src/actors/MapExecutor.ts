@@ -240,11 +240,17 @@ export class MapExecutor extends DurableObject<Env> {
     const failures: unknown[] = [];
     // An attempt held and not started (assigned alongside one that drains while this invocation starts nothing more,
     // or held to go on after a wind-down) says it is alive: its coordinator would give it up while the older one ends.
+    // One at a time per attempt: a slow coordinator is not sent a queue of them.
     const policy = policyFor(this.env);
+    const beating = new Set<string>();
     const heartbeat = setInterval(
       () => {
-        for (const held of this.#store.held())
-          if (held.state === "assigned" && !started.has(held.assignment.attempt.attemptId)) void this.#heartbeat(held, invocation);
+        for (const held of this.#store.held()) {
+          const { attemptId } = held.assignment.attempt;
+          if (held.state !== "assigned" || started.has(attemptId) || beating.has(attemptId)) continue;
+          beating.add(attemptId);
+          void this.#heartbeat(held, invocation).finally(() => beating.delete(attemptId));
+        }
       },
       Math.min(5_000, policy.rowLeaseTtlMs / 3),
     );
