@@ -133,6 +133,43 @@ describe("ExecutorSizer", () => {
   });
 });
 
+describe("ExecutorSizer, a map's demand", () => {
+  it("asks for no more executors than the map has chunks left and attempts running", async () => {
+    const leases: number[] = [];
+    let demand = 5;
+    const sizer = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      now: () => 0,
+      demand: () => demand,
+      pace: async () => ({ requestsPerSecond: 100, concurrency: 250 }),
+      lease: async (wanted) => {
+        leases.push(wanted);
+        return wanted;
+      },
+    });
+    await sizer.start();
+    // 100 requests/s at 2 s would keep 42 executors busy: five chunks left can use five.
+    sizer.observe(["sim"], { calls: 1, totalMs: 2_000 });
+    await settle(sizer);
+    expect(sizer.target()).toBe(5);
+    expect(leases.at(-1)).toBe(5);
+    // A rerun's sweeps, with no provider: the ceiling, within what is left.
+    demand = 2;
+    const sweeping = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      now: () => 0,
+      demand: () => demand,
+      pace: async () => ({ requestsPerSecond: null, concurrency: null }),
+      lease: async (wanted) => wanted,
+    });
+    sweeping.observeReusedOnly();
+    await settle(sweeping);
+    expect(sweeping.target()).toBe(2);
+  });
+});
+
 describe("ExecutorSizer.stop", () => {
   it("returns the map's lease, and a refresh under way or asked for meanwhile does not take it again", async () => {
     let answer = () => {};

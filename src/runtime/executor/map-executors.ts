@@ -31,13 +31,15 @@ export function mapExecutors(options: {
   store: RunStore;
   dataset: AssignedDataset;
   latch: FatalLatch;
+  /** The most executors the map can use now (SizingOptions.demand). */
+  demand(): number;
   /** The invocation nears its limits: the attempts still running in executors wind down (RemoteExecutorOptions). */
   windDown: AbortSignal;
   onReport(): void;
   /** An executor became busy (1) or idle (-1). */
   onSlot(delta: 1 | -1): void;
 }): MapExecutors | null {
-  const { scope, attempts, store, dataset, latch, windDown, onReport, onSlot } = options;
+  const { scope, attempts, store, dataset, latch, demand, windDown, onReport, onSlot } = options;
   const { env, run, policy, meter, signal, now } = scope;
   if (!attempts || policy.maxExecutors === 0) return null;
   // The executors busy now go with each lease (the executor is made after the sizer, which leases first).
@@ -45,6 +47,7 @@ export function mapExecutors(options: {
   const sizer = new ExecutorSizer({
     min: Math.min(policy.minExecutors, policy.maxExecutors),
     max: policy.maxExecutors,
+    demand,
     now,
     pace: async (provider) => {
       const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);

@@ -36,6 +36,11 @@ export interface SizingOptions {
   onResized?(): void;
   /** How long {@link ExecutorSizer.stop} waits for a refresh under way, and for the lease's return (5 s). */
   stopWaitMs?: number;
+  /**
+   * The most executors the map can use now: its chunks left and its attempts running. A map near its end, or
+   * sweeping a rerun, wants no more (what it asks for is its claim on the org's fair shares). Absent: no bound.
+   */
+  demand?(): number;
   now(): number;
 }
 
@@ -151,6 +156,12 @@ export class ExecutorSizer {
   }
 
   #wanted(): number {
+    const demand = this.#deps.demand?.() ?? Number.POSITIVE_INFINITY;
+    return Math.max(1, Math.min(this.#needed(), demand));
+  }
+
+  /** What the map's providers need, within the policy. */
+  #needed(): number {
     const { min, max } = this.#deps;
     if (this.#providers.size === 0 && this.#reusedOnly) return max;
     const latencyMs = this.#latencyMs ?? this.#waitedMs;

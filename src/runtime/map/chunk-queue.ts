@@ -28,6 +28,11 @@ export class ChunkQueue {
     return this.#chunks.length;
   }
 
+  /** Chunks still to take (as attempts or in sweeps). */
+  get left(): number {
+    return this.#returned.length + this.#chunks.length - this.#next;
+  }
+
   hasWork(): boolean {
     return this.#returned.length > 0 || this.#next < this.#chunks.length;
   }

@@ -228,12 +228,15 @@ export class MapRunner {
     });
     // Each report may change what the map needs (a provider's latency): the pool grows as it does.
     let grow = () => {};
+    // The chunks it has left and its attempts running bound the executors it asks the org for.
+    let demand = () => Number.POSITIVE_INFINITY;
     const remote = mapExecutors({
       scope: this.#scope,
       attempts: this.#deps.executors,
       store,
       dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
       latch,
+      demand: () => demand(),
       windDown: executorsWindDown.signal,
       onReport: () => {
         this.#feed.tell(record.name, false);
@@ -398,6 +401,7 @@ export class MapRunner {
         ? remote.sizer.target() + remote.executor.spare
         : Math.min(policy.chunkConcurrency, queue.size);
     let working = 0;
+    demand = () => queue.left + working;
     const workers: Promise<void>[] = [];
     grow = () => {
       while (working < width() && queue.hasWork() && !stop()) {
