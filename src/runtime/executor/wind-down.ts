@@ -69,3 +69,14 @@ export class WindDown {
     this.close();
   }
 }
+
+/**
+ * A wind-down at a time alone: `signal` aborts with `reason()` at `at` (at
+ * once if it has passed); `close` clears its timer. A coordinator's drain
+ * has the attempts its executors run wind down so.
+ */
+export function windDownAt(at: number, options: { now(): number; reason(): unknown }): { signal: AbortSignal; close(): void } {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(options.reason()), Math.max(0, at - options.now()));
+  return { signal: controller.signal, close: () => clearTimeout(timer) };
+}

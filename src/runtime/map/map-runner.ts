@@ -26,7 +26,8 @@ import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type Chu
 import type { ExecutorAttempts } from "../executor/executor-attempts";
 import { mapExecutors } from "../executor/map-executors";
 import { RunInline } from "../executor/remote-executor";
-import { WindDown } from "../executor/wind-down";
+import { WindDown, windDownAt } from "../executor/wind-down";
+import { WorkerPool } from "./worker-pool";
 
 import { readPage } from "./dataset-view";
 import { planFinalize } from "./finalize";
@@ -198,13 +199,10 @@ export class MapRunner {
     const windDown = new WindDown({ meter: this.#scope.meter, limits: policy, now: this.#scope.now, startedAt: this.#feed.startedAt });
     // Attempts in executors go on past an executor's invocation, but this one waits for them, and an alarm runs 15
     // minutes at most: near then, those still running wind down and hand their rows back, and the invocation yields.
-    const executorsWindDown = new AbortController();
-    const windDownAfterMs = this.#feed.startedAt + policy.coordinatorWindDownMs - this.#scope.now();
-    const windDownTimer = setTimeout(
-      () =>
-        executorsWindDown.abort(new TroupeError("wound_down", `its coordinator's invocation has run ${policy.coordinatorWindDownMs} ms`)),
-      Math.max(0, windDownAfterMs),
-    );
+    const executorsWindDown = windDownAt(this.#feed.startedAt + policy.coordinatorWindDownMs, {
+      now: this.#scope.now,
+      reason: () => new TroupeError("wound_down", `its coordinator's invocation has run ${policy.coordinatorWindDownMs} ms`),
+    });
     const inProcess = new InProcessChunkExecutor({
       sheets,
       receipts: this.#deps.dispatch.receipts,
@@ -400,41 +398,20 @@ export class MapRunner {
       remote && !this.#inline.has(record.name)
         ? remote.sizer.target() + remote.executor.spare
         : Math.min(policy.chunkConcurrency, queue.size);
-    let working = 0;
-    demand = () => queue.left + working;
-    const workers: Promise<void>[] = [];
-    grow = () => {
-      while (working < width() && queue.hasWork() && !stop()) {
-        working++;
-        workers.push(
-          (async () => {
-            try {
-              while (queue.hasWork() && !stop()) {
-                const group = queue.take();
-                if (group.length > 1) await sweep(group);
-                else await dispatch(group[0]!);
-                // Wider than the map needs now (the org's lease shrank, or reused chunks gave way to paced ones): one fewer.
-                if (working > width()) break;
-                grow();
-              }
-            } finally {
-              working--;
-            }
-          })(),
-        );
-      }
-    };
+    const pool = new WorkerPool({
+      queue,
+      width,
+      stopped: stop,
+      run: (group) => (group.length > 1 ? sweep(group) : dispatch(group[0]!)),
+    });
+    demand = () => queue.left + pool.working;
+    grow = () => pool.grow();
     grow();
     try {
-      // Workers added while others run (the map grew its executors) are awaited too.
-      for (let waited = 0; waited < workers.length; ) {
-        const batch = workers.slice(waited);
-        waited = workers.length;
-        await Promise.all(batch);
-      }
+      await pool.settled();
     } finally {
       windDown.close();
-      clearTimeout(windDownTimer);
+      executorsWindDown.close();
       // However the drain ends (a failed run's too), the ledger has every chunk it completed.
       this.#feed.flushChunks(record.name);
       await remote?.sizer.stop();

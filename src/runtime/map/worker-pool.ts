@@ -1,0 +1,66 @@
+/**
+ * A map drain's workers: each takes the queue's next chunks (several for a
+ * sweep, or one for an attempt) until none is left or the drain stops, and
+ * there are as many as `width` says now. It is asked again after every chunk
+ * and as the map's executors grow ({@link WorkerPool.grow}); a worker past it
+ * ends after its chunk.
+ */
+import type { ChunkRecord } from "../../stores/run-store";
+import type { ChunkQueue } from "./chunk-queue";
+
+export interface WorkerPoolOptions {
+  queue: ChunkQueue;
+  /** How many workers the map should have now. */
+  width(): number;
+  /** The drain dispatches nothing more (a cancel, a failure, the invocation's budget). */
+  stopped(): boolean;
+  /** Runs the chunks `take` gave: a sweep of several, or one chunk's attempt. */
+  run(group: ChunkRecord[]): Promise<void>;
+}
+
+export class WorkerPool {
+  #deps: WorkerPoolOptions;
+  #working = 0;
+  #workers: Promise<void>[] = [];
+
+  constructor(options: WorkerPoolOptions) {
+    this.#deps = options;
+  }
+
+  /** Workers taking chunks now. */
+  get working(): number {
+    return this.#working;
+  }
+
+  /** Starts workers up to the width, while there is work and the drain goes on. */
+  grow(): void {
+    const { queue, width, stopped } = this.#deps;
+    while (this.#working < width() && queue.hasWork() && !stopped()) {
+      this.#working++;
+      this.#workers.push(this.#work());
+    }
+  }
+
+  /** Resolves once every worker has ended, those started while others ran included; rejects with the first failure. */
+  async settled(): Promise<void> {
+    for (let waited = 0; waited < this.#workers.length; ) {
+      const batch = this.#workers.slice(waited);
+      waited = this.#workers.length;
+      await Promise.all(batch);
+    }
+  }
+
+  async #work(): Promise<void> {
+    const { queue, width, stopped, run } = this.#deps;
+    try {
+      while (queue.hasWork() && !stopped()) {
+        await run(queue.take());
+        // Wider than the map needs now (the org's lease shrank, or reused chunks gave way to paced ones): one fewer.
+        if (this.#working > width()) break;
+        this.grow();
+      }
+    } finally {
+      this.#working--;
+    }
+  }
+}
