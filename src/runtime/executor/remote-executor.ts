@@ -29,6 +29,13 @@ import type { ExecutorAttempts } from "./executor-attempts";
  */
 const WIND_DOWN_GRACE_MS = 150_000;
 
+/**
+ * How often the ask is repeated until the attempt ends: each ask is one of the coordinator's subrequests, and an
+ * attempt may take a provider timeout or two to end (42 attempts asked every second for two minutes would be half
+ * an invocation's 10,000).
+ */
+const WIND_DOWN_ASK_MS = 10_000;
+
 /** The executor's attempt cannot run there (a row starts a child play, say): run it in the coordinator. */
 export class RunInline extends TroupeError {
   constructor(reason: string) {
@@ -159,7 +166,8 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     // A cancel, the runtime limit, or another attempt of the map tripping its latch: this one stops too.
     // Its listeners go when it ends: a map's signal and latch outlive thousands of attempts.
     let stopListening = () => {};
-    // Asked at once, and again every second (an ask can be lost, or land as the executor holds it to go on there);
+    // Asked at once, and again every WIND_DOWN_ASK_MS (an ask can be lost, or land as the executor holds it to go on
+    // there);
     // its end (its rows handed back) comes as any end does.
     let askedAt = Number.NEGATIVE_INFINITY;
     let firstAskedAt: number | null = null;
@@ -186,7 +194,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
           void this.#deps.client.stop(name, attemptId, reason).catch(() => {});
           return { kind: "stopped", reason };
         }
-        if (windDown.aborted && now() - askedAt >= 1_000) askWindDown();
+        if (windDown.aborted && now() - askedAt >= WIND_DOWN_ASK_MS) askWindDown();
         const left = watch.heardAt() + silenceMs - now();
         if (left <= 0) {
           // Given up on: should it still hold the attempt unstarted, it never starts it (the chunk goes elsewhere).
