@@ -327,6 +327,11 @@ export class RunCoordinator extends Server<Env> {
     this.#feed.open(connection, afterOf(ctx.request.url));
   }
 
+  /** Whether an alarm invocation is under way (a test that runs an alarm itself waits for none to be). */
+  get invoking(): boolean {
+    return this.#invocation !== null;
+  }
+
   /** Which retry of a failed alarm this is (partyserver's `onAlarm` is not told). */
   #alarmRetry = 0;
 
