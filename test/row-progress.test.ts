@@ -3,10 +3,11 @@
  * returns, while its chunk still runs, not when the whole chunk ends.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
+import { clearFaults, faultState, logLines, SIM_DEFAULTS, setFaults, setSim, until } from "./chaos-helpers";
 import { allEvents, chunkCompletions, datasetRows, eventsOfType, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
+  await clearFaults();
   await setSim(SIM_DEFAULTS);
 });
 
@@ -78,5 +79,26 @@ describe("row progress", () => {
     const done = progress.map((e) => e.completed + e.failed);
     expect(done).toEqual([...done].sort((a, b) => a - b));
     expect(run.progress.maps.reprog).toMatchObject({ completed: 10, failed: 20, active: 0 });
+  });
+
+  it("applies a report whose answer was lost once: it is sent again as it was, and its rows and log lines count once", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 150 });
+    // The coordinator applies the executor's first four reports, and their answers never reach it.
+    await setFaults([{ point: "executor.reported", play: "test-map", times: 4 }]);
+    const rows = Array.from({ length: 60 }, (_, i) => ({ id: `l${i}`, name: `Lost ${i}`, domain: "answers.test", logChars: 1 }));
+    const runId = await startRun("test-map", { rows }, { testPolicy: { chunkRows: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toMatchObject({ total: 60, completed: 60, failed: 0 });
+    expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(4);
+
+    // Each row's line once, though the reports carrying them were sent twice.
+    const lines = (await logLines(runId)).filter((line) => line.includes("Lost "));
+    expect(lines.sort()).toEqual(rows.map((r) => `[row ${r.id}] ${r.name}: x`).sort());
+    // Live counts never past the map's rows.
+    const progress = eventsOfType(await allEvents(runId), "map.progress");
+    expect(progress.some((e) => e.completed > 0 && e.completed < 60)).toBe(true);
+    for (const e of progress) expect(e.completed + e.failed + e.active).toBeLessThanOrEqual(60);
+    expect(await datasetRows(runId, "items")).toHaveLength(60);
   });
 });

@@ -14,6 +14,7 @@ import { WindDown } from "../runtime/executor/wind-down";
 import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
+import { getOrInsert } from "../core/collections";
 import { toolRegistry } from "../tools";
 import type { OpenUpload } from "../uploads/uploads";
 
@@ -126,18 +127,20 @@ export class MapExecutor extends DurableObject<Env> {
     await this.#reportEnd(held, handedBack(held));
   }
 
-  /** A report with nothing but that the held attempt lives; an answer that no invocation waits for it drops it. */
-  async #heartbeat(held: HeldAssignment, invocation: Invocation): Promise<void> {
+  /**
+   * What says the held attempt lives, in reports with nothing else, for the invocation: an answer that no
+   * invocation waits for it drops it.
+   */
+  #heartbeats(held: HeldAssignment, invocation: Invocation): AttemptReporter {
     const { assignment } = held;
     const { attemptId } = assignment.attempt;
-    const reporter = new AttemptReporter({
+    return new AttemptReporter({
       link: invocation.link,
       store: this.#store,
       usage: invocation.usage,
       report: { executor: this.#caller(), attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
       onStop: (reason) => void this.stop(attemptId, reason).catch(() => {}),
     });
-    await reporter.flush(null).catch(() => {});
   }
 
   /** Reports an attempt held and not running (dropped) stopped, from an invocation of its own. */
@@ -243,13 +246,18 @@ export class MapExecutor extends DurableObject<Env> {
     // One at a time per attempt: a slow coordinator is not sent a queue of them.
     const policy = policyFor(this.env);
     const beating = new Set<string>();
+    const heartbeats = new Map<string, AttemptReporter>();
     const heartbeat = setInterval(
       () => {
         for (const held of this.#store.held()) {
           const { attemptId } = held.assignment.attempt;
           if (held.state !== "assigned" || started.has(attemptId) || beating.has(attemptId)) continue;
           beating.add(attemptId);
-          void this.#heartbeat(held, invocation).finally(() => beating.delete(attemptId));
+          const reporter = getOrInsert(heartbeats, attemptId, () => this.#heartbeats(held, invocation));
+          void reporter
+            .flush(null)
+            .catch(() => {})
+            .finally(() => beating.delete(attemptId));
         }
       },
       Math.min(5_000, policy.rowLeaseTtlMs / 3),

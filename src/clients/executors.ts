@@ -125,7 +125,9 @@ export class CoordinatorLink {
   async report(report: AttemptReport): Promise<ReportAnswer> {
     await this.#faults?.check("executor.report");
     this.#count("attemptReport");
-    return this.#stub.attemptReport(report);
+    const answer = await this.#stub.attemptReport(report);
+    await this.#faults?.check("executor.reported");
+    return answer;
   }
 
   grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {

@@ -12,7 +12,8 @@
  * it had in flight for the next invocation to redispatch.
  *
  * The `*.claimed`, `sheet.persisted` points come right after the operation
- * succeeded (crash points between the phases of a chunk); `run.alarm` is the
+ * succeeded (crash points between the phases of a chunk; `executor.reported`:
+ * a report the coordinator applied whose answer is lost); `run.alarm` is the
  * coordinator's alarm after it drove the run, before it re-armed itself.
  *
  * A rule with `hold: true` neither fails nor crashes: the matching call waits
@@ -47,6 +48,7 @@ export const FAULT_POINTS = [
   "run.alarm",
   "child.cancel",
   "executor.report",
+  "executor.reported",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

@@ -230,6 +230,13 @@ export interface AttemptReport {
    * the same attempt again (one wound down and handed back) does not take this attempt's reports for its own.
    */
   invocation?: string;
+  /**
+   * Who sends it (one reporter: one attempt in one executor invocation, or one executor's end of a held attempt) and
+   * its place among that reporter's reports, from 1. A report whose answer was lost is sent again as it was, before
+   * anything newer: the coordinator applies each (reporter, seq) once (absent: applied as it comes).
+   */
+  reporter?: string;
+  seq?: number;
   map: string;
   chunk: number;
   /** Rows that started, and that settled, since the last report. */

@@ -158,4 +158,7 @@ export const runMigrations = [
   // A chunk whose attempt in the coordinator wound down (its invocation's budget ran low) keeps what is left of it:
   // the next invocation runs only those rows (ChunkResume).
   `ALTER TABLE chunks ADD COLUMN resume TEXT;`,
+  // The last report applied of each executor's reporter (AttemptReport.seq): one sent again because its answer was
+  // lost is not applied twice.
+  `CREATE TABLE reports_applied (reporter TEXT PRIMARY KEY, seq INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;`,
 ];

@@ -242,6 +242,23 @@ export class RunStore {
     return this.run()!.runAttempt;
   }
 
+  /**
+   * Records that report `seq` of `reporter` is applied: false when it (or a later one) already was, a report sent
+   * again because its answer was lost (AttemptReport.seq).
+   */
+  firstApplied(reporter: string, seq: number): boolean {
+    const last = this.#sql<{ seq: number }>`SELECT seq FROM reports_applied WHERE reporter = ${reporter}`[0];
+    if (last && last.seq >= seq) return false;
+    this.#sql.write`INSERT INTO reports_applied (reporter, seq, at) VALUES (${reporter}, ${seq}, ${this.#now()})
+      ON CONFLICT (reporter) DO UPDATE SET seq = excluded.seq, at = excluded.at`;
+    return true;
+  }
+
+  /** Forgets reporters not heard from since `before`: none sends a report again that late. */
+  forgetReporters(before: number): void {
+    this.#sql.write`DELETE FROM reports_applied WHERE at < ${before}`;
+  }
+
   addUsage(usage: {
     rpc: number;
     provider: number;

@@ -7,8 +7,10 @@
  * first answer comes, and until then, twice a second, how
  * long its requests have waited. A report also says the executor is alive: the
  * coordinator gives up on an attempt it has not heard from for a lease's
- * length. Deltas of a report that failed go out with the next one; outbox
- * entries leave the outbox only once a report carrying them was answered.
+ * length. A report that failed (it may have been applied, its answer lost)
+ * is sent again as it was, before anything newer, and the coordinator applies
+ * it once (AttemptReport.seq); outbox entries leave the outbox only once a
+ * report carrying them was answered.
  */
 import type { CoordinatorLink } from "../../clients/executors";
 import type { AttemptEnd, AttemptReport, ReportAnswer, UsageDelta } from "../../contracts/executors";
@@ -58,11 +60,6 @@ export class MeterReports {
     this.#reported = usage;
     return delta;
   }
-
-  /** A report carrying `delta` was not heard: it goes out with the next take. */
-  giveBack(delta: UsageDelta): void {
-    this.#reported = minus(this.#reported, delta);
-  }
 }
 
 export class AttemptReporter {
@@ -85,6 +82,13 @@ export class AttemptReporter {
   #sending: Promise<void> = Promise.resolve();
   #killed = false;
   #onStop: (reason: string) => void;
+  /** This reporter, as its reports name it (AttemptReport.reporter), and how many it has made. */
+  #id = crypto.randomUUID();
+  #seq = 0;
+  /** The report sent last, until answered, with where its outbox entries end: sent again before anything newer. */
+  #unanswered: { report: AttemptReport; outboxUpTo: number | null } | null = null;
+  /** The end was heard: nothing more goes out. */
+  #ended = false;
 
   constructor(options: {
     link: CoordinatorLink;
@@ -186,7 +190,7 @@ export class AttemptReporter {
     // Latency and bills ride along with the next report: they need no report of their own, but for the first latency
     // of an unsized map (its executors are sized by it, and at 2 s a row's first settle can be 4 s away).
     const firstLatency = this.#sizing && this.#latency.size > 0;
-    return firstLatency || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
+    return firstLatency || this.#unanswered !== null || rows.started + rows.completed + rows.failed + rows.stopped + this.#logs.length > 0;
   }
 
   /**
@@ -239,11 +243,12 @@ export class AttemptReporter {
 
   async #send(end: AttemptEnd | null): Promise<void> {
     if (this.#killed) throw new Error("this executor instance was aborted");
+    if (this.#unanswered) await this.#deliver(this.#unanswered);
+    if (this.#ended) return;
     const rows = this.#rows;
     const logs = this.#logs;
     const latency = this.#latency;
     if (this.#droppedLogs) logs.push({ line: `${this.#droppedLogs} more log lines of this attempt were left out` });
-    const usage = this.#usage.take();
     const outbox = this.#store.outbox(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS);
     this.#rows = { started: 0, completed: 0, failed: 0, stopped: 0 };
     this.#logs = [];
@@ -251,33 +256,34 @@ export class AttemptReporter {
     this.#latency = new Map();
     const report: AttemptReport = {
       ...this.#base,
+      reporter: this.#id,
+      seq: ++this.#seq,
       rows,
       logs,
       bills: outbox.flatMap((entry) => (entry.kind === "bill" ? [entry.bill] : [])),
       salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
-      usage,
+      usage: this.#usage.take(),
       latency: [...latency].map(([provider, seen]) => ({ provider, ...seen })),
       waiting: this.#sizing ? this.#oldestWaiting() : [],
       draining: this.#draining,
       end,
     };
-    let answer: ReportAnswer;
-    try {
-      answer = await this.#link.report(report);
-    } catch (error) {
-      // Not heard: the deltas go out with the next report (the outbox keeps its entries).
-      for (const key of Object.keys(rows) as (keyof Counters)[]) this.#rows[key] += rows[key];
-      this.#logs.unshift(...logs.slice(0, LOGS_PER_REPORT - this.#logs.length));
-      for (const [provider, seen] of latency) this.#observe(provider, seen.totalMs, seen.calls);
-      this.#usage.giveBack(usage);
-      throw error;
-    }
-    if (outbox.length) this.#store.shipped(outbox[outbox.length - 1]!.seq);
-    if (latency.size > 0) {
+    await this.#deliver({ report, outboxUpTo: outbox.at(-1)?.seq ?? null });
+  }
+
+  /** Sends `sent`; until it is answered, it is the report sent next (it may have been applied, its answer lost). */
+  async #deliver(sent: { report: AttemptReport; outboxUpTo: number | null }): Promise<void> {
+    this.#unanswered = sent;
+    const answer = await this.#link.report(sent.report);
+    this.#unanswered = null;
+    const { report } = sent;
+    if (sent.outboxUpTo !== null) this.#store.shipped(sent.outboxUpTo);
+    if (report.latency.length > 0) {
       this.#sizing = false;
       this.#stopWaiting();
     }
-    if (answer.stop && !end) this.#onStop(answer.stop);
+    if (report.end) this.#ended = true;
+    else if (answer.stop) this.#onStop(answer.stop);
   }
 
   /** Per provider, how long the oldest request still unanswered has waited, if at least {@link WAITING_MIN_MS}. */

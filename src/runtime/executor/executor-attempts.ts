@@ -3,6 +3,8 @@
  * must not be lost is applied to the run's storage at once, whether or not
  * an invocation still waits for the attempt: bills (the provider charged
  * them; applied once each, by request key), salvage, usage and log lines.
+ * A report is applied once: one sent again because its answer was lost
+ * (AttemptReport.seq) only says its executor is alive.
  * What only matters to a live invocation (rows as they settle, the end of an
  * attempt it waits for, latency for sizing) goes to the attempt's watcher.
  */
@@ -13,6 +15,9 @@ import { isTerminal } from "../../core/statuses";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import type { LiveRows } from "../map/live-rows";
+
+/** How long a reporter is remembered (RunStore.firstApplied): a report is sent again within seconds or minutes. */
+const REPORTER_MEMORY_MS = 3_600_000;
 
 /** What a watcher of one attempt hears. */
 export interface AttemptWatch {
@@ -67,6 +72,7 @@ export class ExecutorAttempts {
 
   /** The invocation under way answers executors until the returned close. */
   open(answers: InvocationAnswers): () => void {
+    this.#store.forgetReporters(this.#now() - REPORTER_MEMORY_MS);
     this.#invocation = answers;
     this.#invocationId = crypto.randomUUID();
     return () => {
@@ -115,6 +121,12 @@ export class ExecutorAttempts {
   /** Applies one report (see the module comment); an attempt no invocation waits for is told to stop. */
   apply(report: AttemptReport): ReportAnswer {
     const store = this.#store;
+    // The same attempt as an earlier invocation assigned it (wound down and handed back, its end sent again): not
+    // this invocation's, though its bills and usage count all the same.
+    const earlier = report.invocation !== undefined && this.#invocationId !== null && report.invocation !== this.#invocationId;
+    const watched = earlier ? undefined : this.#watched.get(report.attemptId);
+    const answer = this.#heard(report, watched);
+    if (report.reporter !== undefined && report.seq !== undefined && !store.firstApplied(report.reporter, report.seq)) return answer;
     let billed = 0;
     // Each bill shrinks the grant it was reserved under, whichever attempt's report carries it.
     const settled = new Map<string, number>();
@@ -132,20 +144,24 @@ export class ExecutorAttempts {
     const run = store.run();
     if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
 
-    // The same attempt as an earlier invocation assigned it (wound down and handed back, its end sent again): not
-    // this invocation's, though its bills and usage count all the same.
-    const earlier = report.invocation !== undefined && this.#invocationId !== null && report.invocation !== this.#invocationId;
-    const watched = earlier ? undefined : this.#watched.get(report.attemptId);
-    // Its invocation ended or gave it up (a restart of this object forgets every watch): its chunk is, or will be,
-    // redispatched under a newer epoch, and what it does from here is fenced off; it only spends.
-    if (!watched) return { stop: report.end ? null : "no invocation of its run waits for it any more" };
-    watched.heardAt = this.#now();
+    if (!watched) return answer;
     const { rows } = report;
     for (let i = 0; i < rows.started; i++) this.#live.started(watched.map, watched.chunk);
     for (const status of ["completed", "failed", "stopped"] as const)
       for (let i = 0; i < rows[status]; i++) this.#live.settled(watched.map, watched.chunk, status);
     watched.observe(report);
     if (report.end) watched.end(report.end);
+    return answer;
+  }
+
+  /**
+   * The executor is alive. An attempt no invocation waits for (its invocation ended or gave it up; a restart of
+   * this object forgets every watch) is told to stop: its chunk is, or will be, redispatched under a newer epoch,
+   * and what it does from here is fenced off; it only spends.
+   */
+  #heard(report: AttemptReport, watched: Watched | undefined): ReportAnswer {
+    if (!watched) return { stop: report.end ? null : "no invocation of its run waits for it any more" };
+    watched.heardAt = this.#now();
     return { stop: null };
   }
 }

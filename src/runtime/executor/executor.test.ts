@@ -325,6 +325,38 @@ describe("ExecutorAttempts, spend under a cap", () => {
       expect(store.spend.grant("c", toMicros(25), cap)).toBe(toMicros(20));
     });
   });
+
+  it("applies a report sent again (its answer lost) once, and an older one not at all, though each says the executor lives", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`again-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      const lines: unknown[] = [];
+      const attempts = new ExecutorAttempts({
+        store,
+        live: new LiveRows(),
+        emit: (_type, data) => void lines.push(data),
+        now: Date.now,
+        onLateBill: () => {},
+      });
+      const heard: number[] = [];
+      const watch = attempts.watch("a", "m", 0, () => heard.push(1));
+      const sent = (seq: number): AttemptReport => ({
+        ...report("a", [bill(seq, "a")]),
+        reporter: "r1",
+        seq,
+        logs: [{ line: `line ${seq}` }],
+        usage: { rpc: 2, provider: 1, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: { "sheet.persist": 2 } },
+      });
+      for (const seq of [1, 1, 2, 1, 2]) expect(attempts.apply(sent(seq))).toEqual({ stop: null });
+      expect(lines).toEqual([{ line: "line 1" }, { line: "line 2" }]);
+      expect(heard).toHaveLength(2);
+      expect(store.objectRpcsByKind()).toEqual({ "sheet.persist": 4 });
+      // Another reporter of the same attempt (its next invocation) counts from 1 again.
+      expect(attempts.apply({ ...sent(1), reporter: "r2" })).toEqual({ stop: null });
+      expect(lines).toHaveLength(3);
+      watch.close();
+    });
+  });
 });
 
 describe("captureMap", () => {
