@@ -103,8 +103,8 @@ describe("SpendStore", () => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
-        ALTER TABLE chunks DROP COLUMN resume; UPDATE _schema SET version = ?`,
-        runMigrations.length - 3,
+        ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; UPDATE _schema SET version = ?`,
+        runMigrations.length - 4,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -124,8 +124,8 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
-        UPDATE _schema SET version = ?`,
-        runMigrations.length - 2,
+        DROP TABLE reports_applied; UPDATE _schema SET version = ?`,
+        runMigrations.length - 3,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES
