@@ -12,7 +12,7 @@ import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
 import { createSql, MAX_PARAM_CHARS } from "../src/stores/sql";
 import { datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { clearFaults, heldBy, setFaults, until } from "./chaos-helpers";
+import { clearFaults, faultState, heldBy, logLines, setFaults, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
 
 let unique = 0;
@@ -228,6 +228,29 @@ describe("attempts alongside", () => {
     await clearFaults();
     expect(await runDurableObjectAlarm(executor)).toBe(true);
     expect(await heldBy(`${runId}#0`)).toEqual([]);
+  });
+
+  it("sends an end it could not report again from the alarm's retry: the chunk is not taken for one cut off, nor redispatched", async () => {
+    await simReset();
+    // The chunk's end is not heard, three times over: the executor's alarm fails, and the platform retries it.
+    await setFaults([{ point: "executor.end", play: "test-calls", times: 3 }]);
+    const rows = Array.from({ length: 40 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Unheard Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun("test-calls", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 40 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    // Three tries of its end failed, and the alarm's retry's reached the coordinator.
+    expect((await faultState()).counts[0]).toBe(4);
+    // Not taken for an attempt its executor's restart cut off (its leases given up, its chunk run again).
+    expect(await notices(runId)).not.toContain("leases_lost");
+    expect((await logLines(runId)).filter((line) => /restarted while it ran|redispatched/.test(line))).toEqual([]);
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(40);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+    expect(await simStats()).toMatchObject({ calls: 40, billed: 40, duplicates: 0 });
   });
 
   it("keeps a held assignment past one value's budget whole, a character split across the parts' boundary included", async () => {

@@ -292,7 +292,7 @@ export class MapExecutor extends DurableObject<Env> {
   }
 
   /** Runs one held attempt to its end, and reports it; or, wound down, holds it to go on in the next invocation. */
-  async #runOne({ assignment, state, resume }: HeldAssignment, invocation: Invocation): Promise<void> {
+  async #runOne({ assignment, state, resume, unreported }: HeldAssignment, invocation: Invocation): Promise<void> {
     const { attemptId } = assignment.attempt;
     const caller = this.#caller();
     const reporter = new AttemptReporter({
@@ -302,10 +302,18 @@ export class MapExecutor extends DurableObject<Env> {
       report: { executor: caller, attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
       sizing: assignment.sizing ?? false,
       onStop: (reason) => this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason)),
+      unreported,
     });
-    if (state === "running" || !this.#store.markRunning(attemptId)) {
+    if (state === "ended" && unreported) {
+      // Ended, and its end could not be reported (this is the alarm's retry): it is sent again, as it was.
+      const end = unreported.end ?? unreported.unanswered?.report.end;
+      await this.#end(attemptId, reporter, end ?? { kind: "stopped", reason: "its end was lost" });
+      this.#store.finish(attemptId);
+      return;
+    }
+    if (state !== "assigned" || !this.#store.markRunning(attemptId)) {
       // Cut off by a restart of this object: the coordinator redispatches it.
-      await reporter.end({ kind: "stopped", reason: "its executor restarted while it ran" });
+      await this.#end(attemptId, reporter, { kind: "stopped", reason: "its executor restarted while it ran" });
       this.#store.finish(attemptId);
       return;
     }
@@ -345,26 +353,49 @@ export class MapExecutor extends DurableObject<Env> {
       );
       // Wound down for its coordinator: the rows it left go back to it, not on in this executor.
       if (end.kind === "resume" && windDown.signal.aborted) {
-        await reporter.end(handedBack({ assignment, resume: end.resume }));
+        await this.#end(attemptId, reporter, handedBack({ assignment, resume: end.resume }));
       } else if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
         if (!this.#store.resume(attemptId, end.resume)) return;
         await reporter.suspend().catch(() => {});
         if (windDown.signal.aborted && !stop.signal.aborted) {
           // Its coordinator asked while it was being held: the rows go back all the same.
-          this.#store.finish(attemptId);
-          await reporter.end(handedBack({ assignment, resume: end.resume }));
+          await this.#endHeld(attemptId, reporter, handedBack({ assignment, resume: end.resume }));
           return;
         }
         if (!stop.signal.aborted) return;
         // Stopped while it was being held (a cancel, its coordinator giving it up): it does not go on.
-        this.#store.finish(attemptId);
-        await reporter.end({ kind: "stopped", reason: messageOf(stop.signal.reason) });
+        await this.#endHeld(attemptId, reporter, { kind: "stopped", reason: messageOf(stop.signal.reason) });
         return;
-      } else await reporter.end(end);
+      } else await this.#end(attemptId, reporter, end);
     } finally {
       this.#running.delete(attemptId);
     }
+    this.#store.finish(attemptId);
+  }
+
+  /**
+   * Reports the attempt's end. One the coordinator did not hear is held `ended` before the alarm fails: its
+   * retry sends it again, rather than taking the attempt for one a restart cut off (its chunk would be
+   * redispatched, its rows all done).
+   */
+  async #end(attemptId: string, reporter: AttemptReporter, end: AttemptEnd): Promise<void> {
+    try {
+      await reporter.end(end);
+    } catch (error) {
+      this.#store.unreported(attemptId, reporter.unreported(end));
+      throw error;
+    }
+  }
+
+  /**
+   * Ends an attempt held to go on after a wind-down (its coordinator asked for its rows back, or it was stopped
+   * while being held): held `ended` first, so that an object that dies while it reports sends the end again
+   * rather than going on with the attempt.
+   */
+  async #endHeld(attemptId: string, reporter: AttemptReporter, end: AttemptEnd): Promise<void> {
+    this.#store.unreported(attemptId, reporter.unreported(end));
+    await this.#end(attemptId, reporter, end);
     this.#store.finish(attemptId);
   }
 

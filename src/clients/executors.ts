@@ -124,6 +124,7 @@ export class CoordinatorLink {
 
   async report(report: AttemptReport): Promise<ReportAnswer> {
     await this.#faults?.check("executor.report");
+    if (report.end) await this.#faults?.check("executor.end");
     this.#count("attemptReport");
     const answer = await this.#stub.attemptReport(report);
     await this.#faults?.check("executor.reported");

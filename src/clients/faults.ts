@@ -49,6 +49,7 @@ export const FAULT_POINTS = [
   "child.cancel",
   "executor.report",
   "executor.reported",
+  "executor.end",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

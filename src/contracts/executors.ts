@@ -86,6 +86,23 @@ export interface AttemptResume extends ChunkResume {
 }
 
 /**
+ * An attempt's end its executor could not report (the coordinator did not
+ * answer): held until the alarm's retry sends it again (ExecutorStore.unreported),
+ * so that the retry does not take the attempt for one cut off by a restart.
+ */
+export interface UnreportedEnd {
+  /**
+   * The report sent last and not answered, without its bills and salvage (they stay in the outbox, and are read
+   * again up to `outboxUpTo`): it may have been applied, so it is sent again as it was (AttemptReport.seq).
+   */
+  unanswered: { report: AttemptReport; outboxUpTo: number | null } | null;
+  /** The end, unless the unanswered report carries it. */
+  end: AttemptEnd | null;
+  /** Log lines not yet in a report. */
+  logs: AttemptReport["logs"];
+}
+
+/**
  * Consecutive chunks of a map that a rerun probably finds done (a chunk
  * before them had every row reused): the executor reads their rows once and
  * records, in one claim per shard, only the rows that are reused. Nothing is

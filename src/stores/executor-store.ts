@@ -6,7 +6,7 @@
  * Entries leave the outbox once a report carrying them was acknowledged; the
  * coordinator applies them idempotently, so a report sent twice counts once.
  */
-import type { AttemptResume, BilledRequest, ChunkAssignment } from "../contracts/executors";
+import type { AttemptResume, BilledRequest, ChunkAssignment, UnreportedEnd } from "../contracts/executors";
 import type { SalvageEntry } from "../contracts/shards";
 import { MAX_PARAM_CHARS, type Sql } from "./sql";
 
@@ -43,12 +43,14 @@ export const EXECUTOR_MIGRATIONS = [
 /**
  * An attempt held: `assigned` until it starts, `running` once it has (a
  * restart finds it running and reports it dead); `assigned` again, with
- * `resume`, once a wind-down left it to go on in a fresh invocation.
+ * `resume`, once a wind-down left it to go on in a fresh invocation;
+ * `ended`, with `unreported`, once it ended and its end could not be reported.
  */
 export interface HeldAssignment {
   assignment: ChunkAssignment;
-  state: "assigned" | "running";
+  state: "assigned" | "running" | "ended";
   resume: AttemptResume | null;
+  unreported?: UnreportedEnd;
 }
 
 export type OutboxEntry = { seq: number } & ({ kind: "bill"; bill: BilledRequest } | { kind: "salvage"; salvage: SalvageEntry });
@@ -92,6 +94,14 @@ export class ExecutorStore {
     this.#sql.write`UPDATE held SET state = 'assigned' WHERE attempt_id = ${attemptId}`;
     this.#writeBody(attemptId, { assignment: held.assignment, resume });
     return true;
+  }
+
+  /** The attempt ended and its end could not be reported: held `ended`, for the alarm's retry to send again. */
+  unreported(attemptId: string, unreported: UnreportedEnd): void {
+    const held = this.held().find((h) => h.assignment.attempt.attemptId === attemptId);
+    if (!held) return;
+    this.#sql.write`UPDATE held SET state = 'ended' WHERE attempt_id = ${attemptId}`;
+    this.#writeBody(attemptId, { assignment: held.assignment, resume: held.resume, unreported });
   }
 
   /** A body past one value's budget is kept in parts, and the row's own body is empty. */

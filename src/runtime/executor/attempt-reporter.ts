@@ -13,7 +13,7 @@
  * report carrying them was answered.
  */
 import type { CoordinatorLink } from "../../clients/executors";
-import type { AttemptEnd, AttemptReport, ReportAnswer, UsageDelta } from "../../contracts/executors";
+import type { AttemptEnd, AttemptReport, ReportAnswer, UnreportedEnd, UsageDelta } from "../../contracts/executors";
 import type { NoticeCode } from "../../api/responses";
 import { MAX_LOG_LINE } from "../../contracts/events";
 import { messageOf } from "../../core/errors";
@@ -99,6 +99,8 @@ export class AttemptReporter {
     sizing?: boolean;
     /** The coordinator answered a report saying no invocation waits for the attempt any more (ReportAnswer.stop). */
     onStop?(reason: string): void;
+    /** An end an earlier invocation could not report: what it left is sent first ({@link unreported}). */
+    unreported?: UnreportedEnd;
   }) {
     this.#sizing = options.sizing ?? false;
     this.#onStop = options.onStop ?? (() => {});
@@ -106,6 +108,21 @@ export class AttemptReporter {
     this.#store = options.store;
     this.#usage = options.usage;
     this.#base = options.report;
+    const left = options.unreported;
+    if (left) {
+      this.#logs = [...left.logs];
+      const { unanswered } = left;
+      if (unanswered) {
+        // Its bills and salvage as the outbox still holds them (those another report carried since are applied).
+        const outbox = this.#store.outbox(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS).filter((e) => e.seq <= (unanswered.outboxUpTo ?? 0));
+        const report = {
+          ...unanswered.report,
+          bills: outbox.flatMap((entry) => (entry.kind === "bill" ? [entry.bill] : [])),
+          salvage: outbox.flatMap((entry) => (entry.kind === "salvage" ? [entry.salvage] : [])),
+        };
+        this.#unanswered = { report, outboxUpTo: outbox.at(-1)?.seq ?? null };
+      }
+    }
   }
 
   row(event: "started" | "completed" | "failed" | "stopped"): void {
@@ -210,14 +227,17 @@ export class AttemptReporter {
     this.#stopWaiting();
   }
 
-  /** The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. */
+  /**
+   * The last report, with how the attempt ended; retried a few times, as the coordinator must hear it. Throws
+   * when it was not heard: {@link unreported} is then what is left to send.
+   */
   async end(end: AttemptEnd): Promise<void> {
     this.#stopTimers();
     let failure: unknown = null;
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         // Outbox entries beyond one report go first; the end goes with the last of them.
-        while (this.#store.outboxOverflows(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS)) await this.flush(null);
+        while (!this.#ended && this.#store.outboxOverflows(OUTBOX_PER_REPORT, OUTBOX_REPORT_CHARS)) await this.flush(null);
         await this.flush(end);
         return;
       } catch (error) {
@@ -226,6 +246,18 @@ export class AttemptReporter {
       }
     }
     throw new Error(`could not report the end of ${this.#base.attemptId}: ${messageOf(failure)}`);
+  }
+
+  /** What is left to send of `end`, which {@link end} could not report: the executor holds it for the alarm's retry. */
+  unreported(end: AttemptEnd): UnreportedEnd {
+    const unanswered = this.#unanswered && {
+      report: { ...this.#unanswered.report, bills: [], salvage: [] },
+      outboxUpTo: this.#unanswered.outboxUpTo,
+    };
+    const logs = this.#droppedLogs
+      ? [...this.#logs, { line: `${this.#droppedLogs} more log lines of this attempt were left out` }]
+      : this.#logs;
+    return { unanswered, end: unanswered?.report.end ? null : end, logs };
   }
 
   /** The executor died (test faults): nothing more is reported from this instance. */
