@@ -11,8 +11,8 @@ import type { ChunkAssignment } from "../src/contracts/executors";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
 import { createSql, MAX_PARAM_CHARS } from "../src/stores/sql";
-import { datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
-import { clearFaults, faultState, heldBy, logLines, setFaults, until } from "./chaos-helpers";
+import { apiJson, datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { billedCredits, clearFaults, faultState, heldBy, logLines, setFaults, until } from "./chaos-helpers";
 import { updateSimConfig } from "../src/sim/client";
 
 let unique = 0;
@@ -251,6 +251,34 @@ describe("attempts alongside", () => {
     expect(stored).toHaveLength(40);
     expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
     expect(await simStats()).toMatchObject({ calls: 40, billed: 40, duplicates: 0 });
+  });
+
+  it("sends an end whose answers were lost again from the alarm's retry, and the coordinator applies it once", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 20 });
+    // The coordinator applies the chunk's end; its answer is lost three times over, and the executor's alarm fails.
+    await setFaults([{ point: "executor.ended", play: "test-map", times: 3 }]);
+    const rows = Array.from({ length: 30 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      name: `Answerless ${i}`,
+      domain: "example.com",
+      logChars: 1,
+    }));
+    const runId = await startRun("test-map", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 30 } });
+    expect((await waitForRun(runId)).status).toBe("completed");
+    // The retry sent it a fourth time, and the executor holds nothing more.
+    await until(faultState, (state) => state.counts[0] === 4, "the end sent again");
+    await until(
+      () => heldBy(`${runId}#0`),
+      (held) => held.length === 0,
+      "the executor to let the attempt go",
+    );
+    // The end's log lines (and every other's) once each, its bills once.
+    const lines = (await logLines(runId)).filter((line) => line.includes("Answerless "));
+    expect(lines.sort()).toEqual(rows.map((r) => `[row ${r.id}] ${r.name}: x`).sort());
+    const stats = await simStats();
+    expect(stats).toMatchObject({ calls: 30, billed: 30, duplicates: 0 });
+    expect((await apiJson(`/v1/runs/${runId}`)).body.usage.spend.total).toBe(billedCredits(stats));
   });
 
   it("keeps a held assignment past one value's budget whole, a character split across the parts' boundary included", async () => {

@@ -128,6 +128,7 @@ export class CoordinatorLink {
     this.#count("attemptReport");
     const answer = await this.#stub.attemptReport(report);
     await this.#faults?.check("executor.reported");
+    if (report.end) await this.#faults?.check("executor.ended");
     return answer;
   }
 

@@ -64,7 +64,8 @@ export class ExecutorStore {
 
   /**
    * Holds `assignment` and, of what was held, keeps only the attempt it runs
-   * alongside (`assignment.alongside`): every other attempt is replaced.
+   * alongside (`assignment.alongside`) and those ended whose end is still to
+   * be sent ({@link unreported}): every other attempt is replaced.
    * False (nothing changes) when it comes from an older epoch of the run
    * than one this executor was given before: a stale coordinator's, which
    * must not stop a current attempt.
@@ -72,11 +73,14 @@ export class ExecutorStore {
   assign(assignment: ChunkAssignment): boolean {
     const seen = this.#sql<{ attempt_seq: number }>`SELECT attempt_seq FROM epoch WHERE id = 1`[0]?.attempt_seq ?? -1;
     if (assignment.attempt.attemptSeq < seen) return false;
-    // The same attempt again (a retried assign): it is held already, as it is.
+    // The same attempt ended, its end still to be sent, was an earlier invocation's (one that handed its rows back):
+    // this assignment takes its place. The same attempt held otherwise is a retried assign: held already, as it is.
+    this.#sql.write`DELETE FROM held WHERE attempt_id = ${assignment.attempt.attemptId} AND state = 'ended'`;
     if (this.#sql<{ n: number }>`SELECT count(*) AS n FROM held WHERE attempt_id = ${assignment.attempt.attemptId}`[0]!.n > 0) return true;
     this.#sql.write`INSERT INTO epoch (id, attempt_seq) VALUES (1, ${assignment.attempt.attemptSeq})
       ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
-    this.#sql.write`DELETE FROM held WHERE attempt_id IS NOT ${assignment.alongside}`;
+    // An ended attempt whose end is still to be reported (ExecutorStore.unreported) stays, to be sent.
+    this.#sql.write`DELETE FROM held WHERE attempt_id IS NOT ${assignment.alongside} AND state != 'ended'`;
     this.#dropOrphanParts();
     this.#sql.write`INSERT INTO held (attempt_id, body, state, coordinator)
       VALUES (${assignment.attempt.attemptId}, '', 'assigned', ${assignment.runId})`;

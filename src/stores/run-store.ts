@@ -242,16 +242,16 @@ export class RunStore {
     return this.run()!.runAttempt;
   }
 
-  /**
-   * Records that report `seq` of `reporter` is applied: false when it (or a later one) already was, a report sent
-   * again because its answer was lost (AttemptReport.seq).
-   */
-  firstApplied(reporter: string, seq: number): boolean {
+  /** Whether report `seq` of `reporter` (or a later one) was applied: one sent again because its answer was lost (AttemptReport.seq). */
+  reportApplied(reporter: string, seq: number): boolean {
     const last = this.#sql<{ seq: number }>`SELECT seq FROM reports_applied WHERE reporter = ${reporter}`[0];
-    if (last && last.seq >= seq) return false;
+    return last !== undefined && last.seq >= seq;
+  }
+
+  /** Report `seq` of `reporter` is applied, all of it. */
+  recordReport(reporter: string, seq: number): void {
     this.#sql.write`INSERT INTO reports_applied (reporter, seq, at) VALUES (${reporter}, ${seq}, ${this.#now()})
       ON CONFLICT (reporter) DO UPDATE SET seq = excluded.seq, at = excluded.at`;
-    return true;
   }
 
   /** Forgets reporters not heard from since `before`: none sends a report again that late. */

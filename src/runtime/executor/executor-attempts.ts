@@ -16,8 +16,11 @@ import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import type { LiveRows } from "../map/live-rows";
 
-/** How long a reporter is remembered (RunStore.firstApplied): a report is sent again within seconds or minutes. */
-const REPORTER_MEMORY_MS = 3_600_000;
+/**
+ * How long a reporter is remembered (RunStore.reportApplied): a report is sent again within seconds, an end an
+ * executor holds (ExecutorStore.unreported) by its alarm's retries, a minute apart once the platform's run out.
+ */
+const REPORTER_MEMORY_MS = 24 * 3_600_000;
 
 /** What a watcher of one attempt hears. */
 export interface AttemptWatch {
@@ -126,7 +129,8 @@ export class ExecutorAttempts {
     const earlier = report.invocation !== undefined && this.#invocationId !== null && report.invocation !== this.#invocationId;
     const watched = earlier ? undefined : this.#watched.get(report.attemptId);
     const answer = this.#heard(report, watched);
-    if (report.reporter !== undefined && report.seq !== undefined && !store.firstApplied(report.reporter, report.seq)) return answer;
+    const { reporter, seq } = report;
+    if (reporter !== undefined && seq !== undefined && store.reportApplied(reporter, seq)) return answer;
     let billed = 0;
     // Each bill shrinks the grant it was reserved under, whichever attempt's report carries it.
     const settled = new Map<string, number>();
@@ -143,6 +147,8 @@ export class ExecutorAttempts {
     if (report.end) store.spend.releaseGrant(report.attemptId);
     const run = store.run();
     if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
+    // Recorded once all of it is (a write above that throws has the executor send it again, and it is applied again).
+    if (reporter !== undefined && seq !== undefined) store.recordReport(reporter, seq);
 
     if (!watched) return answer;
     const { rows } = report;
