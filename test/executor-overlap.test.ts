@@ -281,6 +281,34 @@ describe("attempts alongside", () => {
     expect((await apiJson(`/v1/runs/${runId}`)).body.usage.spend.total).toBe(billedCredits(stats));
   });
 
+  it("sends a coordinator that stalled one report per attempt as it recovers, not one per tick it stalled for", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 20 });
+    // The attempt's first report waits (a coordinator stalled); the second rule only counts the reports answered.
+    await setFaults([
+      { point: "executor.report", play: "test-calls", hold: true, times: 1 },
+      { point: "executor.reported", play: "test-calls", fromCall: 1_000_000 },
+    ]);
+    const rows = Array.from({ length: 30 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Stalled Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun("test-calls", { rows }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 30 } });
+    await faults().held(0);
+    // Meanwhile the attempt makes every call and ticks on, a report due every 200 ms (the test policy), for 1.5 s.
+    await until(simStats, (stats) => stats.calls === 30, "every call made");
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    expect((await faultState()).counts[1] ?? 0).toBe(0);
+    expect(await faults().release(0)).toBe(1);
+    expect((await waitForRun(runId)).status).toBe("completed");
+    // The one that waited, the one every tick since joined, and the end.
+    expect((await faultState()).counts[1]).toBeLessThanOrEqual(3);
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(30);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+  });
+
   it("keeps a held assignment past one value's budget whole, a character split across the parts' boundary included", async () => {
     const runId = `run_${id()}`;
     const held = (pad: number): ChunkAssignment => ({

@@ -80,6 +80,8 @@ export class AttemptReporter {
   #timer: ReturnType<typeof setInterval> | null = null;
   #waitingTimer: ReturnType<typeof setInterval> | null = null;
   #sending: Promise<void> = Promise.resolve();
+  /** A report asked for and not yet begun (one is on its way): later asks join it rather than queue behind it. */
+  #queued: Promise<void> | null = null;
   #killed = false;
   #onStop: (reason: string) => void;
   /** This reporter, as its reports name it (AttemptReport.reporter), and how many it has made. */
@@ -266,10 +268,21 @@ export class AttemptReporter {
     this.#stopTimers();
   }
 
-  /** Sends what happened since the last report (one report at a time). */
+  /**
+   * Sends what happened since the last report (one report at a time). Asked while one is on its way, it is the
+   * report that follows, which every ask until it begins joins: a coordinator that stalls is sent one report per
+   * attempt when it recovers, not one per tick it was stalled for.
+   */
   flush(end: AttemptEnd | null): Promise<void> {
-    const next = this.#sending.catch(() => {}).then(() => this.#send(end));
+    if (end === null && this.#queued) return this.#queued;
+    const next: Promise<void> = this.#sending
+      .catch(() => {})
+      .then(() => {
+        if (this.#queued === next) this.#queued = null;
+        return this.#send(end);
+      });
     this.#sending = next;
+    this.#queued = end === null ? next : null;
     return next;
   }
 
