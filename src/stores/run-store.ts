@@ -4,6 +4,7 @@
  * ledger. Plain logic over the Sql helper; the actor only adapts it.
  */
 import { LedgerStore } from "./ledger-store";
+import { ReportsStore } from "./reports-store";
 import type { MapProgress } from "../api/responses";
 import type { ChunkResume } from "../contracts/executors";
 import type { RunStatus } from "../core/statuses";
@@ -170,6 +171,8 @@ export class RunStore {
   readonly spend: SpendStore;
   /** The run's events, as its API and live watchers read them. */
   readonly ledger: LedgerStore;
+  /** The executors' reports applied, by reporter. */
+  readonly reports: ReportsStore;
 
   constructor(options: { sql: Sql; now: () => number }) {
     this.#sql = options.sql;
@@ -177,6 +180,7 @@ export class RunStore {
     this.salvage = new SalvageStore({ sql: options.sql });
     this.spend = new SpendStore({ sql: options.sql, now: options.now });
     this.ledger = new LedgerStore({ sql: options.sql, now: options.now });
+    this.reports = new ReportsStore({ sql: options.sql, now: options.now });
   }
 
   run(): RunRecord | null {
@@ -240,23 +244,6 @@ export class RunStore {
   bumpAttempt(): number {
     this.#sql.write`UPDATE run SET run_attempt = run_attempt + 1, updated_at = ${this.#now()} WHERE id = 1`;
     return this.run()!.runAttempt;
-  }
-
-  /** Whether report `seq` of `reporter` (or a later one) was applied: one sent again because its answer was lost (AttemptReport.seq). */
-  reportApplied(reporter: string, seq: number): boolean {
-    const last = this.#sql<{ seq: number }>`SELECT seq FROM reports_applied WHERE reporter = ${reporter}`[0];
-    return last !== undefined && last.seq >= seq;
-  }
-
-  /** Report `seq` of `reporter` is applied, all of it. */
-  recordReport(reporter: string, seq: number): void {
-    this.#sql.write`INSERT INTO reports_applied (reporter, seq, at) VALUES (${reporter}, ${seq}, ${this.#now()})
-      ON CONFLICT (reporter) DO UPDATE SET seq = excluded.seq, at = excluded.at`;
-  }
-
-  /** Forgets reporters not heard from since `before`: none sends a report again that late. */
-  forgetReporters(before: number): void {
-    this.#sql.write`DELETE FROM reports_applied WHERE at < ${before}`;
   }
 
   addUsage(usage: {

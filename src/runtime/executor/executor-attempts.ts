@@ -17,7 +17,7 @@ import { toCredits, toMicros } from "../../stores/spend-store";
 import type { LiveRows } from "../map/live-rows";
 
 /**
- * How long a reporter is remembered (RunStore.reportApplied): a report is sent again within seconds, an end an
+ * How long a reporter is remembered (ReportsStore): a report is sent again within seconds, an end an
  * executor holds (ExecutorStore.unreported) by its alarm's retries, a minute apart once the platform's run out.
  */
 const REPORTER_MEMORY_MS = 24 * 3_600_000;
@@ -75,7 +75,7 @@ export class ExecutorAttempts {
 
   /** The invocation under way answers executors until the returned close. */
   open(answers: InvocationAnswers): () => void {
-    this.#store.forgetReporters(this.#now() - REPORTER_MEMORY_MS);
+    this.#store.reports.forget(this.#now() - REPORTER_MEMORY_MS);
     this.#invocation = answers;
     this.#invocationId = crypto.randomUUID();
     return () => {
@@ -130,7 +130,7 @@ export class ExecutorAttempts {
     const watched = earlier ? undefined : this.#watched.get(report.attemptId);
     const answer = this.#heard(report, watched);
     const { reporter, seq } = report;
-    if (reporter !== undefined && seq !== undefined && store.reportApplied(reporter, seq)) return answer;
+    if (reporter !== undefined && seq !== undefined && store.reports.applied(reporter, seq)) return answer;
     let billed = 0;
     // Each bill shrinks the grant it was reserved under, whichever attempt's report carries it.
     const settled = new Map<string, number>();
@@ -148,7 +148,7 @@ export class ExecutorAttempts {
     const run = store.run();
     if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
     // Recorded once all of it is (a write above that throws has the executor send it again, and it is applied again).
-    if (reporter !== undefined && seq !== undefined) store.recordReport(reporter, seq);
+    if (reporter !== undefined && seq !== undefined) store.reports.record(reporter, seq);
 
     if (!watched) return answer;
     const { rows } = report;
