@@ -16,7 +16,7 @@ import { UploadRows } from "./upload-rows";
 import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import { InfraError, YieldSignal } from "../invocation/yield";
 import { DrainOutcome } from "./drain-outcome";
-import { attemptDied, attemptWoundDown, blockedTooLong } from "./chunk-outcomes";
+import { ChunkResults } from "./chunk-results";
 import type { AttemptRef } from "../../contracts/shards";
 import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
@@ -247,8 +247,19 @@ export class MapRunner {
       store.chunks(record.name).filter((c) => c.state !== "done"),
       { sweepable: !(run.force || run.forceToolRefresh) },
     );
-    const blockedUntil: number[] = [];
     const outcome = new DrainOutcome(record.name, latch, signal);
+    const results = new ChunkResults({
+      map: record.name,
+      scope: this.#scope,
+      store,
+      feed: this.#feed,
+      outcome,
+      failOnRow: options.onRowError === "fail",
+      reusedOnly: () => {
+        remote?.sizer.observeReusedOnly();
+        queue.reusedOnly();
+      },
+    });
     // A row an earlier invocation saw fail (it ended before failing the run: a crash, a child that ran long) fails it now.
     if (
       options.onRowError === "fail" &&
@@ -298,48 +309,7 @@ export class MapRunner {
         // From here the chunk's rows count from storage (finishChunk follows with no await between).
         this.#deps.live.ended(record.name, idx);
       }
-      if (summary.lost || summary.rejected.length) {
-        outcome.attemptDied(attemptDied(this.#outcomes(), { map: record.name, idx, attemptSeq }, summary));
-        return;
-      }
-      // Wound down here (this invocation's budget ran low): the next invocation runs the rows it left.
-      if (summary.deferred?.length) {
-        const at = { map: record.name, idx, attemptSeq, resume: chunk.resume };
-        const stalled = attemptWoundDown(this.#outcomes(), at, { ...summary, deferred: summary.deferred });
-        outcome.woundDown();
-        if (stalled) outcome.failed(stalled);
-        if (summary.failed > 0 && options.onRowError === "fail")
-          outcome.rowFailed(summary.failureSamples[0] ?? { key: "?", error: "row failed" });
-        this.#feed.tell(record.name, false);
-        return;
-      }
-      const done = summary.blocked.length === 0;
-      if (!done) blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
-      store.finishChunk(record.name, idx, {
-        done,
-        completed: summary.completed,
-        failed: summary.failed,
-        reused: summary.reused,
-        blocked: summary.blocked,
-        failureSamples: summary.failureSamples,
-      });
-      if (!done && chunk.retries + 1 > policy.blockedRetries)
-        outcome.failed(blockedTooLong(record.name, idx, chunk.retries + 1, summary.blocked));
-      const computed = summary.completed + summary.failed - summary.reused;
-      if (done && computed === 0 && summary.reused > 0) {
-        remote?.sizer.observeReusedOnly();
-        queue.reusedOnly();
-      }
-      if (done)
-        this.#feed.chunkDone(
-          record.name,
-          { chunk: idx, completed: summary.completed, failed: summary.failed, reused: summary.reused, attemptSeq },
-          computed,
-        );
-      else this.#feed.computed(record.name, computed);
-      if (summary.failed > 0 && options.onRowError === "fail")
-        outcome.rowFailed(summary.failureSamples[0] ?? { key: "?", error: "row failed" });
-      this.#feed.tell(record.name, false);
+      results.attempted(chunk, attemptSeq, summary);
     };
 
     /** Records the chunks of `group` a sweep found wholly reused, as their attempts would have; the rest go back for dispatch. */
@@ -366,22 +336,9 @@ export class MapRunner {
             `sweep of "${record.name}" chunks ${first}–${group.at(-1)!.idx} failed (${messageOf(error)}); they run one by one`,
           );
       }
-      const wholly = new Set(reused);
       // Some rows need work: the rest of the map is not a plain rerun.
-      queue.giveBack(group.filter((chunk) => !wholly.has(chunk.idx)));
-      for (const { idx, rows } of group.filter((chunk) => wholly.has(chunk.idx))) {
-        store.startChunk(record.name, idx, attemptSeq);
-        store.finishChunk(record.name, idx, {
-          done: true,
-          completed: rows,
-          failed: 0,
-          reused: rows,
-          blocked: [],
-          failureSamples: [],
-        });
-        this.#feed.chunkDone(record.name, { chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq }, 0);
-      }
-      this.#feed.tell(record.name, false);
+      queue.giveBack(group.filter((chunk) => !reused.includes(chunk.idx)));
+      results.swept(group, reused, attemptSeq);
     };
 
     const stop = () =>
@@ -419,13 +376,8 @@ export class MapRunner {
     this.#feed.tell(record.name, true);
 
     const left = store.chunks(record.name).filter((c) => c.state !== "done").length;
-    outcome.throwIfUnfinished(left, this.#scope.now(), blockedUntil);
+    outcome.throwIfUnfinished(left, this.#scope.now(), results.blockedUntil);
     await this.#finalize(record, sheets);
-  }
-
-  /** What chunk-outcomes.ts records chunk outcomes with. */
-  #outcomes() {
-    return { scope: this.#scope, store: this.#deps.store };
   }
 
   /** After the last chunk: the sheets must hold every planned row, terminal (see finalize.ts). */
