@@ -223,6 +223,35 @@ describe("ExecutorSizer.stop", () => {
     await sizer.stop();
     expect(leases).toEqual([4, 0]);
   });
+
+  it("returns the lease again when a lease it gave up waiting for is answered after it", async () => {
+    const leases: number[] = [];
+    let answer = () => {};
+    const late = new Promise<void>((resolve) => (answer = resolve));
+    const sizer = new ExecutorSizer({
+      min: 4,
+      max: 64,
+      now: () => 0,
+      stopWaitMs: 20,
+      pace: async () => ({ requestsPerSecond: 100, concurrency: 250 }),
+      lease: async (wanted) => {
+        leases.push(wanted);
+        // The refresh's lease is slow to reach the directory: it may land after the one that returns the lease.
+        if (wanted === 42) await late;
+        return wanted;
+      },
+    });
+    await sizer.start();
+    sizer.observe(["sim"], { calls: 1, totalMs: 2_000 });
+    sizer.target();
+    // The refresh has asked the gate and sent its lease.
+    while (leases.length < 2) await new Promise((resolve) => setTimeout(resolve, 0));
+    await sizer.stop();
+    expect(leases).toEqual([4, 42, 0]);
+    answer();
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(leases).toEqual([4, 42, 0, 0]);
+  });
 });
 
 describe("ExecutorSpend", () => {

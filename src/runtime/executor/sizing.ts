@@ -200,11 +200,16 @@ export class ExecutorSizer {
       });
   }
 
-  /** A lease the directory could not give keeps the last one (or none: the policy alone bounds the map). */
+  /**
+   * A lease the directory could not give keeps the last one (or none: the policy alone bounds the map). One
+   * answered after {@link stop} (which gave up waiting for it) may have reached the directory after the lease
+   * went back: it goes back again.
+   */
   async #lease(wanted: number): Promise<void> {
     if (this.#stopped) return;
     this.#asked = wanted;
     const leased = await this.#deps.lease(wanted).catch(() => null);
     if (leased !== null) this.#leased = leased;
+    if (this.#stopped && wanted > 0) await this.#deps.lease(0).catch(noop);
   }
 }
