@@ -178,7 +178,12 @@ describe("a child another parent is cancelling", () => {
     const [child] = await childrenOf(parentId);
     await apiJson(`/v1/runs/${parentId}/cancel`, { method: "POST" });
     expect((await waitForRun(parentId)).status).toBe("cancelled");
-    expect((await apiJson(`/v1/runs/${child.runId}`)).body.status).toBe("cancelling");
+    // The alarm that ended the parent cancels its children after it stored the end (README, "Child plays").
+    await until(
+      async () => (await apiJson(`/v1/runs/${child.runId}`)).body.status,
+      (status) => status === "cancelling",
+      "the parent's cancel to reach its child",
+    );
 
     const rerun = (await apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST" })).body.runId as string;
     let next: any;
