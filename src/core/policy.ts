@@ -223,6 +223,8 @@ export const TestPolicyOverrides = z
     batchGraceMs: z.number().int().min(0).max(10_000),
     batchHoldMs: z.number().int().min(0).max(600_000),
     receiptWaitMs: z.number().int().min(0).max(600_000),
+    /** How long receipt writes may be held while requests wait (a test makes them wait on work alone, not on time). */
+    receiptHoldMs: z.number().int().min(0).max(600_000),
     blockedRetries: z.number().int().min(0).max(100),
     /** A provider that answers slower than this has its request stopped and retried (a test's provider hangs for less than a second). */
     providerTimeoutMs: z.number().int().min(50).max(600_000),
