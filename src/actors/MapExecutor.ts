@@ -305,10 +305,12 @@ export class MapExecutor extends DurableObject<Env> {
       unreported,
     });
     if (state === "ended" && unreported) {
-      // Ended, and its end could not be reported (this is the alarm's retry): it is sent again, as it was.
+      // Ended, and its end could not be reported (this is the alarm's retry): it is sent again, as it was. The row
+      // stays as it is should that fail, and goes only if it is still this end: a later invocation may assign the
+      // same attempt meanwhile (ExecutorStore.assign), and that assignment runs once this is done.
       const end = unreported.end ?? unreported.unanswered?.report.end;
-      await this.#end(attemptId, reporter, end ?? { kind: "stopped", reason: "its end was lost" });
-      this.#store.finish(attemptId);
+      await reporter.end(end ?? { kind: "stopped", reason: "its end was lost" });
+      this.#store.finishEnded(attemptId);
       return;
     }
     if (state !== "assigned" || !this.#store.markRunning(attemptId)) {

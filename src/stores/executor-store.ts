@@ -159,6 +159,12 @@ export class ExecutorStore {
     this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
   }
 
+  /** The attempt's end, held `ended`, was reported: it is no longer held, unless a new assignment took its place. */
+  finishEnded(attemptId: string): void {
+    if (this.#sql.write`DELETE FROM held WHERE attempt_id = ${attemptId} AND state = 'ended'` > 0)
+      this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
+  }
+
   addBill(bill: BilledRequest): void {
     this.#sql.write`INSERT INTO outbox (kind, body) VALUES ('bill', ${JSON.stringify(bill)})`;
   }
