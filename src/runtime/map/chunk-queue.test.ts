@@ -1,18 +1,9 @@
 import { describe, expect, it } from "vitest";
 import type { ChunkRecord } from "../../stores/run-store";
 import { ChunkQueue } from "./chunk-queue";
+import { pendingChunk } from "./chunk-records.fixture";
 
-const chunk = (idx: number, rows = 100): ChunkRecord => ({
-  idx,
-  rows,
-  resume: null,
-  state: "pending",
-  attemptSeq: 0,
-  retries: 0,
-  completed: 0,
-  failed: 0,
-  redispatches: 0,
-});
+const chunk = pendingChunk;
 const idx = (chunks: ChunkRecord[]) => chunks.map((c) => c.idx);
 
 describe("ChunkQueue", () => {

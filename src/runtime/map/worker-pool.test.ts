@@ -1,23 +1,14 @@
 import { describe, expect, it } from "vitest";
-import type { ChunkRecord } from "../../stores/run-store";
 import { ChunkQueue } from "./chunk-queue";
+import { pendingChunk } from "./chunk-records.fixture";
 import { WorkerPool } from "./worker-pool";
-
-const chunk = (idx: number): ChunkRecord => ({
-  idx,
-  rows: 100,
-  resume: null,
-  state: "pending",
-  attemptSeq: 0,
-  retries: 0,
-  completed: 0,
-  failed: 0,
-  redispatches: 0,
-});
 
 describe("WorkerPool", () => {
   it("takes no chunk more once a worker failed, and rejects only when the chunks under way have ended", async () => {
-    const queue = new ChunkQueue([...Array(10).keys()].map(chunk), { sweepable: false });
+    const queue = new ChunkQueue(
+      [...Array(10).keys()].map((i) => pendingChunk(i)),
+      { sweepable: false },
+    );
     const taken: number[] = [];
     const ended: number[] = [];
     let release = () => {};
