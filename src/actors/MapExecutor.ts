@@ -398,7 +398,8 @@ export class MapExecutor extends DurableObject<Env> {
   async #endHeld(attemptId: string, reporter: AttemptReporter, end: AttemptEnd): Promise<void> {
     this.#store.unreported(attemptId, reporter.unreported(end));
     await this.#end(attemptId, reporter, end);
-    this.#store.finish(attemptId);
+    // A later invocation may have assigned the same attempt meanwhile: that assignment stays.
+    this.#store.finishEnded(attemptId);
   }
 
   /** This object as the simulated provider and the outbound gate name it. */

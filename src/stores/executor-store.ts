@@ -100,10 +100,13 @@ export class ExecutorStore {
     return true;
   }
 
-  /** The attempt ended and its end could not be reported: held `ended`, for the alarm's retry to send again. */
+  /**
+   * The attempt ended and its end could not be reported: held `ended`, for the alarm's retry to send again. A
+   * fresh assignment of the same attempt (assigned, not held to go on) took its place meanwhile: it stays as it is.
+   */
   unreported(attemptId: string, unreported: UnreportedEnd): void {
     const held = this.held().find((h) => h.assignment.attempt.attemptId === attemptId);
-    if (!held) return;
+    if (!held || (held.state === "assigned" && held.resume === null)) return;
     this.#sql.write`UPDATE held SET state = 'ended' WHERE attempt_id = ${attemptId}`;
     this.#writeBody(attemptId, { assignment: held.assignment, resume: held.resume, unreported });
   }
