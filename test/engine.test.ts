@@ -1,4 +1,5 @@
-import { abortAllDurableObjects } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { allEvents, api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 
@@ -118,6 +119,22 @@ describe("durability of the coordinator", () => {
     const byKind: Record<string, number> = run.usage.objectRpcsByKind;
     expect(Object.values(byKind).reduce((sum, n) => sum + n, 0)).toBe(run.usage.objectRpcs);
     expect(byKind).toMatchObject({ "sheet.claimRows": expect.any(Number), "sheet.persistRows": expect.any(Number) });
+  });
+
+  it("counts every report its executors sent in the run's object RPCs, the last of each invocation's included", async () => {
+    const rows = Array.from({ length: 160 }, (_, i) => person(1500 + i));
+    const run = await waitForRun(await startRun("test-map", { rows }));
+    expect(run.status).toBe("completed");
+    // Each reporter numbers its reports from 1, and the coordinator keeps the last it applied: their sum is how many
+    // it received (no report was sent twice in this run: none failed).
+    const received = await runInDurableObject(env.RUN_COORDINATOR.getByName(run.runId), (_object: unknown, state: DurableObjectState) => {
+      const [row] = state.storage.sql.exec<{ reports: number; reporters: number }>(
+        "SELECT sum(seq) AS reports, count(*) AS reporters FROM reports_applied",
+      );
+      return row!;
+    });
+    expect(received.reporters).toBeGreaterThan(1);
+    expect(run.usage.objectRpcsByKind["run.attemptReport"]).toBe(received.reports);
   });
 
   it("resumes by its alarm after every object is aborted mid-run, under a new attempt epoch", async () => {

@@ -122,10 +122,16 @@ export class CoordinatorLink {
     return this.#stub.captureSource(attemptSeq);
   }
 
-  async report(report: AttemptReport): Promise<ReportAnswer> {
+  /** Counts a report's call ahead of sending it, so that the report's own usage can carry it (`report(…, true)`). */
+  countReport(): void {
+    this.#count("attemptReport");
+  }
+
+  /** `counted`: {@link countReport} has counted this call. */
+  async report(report: AttemptReport, counted = false): Promise<ReportAnswer> {
     await this.#faults?.check("executor.report");
     if (report.end) await this.#faults?.check("executor.end");
-    this.#count("attemptReport");
+    if (!counted) this.#count("attemptReport");
     const answer = await this.#stub.attemptReport(report);
     await this.#faults?.check("executor.reported");
     if (report.end) await this.#faults?.check("executor.ended");

@@ -290,6 +290,8 @@ export class AttemptReporter {
     if (this.#killed) throw new Error("this executor instance was aborted");
     if (this.#unanswered) await this.#deliver(this.#unanswered);
     if (this.#ended) return;
+    // Counted before the usage is taken, so that the report carries its own call (the last of an invocation would not).
+    this.#link.countReport();
     const rows = this.#rows;
     const logs = this.#logs;
     const latency = this.#latency;
@@ -313,13 +315,16 @@ export class AttemptReporter {
       draining: this.#draining,
       end,
     };
-    await this.#deliver({ report, outboxUpTo: outbox.at(-1)?.seq ?? null });
+    await this.#deliver({ report, outboxUpTo: outbox.at(-1)?.seq ?? null }, true);
   }
 
-  /** Sends `sent`; until it is answered, it is the report sent next (it may have been applied, its answer lost). */
-  async #deliver(sent: { report: AttemptReport; outboxUpTo: number | null }): Promise<void> {
+  /**
+   * Sends `sent`; until it is answered, it is the report sent next (it may have been applied, its answer lost).
+   * `counted`: its call is in its own usage (a first send); a resend's goes in a later report.
+   */
+  async #deliver(sent: { report: AttemptReport; outboxUpTo: number | null }, counted = false): Promise<void> {
     this.#unanswered = sent;
-    const answer = await this.#link.report(sent.report);
+    const answer = await this.#link.report(sent.report, counted);
     this.#unanswered = null;
     const { report } = sent;
     if (sent.outboxUpTo !== null) this.#store.shipped(sent.outboxUpTo);
