@@ -10,10 +10,13 @@ interface Live {
 }
 
 /** Opens `GET /v1/runs/<id>/live` the way a client would, and collects every message. */
-async function openLive(runId: string, options: { after?: number; token?: string | null; queryToken?: string } = {}): Promise<Live> {
+async function openLive(
+  runId: string,
+  options: { after?: number; token?: string | null; queryToken?: string; headers?: Record<string, string> } = {},
+): Promise<Live> {
   const url = new URL(`http://troupe.test/v1/runs/${runId}/live`);
   if (options.after !== undefined) url.searchParams.set("after", String(options.after));
-  const headers = new Headers({ Upgrade: "websocket" });
+  const headers = new Headers({ Upgrade: "websocket", ...options.headers });
   if (options.queryToken) url.searchParams.set("token", options.queryToken);
   const token = options.token === undefined ? TOKEN : options.token;
   if (token && !options.queryToken) headers.set("Authorization", `Bearer ${token}`);
@@ -213,6 +216,15 @@ describe("GET /v1/runs/<id>/live", () => {
     expect(plain.status).toBe(426);
     expect(plain.body.error.code).toBe("upgrade_required");
     await waitForRun(runId);
+  });
+
+  it("takes no socket props or room from a client's headers, and an upgrade however it is spelt", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("h", 2) });
+    // partyserver reads its props from `x-partykit-props` (this one is not base64: it threw, a 500 with a stack).
+    const live = await openLive(runId, { headers: { Upgrade: "WebSocket", "X-Partykit-Props": "%", "X-Partykit-Room": "another-run" } });
+    await live.closed;
+    expect(live.messages[0]).toMatchObject({ type: "snapshot", run: { runId } });
+    expect(live.messages.at(-1)).toMatchObject({ type: "run.completed" });
   });
 
   it("redacts a credential a play logs, in the ledger and on the socket", async () => {

@@ -29,8 +29,8 @@ liveRoutes.get("/runs/:runId/live", async (c) => {
   // The token stays here: the coordinator keeps the URL with each connection, and needs only the verified org.
   const url = new URL(c.req.url);
   url.search = `?after=${query.after}`;
-  const headers = new Headers(c.req.raw.headers);
-  headers.delete("Authorization");
-  headers.set(VERIFIED_ORG_HEADER, c.get("org"));
+  // Only what the upgrade needs goes on: a client's `x-partykit-*` headers would be read as the socket's room and props.
+  const headers = new Headers({ Upgrade: "websocket", [VERIFIED_ORG_HEADER]: c.get("org") });
+  for (const [name, value] of c.req.raw.headers) if (name.startsWith("sec-websocket-")) headers.set(name, value);
   return coordinator.fetch(new Request(url, { headers }));
 });
