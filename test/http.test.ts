@@ -153,6 +153,20 @@ describe("validation", () => {
     expect(body.error.message.length).toBeLessThan(20_000);
   });
 
+  it("cuts an issue naming every unknown key of a body, and a path that is a key of megabytes", async () => {
+    const keys = Object.fromEntries(Array.from({ length: 100_000 }, (_, i) => [`unknown_key_${i}`, 0]));
+    const unknown = await apiJson("/v1/runs/run_0123456789abcdef0123456789abcdef/rerun", { method: "POST", json: keys });
+    expect(unknown.status).toBe(400);
+    expectError(unknown.body, "invalid_request");
+    // zod's one issue named all 100,000 keys: a 4 MB message, twice in the answer.
+    expect(JSON.stringify(unknown.body).length).toBeLessThan(2_000);
+    expect(unknown.body.error.details[0].message).toMatch(/^Unrecognized keys: "unknown_key_0", .*… \(\d+ characters more\)$/);
+    const long = "k".repeat(1_000_000);
+    const path = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { rows: [{ [long]: 1 }] } } });
+    expect(path.status).toBe(400);
+    expect(JSON.stringify(path.body).length).toBeLessThan(5_000);
+  });
+
   it("answers 400 for a spend range naming a day the calendar does not have", async () => {
     for (const query of ["to=2024-02-32", "to=2024-13-01", "from=2024-02-30&to=2024-03-01", "from=2024-00-10"]) {
       const { status, body } = await apiJson(`/v1/spend?${query}`);

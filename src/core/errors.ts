@@ -49,8 +49,8 @@ export interface Issue {
 export function issuesOf(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): Issue[] {
   const root = options.root ?? "(root)";
   const issues = error.issues.slice(0, MAX_ISSUES).map((issue) => ({
-    path: [...(options.prefix ?? []), ...issue.path].map(String).join(".") || root,
-    message: issue.message,
+    path: cut([...(options.prefix ?? []), ...issue.path].map(String).join(".") || root),
+    message: cut(issue.message),
   }));
   const more = error.issues.length - issues.length;
   if (more > 0) issues.push({ path: root, message: `and ${more} more issues` });
@@ -59,6 +59,13 @@ export function issuesOf(error: z.ZodError, options: { prefix?: (string | number
 
 /** The most issues an error lists (an answer naming each of 200,000 was 35 MB). */
 export const MAX_ISSUES = 100;
+
+/** The longest path or message of an issue (zod names every unknown key of an object in one message). */
+export const MAX_ISSUE_CHARS = 500;
+
+function cut(text: string): string {
+  return text.length <= MAX_ISSUE_CHARS ? text : `${text.slice(0, MAX_ISSUE_CHARS)}… (${text.length - MAX_ISSUE_CHARS} characters more)`;
+}
 
 /** zod issues on one line: `path: message; ...`. */
 export function describeIssues(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): string {
