@@ -193,6 +193,47 @@ describe("a provider that does not answer in time", () => {
     expect(stats.billed).toBe(2);
     expect(stats.duplicates).toBe(6);
   });
+
+  const unkeyedRows = (tool: string, prefix: string) => findRows(prefix, 2).map((row) => ({ ...row, tool }));
+
+  it("has a request to a provider that ignores idempotency keys stopped once, not sent again: its row fails outcome_unknown", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
+    const rows = unkeyedRows("test_unkeyed_find", "Unkeyed");
+    const runId = await startRun("test-calls", { rows, dataset: "unkeyed-hang" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    for (const row of await datasetRows(runId, "unkeyed-hang"))
+      expect(row._error).toMatch(/^outcome_unknown: .*did not answer within 100 ms/);
+    expect(run.usage).toMatchObject({ providerRequests: 2, providerRetries: 0, outcomeUnknown: 2 });
+    // Sent again, each would have executed (and billed) twice at a provider that ignores the key.
+    const stats = await until(simStats, (s) => s.billed === 2, "the stopped requests answered");
+    expect(stats).toMatchObject({ calls: 2, duplicates: 0 });
+
+    // A rerun asked to sends them again.
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    const retried = await waitForRun(
+      (await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: { retryUnknown: true } })).body.runId,
+    );
+    expect(retried.result).toEqual({ total: 2, completed: 2, failed: 0 });
+    expect(retried.usage.providerRequests).toBe(2);
+  });
+
+  it("asks a provider that ignores idempotency keys for a timed-out request's answer, and stores it without sending again", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
+    const rows = unkeyedRows("test_unkeyed_lookup_find", "Looked");
+    // The lookup finds each request still being answered, and waits (within the receipt wait) for its answer.
+    const runId = await startRun("test-calls", { rows, dataset: "unkeyed-lookup" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 2, completed: 2, failed: 0 });
+    const stored = await datasetRows(runId, "unkeyed-lookup");
+    expect(stored.map((row) => row.out)).toEqual(rows.map((row) => ({ email: expectedEmail(row.input.name, row.input.domain) })));
+    expect(run.usage).toMatchObject({ providerRequests: 2, providerRetries: 0, outcomeUnknown: 0 });
+    expect(run.usage.providerLookups).toBeGreaterThan(0);
+    expect(run.usage.spend.total).toBe(2);
+    expect(await simStats()).toMatchObject({ calls: 2, billed: 2, duplicates: 0 });
+  });
 });
 
 describe("auth scope", () => {

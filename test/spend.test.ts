@@ -260,6 +260,22 @@ describe("an answer too large to store", () => {
     expect(rerun.result).toEqual({ total: 2, completed: 0, failed: 2 });
     expect(rerun.usage.providerRequests).toBe(0);
   });
+
+  it("fails its row output_too_deep when the answer nests past 64 levels, billed once; a rerun fails it again without paying", async () => {
+    await simReset();
+    const rows = [0, 1].map((i) => ({ id: `deep-${i}`, tool: "test_deep_find", input: { name: `Deep Person ${i}`, domain: "deep.test" } }));
+    const run = await waitForRun(await submitWith({ rows, dataset: "deep" }, {}));
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    for (const row of await datasetRows(run.runId, "deep")) expect(row._error).toMatch(/^output_too_deep/);
+    // The provider charged for both answers: they count, in the run and in the org's day.
+    expect((await simStats()).billed).toBe(2);
+    expect(run.usage.spend.total).toBe(2);
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${run.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    expect(rerun.usage.providerRequests).toBe(0);
+    expect(rerun.usage.spend.total).toBe(0);
+  });
 });
 
 describe("a call its row left behind", () => {

@@ -43,12 +43,33 @@ export const testUnkeyedBlindFind = defineTool({
   },
 });
 
+/**
+ * As {@link testUnkeyedFind}, from a provider whose lookup of past results
+ * works (the simulator's): a request whose outcome is unknown is asked after.
+ */
+export const testUnkeyedLookupFind = defineTool({
+  ...simFindEmail,
+  id: "test_unkeyed_lookup_find",
+  idempotent: false,
+});
+
 /** `sim_find_email` whose provider pads its answer past what a receipt stores (2.1 MB): billed, never storable. */
 export const testHugeFind = defineTool({
   ...simFindEmail,
   id: "test_huge_find",
   async execute(input, call) {
     return { ...(await simFindEmail.execute(input, call)), padding: "x".repeat(2_100_000) };
+  },
+});
+
+/** `sim_find_email` whose provider wraps its answer 100 levels deep: billed, and no JSON store can hold it. */
+export const testDeepFind = defineTool({
+  ...simFindEmail,
+  id: "test_deep_find",
+  async execute(input, call) {
+    let answer: unknown = await simFindEmail.execute(input, call);
+    for (let i = 0; i < 100; i++) answer = { a: answer };
+    return answer as { email: string };
   },
 });
 
@@ -96,4 +117,13 @@ export const testFetchDown = defineTool({
   },
 });
 
-export const testTools = [testScopedFind, testUnkeyedFind, testUnkeyedBlindFind, testHugeFind, testForbiddenWhenLimitedFind, testFetchDown];
+export const testTools = [
+  testScopedFind,
+  testUnkeyedFind,
+  testUnkeyedBlindFind,
+  testUnkeyedLookupFind,
+  testHugeFind,
+  testDeepFind,
+  testForbiddenWhenLimitedFind,
+  testFetchDown,
+];

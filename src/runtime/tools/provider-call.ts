@@ -31,10 +31,28 @@ export interface ProviderCallContext {
   log(line: string): void;
   /** The tool's own reading of a failure as a rate limit (`AnyTool.isRateLimit`). */
   isRateLimit?(error: unknown): boolean;
+  /**
+   * The provider ignores idempotency keys (and the run does not send unknown outcomes again): a request the
+   * provider timeout cut off may have been executed, so it is not sent again here ({@link ProviderOutcome} `unanswered`).
+   */
+  unkeyed?: boolean;
 }
 
-/** A provider request's end: its value, or its classified failure after the retries it deserved. */
-export type ProviderOutcome<T> = { ok: true; value: T } | { ok: false; error: ReceiptError; retryable: boolean };
+/** The engine's provider timeout cut the request off: it may have reached the provider, and nothing says how it ended. */
+export class ProviderTimeout extends ToolCallError {
+  constructor(timeoutMs: number) {
+    super({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true });
+  }
+}
+
+/**
+ * A provider request's end: its value, or its classified failure after the retries it deserved. `billed`: the
+ * provider answered (and charged) though the call failed; `unanswered`: cut off by the timeout at a provider that
+ * ignores idempotency keys (ProviderCallContext.unkeyed), how it ended is unknown.
+ */
+export type ProviderOutcome<T> =
+  | { ok: true; value: T }
+  | { ok: false; error: ReceiptError; retryable: boolean; billed?: true; unanswered?: true };
 
 interface Failure {
   error: ReceiptError;
@@ -121,6 +139,7 @@ export async function callProvider<T>(
               message: `${ctx.toolId} answered a value nested past ${MAX_JSON_DEPTH} levels at ${deep.join(".").slice(0, 200)}`,
             },
             retryable: false,
+            billed: true,
           };
         return { ok: true, value };
       } catch (error) {
@@ -142,6 +161,8 @@ export async function callProvider<T>(
       // the receipt stays running for whoever takes it over (never a failure of the stop's own making).
       if (ctx.signal.aborted && refused) throw error;
       failure = classifyFailure(error, ctx.isRateLimit);
+      if (ctx.unkeyed && error instanceof ProviderTimeout)
+        return { ok: false, error: failure.error, retryable: failure.retryable, unanswered: true };
     }
     last = failure;
     // Sent and failed as the attempt stopped: not retried here.

@@ -13,13 +13,11 @@
  */
 import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
 import { timeoutSignal } from "../../core/time";
-import { ToolCallError } from "../../play/tool-error";
 import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
-import type { ReceiptError } from "../../contracts/shards";
 import { checkSplit, planBatches } from "./batching";
-import { callProvider, NotSent, type ProviderCallContext } from "./provider-call";
+import { callProvider, NotSent, type ProviderCallContext, type ProviderOutcome, ProviderTimeout } from "./provider-call";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
@@ -35,7 +33,7 @@ export interface QueuedCall {
 }
 
 /** How a call ended at the provider (after its in-process retries). */
-export type CallOutcome = { ok: true; output: unknown } | { ok: false; error: ReceiptError; retryable: boolean };
+export type CallOutcome = { ok: true; output: unknown } | Extract<ProviderOutcome<unknown>, { ok: false }>;
 
 /** An outcome still holding its place in the dispatch window. */
 export interface HeldOutcome {
@@ -69,6 +67,8 @@ export interface ToolQueueOptions {
   onReadyLow?: () => void;
   /** Hears when a call must wait for a place in the dispatch window, which only written receipts free. */
   onWindowFull?: () => void;
+  /** The run sends requests whose outcome is unknown again (`retryUnknown`): a timed-out one is retried here too. */
+  retryUnknown?: boolean;
 }
 
 /** One chunk attempt's queue of owned calls; see the module comment. */
@@ -86,8 +86,10 @@ export class ToolQueue {
   #ready = 0;
   #onReadyLow: (() => void) | undefined;
   #onWindowFull: (() => void) | undefined;
+  #retryUnknown: boolean;
 
   constructor(options: ToolQueueOptions) {
+    this.#retryUnknown = options.retryUnknown ?? false;
     this.#services = options.services;
     this.#window = options.window;
     this.#workers = options.workers;
@@ -204,6 +206,7 @@ export class ToolQueue {
       meter,
       log,
       isRateLimit: (error) => tool.isRateLimit?.(error) === true,
+      unkeyed: tool.idempotent === false && !this.#retryUnknown,
     };
   }
 
@@ -215,10 +218,7 @@ export class ToolQueue {
    */
   async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const timeoutMs = this.#services.policy.providerTimeoutMs;
-    const timeout = timeoutSignal(
-      timeoutMs,
-      () => new ToolCallError({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true }),
-    );
+    const timeout = timeoutSignal(timeoutMs, () => new ProviderTimeout(timeoutMs));
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
       // Its clock stops while it waits for one of the object's six slots (a pacer holds six units per provider, but

@@ -19,11 +19,11 @@ import type { ToolCallOptions, AnyTool } from "../../play/types";
 import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
 import { withSendHooks } from "../../core/outbound";
-import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
-import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
-import { getOrInsert } from "../../core/collections";
+import type { AttemptRef, ReceiptError } from "../../contracts/shards";
+import type { WorkerBarrier } from "../../core/bulk-queue";
 import { idempotencyKey, receiptKey } from "./receipt-keys";
-import { recoverCall } from "./recovery";
+import { type Recovered, recoverCall } from "./recovery";
+import { type FailItem, ReceiptWrites } from "./receipt-writes";
 
 /** The invocation's services, the map's guards, and the chunk attempt it schedules for. */
 export interface ToolSchedulerOptions {
@@ -37,15 +37,6 @@ export interface ToolSchedulerOptions {
   /** The chunk's row workers, so bulk receipt calls go out when every row waits. */
   workers?: WorkerBarrier;
 }
-
-type ClaimItem = { key: string; toolId: string; takeover: boolean };
-type CompleteItem = { key: string; output: unknown };
-type FailItem = { key: string; error: ReceiptError; retryable: boolean };
-/** One receipt write of the attempt's bulk queue: a shard's writes go in one call (ReceiptClient.write). */
-type ReceiptOp =
-  | { kind: "claim"; refresh: boolean; item: ClaimItem }
-  | { kind: "complete"; item: CompleteItem }
-  | { kind: "fail"; item: FailItem };
 
 /** One call this attempt owns: what it needs to claim, execute and persist it. */
 interface OwnedCall {
@@ -81,71 +72,29 @@ export class ToolScheduler {
   #inflight = new Map<string, Promise<unknown>>();
   /** Calls made through {@link call} not settled yet. */
   #unsettled = new Set<Promise<unknown>>();
-  /** Claims, completions and failures, one call per shard: the result of a claim, or whether a write was accepted. */
-  #writes: BulkQueue<ReceiptOp, ReceiptClaim | boolean>;
-  /** Completions and failures queued in {@link #writes}, not sent yet: a call waiting for a window place waits for them. */
-  #unwritten = 0;
+  /** Claims, completions and failures, one call per shard. */
+  #writes: ReceiptWrites;
   #queue: ToolQueue;
   #rescopes: AuthScopeChange;
 
   constructor(options: ToolSchedulerOptions) {
     this.#deps = options;
     this.#services = options.services;
-    const { receipts, policy } = options.services;
-    const { attempt } = options;
-    // Held while the attempt has a connection's worth of requests ready to go: those requests, not these receipts,
-    // decide when its connections are next free, so waiting longer costs no throughput and saves calls. Not held
-    // while a call waits for a window place and a completion or failure is queued (only a written receipt frees
-    // one). Claims go with the completions and failures, one call per shard: other rows' next calls are claimed as
-    // these complete.
-    // Never for long against the receipt lease: a completion held past it could find its receipt taken over.
-    const maxMs = Math.min(policy.receiptHoldMs, policy.receiptLeaseTtlMs / 4);
-    this.#writes = new BulkQueue<ReceiptOp, ReceiptClaim | boolean>({
-      maxWaitMs: policy.receiptMaxWaitMs,
-      maxBatch: 500,
+    this.#writes = new ReceiptWrites({
+      services: options.services,
+      attempt: options.attempt,
+      retryUnknown: options.retryUnknown,
       workers: options.workers,
-      hold: { busy: () => this.#queue.busy && !(this.#queue.windowFull && this.#unwritten > 0), maxMs },
-      send: async (shard, ops) => {
-        const complete: CompleteItem[] = [];
-        const fail: FailItem[] = [];
-        const claims = new Map<boolean, ClaimItem[]>();
-        for (const op of ops) {
-          if (op.kind === "complete") complete.push(op.item);
-          else if (op.kind === "fail") fail.push(op.item);
-          else getOrInsert(claims, op.refresh, () => []).push(op.item);
-        }
-        this.#unwritten -= complete.length + fail.length;
-        const groups = [...claims];
-        const written = await receipts.write(Number(shard), {
-          attempt,
-          complete,
-          fail,
-          claims: groups.map(([refresh, items]) => ({
-            leaseTtlMs: policy.receiptLeaseTtlMs,
-            refresh,
-            retryUnknown: options.retryUnknown,
-            items,
-          })),
-        });
-        const completed = new Set(written.completed.accepted);
-        const failed = new Set(written.failed.accepted);
-        const claimed = new Map(groups.map(([refresh], i) => [refresh, written.claims[i]!.values()]));
-        return ops.map((op) => {
-          if (op.kind === "complete") return completed.has(op.item.key);
-          if (op.kind === "fail") return failed.has(op.item.key);
-          const result = claimed.get(op.refresh)!.next();
-          if (result.done) throw new Error(`receipt claims: fewer results than items on shard ${shard}`);
-          return result.value;
-        });
-      },
+      busy: (unwritten) => this.#queue.busy && !(this.#queue.windowFull && unwritten > 0),
     });
     this.#queue = new ToolQueue({
       services: this.#services,
       window: options.guards.window,
       workers: options.workers,
+      retryUnknown: options.retryUnknown,
       onReadyLow: () => this.#writes.nudge(),
       onWindowFull: () => {
-        if (this.#unwritten > 0) this.#writes.nudge();
+        if (this.#writes.unwritten > 0) this.#writes.nudge();
       },
     });
     this.#rescopes = new AuthScopeChange({ scopes: this.#services.scopes, log: this.#services.log });
@@ -213,18 +162,8 @@ export class ToolScheduler {
     return owned;
   }
 
-  async #claim(shard: number, refresh: boolean, item: ClaimItem): Promise<ReceiptClaim> {
-    return (await this.#writes.push(String(shard), { kind: "claim", refresh, item })) as ReceiptClaim;
-  }
-
   #fail(shard: number, item: FailItem): Promise<boolean> {
-    return this.#write(shard, { kind: "fail", item });
-  }
-
-  /** Queues a completion or a failure: true when the receipt took it. */
-  async #write(shard: number, op: Exclude<ReceiptOp, { kind: "claim" }>): Promise<boolean> {
-    this.#unwritten++;
-    return (await this.#writes.push(String(shard), op)) as boolean;
+    return this.#writes.fail(shard, item);
   }
 
   /** A follower or a backoff waits without holding up the chunk's bulk calls. */
@@ -248,7 +187,7 @@ export class ToolScheduler {
       signal.throwIfAborted();
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
       this.#deps.guards.latch.guard();
-      const claim = await this.#claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover }).catch((error: unknown) => {
+      const claim = await this.#writes.claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover }).catch((error: unknown) => {
         throw this.#fatal(new ReceiptStoreError("claim", error));
       });
       takeover = false;
@@ -320,10 +259,14 @@ export class ToolScheduler {
    * could execute (and bill) it twice. The receipt and the row fail
    * `outcome_unknown`; a rerun sends it again only with `retryUnknown`.
    */
-  async #unknownOutcome(call: OwnedCall, shard: number): Promise<never> {
+  async #unknownOutcome(
+    call: OwnedCall,
+    shard: number,
+    why = "an earlier attempt may have sent this request and did not say how it ended",
+  ): Promise<never> {
     const error = {
       code: OUTCOME_UNKNOWN,
-      message: `${call.tool.id}: an earlier attempt may have sent this request and did not say how it ended; its provider ignores idempotency keys, so it was not sent again (rerun with retryUnknown: true to send it)`,
+      message: `${call.tool.id}: ${why}; its provider ignores idempotency keys, so it was not sent again (rerun with retryUnknown: true to send it)`,
     };
     await this.#fail(shard, { key: call.key, error, retryable: false }).catch((failure: unknown) => {
       throw this.#fatal(new ReceiptStoreError("fail", failure));
@@ -340,22 +283,7 @@ export class ToolScheduler {
     try {
       if (takeover) {
         // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
-        const { env, signal, meter, policy, now, log } = this.#services;
-        const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
-        const recovered = await this.#park(
-          recoverCall({
-            tool: call.tool,
-            input: call.input,
-            idempotencyKey: key,
-            authScopeDigest: call.scope,
-            env,
-            signal,
-            meter,
-            waitMs,
-            now,
-            log,
-          }),
-        );
+        const recovered = await this.#recover(call, key);
         if (recovered.found) {
           billed = await this.#complete(call, shard, key, recovered.output);
           return recovered.output;
@@ -365,11 +293,47 @@ export class ToolScheduler {
         if (!recovered.known && unknownOutcome && !this.#deps.retryUnknown && call.tool.idempotent === false)
           return await this.#unknownOutcome(call, shard);
       }
-      return await this.#send(call, shard, key, (accepted) => (billed = accepted));
+      try {
+        return await this.#send(call, shard, key, (accepted) => (billed = accepted));
+      } catch (error) {
+        if (!(error instanceof Unanswered)) throw error;
+        // Cut off by the timeout at a provider that ignores idempotency keys: it may have executed the request, so
+        // it is asked, not sent again. Never got: a failure like the timeout, sent again by a rerun.
+        const recovered = await this.#recover(call, key);
+        if (recovered.found) {
+          billed = await this.#complete(call, shard, key, recovered.output);
+          return recovered.output;
+        }
+        if (!recovered.known) return await this.#unknownOutcome(call, shard, `${error.message}, and nothing says how it ended`);
+        await this.#fail(shard, { key: call.key, error: error.failure, retryable: true }).catch((failure: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("fail", failure));
+        });
+        throw new ToolCallError({ ...error.failure, retryable: true });
+      }
     } finally {
       if (billed) this.#services.spend.bill(key);
       else this.#services.spend.release(key);
     }
+  }
+
+  /** What the provider says of this call's request: its answer, that it never got it, or nothing sure (recovery.ts). */
+  #recover(call: OwnedCall, key: string): Promise<Recovered> {
+    const { env, signal, meter, policy, now, log } = this.#services;
+    const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
+    return this.#park(
+      recoverCall({
+        tool: call.tool,
+        input: call.input,
+        idempotencyKey: key,
+        authScopeDigest: call.scope,
+        env,
+        signal,
+        meter,
+        waitMs,
+        now,
+        log,
+      }),
+    );
   }
 
   /**
@@ -434,10 +398,16 @@ export class ToolScheduler {
         onBilled(await this.#complete(call, shard, key, outcome.output));
         return outcome.output;
       }
+      // The receipt stays running while the provider is asked (#execute).
+      if (outcome.unanswered) throw new Unanswered(outcome.error);
       const rescope = outcome.error.code === AUTH_SCOPE_CHANGED && !call.rescoped;
-      await this.#fail(shard, { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope }).catch((error: unknown) => {
-        throw this.#fatal(new ReceiptStoreError("fail", error));
-      });
+      const took = await this.#fail(shard, { key: call.key, error: outcome.error, retryable: outcome.retryable || rescope }).catch(
+        (error: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("fail", error));
+        },
+      );
+      // A failure the provider charged for (an answer too deep to store): counted as the receipt that holds it is.
+      if (outcome.billed) onBilled(took);
       if (!rescope) throw new ToolCallError({ ...outcome.error, retryable: outcome.retryable });
     } finally {
       held.done();
@@ -459,16 +429,17 @@ export class ToolScheduler {
         code: "output_too_large",
         message: `${call.tool.id}: the provider's answer is ${bytes} bytes of JSON; a stored result holds at most ${MAX_RECEIPT_OUTPUT_BYTES}`,
       };
-      await this.#fail(shard, { key: call.key, error, retryable: false }).catch((failure: unknown) => {
+      const took = await this.#fail(shard, { key: call.key, error, retryable: false }).catch((failure: unknown) => {
         throw this.#fatal(new ReceiptStoreError("fail", failure));
       });
-      this.#services.spend.bill(requestKey);
+      // Counted against the run whose receipt holds it (one that took the receipt over answered the same).
+      if (took) this.#services.spend.bill(requestKey);
       throw new ToolCallError({ ...error, retryable: false });
     }
     let accepted: boolean;
     try {
       accepted = await this.#deps.guards.ladder.run({
-        attempt: () => this.#write(shard, { kind: "complete", item: { key: call.key, output } }),
+        attempt: () => this.#writes.complete(shard, { key: call.key, output }),
         // The first failure trips the latch: nothing new is billed into a store that may be broken.
         onFailure: (error) => this.#deps.guards.latch.trip(new ReceiptStoreError("complete", error)),
         sleep: (ms) => this.#park(sleep(ms, signal)),
@@ -495,5 +466,12 @@ export class ToolScheduler {
         `receipt ${call.key.slice(0, 14)}… for ${call.tool.id} was taken over by a newer attempt; its result is kept there`,
       );
     return accepted;
+  }
+}
+
+/** A request cut off by the provider timeout at a provider that ignores idempotency keys (ProviderOutcome.unanswered). */
+class Unanswered extends Error {
+  constructor(readonly failure: ReceiptError) {
+    super(failure.message);
   }
 }
