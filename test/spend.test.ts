@@ -91,6 +91,31 @@ describe("maxSpend", () => {
     // Each call paid once, across both runs.
     expect(billedCredits(stats)).toBe(spent + done.usage.spend.total);
   });
+
+  it("leaves the calls its cap stopped before they were sent sendable: a provider ignoring idempotency keys gets them on the rerun", async () => {
+    await simReset();
+    await setSim({ latencyMs: 20 });
+    // Calls claimed and waiting for a place in the dispatch window when the cap trips were never sent: a rerun must
+    // not take them for requests whose outcome is unknown (which such a tool's rows fail).
+    const rows = Array.from({ length: 300 }, (_, i) => ({
+      id: `uc${i}`,
+      tool: "test_unkeyed_find",
+      input: { name: `Unkeyed Capped ${i}`, domain: "capped.test" },
+    }));
+    const capped = await waitForRun(await submitWith({ rows, dataset: "unkeyed-capped" }, { maxSpend: 40 }));
+    expect(capped.error).toMatchObject({ code: "spend_cap_reached" });
+    // Stopped near its cap, not at the first attempt refused a grant while others held the rest of it (1 credit
+    // spent of 40): at most a dispatch window's requests (25) were reserved and not sent when it stopped.
+    expect(capped.error.details.spent).toBeGreaterThanOrEqual(40 - 25);
+    const done = await waitForRun(
+      (await apiJson(`/v1/runs/${capped.runId}/rerun`, { method: "POST", json: { maxSpend: 1000 } })).body.runId,
+    );
+    const failed = (await datasetRows(done.runId, "unkeyed-capped")).filter((row) => row._status === "failed");
+    expect(failed.map((row) => row._error)).toEqual([]);
+    expect(done.usage.outcomeUnknown).toBe(0);
+    expect(done.result).toEqual({ total: 300, completed: 300, failed: 0 });
+    expect((await simStats()).duplicates).toBe(0);
+  });
 });
 
 async function submitWith(input: unknown, options: Record<string, unknown>): Promise<string> {

@@ -151,6 +151,15 @@ export class SpendStore {
     return granted;
   }
 
+  /** Whether a reservation other than those of the attempts `except` holds anything (it will be billed or freed). */
+  heldBeyond(except: Iterable<string>): boolean {
+    const keys = JSON.stringify([...except].map(grantKey));
+    return (
+      this.#sql`SELECT 1 AS held FROM spend WHERE state = 'reserved' AND micros > 0
+        AND request_key NOT IN (SELECT value FROM json_each(${keys})) LIMIT 1`.length > 0
+    );
+  }
+
   /** The attempt's bills, `micros` in all, were recorded: its grant shrinks by as much. */
   settleGrant(attemptId: string, micros: number): void {
     const held = this.#reserved(grantKey(attemptId));

@@ -124,6 +124,7 @@ export async function runAttempt(
     attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
     grantedMicros: resume?.grantedMicros ?? 0,
+    signal,
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
     keep: (bill) => host.store.addBill(bill),
   });

@@ -8,10 +8,17 @@
  */
 import type { BilledRequest, SpendGrant } from "../../contracts/executors";
 import { toMicros } from "../../stores/spend-store";
+import { sleep } from "../../core/time";
 import { type BillableRequest, SpendCapReached, type SpendLedger } from "../tools/spend";
 
 /** A grant asks for this many times the request that needed it, so that the attempt asks rarely. */
 const GRANT_MULTIPLE = 25;
+/**
+ * How long one reservation waits, in all, while other attempts hold what the cap has left (SpendGrant.waitMs): they
+ * bill it or give it back as they end. An attempt the coordinator gave up on keeps its grant until it reports its end
+ * or the run ends, so the wait is bounded; past it the cap counts as reached.
+ */
+const MAX_GRANT_WAIT_MS = 60_000;
 
 export interface ExecutorSpendOptions {
   /** The attempt spending: its bills name it as the grant they used. */
@@ -24,6 +31,8 @@ export interface ExecutorSpendOptions {
   keep(bill: BilledRequest): void;
   /** Granted to the attempt before, and not used: a wound-down attempt going on (AttemptResume). */
   grantedMicros?: number;
+  /** The attempt's: a reservation waiting for a grant stops with it. */
+  signal?: AbortSignal;
 }
 
 export class ExecutorSpend implements SpendLedger {
@@ -49,9 +58,16 @@ export class ExecutorSpend implements SpendLedger {
   async reserve(request: BillableRequest): Promise<void> {
     if (this.#reserved.has(request.requestKey) || this.#billed.has(request.requestKey)) return;
     const micros = toMicros(request.credits);
+    let waitedMs = 0;
     while (this.#deps.capped && this.#usedMicros + micros > this.#grantedMicros) {
       const grant = await this.#ask(Math.max(micros, micros * GRANT_MULTIPLE));
       if (this.#usedMicros + micros <= this.#grantedMicros) break;
+      if (grant.grantedMicros <= 0 && grant.waitMs !== undefined && waitedMs < MAX_GRANT_WAIT_MS) {
+        // Others hold what the cap has left, and will bill it or give it back: the cap is not reached yet.
+        await sleep(grant.waitMs, this.#deps.signal);
+        waitedMs += grant.waitMs;
+        continue;
+      }
       if (grant.grantedMicros <= 0) {
         const cap = grant.cap ?? { credits: 0, reason: "maxSpend" as const };
         throw cap.reason === "daily"

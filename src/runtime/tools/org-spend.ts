@@ -19,6 +19,8 @@ type DirectoryEnv = Pick<Env, "ORG_DIRECTORY">;
 const HOLD_MULTIPLE = 25;
 /** Tries of a hold before the org is taken to have nothing for the run (a refusal fails the run: an RPC blip must not). */
 const HOLD_TRIES = 3;
+/** How long an attempt refused while others hold reservations waits before it asks again (SpendGrant.waitMs). */
+const GRANT_WAIT_MS = 250;
 
 /**
  * The caps one invocation of a run spends under: the run's `maxSpend`, and
@@ -44,6 +46,8 @@ export class InvocationSpendCap {
   #heldMicros = 0;
   #day: string;
   #asking: Promise<number> | null = null;
+  /** Attempts told to wait for a grant, and not granted since: what they hold comes back only once they are. */
+  #waiting = new Set<string>();
 
   constructor(options: {
     store: RunStore;
@@ -108,11 +112,24 @@ export class InvocationSpendCap {
     while (granted < wantedMicros && this.#cap()?.reason === "daily" && (await this.#more(need, wantedMicros - granted)))
       granted += this.#store.spend.grant(attemptId, wantedMicros - granted, this.#cap()?.micros ?? null);
     const cap = this.#cap();
+    if (granted > 0) this.#waiting.delete(attemptId);
     return {
       grantedMicros: granted,
       spentCredits: toCredits(this.#store.spend.billedMicros()),
       cap: cap === null ? null : this.#stated(cap.reason),
+      ...(granted === 0 && cap !== null && this.#othersHold(attemptId) ? { waitMs: GRANT_WAIT_MS } : {}),
     };
+  }
+
+  /**
+   * Whether attempts other than `attemptId` (or the coordinator's own requests) hold reservations that will be
+   * billed or freed as they go on: the cap is not reached while they do, and a refused attempt waits for them. Not
+   * those of attempts waiting themselves, whose holds come back only when they are granted (each waiting on the
+   * others' would wait for ever).
+   */
+  #othersHold(attemptId: string): boolean {
+    this.#waiting.add(attemptId);
+    return this.#store.spend.heldBeyond(this.#waiting);
   }
 
   /** The run's spend is reported: its hold of the org's day shrinks to what it still has reserved. */

@@ -352,7 +352,12 @@ export class ToolScheduler {
       });
       return;
     } catch (error) {
-      if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) throw error;
+      if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) {
+        // Stopped while it waited for a grant: never sent, and a rerun may send it (not a request of unknown outcome).
+        const message = `${call.tool.id}: the request was not sent (${messageOf(error)})`;
+        await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
+        throw error;
+      }
       refusal = error;
     }
     await this.#fail(shard, { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true }).catch(
