@@ -351,8 +351,36 @@ describe("leases and fencing", () => {
     expect(await versions()).toEqual(before);
     expect(await readAll(stub, "run-a")).toEqual(view);
     expect((await claim(stub, attempt("run-b"), ["k3"])).rows).toEqual([{ key: "k3", status: "pending" }]);
-    // Another run, and a later epoch of this one, claim as before.
-    expect((await claim(stub, attempt("run-a", 2), ["k1"])).rows).toEqual([{ key: "k1", status: "pending" }]);
+    // Another run claims as before; a later epoch of this one finds the rows settled in the run's view as epoch 1 left
+    // them (a failed row is not computed again), and a row another run leases blocked.
+    expect((await claim(stub, attempt("run-a", 2), ["k1", "k2", "k3"])).rows).toEqual([
+      { key: "k1", status: "failed" },
+      { key: "k2", status: "completed" },
+      { key: "k3", status: "blocked", owner: attempt("run-b"), leaseExpiresAt: expect.any(Number) },
+    ]);
+  });
+
+  it("answers a chunk claimed again with the rows the run completed, though another run has since leased one with another input", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    const b = attempt("run-b");
+    // Run b holds k2; run a completes k1 and is blocked on k2.
+    await claim(stub, b, ["k2"]);
+    expect((await claim(stub, a, ["k1", "k2"])).rows.map((row) => row.status)).toEqual(["pending", "blocked"]);
+    await complete(stub, a, ["k1"], () => ({ name: "k1", by: "a" }));
+    // Run b leases k1 for another input, then writes it.
+    const changed = {
+      attempt: b,
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: [{ key: "k1", index: 5, input: { name: "k1", more: 1 } }],
+    };
+    expect((await stub.claimRows(changed)).rows).toEqual([{ key: "k1", status: "pending" }]);
+    // Run a's chunk, claimed again, keeps the k1 it completed: not blocked by b's lease, not computed again after b's write.
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    await stub.persistRows({ attempt: b, rows: [{ key: "k1", status: "completed", data: { name: "k1", more: 1, by: "b" }, error: null }] });
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    expect((await readAll(stub, "run-a"))[0]).toMatchObject({ key: "k1", status: "completed", data: { name: "k1", by: "a" } });
   });
 
   it("fences a run's epochs before the one a release names: a cancelled run's stale attempt cannot lease its rows again", async () => {

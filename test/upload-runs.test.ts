@@ -285,6 +285,26 @@ describe("a run over an upload", () => {
     expect((await simStats()).duplicates).toBe(0);
   });
 
+  it("computes a key repeated in one chunk after its first line failed: the chunk is not blocked by itself", async () => {
+    await simReset();
+    const rows: Lead[] = [
+      { id: "dupf-1", name: "First Person", domain: `${"x".repeat(300)}.com` },
+      { id: "dupf-0", name: "Other Person", domain: "other.example" },
+      { id: "dupf-1", name: "Second Person", domain: "second.example" },
+    ];
+    const runId = await startRun("demo-enrich", { upload: await upload(csvOf(rows)) });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ rows: 2, failed: 1 });
+    const stored = await datasetRows(runId, "leads");
+    expect(stored.map((row) => [row._key, row._status])).toEqual([
+      ["dupf-1", "failed"],
+      ["dupf-0", "completed"],
+      ["dupf-1", "completed"],
+    ]);
+    expect(stored[2]!.email).toBe(expectedEmail("Second Person", "second.example"));
+  });
+
   it("fails the run upload_not_found when its upload is deleted while it reads it", async () => {
     await simReset();
     await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });

@@ -110,12 +110,16 @@ export class SheetStore {
     const now = this.#now();
     const newerSeq = this.#fence(attempt);
     if (newerSeq !== null) return request.rows.map((row) => ({ key: row.key, status: "fenced", newerSeq }));
+    // Rows this run's view already holds settled (a chunk claimed again: blocked, redispatched, repaired) stay so.
+    const settled = request.reuseOnly ? new Map<number, "completed" | "failed">() : this.#settled(attempt.runId, request.rows);
     const inputs = request.rows.map((row) => ({ ...row, digest: inputDigest(row.input) }));
-    const current = this.#load(inputs.map((row) => row.key));
+    const current = this.#load(inputs.filter((row) => !settled.has(row.index)).map((row) => row.key));
     const members: Array<{ key: string; index: number; version: number | null }> = [];
     const leased = new Set<string>();
     const created = new Map<string, { version: number; text: string; digest: string }>();
     const claimed = inputs.map((row): ClaimedRow => {
+      const done = settled.get(row.index);
+      if (done) return { key: row.key, status: done };
       const record = current.get(row.key);
       const blocker = record && blockingLease(record, attempt, now);
       if (blocker) {
@@ -374,6 +378,23 @@ export class SheetStore {
       next: number | null;
     }>`SELECT min(lease_expires_at) AS next FROM row_heads WHERE lease_expires_at IS NOT NULL`[0];
     return row?.next ?? null;
+  }
+
+  /** Of `rows`, those whose version in the run's view is completed or failed, by index. */
+  #settled(runId: string, rows: readonly { index: number }[]): Map<number, "completed" | "failed"> {
+    const found = new Map<number, "completed" | "failed">();
+    for (const batch of batches(
+      rows.map((row) => row.index),
+      () => 12,
+    )) {
+      for (const row of this.#sql<{ idx: number; status: "completed" | "failed" }>`SELECT r.idx AS idx, v.status AS status
+          FROM run_rows r JOIN row_versions v ON v.key = r.key AND v.version = r.version
+          WHERE r.run_id = ${runId} AND r.idx IN (SELECT value FROM json_each(${JSON.stringify(batch)}))
+            AND v.status IN ('completed', 'failed')`) {
+        found.set(row.idx, row.status);
+      }
+    }
+    return found;
   }
 
   #load(keys: readonly string[]): Map<string, RowRecord> {

@@ -212,6 +212,10 @@ export class InProcessChunkExecutor implements ChunkExecutor {
         // Counted live as the computed ones are: a chunk computed again shows its attempt's count once it passes the earlier one's.
         this.#deps.onRow?.(chunk, "started");
         this.#deps.onRow?.(chunk, "completed");
+      } else if (claim.status === "failed") {
+        summary.failed++;
+        this.#deps.onRow?.(chunk, "started");
+        this.#deps.onRow?.(chunk, "failed");
       } else if (claim.status === "blocked")
         summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
       else if (claim.status === "fenced") newerSeq = claim.newerSeq;
