@@ -108,6 +108,8 @@ describe("POST /v1/uploads", () => {
       ["", CSV, 1, /empty/],
       ['{"a":1}\n{"a":2\n', NDJSON, 2, /line 2: this line is not valid JSON/],
       ['{"a":1}\n\n["not","an","object"]\n', NDJSON, 3, /line 3: each line must be a JSON object; this one is an array/],
+      // Each line fits, but the upload's record would keep every distinct name: three of 30,000 characters are too many.
+      [[0, 1, 2].map((i) => `{"${String(i).repeat(30_000)}":0}\n`).join(""), NDJSON, 3, /past 65536 characters together/],
       // Streamed without a length: refused the same way, its parts aborted.
       [() => streamOf(encode(`id\n${"1\n".repeat(50_000)}1,2\n`), 1000), CSV, 50_002, /line 50002: this row has 2 fields/],
     ];

@@ -32,6 +32,13 @@ export const MAX_UPLOAD_ROWS = 10_000_000;
 export const MAX_COLUMNS = 1_000;
 
 /**
+ * The most characters an NDJSON file's distinct field names may have together,
+ * as a CSV header line may (the upload's record keeps them, and every chunk's
+ * reader reads that record).
+ */
+export const MAX_COLUMN_NAMES_CHARS = 64 * 1024;
+
+/**
  * The longest row: a CSV record (its quoted line breaks included) or an
  * NDJSON line. A longer row could not be a run's row anyway ({@link MAX_ROW_BYTES}).
  */

@@ -5,7 +5,7 @@
  */
 import { MalformedUploadError, UploadTooLargeError } from "./errors";
 import { CsvScanner } from "./csv-scanner";
-import { INDEX_EVERY_ROWS, MAX_COLUMNS, MAX_INDEX_POSITIONS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
+import { INDEX_EVERY_ROWS, MAX_COLUMN_NAMES_CHARS, MAX_COLUMNS, MAX_INDEX_POSITIONS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
 import { NdjsonScanner } from "./ndjson-scanner";
 import type { FilePosition, RowPlace, RowScanner } from "./scanning";
 import type { UploadIndex } from "./upload-index";
@@ -19,6 +19,8 @@ export class UploadScan {
   #headerLine = 0;
   /** NDJSON: every field name seen so far. */
   #seenColumns = new Set<string>();
+  /** The characters of {@link #seenColumns} together. */
+  #seenColumnsChars = 0;
   #rows = 0;
   #bytes = 0;
   #positions: FilePosition[] = [];
@@ -115,7 +117,14 @@ export class UploadScan {
           `this row brings the file past ${MAX_COLUMNS} distinct field names, the most an upload may have`,
         );
       }
+      if (this.#seenColumnsChars + key.length > MAX_COLUMN_NAMES_CHARS) {
+        throw new MalformedUploadError(
+          place.line,
+          `this row brings the file's distinct field names past ${MAX_COLUMN_NAMES_CHARS} characters together, the most an upload may have`,
+        );
+      }
       this.#seenColumns.add(key);
+      this.#seenColumnsChars += key.length;
     }
     this.#row(place);
   }
