@@ -84,8 +84,8 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     return c.json({ rows: page.rows, total, nextCursor: cursorAt(page.nextIndex) });
   }
   const offset = query.offset ?? 0;
-  const rows = await readPage(sheets, runId, offset, query.limit);
-  return c.json({ rows, total, offset, limit: query.limit, nextCursor: cursorAt(offset + query.limit) });
+  const page = await readPage(sheets, runId, offset, query.limit);
+  return c.json({ rows: page.rows, total, offset, limit: query.limit, nextCursor: cursorAt(page.nextIndex) });
 });
 
 /**

@@ -242,13 +242,23 @@ function capture(
   at: { map: string; dataset: ChunkAssignment["dataset"] },
 ): Promise<Captured> {
   return withTimeout(
-    captureMap(play, source, at.map, (map, offset, limit) =>
-      readPage(
-        new SheetClient({ env: host.env, location: { ...at.dataset, dataset: map.name, shardCount: map.shardCount }, meter: host.meter }),
-        source.run.runId,
-        offset,
-        limit,
-      ),
+    captureMap(
+      play,
+      source,
+      at.map,
+      async (map, offset, limit) =>
+        (
+          await readPage(
+            new SheetClient({
+              env: host.env,
+              location: { ...at.dataset, dataset: map.name, shardCount: map.shardCount },
+              meter: host.meter,
+            }),
+            source.run.runId,
+            offset,
+            limit,
+          )
+        ).rows,
     ),
     CAPTURE_TIMEOUT_MS,
     `the play did not reach ctx.map("${at.map}") within ${CAPTURE_TIMEOUT_MS / 1000} s when replayed`,

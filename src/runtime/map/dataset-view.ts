@@ -40,10 +40,37 @@ export function viewRow(row: SheetRow): Row {
   return { ...row.data, _key: row.key, _status: row.status, _error: row.error };
 }
 
-/** One page of the run's rows by offset: those at input indexes [offset, offset + limit), in input order. */
-export async function readPage(sheets: SheetClient, runId: string, offset: number, limit: number): Promise<Row[]> {
-  const rows = await sheets.readRunRows(runId, offset, offset + Math.min(limit, MAX_PAGE_ROWS));
-  return rows.map(viewRow);
+/**
+ * One page of the run's rows by offset: those at input indexes [offset,
+ * nextIndex), in input order, where `nextIndex` is offset + limit unless the
+ * rows past READ_BUFFER_CHARS of data come before it (one call per shard,
+ * each reading its share of the buffer: a page of large rows is shorter).
+ */
+export async function readPage(
+  sheets: SheetClient,
+  runId: string,
+  offset: number,
+  limit: number,
+): Promise<{ rows: Row[]; nextIndex: number }> {
+  const shardCount = sheets.location.shardCount;
+  let nextIndex = offset + Math.min(limit, MAX_PAGE_ROWS);
+  const reads = await Promise.all(
+    shardIndexes(shardCount).map((shard) =>
+      sheets.readShardRunRows(shard, {
+        runId,
+        fromIndex: offset,
+        toIndex: nextIndex,
+        maxChars: Math.min(MAX_READ_CHARS, Math.ceil(READ_BUFFER_CHARS / shardCount)),
+      }),
+    ),
+  );
+  // A shard whose budget cut its answer short has rows past its last one: the page ends there.
+  for (const read of reads) if (read.cut) nextIndex = Math.min(nextIndex, read.rows.at(-1)!.index + 1);
+  const rows = reads
+    .flatMap((read) => read.rows)
+    .filter((row) => row.index < nextIndex)
+    .sort((a, b) => a.index - b.index);
+  return { rows: rows.map(viewRow), nextIndex };
 }
 
 /** A page read by keyset: its rows, and the input index the next page starts at (null after the last row). */

@@ -422,7 +422,7 @@ export class MapRunner {
       completed: progress.completed,
       failed: progress.failed,
       duplicatesDropped: record.duplicatesDropped,
-      rows: ({ offset = 0, limit = 100 } = {}) => readPage(sheets, runId, offset, limit),
+      rows: async ({ offset = 0, limit = 100 } = {}) => (await readPage(sheets, runId, offset, limit)).rows,
     };
   }
 }
