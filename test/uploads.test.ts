@@ -284,6 +284,24 @@ describe("multipart uploads", () => {
     expect((await complete(joining)).body).toMatchObject({ rows: 1, status: "ready" });
   });
 
+  it("answers 404 for a part or a complete of an upload R2 has aborted (unfinished after a week), and forgets it", async () => {
+    for (const step of ["part", "complete"] as const) {
+      const uploadId = await start(CSV);
+      await put(uploadId, 1, "id,note\n1,a\n");
+      // R2 aborts a multipart upload left unfinished for seven days.
+      const record = JSON.parse(await (await env.UPLOADS.get(`dev/${uploadId}/multipart`))!.text());
+      await env.UPLOADS.resumeMultipartUpload(`dev/${uploadId}/data`, record.r2UploadId).abort();
+      const answer = step === "part" ? await put(uploadId, 2, "2,b\n") : await complete(uploadId);
+      expect(answer.status, step).toBe(404);
+      expect(answer.body.error).toMatchObject({ code: "upload_not_found", message: expect.stringContaining("start again") });
+      expect((await apiJson(`/v1/uploads/${uploadId}`)).status, step).toBe(404);
+      expect(
+        (await bucketKeys()).filter((k) => k.includes(uploadId)),
+        step,
+      ).toEqual([]);
+    }
+  });
+
   it("deletes a file found malformed at complete, with its parts, and says which line", async () => {
     const uploadId = await start(CSV);
     await put(uploadId, 1, 'id,note\n1,"two\nlines"\n2\n');

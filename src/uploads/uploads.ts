@@ -6,7 +6,7 @@
  * half-stored upload is ever visible.
  */
 import type { MultipartUploadStarted, ReadyUpload, UploadPartReceived, UploadView } from "../api/contract";
-import { NotFoundError, TroupeError } from "../core/errors";
+import { messageOf, NotFoundError, TroupeError } from "../core/errors";
 import { ingest } from "./ingest";
 import { MAX_PARTS, MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "./limits";
 import { checkParts } from "./parts";
@@ -16,6 +16,8 @@ import { UploadScan } from "./upload-scan";
 import { type MultipartRecord, type UploadRecord, UploadStore } from "./upload-store";
 
 const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
+/** How R2's Workers API ends the message of an error about a multipart upload it does not have (NoSuchUpload). */
+const R2_NO_SUCH_UPLOAD = "(10024)";
 
 /** A ready upload's index and bytes: what `readRows` reads from. */
 export interface OpenUpload {
@@ -85,7 +87,7 @@ export class Uploads {
     } catch (error) {
       // A complete has joined the parts (it is checking the file): R2 takes no more of them.
       if (await this.#store.bucket.head(dataKey)) throw completeAlready(uploadId);
-      throw error;
+      throw await this.#abortedByR2(uploadId, error);
     }
     await this.#store.markPart(uploadId, { part, etag, bytes });
     return { part, bytes };
@@ -110,7 +112,7 @@ export class Uploads {
       const upload = this.#store.bucket.resumeMultipartUpload(dataKey, multipart.r2UploadId);
       // Another complete of this upload may have joined them first: then its file is the one to check.
       await upload.complete(parts.map(({ part, etag }) => ({ partNumber: part, etag }))).catch(async (error: unknown) => {
-        if (!(await this.#store.bucket.head(dataKey))) throw error;
+        if (!(await this.#store.bucket.head(dataKey))) throw await this.#abortedByR2(uploadId, error);
       });
     }
     const fileAtFault = (error: unknown) => error instanceof TroupeError && error.httpStatus < 500;
@@ -127,6 +129,20 @@ export class Uploads {
     });
     await this.#store.forgetParts(uploadId);
     return view;
+  }
+
+  /**
+   * What R2 said of a multipart upload it no longer has (it aborts one left
+   * unfinished for seven days): the upload is gone, its records with it, and
+   * `upload_not_found` says to start again. Any other error as it was.
+   */
+  async #abortedByR2(uploadId: string, error: unknown): Promise<unknown> {
+    if (!messageOf(error).includes(R2_NO_SUCH_UPLOAD)) return error;
+    await this.#store.discard(uploadId);
+    return new NotFoundError(
+      "upload_not_found",
+      `upload ${uploadId} is gone: R2 discarded its parts (it aborts a multipart upload left unfinished for seven days); start again`,
+    );
   }
 
   /** `GET /v1/uploads/<id>`: a ready upload, one receiving parts, or null (no such upload in this org). */
