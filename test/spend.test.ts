@@ -8,7 +8,7 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { billedCredits, callRows, clearFaults, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { billedCredits, callRows, clearFaults, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 import { allEvents, apiJson, eventsOfType, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
@@ -269,6 +269,28 @@ describe("a request whose outcome is unknown", () => {
     for (const row of unknown) expect(row._error).toContain("outcome_unknown");
     // Sent again with the same key, the simulator would count a duplicate (a provider ignoring keys would bill it twice).
     expect((await simStats()).duplicates).toBe(0);
+  });
+});
+
+describe("a request whose outcome is unknown, taken over by a capped run", () => {
+  it("stays unknown when the cap refuses the takeover: a later run does not send it again", async () => {
+    await simReset();
+    const row = { id: "t0", tool: "test_unkeyed_blind_find", input: { name: "Taken Person", domain: "taken.test" } };
+    // Run a's invocation dies after the provider answered, before the receipt was completed; a is cancelled then.
+    await setFaults([{ point: "provider.after", tool: "test_unkeyed_blind_find", fromCall: 1, times: 1, crash: true }]);
+    const a = await submitWith({ rows: [row], dataset: "taken-a" }, {});
+    await until(faultState, (s) => s.counts[0]! >= 1, "the crash after the provider answered");
+    await apiJson(`/v1/runs/${a}/cancel`, { method: "POST" });
+    expect((await waitForRun(a)).status).toBe("cancelled");
+    await setFaults([]);
+    // Run b takes the receipt over, but its cap allows nothing: it fails before asking the provider or sending.
+    const b = await waitForRun(await submitWith({ rows: [row], dataset: "taken-b" }, { maxSpend: 0 }));
+    expect(b.error).toMatchObject({ code: "spend_cap_reached" });
+    // Run c takes it over again: the lookup is down, so how a's request ended is still unknown, and it is not sent.
+    const c = await waitForRun(await submitWith({ rows: [row], dataset: "taken-c" }, {}));
+    expect(c.result).toEqual({ total: 1, completed: 0, failed: 1 });
+    expect((await datasetRows(c.runId, "taken-c"))[0]._error).toMatch(/^outcome_unknown/);
+    expect(await simStats()).toMatchObject({ calls: 1, duplicates: 0 });
   });
 });
 

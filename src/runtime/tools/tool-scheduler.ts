@@ -278,7 +278,7 @@ export class ToolScheduler {
   async #execute(call: OwnedCall, shard: number, generation: number, takeover = false, unknownOutcome = false): Promise<unknown> {
     const key = await idempotencyKey(call.key, generation);
     // Reserved before anything can bill; a request the cap refuses is never sent.
-    await this.#reserve(call, key, shard);
+    await this.#reserve(call, key, shard, unknownOutcome);
     let billed = false;
     try {
       if (takeover) {
@@ -339,9 +339,11 @@ export class ToolScheduler {
   /**
    * Reserves the request's price. Refused (the cap, or a price the tool
    * cannot give): the receipt goes back, retryable so a rerun claims it, and
-   * over the cap the map stops sending.
+   * over the cap the map stops sending. A receipt taken over whose earlier
+   * request may have been executed (`unknown`) is left as it is: its run's
+   * teardown releases it, and the next claim still finds its outcome unknown.
    */
-  async #reserve(call: OwnedCall, requestKey: string, shard: number): Promise<void> {
+  async #reserve(call: OwnedCall, requestKey: string, shard: number, unknown: boolean): Promise<void> {
     let refusal: SpendCapReached | ToolCallError;
     try {
       await this.#services.spend.reserve({
@@ -355,16 +357,17 @@ export class ToolScheduler {
       if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) {
         // Stopped while it waited for a grant: never sent, and a rerun may send it (not a request of unknown outcome).
         const message = `${call.tool.id}: the request was not sent (${messageOf(error)})`;
-        await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
+        if (!unknown) await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
         throw error;
       }
       refusal = error;
     }
-    await this.#fail(shard, { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true }).catch(
-      (error: unknown) => {
-        throw this.#fatal(new ReceiptStoreError("fail", error));
-      },
-    );
+    if (!unknown)
+      await this.#fail(shard, { key: call.key, error: { code: refusal.code, message: refusal.message }, retryable: true }).catch(
+        (error: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("fail", error));
+        },
+      );
     throw refusal instanceof SpendCapReached ? this.#fatal(refusal) : refusal;
   }
 
