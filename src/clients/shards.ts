@@ -27,6 +27,13 @@ import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert } from "../core/collections";
 
+/**
+ * Characters of row data one `persistRows` call carries at most (a row past it
+ * goes alone): rows of 256 KiB by the hundred on one shard passed the 32 MiB an
+ * RPC may carry.
+ */
+const PERSIST_PAGE_CHARS = 8 * 1024 * 1024;
+
 /** Groups items by the shard their key routes to. */
 export function groupByShard<T>(items: readonly T[], keyOf: (item: T) => string, shardCount: number): Map<number, T[]> {
   const groups = new Map<number, T[]>();
@@ -133,11 +140,16 @@ export class SheetClient {
     return reusable;
   }
 
+  /** Writes the attempt's settled rows, one call per shard and PERSIST_PAGE_CHARS of their data (an RPC carries 32 MiB). */
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     const results = await Promise.all(
-      [...groups].map(([shard, group]) => this.#stub(shard, "persistRows").persistRows({ attempt, rows: group })),
+      [...groups].flatMap(([shard, group]) =>
+        inSizedPages(group, PERSIST_PAGE_CHARS, persistedChars).map((page) =>
+          this.#stub(shard, "persistRows").persistRows({ attempt, rows: page }),
+        ),
+      ),
     );
     await this.#faults.check("sheet.persisted");
     return { written: results.flatMap((r) => r.written), rejected: results.flatMap((r) => r.rejected) };
@@ -365,6 +377,30 @@ export class ReceiptClient {
 }
 
 /** `items` cut into consecutive pages of at most `size`. */
+/** Consecutive pages of `items` of at most `maxChars` by `sizeOf` (a larger item is a page of its own). */
+function inSizedPages<T>(items: readonly T[], maxChars: number, sizeOf: (item: T) => number): T[][] {
+  const pages: T[][] = [];
+  let page: T[] = [];
+  let chars = 0;
+  for (const item of items) {
+    const size = sizeOf(item);
+    if (page.length > 0 && chars + size > maxChars) {
+      pages.push(page);
+      page = [];
+      chars = 0;
+    }
+    page.push(item);
+    chars += size;
+  }
+  if (page.length > 0) pages.push(page);
+  return pages;
+}
+
+/** About how many characters a row to persist takes in its call (its data as JSON, its key and error). */
+function persistedChars(row: PersistRowsRequest["rows"][number]): number {
+  return (JSON.stringify(row.data)?.length ?? 0) + row.key.length + (row.error?.length ?? 0);
+}
+
 function inPages<T>(items: readonly T[], size: number): T[][] {
   const pages: T[][] = [];
   for (let i = 0; i < items.length; i += size) pages.push(items.slice(i, i + size));

@@ -17,11 +17,12 @@ async function datasetOf(count: number, chars: number, shardCount: number) {
   const rows: PlannedRow[] = Array.from({ length: count }, (_, index) => ({ key: `k${index}`, index, input: { id: `k${index}` } }));
   await sheets.claimRows({ attempt, rows, recompute: false, leaseTtlMs: 60_000 });
   const text = "x".repeat(chars);
-  for (let i = 0; i < count; i += 5)
-    await sheets.persistRows(
-      attempt,
-      rows.slice(i, i + 5).map((row) => ({ key: row.key, status: "completed" as const, data: { id: row.key, text }, error: null })),
-    );
+  // In one call, as an attempt persists its chunk: the client pages it under what one RPC may carry (32 MiB).
+  const written = await sheets.persistRows(
+    attempt,
+    rows.map((row) => ({ key: row.key, status: "completed" as const, data: { id: row.key, text }, error: null })),
+  );
+  expect(written.written).toHaveLength(count);
   return { sheets, runId };
 }
 
