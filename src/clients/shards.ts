@@ -1,6 +1,7 @@
 /**
  * Callers' side of the storage actors: route keys to shards and make one RPC
- * per shard per operation. Every stub call is counted, because an invocation
+ * per shard per operation (more only where one would carry too much: a
+ * persist of large rows, a read cut short). Every stub call is counted, because an invocation
  * may make at most 10,000 subrequests and the coordinator budgets for them.
  */
 import { shardOf } from "../core/hash";
