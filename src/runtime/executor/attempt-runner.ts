@@ -17,7 +17,7 @@ import type { AttemptEnd, AttemptResume, ChunkAssignment, ChunkSweepAssignment }
 import type { PlannedRow } from "../../contracts/shards";
 import type { AnyTool, FieldSet, MapOptions, PlayDefinition, RowContext } from "../../play/types";
 import type { ExecutorStore, HeldAssignment } from "../../stores/executor-store";
-import { readPage } from "../map/dataset-view";
+import { readWindow } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor, joinedSummary, refusedIn, sweepReused } from "../map/chunk-executor";
 import { MAX_STALLED_WIND_DOWNS } from "../map/chunk-outcomes";
@@ -242,23 +242,13 @@ function capture(
   at: { map: string; dataset: ChunkAssignment["dataset"] },
 ): Promise<Captured> {
   return withTimeout(
-    captureMap(
-      play,
-      source,
-      at.map,
-      async (map, offset, limit) =>
-        (
-          await readPage(
-            new SheetClient({
-              env: host.env,
-              location: { ...at.dataset, dataset: map.name, shardCount: map.shardCount },
-              meter: host.meter,
-            }),
-            source.run.runId,
-            offset,
-            limit,
-          )
-        ).rows,
+    captureMap(play, source, at.map, (map, offset, limit) =>
+      readWindow(
+        new SheetClient({ env: host.env, location: { ...at.dataset, dataset: map.name, shardCount: map.shardCount }, meter: host.meter }),
+        source.run.runId,
+        offset,
+        limit,
+      ),
     ),
     CAPTURE_TIMEOUT_MS,
     `the play did not reach ctx.map("${at.map}") within ${CAPTURE_TIMEOUT_MS / 1000} s when replayed`,

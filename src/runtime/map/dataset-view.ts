@@ -41,7 +41,17 @@ export function viewRow(row: SheetRow): Row {
 }
 
 /**
- * One page of the run's rows by offset: those at input indexes [offset,
+ * A play's page of the run's rows (`handle.rows`): every row at input indexes
+ * [offset, offset + limit), in input order, however large (the play chose
+ * the window, and reads it whole).
+ */
+export async function readWindow(sheets: SheetClient, runId: string, offset: number, limit: number): Promise<Row[]> {
+  const rows = await sheets.readRunRows(runId, offset, offset + Math.min(limit, MAX_PAGE_ROWS));
+  return rows.map(viewRow);
+}
+
+/**
+ * One page of the run's rows by offset, as the API answers it: those at input indexes [offset,
  * nextIndex), in input order, where `nextIndex` is offset + limit unless the
  * rows past READ_BUFFER_CHARS of data come before it (one call per shard,
  * each reading its share of the buffer: a page of large rows is shorter).

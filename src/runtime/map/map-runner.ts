@@ -29,7 +29,7 @@ import { RunInline } from "../executor/remote-executor";
 import { WindDown, windDownAt } from "../executor/wind-down";
 import { WorkerPool } from "./worker-pool";
 
-import { readPage } from "./dataset-view";
+import { readWindow } from "./dataset-view";
 import { planFinalize } from "./finalize";
 import type { PlannedRow } from "../../contracts/shards";
 import { planRows } from "./row-keys";
@@ -422,7 +422,7 @@ export class MapRunner {
       completed: progress.completed,
       failed: progress.failed,
       duplicatesDropped: record.duplicatesDropped,
-      rows: async ({ offset = 0, limit = 100 } = {}) => (await readPage(sheets, runId, offset, limit)).rows,
+      rows: ({ offset = 0, limit = 100 } = {}) => readWindow(sheets, runId, offset, limit),
     };
   }
 }
