@@ -354,7 +354,7 @@ describe("leases and fencing", () => {
     // Another run claims as before; a later epoch of this one finds the rows settled in the run's view as epoch 1 left
     // them (a failed row is not computed again), and a row another run leases blocked.
     expect((await claim(stub, attempt("run-a", 2), ["k1", "k2", "k3"])).rows).toEqual([
-      { key: "k1", status: "failed" },
+      { key: "k1", status: "failed", error: "provider said no" },
       { key: "k2", status: "completed" },
       { key: "k3", status: "blocked", owner: attempt("run-b"), leaseExpiresAt: expect.any(Number) },
     ]);

@@ -39,7 +39,7 @@ export type ClaimedRow =
   /** Reused: the run's view holds its completed version (read with the run's rows, not sent back here). */
   | { key: string; status: "completed" }
   /** The run's view holds its failed version already (the chunk was claimed again): counted failed, not computed again. */
-  | { key: string; status: "failed" }
+  | { key: string; status: "failed"; error: string | null }
   | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number }
   /**
    * The attempt's epoch is over: an attempt of a newer epoch of its run has

@@ -67,6 +67,9 @@ type RowRecord = {
 
 type RunRowRecord = { idx: number; key: string; status: string; data: string; error: string | null };
 
+/** A row settled in a run's view: its version's status and error. */
+type Settled = { status: "completed" | "failed"; error: string | null };
+
 const RowData = z.record(z.string(), z.unknown());
 const RowStatus = z.enum(["pending", "completed", "failed"]);
 
@@ -111,7 +114,7 @@ export class SheetStore {
     const newerSeq = this.#fence(attempt);
     if (newerSeq !== null) return request.rows.map((row) => ({ key: row.key, status: "fenced", newerSeq }));
     // Rows this run's view already holds settled (a chunk claimed again: blocked, redispatched, repaired) stay so.
-    const settled = request.reuseOnly ? new Map<number, "completed" | "failed">() : this.#settled(attempt.runId, request.rows);
+    const settled = request.reuseOnly ? new Map<number, Settled>() : this.#settled(attempt.runId, request.rows);
     const inputs = request.rows.map((row) => ({ ...row, digest: inputDigest(row.input) }));
     const current = this.#load(inputs.filter((row) => !settled.has(row.index)).map((row) => row.key));
     const members: Array<{ key: string; index: number; version: number | null }> = [];
@@ -119,7 +122,8 @@ export class SheetStore {
     const created = new Map<string, { version: number; text: string; digest: string }>();
     const claimed = inputs.map((row): ClaimedRow => {
       const done = settled.get(row.index);
-      if (done) return { key: row.key, status: done };
+      if (done)
+        return done.status === "failed" ? { key: row.key, status: "failed", error: done.error } : { key: row.key, status: "completed" };
       const record = current.get(row.key);
       const blocker = record && blockingLease(record, attempt, now);
       if (blocker) {
@@ -381,17 +385,17 @@ export class SheetStore {
   }
 
   /** Of `rows`, those whose version in the run's view is completed or failed, by index. */
-  #settled(runId: string, rows: readonly { index: number }[]): Map<number, "completed" | "failed"> {
-    const found = new Map<number, "completed" | "failed">();
+  #settled(runId: string, rows: readonly { index: number }[]): Map<number, Settled> {
+    const found = new Map<number, Settled>();
     for (const batch of batches(
       rows.map((row) => row.index),
       () => 12,
     )) {
-      for (const row of this.#sql<{ idx: number; status: "completed" | "failed" }>`SELECT r.idx AS idx, v.status AS status
+      for (const row of this.#sql<{ idx: number } & Settled>`SELECT r.idx AS idx, v.status AS status, v.error AS error
           FROM run_rows r JOIN row_versions v ON v.key = r.key AND v.version = r.version
           WHERE r.run_id = ${runId} AND r.idx IN (SELECT value FROM json_each(${JSON.stringify(batch)}))
             AND v.status IN ('completed', 'failed')`) {
-        found.set(row.idx, row.status);
+        found.set(row.idx, { status: row.status, error: row.error });
       }
     }
     return found;

@@ -124,7 +124,8 @@ export async function runAttempt(
     attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
     grantedMicros: resume?.grantedMicros ?? 0,
-    signal,
+    // A reservation waiting for a grant stops with the attempt, and when its invocation winds down.
+    signal: AbortSignal.any([signal, windDown]),
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
     keep: (bill) => host.store.addBill(bill),
   });

@@ -9,16 +9,10 @@
 import type { BilledRequest, SpendGrant } from "../../contracts/executors";
 import { toMicros } from "../../stores/spend-store";
 import { sleep } from "../../core/time";
-import { type BillableRequest, SpendCapReached, type SpendLedger } from "../tools/spend";
+import { type BillableRequest, MAX_GRANT_WAIT_MS, SpendCapReached, type SpendLedger } from "../tools/spend";
 
 /** A grant asks for this many times the request that needed it, so that the attempt asks rarely. */
 const GRANT_MULTIPLE = 25;
-/**
- * How long one reservation waits, in all, while other attempts hold what the cap has left (SpendGrant.waitMs): they
- * bill it or give it back as they end. An attempt the coordinator gave up on keeps its grant until it reports its end
- * or the run ends, so the wait is bounded; past it the cap counts as reached.
- */
-const MAX_GRANT_WAIT_MS = 60_000;
 
 export interface ExecutorSpendOptions {
   /** The attempt spending: its bills name it as the grant they used. */

@@ -252,7 +252,7 @@ export function deadlineExceeded(run: RunRecord): RunError {
 /** The run's ledger of billable requests, over its coordinator's storage, under the invocation's caps. */
 function spendLedger(store: RunStore, caps: InvocationSpendCap): SpendLedger {
   return {
-    reserve: (request) => caps.reserve(request),
+    reserve: (request, signal) => caps.reserve(request, signal),
     bill: (requestKey) => store.spend.bill(requestKey),
     release: (requestKey) => store.spend.release(requestKey),
     recordBilled: (request) => store.spend.recordBilled(request),

@@ -214,6 +214,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
         this.#deps.onRow?.(chunk, "completed");
       } else if (claim.status === "failed") {
         summary.failed++;
+        if (summary.failureSamples.length < 5) summary.failureSamples.push({ key: row.key, error: claim.error ?? "" });
         this.#deps.onRow?.(chunk, "started");
         this.#deps.onRow?.(chunk, "failed");
       } else if (claim.status === "blocked")

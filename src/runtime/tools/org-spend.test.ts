@@ -5,7 +5,7 @@ import { OrgClient } from "../../clients/orgs";
 import { createSql } from "../../stores/sql";
 import { RunStore } from "../../stores/run-store";
 import { toMicros } from "../../stores/spend-store";
-import { reportSpend } from "./org-spend";
+import { InvocationSpendCap, reportSpend } from "./org-spend";
 
 const bill = (key: string, credits: number) => ({ requestKey: key, toolId: "find", provider: "sim", credits });
 
@@ -60,5 +60,52 @@ describe("a run's spend in its org's day", () => {
     expect(await orgs.recordSpend(report(0, 5, 5))).toBe(3);
     expect(await orgs.recordSpend(report(3, 5, 2))).toBe(5);
     expect((await orgs.spendBudget(Date.now())).spentToday).toBe(5);
+  });
+});
+
+describe("grants under a run's maxSpend", () => {
+  it("tell an attempt refused while another holds the rest to wait, but not one whose others are all waiting too", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`grants-wait-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, async (_object, state) => {
+      let now = 1_000_000;
+      const store = new RunStore({ sql: createSql(state.storage), now: () => now });
+      const cap = new InvocationSpendCap({ store, maxSpend: 40, dailyLimit: null, now: () => now });
+      const ask = (attemptId: string) => cap.grant(attemptId, toMicros(25));
+      expect((await ask("a")).grantedMicros).toBe(toMicros(25));
+      expect((await ask("b")).grantedMicros).toBe(toMicros(15));
+      // a has used its 25 and asks for more: b still holds 15, which it will bill or give back.
+      expect(await ask("a")).toMatchObject({ grantedMicros: 0, waitMs: expect.any(Number) });
+      // b asks while a waits: a's hold comes back only once a is granted, so b would wait on a waiter: refused.
+      expect((await ask("b")).waitMs).toBeUndefined();
+      // a went on without asking again (a reservation of its own was freed): it no longer counts as waiting.
+      now += 5_000;
+      expect(await ask("b")).toMatchObject({ grantedMicros: 0, waitMs: expect.any(Number) });
+      // Once both grants are billed (40 credits) and settled, nothing is left to wait for.
+      store.spend.recordBilled(bill("spent", 40));
+      store.spend.settleGrant("a", toMicros(25));
+      store.spend.settleGrant("b", toMicros(15));
+      expect(await ask("c")).toMatchObject({ grantedMicros: 0, spentCredits: 40 });
+      expect((await ask("c")).waitMs).toBeUndefined();
+    });
+  });
+
+  it("have the coordinator's own request wait while an attempt holds the rest, and refuse it once nothing is held", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`reserve-wait-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, async (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      const cap = new InvocationSpendCap({ store, maxSpend: 10, dailyLimit: null });
+      expect((await cap.grant("a", toMicros(10))).grantedMicros).toBe(toMicros(10));
+      // The attempt ends having billed 4: the 6 it held come back, and the coordinator's request takes 1 of them.
+      const reserved = cap.reserve(bill("own", 1));
+      setTimeout(() => {
+        store.spend.recordBilled(bill("a-spent", 4));
+        store.spend.releaseGrant("a");
+      }, 300);
+      await reserved;
+      expect(store.spend.committedMicros()).toBe(toMicros(5));
+      // Nothing held now but its own request: billed, the cap is reached for a request of 6.
+      store.spend.bill("own");
+      await expect(cap.reserve(bill("over", 6))).rejects.toMatchObject({ code: "spend_cap_reached" });
+    });
   });
 });

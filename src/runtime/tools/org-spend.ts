@@ -8,7 +8,8 @@ import { isTerminal } from "../../core/statuses";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { utcDay } from "../../stores/org-spend-store";
-import { type BillableRequest, type SpendCap, SpendCapReached } from "./spend";
+import { type BillableRequest, MAX_GRANT_WAIT_MS, type SpendCap, SpendCapReached } from "./spend";
+import { sleep } from "../../core/time";
 import type { SpendGrant } from "../../contracts/executors";
 
 import { OrgClient } from "../../clients/orgs";
@@ -21,6 +22,8 @@ const HOLD_MULTIPLE = 25;
 const HOLD_TRIES = 3;
 /** How long an attempt refused while others hold reservations waits before it asks again (SpendGrant.waitMs). */
 const GRANT_WAIT_MS = 250;
+/** An attempt told to wait counts as waiting while it asks again within this long (it may have gone on without). */
+const WAITING_FOR_MS = 4 * GRANT_WAIT_MS;
 
 /**
  * The caps one invocation of a run spends under: the run's `maxSpend`, and
@@ -46,8 +49,11 @@ export class InvocationSpendCap {
   #heldMicros = 0;
   #day: string;
   #asking: Promise<number> | null = null;
-  /** Attempts told to wait for a grant, and not granted since: what they hold comes back only once they are. */
-  #waiting = new Set<string>();
+  /**
+   * Attempts told to wait for a grant, and when they last asked: what they hold comes back only once they are
+   * granted. One that has not asked again lately went on without (a reservation of its own was freed).
+   */
+  #waiting = new Map<string, number>();
 
   constructor(options: {
     store: RunStore;
@@ -93,14 +99,22 @@ export class InvocationSpendCap {
       : { credits: this.maxSpend!, reason: "maxSpend" };
   }
 
-  /** Reserves the request under the caps, first holding more of the org's day when that is what stands in the way. */
-  async reserve(request: BillableRequest): Promise<void> {
+  /**
+   * Reserves the request under the caps, first holding more of the org's day when that is what stands in the way.
+   * Refused while executors' attempts (or requests of its own in flight) hold what the cap has left, it waits for
+   * them to bill it or give it back, as an attempt does (MAX_GRANT_WAIT_MS), until `signal` stops it.
+   */
+  async reserve(request: BillableRequest, signal?: AbortSignal): Promise<void> {
+    let waitedMs = 0;
     for (;;) {
       const cap = this.#cap();
       if (this.#store.spend.reserve(request, cap?.micros ?? null)) return;
       const need = toMicros(request.credits);
       // Held for many requests like it at once: the org is asked rarely.
-      if (cap!.reason === "maxSpend" || !(await this.#more(need, need * HOLD_MULTIPLE))) throw this.#reached(cap!.reason);
+      if (cap!.reason === "daily" && (await this.#more(need, need * HOLD_MULTIPLE))) continue;
+      if (waitedMs >= MAX_GRANT_WAIT_MS || !this.#store.spend.heldBeyond(this.#waiters())) throw this.#reached(cap!.reason);
+      await sleep(GRANT_WAIT_MS, signal);
+      waitedMs += GRANT_WAIT_MS;
     }
   }
 
@@ -128,8 +142,15 @@ export class InvocationSpendCap {
    * others' would wait for ever).
    */
   #othersHold(attemptId: string): boolean {
-    this.#waiting.add(attemptId);
-    return this.#store.spend.heldBeyond(this.#waiting);
+    this.#waiting.set(attemptId, this.#now());
+    return this.#store.spend.heldBeyond(this.#waiters());
+  }
+
+  /** The attempts waiting for a grant now (they asked again lately). */
+  #waiters(): string[] {
+    const now = this.#now();
+    for (const [waiter, askedAt] of this.#waiting) if (now - askedAt > WAITING_FOR_MS) this.#waiting.delete(waiter);
+    return [...this.#waiting.keys()];
   }
 
   /** The run's spend is reported: its hold of the org's day shrinks to what it still has reserved. */

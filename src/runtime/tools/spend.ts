@@ -24,7 +24,7 @@ export interface SpendLedger {
    * would pass the run's cap. An executor's ledger may have to ask the
    * coordinator first (it then answers a promise).
    */
-  reserve(request: BillableRequest): void | Promise<void>;
+  reserve(request: BillableRequest, signal?: AbortSignal): void | Promise<void>;
   /** The provider answered: the reservation is spend. */
   bill(requestKey: string): void;
   /** Not billed: the reservation is freed. */
@@ -36,6 +36,13 @@ export interface SpendLedger {
    */
   recordBilled(request: BillableRequest): void;
 }
+
+/**
+ * How long one reservation waits, in all, while other attempts hold what the cap has left (SpendGrant.waitMs): they
+ * bill it or give it back as they end. An attempt the coordinator gave up on keeps its grant until it reports its end
+ * or the run ends, so the wait is bounded; past it the cap counts as reached.
+ */
+export const MAX_GRANT_WAIT_MS = 60_000;
 
 /** The run would pass its `maxSpend` (or the org's daily cap) with the next request: nothing more is sent. */
 export class SpendCapReached extends TerminalError {

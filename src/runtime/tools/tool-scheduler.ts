@@ -346,12 +346,15 @@ export class ToolScheduler {
   async #reserve(call: OwnedCall, requestKey: string, shard: number, unknown: boolean): Promise<void> {
     let refusal: SpendCapReached | ToolCallError;
     try {
-      await this.#services.spend.reserve({
-        requestKey,
-        toolId: call.tool.id,
-        provider: call.tool.provider,
-        credits: priceOf(call.tool, call.input),
-      });
+      await this.#services.spend.reserve(
+        {
+          requestKey,
+          toolId: call.tool.id,
+          provider: call.tool.provider,
+          credits: priceOf(call.tool, call.input),
+        },
+        this.#services.signal,
+      );
       return;
     } catch (error) {
       if (!(error instanceof SpendCapReached || error instanceof ToolCallError)) {
