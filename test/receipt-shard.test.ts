@@ -143,6 +143,25 @@ describe("claim dispositions", () => {
     expect(await stub.get({ key: "k1" })).toMatchObject({ status: "running", owner: c, error: null, generation: 1 });
   });
 
+  it("claims a receipt failed outcome_unknown again only under retryUnknown, and says its outcome is still unknown", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    const error = { code: "outcome_unknown", message: "the provider may have executed it" };
+    await stub.fail({ attempt: a, items: [{ key: "k1", error, retryable: false }] });
+    expect(await claim(stub, attempt("run-b"), ["k1"])).toEqual([{ key: "k1", disposition: "failed", error }]);
+    // Claimed again, it is still a request the provider may have executed: a refusal or a stop before it is sent
+    // must leave it so (it did not say, and a cut-off resend made it not_sent, which a plain rerun sent again).
+    const { results } = await stub.claim({
+      attempt: attempt("run-c"),
+      leaseTtlMs: LONG_LEASE_MS,
+      refresh: false,
+      retryUnknown: true,
+      items: [{ key: "k1", toolId: "email.find" }],
+    });
+    expect(results).toEqual([{ key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
+  });
+
   it("says takeover only when another attempt had claimed the generation and not completed it", async () => {
     const stub = shard();
     const a = attempt("run-a");

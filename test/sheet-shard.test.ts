@@ -383,6 +383,23 @@ describe("leases and fencing", () => {
     expect((await readAll(stub, "run-a"))[0]).toMatchObject({ key: "k1", status: "completed", data: { name: "k1", by: "a" } });
   });
 
+  it("answers a row settled in the run's view so only for the same key and input at its index", async () => {
+    const stub = shard();
+    const a = attempt("run-a");
+    await claim(stub, a, ["k1"]);
+    await complete(stub, a, ["k1"]);
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    // Another key at index 0 (a play that did not replay its rows alike), or the same key with another input: computed.
+    expect((await claim(stub, attempt("run-a", 2), ["k9"])).rows).toEqual([{ key: "k9", status: "pending" }]);
+    const changed = {
+      attempt: attempt("run-a", 3),
+      leaseTtlMs: LONG_TTL_MS,
+      recompute: false,
+      rows: [{ key: "k1", index: 0, input: { name: "k1", more: 1 } }],
+    };
+    expect((await stub.claimRows(changed)).rows).toEqual([{ key: "k1", status: "pending" }]);
+  });
+
   it("fences a run's epochs before the one a release names: a cancelled run's stale attempt cannot lease its rows again", async () => {
     const stub = shard();
     await claim(stub, attempt("run-a", 3), ["k1"]);

@@ -358,8 +358,10 @@ function decideClaim(
   const { attempt } = request;
   // Another attempt claimed this generation and never completed it: it may have reached the provider.
   const takeover = existing !== undefined && existing.status !== "completed" && existing.owner.attemptId !== attempt.attemptId;
-  // The request it was claimed for may have been sent, and nothing says how it ended: left running, expired or released.
-  const unknown = existing !== undefined && (existing.status === "running" || isRecoveryMarker(existing));
+  // The request it was claimed for may have been sent, and nothing says how it ended: left running, expired or
+  // released, or failed so (claimed again under `retryUnknown`).
+  const unknown =
+    existing !== undefined && (existing.status === "running" || isRecoveryMarker(existing) || existing.error?.code === OUTCOME_UNKNOWN);
   const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => ({
     result:
       takeover && generation === existing?.generation

@@ -113,9 +113,9 @@ export class SheetStore {
     const now = this.#now();
     const newerSeq = this.#fence(attempt);
     if (newerSeq !== null) return request.rows.map((row) => ({ key: row.key, status: "fenced", newerSeq }));
-    // Rows this run's view already holds settled (a chunk claimed again: blocked, redispatched, repaired) stay so.
-    const settled = request.reuseOnly ? new Map<number, Settled>() : this.#settled(attempt.runId, request.rows);
     const inputs = request.rows.map((row) => ({ ...row, digest: inputDigest(row.input) }));
+    // Rows this run's view already holds settled (a chunk claimed again: blocked, redispatched, repaired) stay so.
+    const settled = request.reuseOnly ? new Map<number, Settled>() : this.#settled(attempt.runId, inputs);
     const current = this.#load(inputs.filter((row) => !settled.has(row.index)).map((row) => row.key));
     const members: Array<{ key: string; index: number; version: number | null }> = [];
     const leased = new Set<string>();
@@ -384,17 +384,18 @@ export class SheetStore {
     return row?.next ?? null;
   }
 
-  /** Of `rows`, those whose version in the run's view is completed or failed, by index. */
-  #settled(runId: string, rows: readonly { index: number }[]): Map<number, Settled> {
+  /** Of `rows`, those whose version in the run's view is completed or failed (of the same key and input), by index. */
+  #settled(runId: string, rows: readonly { index: number; key: string; digest: string }[]): Map<number, Settled> {
     const found = new Map<number, Settled>();
     for (const batch of batches(
-      rows.map((row) => row.index),
-      () => 12,
+      rows.map(({ index, key, digest }) => ({ index, key, digest })),
+      (row) => row.key.length + row.digest.length,
     )) {
       for (const row of this.#sql<{ idx: number } & Settled>`SELECT r.idx AS idx, v.status AS status, v.error AS error
-          FROM run_rows r JOIN row_versions v ON v.key = r.key AND v.version = r.version
-          WHERE r.run_id = ${runId} AND r.idx IN (SELECT value FROM json_each(${JSON.stringify(batch)}))
-            AND v.status IN ('completed', 'failed')`) {
+          FROM json_each(${JSON.stringify(batch)}) j
+          JOIN run_rows r ON r.run_id = ${runId} AND r.idx = j.value ->> 'index' AND r.key = j.value ->> 'key'
+          JOIN row_versions v ON v.key = r.key AND v.version = r.version
+          WHERE v.status IN ('completed', 'failed') AND v.input_digest = j.value ->> 'digest'`) {
         found.set(row.idx, { status: row.status, error: row.error });
       }
     }

@@ -49,7 +49,8 @@ export class ExecutorSpend implements SpendLedger {
     return Math.max(0, this.#grantedMicros - this.#usedMicros);
   }
 
-  async reserve(request: BillableRequest): Promise<void> {
+  /** `signal`: the call's (its attempt lost its leases, say): a wait for a grant stops with it too. */
+  async reserve(request: BillableRequest, signal?: AbortSignal): Promise<void> {
     if (this.#reserved.has(request.requestKey) || this.#billed.has(request.requestKey)) return;
     const micros = toMicros(request.credits);
     let waitedMs = 0;
@@ -58,7 +59,8 @@ export class ExecutorSpend implements SpendLedger {
       if (this.#usedMicros + micros <= this.#grantedMicros) break;
       if (grant.grantedMicros <= 0 && grant.waitMs !== undefined && waitedMs < MAX_GRANT_WAIT_MS) {
         // Others hold what the cap has left, and will bill it or give it back: the cap is not reached yet.
-        await sleep(grant.waitMs, this.#deps.signal);
+        const stop = [this.#deps.signal, signal].filter((s) => s !== undefined);
+        await sleep(grant.waitMs, stop.length > 1 ? AbortSignal.any(stop) : stop[0]);
         waitedMs += grant.waitMs;
         continue;
       }

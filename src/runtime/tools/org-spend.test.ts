@@ -80,6 +80,11 @@ describe("grants under a run's maxSpend", () => {
       // a went on without asking again (a reservation of its own was freed): it no longer counts as waiting.
       now += 5_000;
       expect(await ask("b")).toMatchObject({ grantedMicros: 0, waitMs: expect.any(Number) });
+      // a's 25 do not move (no bill, no settle, no release) for over 10 s: a is taken to be gone, b waits no more.
+      now += 6_000;
+      expect(await ask("b")).toMatchObject({ grantedMicros: 0, waitMs: expect.any(Number) });
+      now += 5_000;
+      expect((await ask("b")).waitMs).toBeUndefined();
       // Once both grants are billed (40 credits) and settled, nothing is left to wait for.
       store.spend.recordBilled(bill("spent", 40));
       store.spend.settleGrant("a", toMicros(25));

@@ -24,6 +24,11 @@ const HOLD_TRIES = 3;
 const GRANT_WAIT_MS = 250;
 /** An attempt told to wait counts as waiting while it asks again within this long (it may have gone on without). */
 const WAITING_FOR_MS = 4 * GRANT_WAIT_MS;
+/**
+ * Holds that have not moved (none billed, settled or freed) for this long belong to attempts that will not bill
+ * them soon (one the coordinator gave up on, a request of an invocation that died): not waited for.
+ */
+const HELD_STALL_MS = 10_000;
 
 /**
  * The caps one invocation of a run spends under: the run's `maxSpend`, and
@@ -54,6 +59,8 @@ export class InvocationSpendCap {
    * granted. One that has not asked again lately went on without (a reservation of its own was freed).
    */
   #waiting = new Map<string, number>();
+  /** What others held when it last changed, and when. */
+  #held = { micros: 0, since: 0 };
 
   constructor(options: {
     store: RunStore;
@@ -112,7 +119,7 @@ export class InvocationSpendCap {
       const need = toMicros(request.credits);
       // Held for many requests like it at once: the org is asked rarely.
       if (cap!.reason === "daily" && (await this.#more(need, need * HOLD_MULTIPLE))) continue;
-      if (waitedMs >= MAX_GRANT_WAIT_MS || !this.#store.spend.heldBeyond(this.#waiters())) throw this.#reached(cap!.reason);
+      if (waitedMs >= MAX_GRANT_WAIT_MS || !this.#othersMoving()) throw this.#reached(cap!.reason);
       await sleep(GRANT_WAIT_MS, signal);
       waitedMs += GRANT_WAIT_MS;
     }
@@ -143,7 +150,15 @@ export class InvocationSpendCap {
    */
   #othersHold(attemptId: string): boolean {
     this.#waiting.set(attemptId, this.#now());
-    return this.#store.spend.heldBeyond(this.#waiters());
+    return this.#othersMoving();
+  }
+
+  /** Whether attempts not waiting (or requests in flight) hold reservations, and have billed or freed some lately. */
+  #othersMoving(): boolean {
+    const held = this.#store.spend.heldMicros(this.#waiters());
+    const now = this.#now();
+    if (held !== this.#held.micros) this.#held = { micros: held, since: now };
+    return held > 0 && now - this.#held.since < HELD_STALL_MS;
   }
 
   /** The attempts waiting for a grant now (they asked again lately). */

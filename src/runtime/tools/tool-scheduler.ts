@@ -294,7 +294,7 @@ export class ToolScheduler {
           return await this.#unknownOutcome(call, shard);
       }
       try {
-        return await this.#send(call, shard, key, (accepted) => (billed = accepted));
+        return await this.#send(call, shard, key, unknownOutcome, (accepted) => (billed = accepted));
       } catch (error) {
         if (!(error instanceof Unanswered)) throw error;
         // Cut off by the timeout at a provider that ignores idempotency keys: it may have executed the request, so
@@ -374,8 +374,11 @@ export class ToolScheduler {
     throw refusal instanceof SpendCapReached ? this.#fatal(refusal) : refusal;
   }
 
-  /** Sends the request; `onBilled` hears whether a billed answer was stored in the receipt. */
-  async #send(call: OwnedCall, shard: number, key: string, onBilled: (accepted: boolean) => void): Promise<unknown> {
+  /**
+   * Sends the request; `onBilled` hears whether a billed answer was stored in the receipt. `unknown`: an earlier
+   * request of the receipt may have been executed, so a send cut off before it left does not make it `not_sent`.
+   */
+  async #send(call: OwnedCall, shard: number, key: string, unknown: boolean, onBilled: (accepted: boolean) => void): Promise<unknown> {
     let wentOut = false;
     let held: HeldOutcome;
     try {
@@ -396,7 +399,7 @@ export class ToolScheduler {
       // told when the batch was refused before it could leave.
       const notSent = caught instanceof NotSent;
       const error = notSent ? caught.reason : caught;
-      if ((notSent || (!wentOut && !call.tool.batch)) && this.#services.signal.aborted) {
+      if ((notSent || (!wentOut && !call.tool.batch)) && this.#services.signal.aborted && !unknown) {
         const message = `${call.tool.id}: the request was not sent (${messageOf(error)})`;
         await this.#fail(shard, { key: call.key, error: { code: NOT_SENT, message }, retryable: true }).catch(() => false);
       }
