@@ -259,6 +259,22 @@ describe("GateLedger: backpressure", () => {
   });
 });
 
+describe("GateLedger: a limit learned over a long Retry-After", () => {
+  it("measures the second before the 429 though callers renew while every one waits out the pause", () => {
+    const gate = heardGate();
+    const p = policy();
+    gate.acquire(p, { caller: "a", slots: 40, inFlight: 0, now: 0 });
+    // The provider asks for 10 s: the measurement is due once the pause ends.
+    gate.report(p, { signal: signal({ ...limited(10_000), unpacedStarts: 10 }), now: 10 });
+    // A caller renews its hold mid-pause (its requests still in flight), past the history's 3 s.
+    gate.acquire(p, { caller: "a", slots: 0, inFlight: 6, now: 5_000 });
+    gate.report(p, { signal: limited(10_000, 9), now: 6_000 });
+    gate.acquire(p, { caller: "a", slots: 0, inFlight: 0, now: 10_010 + LEARN_SETTLE_MS });
+    // 50 started in the second before the 429, 10 of them refused: 40 a second (it forgot the starts: 1 a second).
+    expect(gate.snapshot(p, 10_010 + LEARN_SETTLE_MS).learnedRequestsPerSecond).toBe(40);
+  });
+});
+
 describe("GateLedger: a limit learned from several callers", () => {
   it("counts every caller's unpaced starts in the second before a 429, though most tell them after it", () => {
     const gate = heardGate();

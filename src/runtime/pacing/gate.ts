@@ -233,7 +233,7 @@ export class GateLedger {
       startInMs.push(at - now);
       this.#history.record(at);
     }
-    this.#history.trim(now);
+    this.#trim(now);
     let retryInMs: number | null = null;
     if (startInMs.length < slots || (startInMs.length === 0 && request.slots > 0)) {
       const blockedByUnits = units !== null && units <= inFlight;
@@ -256,8 +256,17 @@ export class GateLedger {
   report(policy: PacingPolicy, { signal, now }: { signal: GateSignal; now: number }): { pausedForMs: number } {
     this.#absorb(policy, signal, now);
     this.#rate.settle({ now, pausedUntil: this.#pausedUntil, history: this.#history });
-    this.#history.trim(now);
+    this.#trim(now);
     return { pausedForMs: Math.max(0, this.#pausedUntil - now) };
+  }
+  /**
+   * Forgets the history past its few seconds, but for the second before a 429 whose learned limit is still to be
+   * measured: a Retry-After of seconds outlasts the history, and a renewal during it (every caller waits) would
+   * leave the measurement no starts (a learned limit of 1 a second).
+   */
+  #trim(now: number): void {
+    const from = this.#rate.measuringFrom;
+    this.#history.trim(from === null ? now : Math.min(now, from - 1000 + HISTORY_MS));
   }
 
   /** The caller is done: its concurrency units return at once. */

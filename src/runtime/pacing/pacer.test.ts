@@ -324,6 +324,57 @@ describe("A pacer with every unit busy", () => {
   });
 });
 
+describe("A pacer whose gate failed a renewal", () => {
+  it("renews again while its requests are out, so their units do not lapse to other callers", async () => {
+    vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });
+    try {
+      const policy: PacingPolicy = { requestsPerSecond: 100, concurrency: 8, batchParallelism: 1 };
+      const { gate, ledger } = fakeGate(policy);
+      let failNext = false;
+      const flaky: GateClient = {
+        ...gate,
+        acquire: async (r) => {
+          if (failNext) {
+            failNext = false;
+            throw new Error("the gate's object was being reset");
+          }
+          return gate.acquire(r);
+        },
+      };
+      const slow = new Pacer({ gate: flaky, caller: "slow", policy, now: Date.now, log: () => {} });
+      const signal = new AbortController().signal;
+      const held = Promise.all(Array.from({ length: 6 }, () => slow.slot(signal)));
+      await vi.advanceTimersByTimeAsync(100);
+      const slots = await held;
+      // Its first renewal fails; its six requests go on far longer than the gate holds units without one.
+      failNext = true;
+      await vi.advanceTimersByTimeAsync(HOLDER_TTL_MS * 3);
+      expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBe(6);
+      for (const slot of slots) slot.release();
+      await slow.close();
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe("A pacer the gate gave no units", () => {
+  it("still tells the gate it is gone when it closes, so it is not counted among the starved holders", async () => {
+    const policy: PacingPolicy = { requestsPerSecond: null, concurrency: 2, batchParallelism: 1 };
+    const { gate, calls, ledger } = fakeGate(policy);
+    ledger.acquire(policy, { caller: "busy", slots: 2, inFlight: 2, units: 2, now: Date.now() });
+    const starved = new Pacer({ gate, caller: "starved", policy, now: Date.now, log: () => {} });
+    const controller = new AbortController();
+    const waiting = starved.slot(controller.signal).catch(() => null);
+    await new Promise((r) => setTimeout(r, 20));
+    expect(calls.acquire).toBeGreaterThan(0);
+    controller.abort(new Error("the attempt stopped"));
+    await waiting;
+    await starved.close();
+    expect(calls.release).toBe(1);
+  });
+});
+
 describe("A pacer waiting out a 429 with requests still out", () => {
   it("keeps renewing its hold on their units, so the provider's concurrency is not given to others meanwhile", async () => {
     vi.useFakeTimers({ now: 0, toFake: ["setTimeout", "clearTimeout", "Date"] });

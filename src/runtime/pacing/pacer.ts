@@ -118,6 +118,10 @@ export class Pacer {
   /** Gate answers in a row that left this pacer short of units. */
   #starvedRounds = 0;
   #renewTimer: ReturnType<typeof setTimeout> | null = null;
+  /** The gate was asked at least once: it counts this caller until released. */
+  #asked = false;
+  /** Closed: the invocation is over. */
+  #closed = false;
   /** How long its requests hold a slot, smoothed (null until one ends). */
   #durationMs: number | null = null;
   /** How far ahead of its asking the first slot of the last lease with slots started. */
@@ -150,6 +154,8 @@ export class Pacer {
   /** Waits for a slot (its start time and a concurrency unit); a lower `rank` is served first. */
   slot(signal: AbortSignal, rank = Number.POSITIVE_INFINITY): Promise<PacerSlot> {
     signal.throwIfAborted();
+    // Used again after close (a call late in its invocation): it asks the gate afresh.
+    this.#closed = false;
     return new Promise<PacerSlot>((resolve, reject) => {
       const waiter: Waiter = {
         rank,
@@ -190,7 +196,9 @@ export class Pacer {
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
     if (this.#renewTimer) clearTimeout(this.#renewTimer);
     this.#renewTimer = null;
-    if (this.#units === 0) return;
+    this.#closed = true;
+    // Asked once, the gate counts this caller (given no units: among the starved) until told it is gone.
+    if (!this.#asked) return;
     this.#units = 0;
     await this.#deps.gate.release({ caller: this.#deps.caller });
   }
@@ -368,9 +376,12 @@ export class Pacer {
     // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
     const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
     const askedAt = this.#deps.now();
+    this.#asked = true;
     this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
+        // Answered after close: the gate took this caller back in; it is gone.
+        if (this.#closed) return void this.#deps.gate.release({ caller: this.#deps.caller }).catch(() => {});
         const now = this.#deps.now();
         const startsAt = onOurClock(grant.grantedAt, askedAt, now);
         this.#policy = grant.policy;
@@ -411,6 +422,8 @@ export class Pacer {
           waiter.signal.removeEventListener("abort", waiter.onAbort);
           waiter.reject(failure);
         }
+        // Requests still out keep their units held: the renewal this ask was is tried again.
+        if (this.#inFlight > 0 && !this.#closed) this.#armRenew();
       },
     );
   }

@@ -79,6 +79,11 @@ export class ProviderRate {
     return this.#measuring?.at ?? null;
   }
 
+  /** The 429 a measurement under way counts from: the history must keep the second before it until then. */
+  get measuringFrom(): number | null {
+    return this.#measuring?.from ?? null;
+  }
+
   /** The announced quota, if any. */
   get announcedQuota(): Quota | null {
     return this.#announced;
