@@ -271,6 +271,9 @@ describe("ctx.runPlay inside ctx.map", () => {
     const run = await waitForRun(await startRun("test-map-children", { rows, onRowError: "fail" }, { testPolicy: { chunkRows: 1 } }));
     expect(run.status).toBe("failed");
     expect(run.error).toMatchObject({ code: "row_failed", message: expect.stringContaining("rf0") });
+    // rf1's child, still running when its parent failed, is cancelled with it rather than left to run to its own limit.
+    const [child] = await childrenOf(run.runId);
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
   });
 
   it("acts for the row when a field function calls the play's own ctx, and refuses a wait there", async () => {

@@ -245,12 +245,12 @@ export class RunCoordinator extends Server<Env> {
       inputJson: this.#store.inputJson(),
       force: run.force,
       forceToolRefresh: run.forceToolRefresh,
-      status: run.status === "cancelled" && this.#cancellingChildren() ? "cancelling" : run.status,
+      status: (run.status === "cancelled" || run.status === "failed") && this.#cancellingChildren() ? "cancelling" : run.status,
     };
   }
 
   /**
-   * A cancelled run is still cancelling children it started (a rerun now
+   * A cancelled or failed run is still cancelling children it started (a rerun now
    * would take a child it is about to cancel, and the rerun's rows waiting on
    * it would fail `child_cancelled`), unless its alarm has given up on them.
    */

@@ -1,7 +1,7 @@
 /**
  * What a run owes the runs around it when it ends: it tells each parent that
- * waits on it (`childFinished`), and a cancelled run cancels the children it
- * started and still waits on. Messages may be lost; a parent's alarm asks a
+ * waits on it (`childFinished`), and a run cancelled or failed (its runtime
+ * limit included) cancels the children it started and still waits on. Messages may be lost; a parent's alarm asks a
  * child it has not heard from (src/runtime/invocation/child-plays.ts), so one
  * try each; a cancel that fails is tried again by the cancelled run's alarm.
  */
@@ -43,13 +43,14 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
 }
 
 /**
- * A cancelled run cancels the children it started and still waits on; a
- * child cancelled is waited on no more. Returns how many could not be
- * cancelled: the coordinator's alarm tries them again.
+ * A run cancelled or failed cancels the children it started and still waits
+ * on (left, they would run to their own limits with nobody waiting); a child
+ * cancelled is waited on no more. Returns how many could not be cancelled:
+ * the coordinator's alarm tries them again.
  */
 export async function cancelChildren(o: RunLinksOptions): Promise<number> {
   const run = o.store.run();
-  if (run?.status !== "cancelled") return 0;
+  if (run?.status !== "cancelled" && run?.status !== "failed") return 0;
   let failed = 0;
   await Promise.all(
     o.journal.ownedWaitingChildren().map(async (childRunId) => {
