@@ -107,6 +107,24 @@ describe("ctx.tool at play level", () => {
   });
 });
 
+describe("a play that catches its run's stop", () => {
+  it("ends cancelled when cancelled, though it caught the refused call and returned", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 1_000 } });
+    try {
+      const runId = await startRun("test-tool", { name: "Caught Stop", domain: "stop.test", catchLater: true });
+      for (let i = 0; i < 500 && (await simStats()).calls < 1; i++) await new Promise((r) => setTimeout(r, 10));
+      expect((await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+      // The first call, already sent, is answered and billed; the later one is refused, and the play returns anyway.
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("cancelled");
+      expect(run.result).toBeNull();
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+  });
+});
+
 describe("durability of the coordinator", () => {
   it("replays the play across invocations when an invocation's subrequest budget is spent", async () => {
     const rows = Array.from({ length: 400 }, (_, i) => person(1000 + i));

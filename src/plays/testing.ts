@@ -65,10 +65,16 @@ export const testMap = definePlay({
 export const testTool = definePlay({
   name: "test-tool",
   description: "test only: ctx.tool at play level",
-  input: z.object({ name: z.string(), domain: z.string() }),
+  input: z.object({ name: z.string(), domain: z.string(), catchLater: z.boolean().optional() }),
   async run(ctx, input) {
-    const [a, b] = await Promise.all([ctx.tool("sim_find_email", input), ctx.tool("sim_find_email", input)]);
-    const again = await ctx.tool("sim_find_email", input);
+    const person = { name: input.name, domain: input.domain };
+    const [a, b] = await Promise.all([ctx.tool("sim_find_email", person), ctx.tool("sim_find_email", person)]);
+    if (input.catchLater) {
+      // A play that shrugs off a failed call, its run's cancel included.
+      const later = await ctx.tool("sim_find_email", { ...person, name: `${person.name} Later` }).catch(() => null);
+      return { a, b, later };
+    }
+    const again = await ctx.tool("sim_find_email", person);
     return { a, b, again };
   },
 });

@@ -159,6 +159,9 @@ export class Invocation implements InvocationScope {
       const result = await play.run(ctx, this.store.input());
       // A play that caught a map's yield (or its cancel, its infrastructure failure) and returned has not ended.
       if (maps.interrupted !== null) throw maps.interrupted;
+      // Nor one that caught its run's cancel or runtime limit (a play-level call refused by it) and returned.
+      if (this.cancelled || this.#limit.signal.aborted)
+        throw new TroupeError("cancelled", "the play returned after its run was stopped; it ends as the stop says");
       await services.children.idle();
       return endAfterReturn(result, services.waits.parked?.resumeAt ?? null);
     } catch (error) {
