@@ -1,5 +1,6 @@
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
+import { testPlays } from "../src/plays/testing";
 import { allEvents, api, apiJson, datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { env } from "cloudflare:workers";
 import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
@@ -14,6 +15,31 @@ async function childrenOf(parentRunId: string): Promise<any[]> {
   const { body } = await apiJson("/v1/runs?limit=200");
   return body.runs.filter((r: any) => r.parentRunId === parentRunId);
 }
+
+describe("ctx.runPlay across a deploy", () => {
+  it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(parentId);
+      if (!child) await new Promise((r) => setTimeout(r, 10));
+    }
+    expect(child).toBeDefined();
+    // A deploy changes test-leaf's code (its fingerprint) and restarts every object; the parent replays its play.
+    const at = testPlays.findIndex((play) => play.name === "test-leaf");
+    const before = testPlays[at]!;
+    testPlays[at] = { ...before, version: "deployed-again" } as (typeof testPlays)[number];
+    try {
+      await abortAllDurableObjects();
+      expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+      const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
+      expect(parent.status).toBe("completed");
+      expect(await childrenOf(parentId)).toHaveLength(1);
+    } finally {
+      testPlays[at] = before;
+    }
+  });
+});
 
 describe("ctx.runPlay at play level", () => {
   it("runs the child as its own run, linked to the parent both ways, and a rerun reuses it", async () => {

@@ -158,8 +158,13 @@ export class ChildPlays {
       );
     }
     const fresh = run.force || run.forceToolRefresh ? run.runId : null;
+    // The child's identity (its run id, reused by other parents) follows the child play's code; this run's journal
+    // entry does not: replayed after a deploy that changed that code, the call is the child it started before.
     const digest = await sha256Hex(canonicalJson([run.org, name, await fingerprintOf(play), parsed.data, options.key ?? null, fresh]));
-    const key = `child:${digest.slice(0, 48)}`;
+    const call = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
+    // Entries journaled before, by the digest, are found as they were.
+    const legacy = `child:${digest.slice(0, 48)}`;
+    const key = journal.get(legacy) ? legacy : `child:call:${call.slice(0, 48)}`;
     let entry = journal.get(key);
     if (!entry) {
       if (journal.childCount() >= policy.maxChildrenPerRun) {
