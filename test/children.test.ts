@@ -16,6 +16,29 @@ async function childrenOf(parentRunId: string): Promise<any[]> {
   return body.runs.filter((r: any) => r.parentRunId === parentRunId);
 }
 
+describe("a child two parents wait on", () => {
+  it("goes on for the other parent when the parent that started it stops waiting and cancels it", async () => {
+    const leaf = { n: uniqueN(), waitForSignal: true };
+    // a starts the child and gives up on it after 1.5 s; b makes the same call and waits as long as it takes.
+    const a = await startRun("test-parent", { leaf, timeoutMs: 1_500 });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(a);
+      if (!child) await new Promise((r) => setTimeout(r, 10));
+    }
+    const b = await startRun("test-parent", { leaf });
+    for (let i = 0; i < 500 && (await allEvents(b)).every((e) => e.type !== "child.started"); i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect((await allEvents(b)).find((e) => e.type === "child.started")).toMatchObject({ childRunId: child.runId, reused: true });
+    expect((await waitForRun(a)).error).toMatchObject({ code: "child_timeout" });
+    expect((await apiJson(`/v1/runs/${child.runId}`)).body.status).toBe("waiting");
+    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const done = await waitForRun(b);
+    expect(done.status).toBe("completed");
+    expect(done.result.first).toEqual({ n: leaf.n, doubled: 2 * leaf.n });
+  });
+});
+
 describe("ctx.runPlay across a deploy", () => {
   it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
     const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });

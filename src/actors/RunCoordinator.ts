@@ -54,7 +54,7 @@ export interface RunSource {
   inputJson: string;
   force: boolean;
   forceToolRefresh: boolean;
-  /** The run's status now (`cancelling` while a cancelled run still cancels its children): a run that has not ended cannot be rerun yet. */
+  /** The run's status now (`cancelling` while a cancelled or failed run still cancels its children): a run that has not ended cannot be rerun yet. */
   status: RunStatus | "cancelling";
 }
 
@@ -223,9 +223,17 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases). */
-  async cancel(org: string): Promise<RunView | null> {
+  /**
+   * `parentRunId`: a parent that started this run cancels it (it failed, was cancelled, or stopped waiting): it is
+   * told nothing more, and the run goes on while another parent still waits on it (the same call of theirs).
+   */
+  async cancel(org: string, parentRunId?: string): Promise<RunView | null> {
     const run = this.#runOf(org);
     if (!run) return null;
+    if (parentRunId !== undefined) {
+      this.#journal.markNotified(parentRunId);
+      if (this.#journal.unnotifiedWatchers().length > 0) return this.#view();
+    }
     if (!isTerminal(run.status)) {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));

@@ -15,7 +15,7 @@ import type { SubrequestMeter } from "../core/meter";
 interface RunCoordinatorRpc {
   start(request: StartRunMessage): Promise<RunView>;
   getRun(org: string): Promise<RunView | null>;
-  cancel(org: string): Promise<RunView | null>;
+  cancel(org: string, parentRunId?: string): Promise<RunView | null>;
   childFinished(message: ChildFinished): Promise<void>;
 }
 
@@ -41,9 +41,12 @@ export class RunClient {
     return this.#stub(runId, "getRun").getRun(this.#org);
   }
 
-  /** Cancels the run (a no-op for one that ended); null for another org's or a missing run. */
-  cancel(runId: string): Promise<RunView | null> {
-    return this.#stub(runId, "cancel").cancel(this.#org);
+  /**
+   * Cancels the run (a no-op for one that ended); null for another org's or a missing run. `parentRunId`: the
+   * parent that started it asks, and it goes on while another parent waits on it (RunCoordinator.cancel).
+   */
+  cancel(runId: string, parentRunId?: string): Promise<RunView | null> {
+    return this.#stub(runId, "cancel").cancel(this.#org, parentRunId);
   }
 
   /** Tells a parent run that its child ended. */

@@ -86,6 +86,13 @@ export class JournalStore {
     return row ? rowToWait(row) : null;
   }
 
+  /** Files the entry `from` under `to` instead (a child call's key whose scheme changed); false when there is none. */
+  rekey(from: string, to: string): boolean {
+    if (!this.get(from) || this.get(to)) return false;
+    this.#sql.write`UPDATE waits SET key = ${to} WHERE key = ${from}`;
+    return true;
+  }
+
   /**
    * Records a new waiting entry, due `dueInMs` and timing out `timeoutMs` from
    * now (one clock reading, so `timeoutAt - createdAt` is exactly `timeoutMs`);

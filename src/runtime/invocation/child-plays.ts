@@ -5,7 +5,9 @@
  * Never twice: the child's identity is a digest of (org, play name, the
  * play's code fingerprint, its validated input, the call's `key`), and the
  * child's run id is derived from it. The parent's journal records the call
- * (its key is that digest), and `RunCoordinator.start` is idempotent for a
+ * (keyed by the call without the fingerprint: replayed after a deploy that
+ * changed the child's code, it finds the child it started), and
+ * `RunCoordinator.start` is idempotent for a
  * run id, so a replay, a retried invocation or a rerun of the parent finds
  * the same child instead of starting another. A child that failed or was
  * cancelled (or completed longer ago than `staleAfterSeconds`) is not reused
@@ -162,9 +164,9 @@ export class ChildPlays {
     // entry does not: replayed after a deploy that changed that code, the call is the child it started before.
     const digest = await sha256Hex(canonicalJson([run.org, name, await fingerprintOf(play), parsed.data, options.key ?? null, fresh]));
     const call = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
-    // Entries journaled before, by the digest, are found as they were.
-    const legacy = `child:${digest.slice(0, 48)}`;
-    const key = journal.get(legacy) ? legacy : `child:call:${call.slice(0, 48)}`;
+    const key = `child:call:${call.slice(0, 48)}`;
+    // An entry journaled under the digest (before calls were keyed so) is filed under the call's key from now on.
+    journal.rekey(`child:${digest.slice(0, 48)}`, key);
     let entry = journal.get(key);
     if (!entry) {
       if (journal.childCount() >= policy.maxChildrenPerRun) {
@@ -317,7 +319,7 @@ export class ChildPlays {
     if (entry.childOwned && entry.childRunId && journal.get(entry.key)?.state === "waiting") {
       try {
         await this.#scope.faults.check("child.cancel");
-        await this.#runs.cancel(entry.childRunId);
+        await this.#runs.cancel(entry.childRunId, this.#scope.run.runId);
       } catch (error) {
         this.#scope.log(`could not cancel timed-out child run ${entry.childRunId} (${messageOf(error)}); trying again`);
         journal.setDue(entry.key, this.#scope.now() + this.#deps.policy.childCheckIntervalMs);

@@ -3,7 +3,8 @@
  * waits on it (`childFinished`), and a run cancelled or failed (its runtime
  * limit included) cancels the children it started and still waits on. Messages may be lost; a parent's alarm asks a
  * child it has not heard from (src/runtime/invocation/child-plays.ts), so one
- * try each; a cancel that fails is tried again by the cancelled run's alarm.
+ * try each; a cancel that fails is tried again by the ended run's alarm. A
+ * child another parent still waits on is not cancelled (RunCoordinator.cancel).
  */
 import type { ChildEnd } from "./child-plays";
 import type { FaultProbe } from "../../clients/faults";
@@ -56,7 +57,7 @@ export async function cancelChildren(o: RunLinksOptions): Promise<number> {
     o.journal.ownedWaitingChildren().map(async (childRunId) => {
       try {
         await o.faults.check("child.cancel");
-        await new RunClient({ env: o.env, org: run.org }).cancel(childRunId);
+        await new RunClient({ env: o.env, org: run.org }).cancel(childRunId, run.runId);
         for (const wait of o.journal.waitingOn(childRunId))
           o.journal.settle(wait.key, { state: "failed", error: { code: "cancelled", message: "cancelled with its parent" } });
       } catch (error) {

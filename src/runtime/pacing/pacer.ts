@@ -122,6 +122,8 @@ export class Pacer {
   #asked = false;
   /** Closed: the invocation is over. */
   #closed = false;
+  /** How many times it was closed: an answer to an acquire sent before the last close is not this pacer's now. */
+  #closes = 0;
   /** How long its requests hold a slot, smoothed (null until one ends). */
   #durationMs: number | null = null;
   /** How far ahead of its asking the first slot of the last lease with slots started. */
@@ -197,8 +199,11 @@ export class Pacer {
     if (this.#renewTimer) clearTimeout(this.#renewTimer);
     this.#renewTimer = null;
     this.#closed = true;
+    this.#closes++;
     // Asked once, the gate counts this caller (given no units: among the starved) until told it is gone.
     if (!this.#asked) return;
+    // An acquire still on its way releases again when it is answered (the gate may take it after this release).
+    this.#asked = this.#leasing;
     this.#units = 0;
     await this.#deps.gate.release({ caller: this.#deps.caller });
   }
@@ -376,12 +381,17 @@ export class Pacer {
     // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
     const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
     const askedAt = this.#deps.now();
+    const closes = this.#closes;
     this.#asked = true;
     this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
       (grant) => {
         this.#leasing = false;
-        // Answered after close: the gate took this caller back in; it is gone.
-        if (this.#closed) return void this.#deps.gate.release({ caller: this.#deps.caller }).catch(() => {});
+        if (closes !== this.#closes) {
+          // Asked before a close: the gate may have taken this caller back in after its release. Closed, it is gone
+          // again; reopened since, its grant may count for a holder the gate dropped: it asks afresh.
+          if (this.#closed) return void this.#deps.gate.release({ caller: this.#deps.caller }).catch(() => {});
+          return this.#pump();
+        }
         const now = this.#deps.now();
         const startsAt = onOurClock(grant.grantedAt, askedAt, now);
         this.#policy = grant.policy;
@@ -412,6 +422,7 @@ export class Pacer {
       },
       (error: unknown) => {
         this.#leasing = false;
+        if (closes !== this.#closes) return this.#closed ? undefined : this.#pump();
         this.#deps.log(`pacing gate unreachable: ${messageOf(error)}; the calls waiting for it fail retryably`);
         const failure = new ToolCallError({
           code: "pacing_unavailable",
