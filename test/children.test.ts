@@ -39,6 +39,23 @@ describe("a child two parents wait on", () => {
   });
 });
 
+describe("a child two parents stop waiting on", () => {
+  it("is cancelled once the last of them stops, the one that joined it included", async () => {
+    const leaf = { n: uniqueN(), waitForSignal: true };
+    const a = await startRun("test-parent", { leaf, timeoutMs: 2_500 });
+    let child: any;
+    for (let i = 0; i < 500 && !child; i++) {
+      [child] = await childrenOf(a);
+      if (!child) await new Promise((r) => setTimeout(r, 10));
+    }
+    // b joins a's child and gives up on it first: a still waits, so it goes on; then a gives up, and nobody waits.
+    const b = await startRun("test-parent", { leaf, timeoutMs: 800 });
+    expect((await waitForRun(b)).error).toMatchObject({ code: "child_timeout" });
+    expect((await waitForRun(a)).error).toMatchObject({ code: "child_timeout" });
+    expect((await waitForRun(child.runId)).status).toBe("cancelled");
+  });
+});
+
 describe("ctx.runPlay across a deploy", () => {
   it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
     const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });

@@ -263,7 +263,7 @@ export class RunCoordinator extends Server<Env> {
    * it would fail `child_cancelled`), unless its alarm has given up on them.
    */
   #cancellingChildren(): boolean {
-    return this.#journal.ownedWaitingChildren().length > 0 && this.#journal.counter("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES;
+    return this.#journal.waitingChildren().length > 0 && this.#journal.counter("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES;
   }
 
   async events(org: string, after: number, limit: number): Promise<{ events: LedgerEvent[]; nextCursor: number } | null> {

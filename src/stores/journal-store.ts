@@ -162,9 +162,10 @@ export class JournalStore {
   }
 
   /** Children this run started and still waits on (to cancel with it). */
-  ownedWaitingChildren(): string[] {
+  /** The children this run still waits on (started by it or another parent's same call it joined). */
+  waitingChildren(): string[] {
     return this.#sql<{ id: string }>`SELECT DISTINCT child_run_id AS id FROM waits
-      WHERE state = 'waiting' AND kind = 'child' AND child_owned = 1 AND child_run_id IS NOT NULL`.map((r) => r.id);
+      WHERE state = 'waiting' AND kind = 'child' AND child_run_id IS NOT NULL`.map((r) => r.id);
   }
 
   // ---- signals

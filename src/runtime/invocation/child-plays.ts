@@ -308,15 +308,16 @@ export class ChildPlays {
   }
 
   /**
-   * A child past `timeoutMs`: cancelled first when this run started it, then
-   * its wait fails `child_timeout`. A cancel that fails leaves the wait
+   * A child past `timeoutMs`: cancelled first (unless another parent's same
+   * call still waits on it: RunCoordinator.cancel), then its wait fails
+   * `child_timeout`. A cancel that fails leaves the wait
    * waiting, to time out again at its next check: failed first, it was never
    * tried again, and the child ran on to its own limits.
    */
   async #timeOut(entry: WaitEntry): Promise<void> {
     const { journal } = this.#deps;
     const ms = entry.timeoutAt! - entry.createdAt;
-    if (entry.childOwned && entry.childRunId && journal.get(entry.key)?.state === "waiting") {
+    if (entry.childRunId && journal.get(entry.key)?.state === "waiting") {
       try {
         await this.#scope.faults.check("child.cancel");
         await this.#runs.cancel(entry.childRunId, this.#scope.run.runId);

@@ -44,9 +44,10 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
 }
 
 /**
- * A run cancelled or failed cancels the children it started and still waits
- * on (left, they would run to their own limits with nobody waiting); a child
- * cancelled is waited on no more. Returns how many could not be cancelled:
+ * A run cancelled or failed cancels the children it still waits on (left,
+ * they would run to their own limits with nobody waiting), but for those
+ * another parent still waits on (RunCoordinator.cancel); a child cancelled
+ * is waited on no more. Returns how many could not be cancelled:
  * the coordinator's alarm tries them again.
  */
 export async function cancelChildren(o: RunLinksOptions): Promise<number> {
@@ -54,7 +55,7 @@ export async function cancelChildren(o: RunLinksOptions): Promise<number> {
   if (run?.status !== "cancelled" && run?.status !== "failed") return 0;
   let failed = 0;
   await Promise.all(
-    o.journal.ownedWaitingChildren().map(async (childRunId) => {
+    o.journal.waitingChildren().map(async (childRunId) => {
       try {
         await o.faults.check("child.cancel");
         await new RunClient({ env: o.env, org: run.org }).cancel(childRunId, run.runId);

@@ -197,6 +197,9 @@ export class Pacer {
     if (this.#idleTimer) clearTimeout(this.#idleTimer);
     if (this.#retryTimer) clearTimeout(this.#retryTimer);
     if (this.#renewTimer) clearTimeout(this.#renewTimer);
+    // Cleared, not only stopped: a pacer used again after close leases only without a timer pending.
+    this.#idleTimer = null;
+    this.#retryTimer = null;
     this.#renewTimer = null;
     this.#closed = true;
     this.#closes++;
@@ -388,7 +391,9 @@ export class Pacer {
         this.#leasing = false;
         if (closes !== this.#closes) {
           // Asked before a close: the gate may have taken this caller back in after its release. Closed, it is gone
-          // again; reopened since, its grant may count for a holder the gate dropped: it asks afresh.
+          // again; reopened since, its grant may count for a holder the gate dropped: it asks afresh. A probe it
+          // granted is never sent: say so, or every caller waits for its answer until the gate gives up on it.
+          if (grant.probe && grant.startInMs.length > 0) this.#answered(null, this.#deps.now(), true);
           if (this.#closed) return void this.#deps.gate.release({ caller: this.#deps.caller }).catch(() => {});
           return this.#pump();
         }
