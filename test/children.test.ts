@@ -16,16 +16,22 @@ async function childrenOf(parentRunId: string): Promise<any[]> {
   return body.runs.filter((r: any) => r.parentRunId === parentRunId);
 }
 
+/** The first child of a parent, once it has one (up to 5 s). */
+async function firstChildOf(parentRunId: string): Promise<any> {
+  for (let i = 0; i < 500; i++) {
+    const [child] = await childrenOf(parentRunId);
+    if (child) return child;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`run ${parentRunId} started no child`);
+}
+
 describe("a child two parents wait on", () => {
   it("goes on for the other parent when the parent that started it stops waiting and cancels it", async () => {
     const leaf = { n: uniqueN(), waitForSignal: true };
     // a starts the child and gives up on it after 1.5 s; b makes the same call and waits as long as it takes.
     const a = await startRun("test-parent", { leaf, timeoutMs: 1_500 });
-    let child: any;
-    for (let i = 0; i < 500 && !child; i++) {
-      [child] = await childrenOf(a);
-      if (!child) await new Promise((r) => setTimeout(r, 10));
-    }
+    const child = await firstChildOf(a);
     const b = await startRun("test-parent", { leaf });
     for (let i = 0; i < 500 && (await allEvents(b)).every((e) => e.type !== "child.started"); i++)
       await new Promise((r) => setTimeout(r, 10));
@@ -43,11 +49,7 @@ describe("a child two parents stop waiting on", () => {
   it("is cancelled once the last of them stops, the one that joined it included", async () => {
     const leaf = { n: uniqueN(), waitForSignal: true };
     const a = await startRun("test-parent", { leaf, timeoutMs: 2_500 });
-    let child: any;
-    for (let i = 0; i < 500 && !child; i++) {
-      [child] = await childrenOf(a);
-      if (!child) await new Promise((r) => setTimeout(r, 10));
-    }
+    const child = await firstChildOf(a);
     // b joins a's child and gives up on it first: a still waits, so it goes on; then a gives up, and nobody waits.
     const b = await startRun("test-parent", { leaf, timeoutMs: 800 });
     expect((await waitForRun(b)).error).toMatchObject({ code: "child_timeout" });
@@ -59,12 +61,7 @@ describe("a child two parents stop waiting on", () => {
 describe("ctx.runPlay across a deploy", () => {
   it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
     const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
-    let child: any;
-    for (let i = 0; i < 500 && !child; i++) {
-      [child] = await childrenOf(parentId);
-      if (!child) await new Promise((r) => setTimeout(r, 10));
-    }
-    expect(child).toBeDefined();
+    const child = await firstChildOf(parentId);
     // A deploy changes test-leaf's code (its fingerprint) and restarts every object; the parent replays its play.
     const at = testPlays.findIndex((play) => play.name === "test-leaf");
     const before = testPlays[at]!;
