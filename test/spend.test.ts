@@ -325,6 +325,23 @@ describe("an answer too large to store", () => {
   });
 });
 
+describe("a batch answer its tool cannot split, from a provider that ignores idempotency keys", () => {
+  it("fails its members for good, billed once: a rerun does not send them again", async () => {
+    await simReset();
+    const rows = [0, 1].map((i) => ({ id: `split-${i}`, tool: "test_unkeyed_broken_split", input: { email: `split.${i}@split.test` } }));
+    const run = await waitForRun(await submitWith({ rows, dataset: "split" }, {}));
+    expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    for (const row of await datasetRows(run.runId, "split")) expect(row._error).toMatch(/^batch_split_failed/);
+    // The provider billed both members: they count.
+    expect((await simStats()).billed).toBe(2);
+    expect(run.usage.spend.total).toBe(0.5);
+    const rerun = await waitForRun((await apiJson(`/v1/runs/${run.runId}/rerun`, { method: "POST" })).body.runId);
+    expect(rerun.result).toEqual({ total: 2, completed: 0, failed: 2 });
+    expect(rerun.usage.providerRequests).toBe(0);
+    expect((await simStats()).duplicates).toBe(0);
+  });
+});
+
 describe("a call its row left behind", () => {
   it("ends under its attempt, billed to the run and stored: a rerun of the call sends nothing", async () => {
     await simReset();

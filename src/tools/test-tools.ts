@@ -1,7 +1,7 @@
 /** Tools that exist only under the test runner (TROUPE_TEST_MODE), to exercise dispatch's edges. */
 import { faultProbeFor } from "../clients/faults";
 import { callSim } from "../sim/client";
-import { outputOf, SIM_BINDINGS, simFindEmail } from "./sim-tools";
+import { outputOf, SIM_BINDINGS, simFindEmail, simVerifyEmail } from "./sim-tools";
 import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 
@@ -59,6 +59,24 @@ export const testHugeFind = defineTool({
   id: "test_huge_find",
   async execute(input, call) {
     return { ...(await simFindEmail.execute(input, call)), padding: "x".repeat(2_100_000) };
+  },
+});
+
+/**
+ * `sim_verify_email` as a provider that ignores idempotency keys, whose batch
+ * answers this tool cannot split (a bug in `split`): every member was billed,
+ * and none can be told its result.
+ */
+export const testUnkeyedBrokenSplit = defineTool({
+  ...simVerifyEmail,
+  id: "test_unkeyed_broken_split",
+  idempotent: false,
+  recover: undefined,
+  batch: {
+    ...simVerifyEmail.batch!,
+    split: () => {
+      throw new Error("the answer's members are not in the order sent");
+    },
   },
 });
 
@@ -124,6 +142,7 @@ export const testTools = [
   testUnkeyedLookupFind,
   testHugeFind,
   testDeepFind,
+  testUnkeyedBrokenSplit,
   testForbiddenWhenLimitedFind,
   testFetchDown,
 ];

@@ -380,8 +380,13 @@ export class ToolQueue {
               : { ok: false, error: { code: r.error.code, message: r.error.message }, retryable: r.error.retryable },
           );
         } catch (error) {
-          // Billed, but unattributable: fail retryably, so a rerun asks again with the same keys (replayed, not re-billed).
-          const failure: CallOutcome = { ok: false, error: { code: "batch_split_failed", message: messageOf(error) }, retryable: true };
+          // Billed, but unattributable: fail retryably, so a rerun asks again with the same keys (replayed, not
+          // re-billed). A provider that ignores the keys would bill them again: failed for good, each member billed.
+          const split = { code: "batch_split_failed", message: messageOf(error) };
+          const unkeyed = tool.idempotent === false && !this.#retryUnknown;
+          const failure: CallOutcome = unkeyed
+            ? { ok: false, error: split, retryable: false, billed: true }
+            : { ok: false, error: split, retryable: true };
           outcomes = members.map(() => failure);
         }
       }
