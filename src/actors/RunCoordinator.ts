@@ -150,11 +150,7 @@ export class RunCoordinator extends Server<Env> {
     // A parent (the first, or another run of the same child identity) is told when this run ends.
     if (init.parentRunId !== null && !isTerminal(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
-      // Listed now if the directory answers, else by the alarm's first status: a failure here must not leave a run
-      // that never runs (its alarm unset) while the client, told 5xx, starts another.
-      await this.#syncDirectory().catch((error: unknown) =>
-        console.warn(`run ${init.runId}: could not list it in its org's directory yet`, error),
-      );
+      await this.#syncDirectory();
       await this.ctx.storage.setAlarm(now);
     }
     return this.#view()!;
@@ -478,7 +474,6 @@ export class RunCoordinator extends Server<Env> {
 
   async #syncDirectory(): Promise<void> {
     const run = this.#store.run()!;
-    await faultProbeFor(this.env, { play: run.play }).check("directory.sync");
     await new OrgClient({ env: this.env, org: run.org }).record({
       runId: run.runId,
       play: run.play,
