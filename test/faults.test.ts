@@ -236,6 +236,21 @@ describe("a provider that does not answer in time", () => {
   });
 });
 
+describe("an org directory that cannot be told of a new run", () => {
+  it("still runs it, answered 202, and lists it once its alarm can tell the directory", async () => {
+    await setFaults([{ point: "directory.sync", fromCall: 1, times: 1 }]);
+    const { status, body } = await apiJson("/v1/runs", {
+      method: "POST",
+      json: { play: "test-calls", input: { rows: findRows("Listed", 2), dataset: "listed" } },
+    });
+    expect(status).toBe(202);
+    const run = await waitForRun(body.runId);
+    expect(run.status).toBe("completed");
+    const listed = (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === body.runId);
+    expect(listed).toMatchObject({ status: "completed" });
+  });
+});
+
 describe("auth scope", () => {
   it("re-resolves the credentials once when the provider says they changed, and re-claims under the new scope", async () => {
     await simReset();

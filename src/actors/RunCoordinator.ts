@@ -150,7 +150,11 @@ export class RunCoordinator extends Server<Env> {
     // A parent (the first, or another run of the same child identity) is told when this run ends.
     if (init.parentRunId !== null && !isTerminal(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
-      await this.#syncDirectory();
+      // Listed now if the directory answers, else by the alarm's first status: a failure here must not leave a run
+      // that never runs (its alarm unset) while the client, told 5xx, starts another.
+      await this.#listNewRun().catch((error: unknown) =>
+        console.warn(`run ${init.runId}: could not list it in its org's directory yet`, error),
+      );
       await this.ctx.storage.setAlarm(now);
     }
     return this.#view()!;
@@ -470,6 +474,12 @@ export class RunCoordinator extends Server<Env> {
       return { ...data, line: this.#redactor.redact(line) };
     }
     return data;
+  }
+
+  /** A new run's first listing: the one directory sync with a fault point (a check in every sync loads every test). */
+  async #listNewRun(): Promise<void> {
+    await faultProbeFor(this.env, { play: this.#store.run()!.play }).check("directory.sync");
+    await this.#syncDirectory();
   }
 
   async #syncDirectory(): Promise<void> {

@@ -14,8 +14,9 @@
  * The `*.claimed`, `sheet.persisted` points come right after the operation
  * succeeded (crash points between the phases of a chunk; `executor.reported`:
  * a report the coordinator applied whose answer is lost; `executor.end` and
- * `executor.ended`, the same two of a report carrying an attempt's end); `run.alarm` is the
- * coordinator's alarm after it drove the run, before it re-armed itself.
+ * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a new
+ * run's first listing in its org's directory); `run.alarm` is the coordinator's alarm after it
+ * drove the run, before it re-armed itself.
  *
  * A rule with `hold: true` neither fails nor crashes: the matching call waits
  * until the test releases it (`FaultInjector.release`), which opens a window
@@ -52,6 +53,7 @@ export const FAULT_POINTS = [
   "executor.reported",
   "executor.end",
   "executor.ended",
+  "directory.sync",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);
