@@ -236,6 +236,39 @@ describe("a provider that does not answer in time", () => {
   });
 });
 
+describe("salvage that reaches a run after its end", () => {
+  it("wakes the ended run, whose alarm writes it into its receipt (else a rerun pays for that output again)", async () => {
+    const runId = await startRun("test-calls", { rows: findRows("Late", 2), dataset: "late-salvage" });
+    expect((await waitForRun(runId)).status).toBe("completed");
+    // An attempt the coordinator gave up on (its end waited past the stop's grace) reports its salvage at last, and
+    // nothing else: no bill (that went out in an earlier heartbeat).
+    const attempt = { attemptId: "late-attempt", runId, attemptSeq: 1 };
+    const usage = { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} };
+    const entry = { receiptKey: "late-receipt", toolId: "sim_find_email", attempt, output: { email: "late@faults.test" } };
+    await env.RUN_COORDINATOR.getByName(runId).attemptReport({
+      executor: "late-executor",
+      attemptId: attempt.attemptId,
+      map: "late-salvage",
+      chunk: 0,
+      rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
+      logs: [],
+      bills: [],
+      salvage: [{ ...entry, completeAttempts: 3, error: "receipt shard overloaded", at: Date.now() }],
+      usage,
+      latency: [],
+      waiting: [],
+      draining: false,
+      end: null,
+    });
+    const events = await until(
+      () => allEvents(runId),
+      (all) => all.some((e) => e.type === "salvage.restored"),
+      "the late salvage to be written back",
+    );
+    expect(events.find((e) => e.type === "salvage.restored")).toMatchObject({ total: 1 });
+  });
+});
+
 describe("an org directory that cannot be told of a new run", () => {
   it("still runs it, answered 202, and lists it once its alarm can tell the directory", async () => {
     await setFaults([{ point: "directory.sync", fromCall: 1, times: 1 }]);

@@ -116,8 +116,8 @@ export class RunCoordinator extends Server<Env> {
       live: this.#live,
       emit: (type, data) => this.#emit(type, data),
       now: Date.now,
-      // A bill that reaches an ended run: its next alarm reports it to the org's day.
-      onLateBill: () => void this.ctx.storage.setAlarm(Date.now()),
+      // A bill that reaches an ended run: its next alarm reports it to the org's day (salvage: writes it back).
+      onLateWork: () => void this.ctx.storage.setAlarm(Date.now()),
     });
     this.#host = {
       env,

@@ -45,12 +45,14 @@ export class SalvageStore {
     this.#sql = options.sql;
   }
 
-  /** Keeps an entry (the first one per receipt wins: it is the billed output). */
-  add(entry: SalvageEntry): void {
-    this.#sql.write`INSERT INTO salvage (receipt_key, tool_id, attempt, output, complete_attempts, error, at)
+  /** Keeps an entry (the first one per receipt wins: it is the billed output); whether it was new. */
+  add(entry: SalvageEntry): boolean {
+    return (
+      this.#sql.write`INSERT INTO salvage (receipt_key, tool_id, attempt, output, complete_attempts, error, at)
       VALUES (${entry.receiptKey}, ${entry.toolId}, ${JSON.stringify(entry.attempt)}, ${JSON.stringify(entry.output ?? null)},
         ${entry.completeAttempts}, ${entry.error.slice(0, 2000)}, ${entry.at})
-      ON CONFLICT (receipt_key) DO NOTHING`;
+      ON CONFLICT (receipt_key) DO NOTHING` > 0
+    );
   }
 
   pendingCount(): number {

@@ -55,8 +55,11 @@ export class ExecutorAttempts {
   #live: LiveRows;
   #emit: Emit;
   #now: () => number;
-  /** A bill reached a run that has ended: its spend report must be made again. */
-  #onLateBill: () => void;
+  /**
+   * A bill or salvage reached a run that has ended: its alarm must report the spend again, or write the salvage
+   * into its receipts (else a rerun pays for that output again).
+   */
+  #onLateWork: () => void;
   #watched = new Map<string, Watched>();
   /**
    * The run's executors busy with an attempt, by slot, over all its maps: two
@@ -65,12 +68,12 @@ export class ExecutorAttempts {
    */
   readonly busySlots = new Set<number>();
 
-  constructor(options: { store: RunStore; live: LiveRows; emit: Emit; now(): number; onLateBill(): void }) {
+  constructor(options: { store: RunStore; live: LiveRows; emit: Emit; now(): number; onLateWork(): void }) {
     this.#store = options.store;
     this.#live = options.live;
     this.#emit = options.emit;
     this.#now = options.now;
-    this.#onLateBill = options.onLateBill;
+    this.#onLateWork = options.onLateWork;
   }
 
   /** The invocation under way answers executors until the returned close. */
@@ -141,12 +144,13 @@ export class ExecutorAttempts {
       if (bill.grantOf) settled.set(bill.grantOf, (settled.get(bill.grantOf) ?? 0) + micros);
     }
     for (const [attemptId, micros] of settled) store.spend.settleGrant(attemptId, micros);
-    for (const entry of report.salvage) store.salvage.add(entry);
+    let salvaged = 0;
+    for (const entry of report.salvage) if (store.salvage.add(entry)) salvaged++;
     store.addUsage(report.usage);
     for (const { line, code } of report.logs) this.#emit("log.appended", code ? { line, code } : { line });
     if (report.end) store.spend.releaseGrant(report.attemptId);
     const run = store.run();
-    if (billed > 0 && run && isTerminal(run.status)) this.#onLateBill();
+    if ((billed > 0 || salvaged > 0) && run && isTerminal(run.status)) this.#onLateWork();
     // Recorded once all of it is (a write above that throws has the executor send it again, and it is applied again).
     if (reporter !== undefined && seq !== undefined) store.reports.record(reporter, seq);
 

@@ -95,7 +95,7 @@ describe("ExecutorAttempts, spend under a cap", () => {
     const stub = env.RUN_COORDINATOR.getByName(`grants-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
       const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateBill: () => {} });
+      const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateWork: () => {} });
       const cap = toMicros(50);
       // A draining attempt and the next one alongside it on the same executor: 25 credits each, the whole cap.
       expect(store.spend.grant("a", toMicros(25), cap)).toBe(toMicros(25));
@@ -129,7 +129,7 @@ describe("ExecutorAttempts, spend under a cap", () => {
         live: new LiveRows(),
         emit: (_type, data) => void lines.push(data),
         now: Date.now,
-        onLateBill: () => {},
+        onLateWork: () => {},
       });
       const heard: number[] = [];
       const watch = attempts.watch("a", "m", 0, () => heard.push(1));
