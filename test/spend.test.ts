@@ -118,6 +118,36 @@ describe("maxSpend", () => {
   });
 });
 
+describe("maxSpend over child plays", () => {
+  it("counts every child's spend: demo-accounts bills no more than its cap, fails spend_cap_reached, and a rerun with a higher cap finishes paying each call once", async () => {
+    await simReset();
+    const domain = `capped-${crypto.randomUUID().slice(0, 8)}.test`;
+    const accounts = Array.from({ length: 6 }, (_, a) => ({ id: `c${a}`, domain, people: [0, 1, 2, 3].map((p) => `Capped ${a} ${p}`) }));
+    // Each person is a find (1 credit) and a verify (0.25): 30 credits over the six children; the parent allows 10.
+    const maxSpend = 10;
+    const started = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-accounts", input: { accounts }, maxSpend } });
+    expect(started.status).toBe(202);
+    const capped = await waitForRun(started.body.runId, { timeoutMs: 60_000 });
+    expect(capped.status).toBe("failed");
+    expect(capped.error).toMatchObject({ code: "spend_cap_reached", details: { maxSpend } });
+    const billed = billedCredits(await simStats());
+    expect(billed).toBeGreaterThan(0);
+    expect(billed).toBeLessThanOrEqual(maxSpend);
+    // The cap's error counts the children's spend (at most what they were allotted).
+    expect(capped.error.details.spent).toBeGreaterThanOrEqual(billed);
+    expect(capped.error.details.spent).toBeLessThanOrEqual(maxSpend);
+
+    const rerun = await apiJson(`/v1/runs/${capped.runId}/rerun`, { method: "POST", json: { maxSpend: 1000 } });
+    expect(rerun.status).toBe(202);
+    const done = await waitForRun(rerun.body.runId, { timeoutMs: 60_000 });
+    expect(done.status).toBe("completed");
+    expect(done.result).toEqual({ rows: 6, failed: 0 });
+    const stats = await simStats();
+    expect(stats.duplicates).toBe(0);
+    expect(billedCredits(stats)).toBe(30);
+  });
+});
+
 async function submitWith(input: unknown, options: Record<string, unknown>): Promise<string> {
   const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "test-calls", input, ...options } });
   if (status !== 202) throw new Error(`start failed: ${status} ${JSON.stringify(body)}`);

@@ -14,6 +14,8 @@ import { LiveFeed, type LiveState } from "../runtime/views/live-feed";
 import { Redactor, secretsFromEnv } from "../runtime/views/redact";
 import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
+import { allotToChild } from "../runtime/tools/child-spend";
+import { toMicros } from "../stores/spend-store";
 import { cancelChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
 import { RunStore, type RunRecord } from "../stores/run-store";
@@ -147,6 +149,8 @@ export class RunCoordinator extends Server<Env> {
       { ...init, deadlineAt, testPolicy, maxSpend: init.maxSpend ?? null, retryUnknown: init.retryUnknown ?? false },
       init.input,
     );
+    // A child of a capped run spends from its parent's cap, from its first request on.
+    if (created && init.spendFromParent) this.#store.spend.setParentAllotment(0);
     // A parent (the first, or another run of the same child identity) is told when this run ends.
     if (init.parentRunId !== null && !isTerminal(this.#store.run()!.status)) this.#journal.addWatcher(init.parentRunId);
     if (created) {
@@ -191,6 +195,9 @@ export class RunCoordinator extends Server<Env> {
   async childFinished(message: ChildFinished): Promise<void> {
     const end = ChildFinished.parse(message);
     const run = this.#store.run();
+    // What a child this run allotted some of its cap spent replaces its allotment (counted even once this run ended).
+    if (run && end.spentCredits !== undefined && this.#store.spend.childAllotment(end.childRunId))
+      this.#store.spend.childEnded(end.childRunId, toMicros(end.spentCredits));
     if (!run || isTerminal(run.status)) return;
     const ended = recordChildEnd(
       this.#journal,
@@ -199,6 +206,13 @@ export class RunCoordinator extends Server<Env> {
     );
     this.#waiters.notify(end.childRunId);
     if (ended > 0) await this.#wake();
+  }
+
+  /** A child of this run asks for more of its spend cap (runtime/tools/child-spend.ts): what the child may spend in all. */
+  async allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number> {
+    if (!this.#runOf(org)) return 0;
+    const micros = (n: number) => (Number.isSafeInteger(n) && n > 0 ? n : 0);
+    return allotToChild(this.env, this.#store, childRunId, micros(wantedMicros), micros(needMicros));
   }
 
   /** An executor of this run asks what the invocation of epoch `attemptSeq` had done (null once it has ended). */

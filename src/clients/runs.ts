@@ -17,6 +17,7 @@ interface RunCoordinatorRpc {
   getRun(org: string): Promise<RunView | null>;
   cancel(org: string, parentRunId?: string): Promise<RunView | null>;
   childFinished(message: ChildFinished): Promise<void>;
+  allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number>;
 }
 
 export class RunClient {
@@ -52,6 +53,11 @@ export class RunClient {
   /** Tells a parent run that its child ended. */
   childFinished(parentRunId: string, message: ChildFinished): Promise<void> {
     return this.#stub(parentRunId, "childFinished").childFinished(message);
+  }
+
+  /** A child asks its parent for more of the parent's cap (child-spend.ts): what the child may spend in all, in micro-credits. */
+  allotChildSpend(parentRunId: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number> {
+    return this.#stub(parentRunId, "allotChildSpend").allotChildSpend(this.#org, childRunId, wantedMicros, needMicros);
   }
 
   /** The coordinator of `runId`, counted as one call of `run.<method>` when the client has a meter. */

@@ -297,7 +297,7 @@ export interface SpendGrant {
   grantedMicros: number;
   /** When refused: what the run has billed and the cap, for the error. */
   spentCredits: number;
-  cap: { credits: number; reason: "maxSpend" | "daily"; limit?: number } | null;
+  cap: { credits: number; reason: "maxSpend" | "daily" | "parent"; limit?: number } | null;
   /**
    * Nothing granted now, but other attempts of the run hold reservations that will be billed or given back: ask
    * again after this long rather than take the cap as reached.

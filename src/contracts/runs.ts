@@ -19,6 +19,8 @@ export const StartRunMessage = z.object({
   depth: z.number().int().min(0).max(64).optional(),
   /** Test runner only (ignored elsewhere): policy overrides for this run. */
   testPolicy: TestPolicyOverrides.optional(),
+  /** A child of a capped run: it spends only what its parent allots it of that cap (runtime/tools/child-spend.ts). */
+  spendFromParent: z.boolean().optional(),
 });
 export type StartRunMessage = z.infer<typeof StartRunMessage>;
 
@@ -33,5 +35,7 @@ export const ChildFinished = z.object({
     .object({ code: z.string().max(200), message: z.string().max(100_000) })
     .loose()
     .nullable(),
+  /** What the child spent, its own children included, in credits: it replaces what its parent allotted it. */
+  spentCredits: z.number().nonnegative().optional(),
 });
 export type ChildFinished = z.infer<typeof ChildFinished>;

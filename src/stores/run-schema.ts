@@ -161,4 +161,10 @@ export const runMigrations = [
   // The last report applied of each executor's reporter (AttemptReport.seq): one sent again because its answer was
   // lost is not applied twice.
   `CREATE TABLE reports_applied (reporter TEXT PRIMARY KEY, seq INTEGER NOT NULL, at INTEGER NOT NULL) WITHOUT ROWID;`,
+  // A capped run's children spend from its cap (src/runtime/tools/child-spend.ts): what each child was allotted (or
+  // spent, once ended), and, in a child, what its parent allotted it.
+  `
+  CREATE TABLE child_spend (child_run_id TEXT PRIMARY KEY, micros INTEGER NOT NULL, ended INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+  CREATE TABLE parent_allotment (id INTEGER PRIMARY KEY CHECK (id = 1), micros INTEGER NOT NULL);
+  `,
 ];

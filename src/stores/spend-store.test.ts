@@ -68,6 +68,39 @@ describe("SpendStore", () => {
     });
   });
 
+  it("counts children's allotments against the cap, not as its bills, and shows sums without float noise", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const spend = new SpendStore({ sql: createSql(state.storage), now: () => Date.UTC(2026, 11, 3) });
+      // 1.001 + 0.001 added as credits is 1.0019999999999998.
+      expect(spend.recordBilled(call("p", "find", 1.001))).toBe(true);
+      expect(spend.recordBilled(call("q", "verify", 0.001))).toBe(true);
+      expect(spend.totals()).toEqual({ total: 1.002, byProvider: { sim: 1.002 }, byTool: { find: 1.001, verify: 0.001 } });
+
+      spend.allotChild("run_child", toMicros(3));
+      spend.allotChild("run_child", toMicros(2));
+      expect(spend.childAllotment("run_child")).toEqual({ micros: toMicros(5), ended: false });
+      expect(spend.committedMicros()).toBe(toMicros(6.002));
+      expect(spend.billedMicros()).toBe(toMicros(1.002));
+      expect(spend.reservedMicros()).toBe(0);
+      expect(spend.reserve(call("r"), toMicros(6.4))).toBe(false); // the child's allotment counts against the cap
+      spend.childEnded("run_child", toMicros(1.5));
+      spend.childEnded("run_child", toMicros(4)); // once
+      expect(spend.childAllotment("run_child")).toEqual({ micros: toMicros(1.5), ended: true });
+      expect(spend.spentWithChildrenMicros()).toBe(toMicros(2.502));
+      expect(spend.reserve(call("r"), toMicros(3.1))).toBe(true);
+      spend.releaseAll();
+      expect(spend.committedMicros()).toBe(toMicros(2.502));
+      expect(spend.totals().total).toBe(1.002);
+
+      expect(spend.parentAllotment()).toBeNull();
+      spend.setParentAllotment(0);
+      spend.setParentAllotment(toMicros(2));
+      spend.setParentAllotment(toMicros(1)); // only grows
+      expect(spend.parentAllotment()).toBe(toMicros(2));
+    });
+  });
+
   it("reports each bill to the org once, however many bills the run holds", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
@@ -103,8 +136,9 @@ describe("SpendStore", () => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
-        ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; UPDATE _schema SET version = ?`,
-        runMigrations.length - 4,
+        ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
+        UPDATE _schema SET version = ?`,
+        runMigrations.length - 5,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -124,8 +158,8 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
-        DROP TABLE reports_applied; UPDATE _schema SET version = ?`,
-        runMigrations.length - 3,
+        DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; UPDATE _schema SET version = ?`,
+        runMigrations.length - 4,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES

@@ -128,7 +128,7 @@ export class SpendStore {
   }
 
   /** Adds `calls` rows like `row` (negative: removes them) to the sums of `state`. */
-  #count(row: Counted, state: SpendState, calls: number, micros = calls * row.micros): void {
+  #count(row: Counted, state: SpendState | "children", calls: number, micros = calls * row.micros): void {
     this.#sql.write`INSERT INTO spend_totals (tool_id, provider, state, calls, micros)
       VALUES (${row.tool_id}, ${row.provider}, ${state}, ${calls}, ${micros})
       ON CONFLICT (tool_id, provider, state) DO UPDATE SET calls = calls + excluded.calls, micros = micros + excluded.micros`;
@@ -179,9 +179,60 @@ export class SpendStore {
     this.#sql.write`DELETE FROM spend_totals WHERE state = 'reserved'`;
   }
 
-  /** Reserved and billed, in micro-credits: what the cap is checked against. */
+  /**
+   * Reserved and billed, in micro-credits, and what children may spend of this run's cap (their allotments, or what
+   * they spent once ended): what the cap is checked against.
+   */
   committedMicros(): number {
     return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals`[0]!.n;
+  }
+
+  /** Reserved (to be billed or freed), in micro-credits. */
+  reservedMicros(): number {
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals WHERE state = 'reserved'`[0]!.n;
+  }
+
+  /** What this run's children may spend of its cap (allotted), or spent once they ended. */
+  childrenMicros(): number {
+    return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals WHERE state = 'children'`[0]!.n;
+  }
+
+  /** What the child was allotted (or spent, once `ended`); null when it was allotted nothing. */
+  childAllotment(childRunId: string): { micros: number; ended: boolean } | null {
+    const row = this.#sql<{ micros: number; ended: number }>`SELECT micros, ended FROM child_spend WHERE child_run_id = ${childRunId}`[0];
+    return row ? { micros: row.micros, ended: row.ended === 1 } : null;
+  }
+
+  /** The child may spend `micros` more of this run's cap (the caller checked the cap). */
+  allotChild(childRunId: string, micros: number): void {
+    this.#sql.write`INSERT INTO child_spend (child_run_id, micros) VALUES (${childRunId}, ${micros})
+      ON CONFLICT (child_run_id) DO UPDATE SET micros = micros + excluded.micros`;
+    this.#count(CHILDREN, "children", 0, micros);
+  }
+
+  /** The child ended having spent `micros` (its own and its children's): that replaces its allotment. Once. */
+  childEnded(childRunId: string, micros: number): void {
+    const held = this.childAllotment(childRunId);
+    if (held?.ended) return;
+    this.#sql.write`INSERT INTO child_spend (child_run_id, micros, ended) VALUES (${childRunId}, ${micros}, 1)
+      ON CONFLICT (child_run_id) DO UPDATE SET micros = excluded.micros, ended = 1`;
+    this.#count(CHILDREN, "children", 0, micros - (held?.micros ?? 0));
+  }
+
+  /** What this run spent, its children's spend (or allotments, while they run) included. */
+  spentWithChildrenMicros(): number {
+    return this.billedMicros() + this.childrenMicros();
+  }
+
+  /** A run that spends from its parent's cap: what the parent allotted it (null: its parent's cap is not its own). */
+  parentAllotment(): number | null {
+    return this.#sql<{ micros: number }>`SELECT micros FROM parent_allotment WHERE id = 1`[0]?.micros ?? null;
+  }
+
+  /** This run spends from its parent's cap, or its parent allotted it `micros` in all (it only grows). */
+  setParentAllotment(micros: number): void {
+    this.#sql.write`INSERT INTO parent_allotment (id, micros) VALUES (1, ${micros})
+      ON CONFLICT (id) DO UPDATE SET micros = max(micros, excluded.micros)`;
   }
 
   billedMicros(): number {
@@ -197,15 +248,17 @@ export class SpendStore {
   totals(): SpendTotals {
     const rows = this.#sql<{ tool_id: string; provider: string; micros: number }>`SELECT tool_id, provider, micros
       FROM spend_totals WHERE state = 'billed'`;
-    const totals: SpendTotals = { total: 0, byProvider: {}, byTool: {} };
+    // Summed in micro-credits, each converted once: credits added as floats show noise (1.0019999999999998).
+    const byProvider: Record<string, number> = {};
+    const byTool: Record<string, number> = {};
     let total = 0;
     for (const row of rows) {
       total += row.micros;
-      totals.byProvider[row.provider] = toCredits((totals.byProvider[row.provider] ?? 0) * MICROS + row.micros);
-      totals.byTool[row.tool_id] = toCredits((totals.byTool[row.tool_id] ?? 0) * MICROS + row.micros);
+      byProvider[row.provider] = (byProvider[row.provider] ?? 0) + row.micros;
+      byTool[row.tool_id] = (byTool[row.tool_id] ?? 0) + row.micros;
     }
-    totals.total = toCredits(total);
-    return totals;
+    const credits = (sums: Record<string, number>) => Object.fromEntries(Object.entries(sums).map(([k, v]) => [k, toCredits(v)]));
+    return { total: toCredits(total), byProvider: credits(byProvider), byTool: credits(byTool) };
   }
 
   /** Billed requests not reported to the org yet (past its place), summed per UTC day and provider. */
@@ -255,6 +308,9 @@ export class SpendStore {
     return this.#seq;
   }
 }
+
+/** How children's allotments are counted in `spend_totals` (state `children`): in what the cap is checked against. */
+const CHILDREN: Counted = { tool_id: "(children)", provider: "(children)", micros: 0 };
 
 function grantKey(attemptId: string): string {
   return `grant:${attemptId}`;

@@ -68,7 +68,7 @@ export class ExecutorSpend implements SpendLedger {
         const cap = grant.cap ?? { credits: 0, reason: "maxSpend" as const };
         throw cap.reason === "daily"
           ? new SpendCapReached(grant.spentCredits, cap.limit ?? cap.credits, "daily")
-          : new SpendCapReached(grant.spentCredits, cap.credits);
+          : new SpendCapReached(grant.spentCredits, cap.credits, cap.reason);
       }
     }
     this.#reserved.set(request.requestKey, request);

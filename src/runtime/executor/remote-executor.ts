@@ -283,7 +283,7 @@ function fatalOf(end: Extract<AttemptEnd, { kind: "fatal" }>): TroupeError {
   if (end.code === "spend_cap_reached") {
     const spent = Number(end.details?.spent ?? 0);
     const maxSpend = Number(end.details?.maxSpend ?? 0);
-    return new SpendCapReached(spent, maxSpend, end.message.includes("daily") ? "daily" : "maxSpend");
+    return new SpendCapReached(spent, maxSpend, "maxSpend", end.message);
   }
   return new TerminalError(end.code, end.message, { details: end.details });
 }

@@ -28,6 +28,7 @@ import { RunClient } from "../../clients/runs";
 import type { InvocationScope } from "./scope";
 import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
+import { SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
 import type { WaitPolicy, Waits } from "./waits";
 import { forEachLimited, getOrInsert } from "../../core/collections";
@@ -43,6 +44,8 @@ export interface ChildEnd {
   status: "completed" | "failed" | "cancelled";
   result: unknown;
   error: { code: string; message: string } | null;
+  /** What it spent, its own children included (credits); absent when read from its view. */
+  spentCredits?: number;
 }
 
 /**
@@ -89,10 +92,9 @@ export function childOutcome(play: string, end: ChildEnd): WaitOutcome {
   if (end.status === "cancelled")
     return { state: "failed", error: { code: "child_cancelled", message: `child play ${play} (${end.childRunId}) was cancelled` } };
   const cause = end.error ? `${end.error.code}: ${end.error.message}` : "no error recorded";
-  return {
-    state: "failed",
-    error: { code: "child_failed", message: `child play ${play} (${end.childRunId}) failed: ${cause}`.slice(0, 4000) },
-  };
+  // A child stopped at a spend cap (its parent's, which counts the child's spend, or the org's day) stops the parent too.
+  const code = end.error?.code === "spend_cap_reached" ? "spend_cap_reached" : "child_failed";
+  return { state: "failed", error: { code, message: `child play ${play} (${end.childRunId}) failed: ${cause}`.slice(0, 4000) } };
 }
 
 /** Records a child's end in every entry waiting on it; returns how many it ended. */
@@ -120,6 +122,8 @@ export interface ChildPlaysOptions {
   waiters: ChildWaiters;
   /** Parks the run when a play-level call must wait. */
   waits: Waits;
+  /** Whether this run spends under a cap of its own or its parent's: its children then spend from it (child-spend.ts). */
+  capped: boolean;
   /** A row's child still runs after the in-process wait: stop this invocation and resume at `resumeAt`. */
   suspend(resumeAt: number, reason: string): Error;
 }
@@ -242,6 +246,7 @@ export class ChildPlays {
       }
     }
     if (entry.state === "done") return entry.result;
+    if (entry.state === "failed" && entry.error!.code === "spend_cap_reached") throw this.#capReached(entry.error!.message);
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
     if (row === null) this.#deps.waits.park(`waiting for ${what}`);
@@ -279,6 +284,7 @@ export class ChildPlays {
             forceToolRefresh: run.forceToolRefresh,
             parentRunId: run.runId,
             depth: run.depth + 1,
+            spendFromParent: this.#deps.capped,
           }),
         )
         .catch((error: unknown) => {
@@ -338,6 +344,16 @@ export class ChildPlays {
     )
       return;
     this.#scope.emit("child.finished", { childRunId: entry.childRunId, play: entry.childPlay, status: "timeout" });
+  }
+
+  /**
+   * A child refused by a spend cap: this run's next call would pass it too, so the run stops as its own refused call
+   * would stop it (a row's field throwing it trips its attempt's latch). The spend is counted again at its end.
+   */
+  #capReached(childMessage: string): SpendCapReached {
+    const { run } = this.#scope;
+    const message = `a child play's provider request would pass this run's spend cap (its maxSpend counts every child's spend; nothing more was sent): ${childMessage}`;
+    return new SpendCapReached(0, run.maxSpend ?? 0, run.maxSpend === null ? "parent" : "maxSpend", message.slice(0, 4000));
   }
 
   #nextCheck(entry: WaitEntry): number {

@@ -224,6 +224,7 @@ export class Invocation implements InvocationScope {
       policy: waitPolicyFor(this.env, this.run.testPolicy),
       waiters: this.host.waiters,
       waits,
+      capped: this.run.maxSpend !== null || this.store.spend.parentAllotment() !== null,
       suspend: (resumeAt, reason) => {
         if (!this.#suspension.signal.aborted) {
           this.log(`${reason}: this invocation yields; the map goes on when the child ends`, "invocation_suspended");

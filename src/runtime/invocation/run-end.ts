@@ -112,10 +112,10 @@ export async function retrySalvageOfEndedRun(inv: Invocation): Promise<number | 
   return null;
 }
 
-/** A run stopped by its cap reports what it billed in the end (requests in flight at the refusal were billed after it). */
+/** A run stopped by its cap reports what it billed in the end, its children's spend included (requests in flight at the refusal were billed after it). */
 function spentAtEnd(store: RunStore, error: RunError): Partial<RunError> {
   if (error.code !== "spend_cap_reached" || !error.details) return {};
-  return { details: { ...error.details, spent: toCredits(store.spend.billedMicros()) } };
+  return { details: { ...error.details, spent: toCredits(store.spend.spentWithChildrenMicros()) } };
 }
 
 function salvageSummary(salvage: NonNullable<ReturnType<RunStore["salvage"]["record"]>>): string {

@@ -12,6 +12,7 @@ import { RunClient } from "../../clients/runs";
 import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
+import { toCredits } from "../../stores/spend-store";
 
 export interface RunLinksOptions {
   env: Env;
@@ -30,6 +31,7 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
     status: run.status,
     result: run.result,
     error: run.error ? { code: run.error.code, message: run.error.message } : null,
+    spentCredits: toCredits(o.store.spend.spentWithChildrenMicros()),
   };
   await Promise.all(
     o.journal.unnotifiedWatchers().map(async (parentRunId) => {

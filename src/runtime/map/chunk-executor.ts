@@ -8,6 +8,7 @@
 import { ToolCallError } from "../../play/tool-error";
 import type { FieldSet, Row, RowContext } from "../../play/types";
 import { messageOf, TerminalError, TroupeError } from "../../core/errors";
+import { SpendCapReached } from "../tools/spend";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
 import type { AttemptRef, PersistRowsRequest } from "../../contracts/shards";
 import type { ChunkResume, ChunkSummary } from "../../contracts/executors";
@@ -416,6 +417,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       }
       return { key: planned.key, status: "completed", data: row, error: null };
     } catch (error) {
+      // The run's spend cap (a child play refused by it, say): the attempt stops, as a refused tool call stops it.
+      if (error instanceof SpendCapReached) latch.trip(error);
       if (signal.aborted || latch.tripped) return null;
       const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
       return { key: planned.key, status: "failed", data: storable(row) ?? planned.input, error: message.slice(0, 8000) };

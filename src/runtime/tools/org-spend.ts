@@ -8,13 +8,14 @@ import { isTerminal } from "../../core/statuses";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { utcDay } from "../../stores/org-spend-store";
-import { type BillableRequest, MAX_GRANT_WAIT_MS, type SpendCap, SpendCapReached } from "./spend";
+import { type BillableRequest, type CapReason, MAX_GRANT_WAIT_MS, type SpendCap, SpendCapReached } from "./spend";
+import { askParent } from "./child-spend";
 import { sleep } from "../../core/time";
 import type { SpendGrant } from "../../contracts/executors";
 
 import { OrgClient } from "../../clients/orgs";
 
-type DirectoryEnv = Pick<Env, "ORG_DIRECTORY">;
+type DirectoryEnv = Pick<Env, "ORG_DIRECTORY" | "RUN_COORDINATOR">;
 
 /** A hold for a request of the coordinator's own asks for this many like it (an executor's grant is already as large). */
 const HOLD_MULTIPLE = 25;
@@ -48,12 +49,14 @@ export class InvocationSpendCap {
   readonly dailyLimit: number | null;
   #store: RunStore;
   #hold: (wantedMicros: number, needMicros: number) => Promise<number>;
+  #askParent: (wantedMicros: number, needMicros: number) => Promise<boolean>;
   #now: () => number;
   /** Committed when the holding started (the invocation, or the day): the daily cap is this plus what it holds. */
   #baseMicros: number;
   #heldMicros = 0;
   #day: string;
   #asking: Promise<number> | null = null;
+  #askingParent: Promise<boolean> | null = null;
   /**
    * Attempts told to wait for a grant, and when they last asked: what they hold comes back only once they are
    * granted. One that has not asked again lately went on without (a reservation of its own was freed).
@@ -67,43 +70,55 @@ export class InvocationSpendCap {
     maxSpend: number | null;
     dailyLimit: number | null;
     hold?(wantedMicros: number, needMicros: number): Promise<number>;
+    /** A run that spends from its parent's cap asks it for more (child-spend.ts); whether its allotment grew. */
+    askParent?(wantedMicros: number, needMicros: number): Promise<boolean>;
     now?(): number;
   }) {
     this.#store = options.store;
     this.maxSpend = options.maxSpend;
     this.dailyLimit = options.dailyLimit;
     this.#hold = options.hold ?? (async () => 0);
+    this.#askParent = options.askParent ?? (async () => false);
     this.#now = options.now ?? Date.now;
-    this.#baseMicros = options.store.spend.committedMicros();
+    this.#baseMicros = this.#ownCommitted();
     this.#day = utcDay(this.#now());
   }
 
   get capped(): boolean {
-    return this.maxSpend !== null || this.dailyLimit !== null;
+    return this.maxSpend !== null || this.dailyLimit !== null || this.#store.spend.parentAllotment() !== null;
   }
 
-  /** What the run may have reserved and billed now, in micro-credits (null: no cap), and which cap that is. */
-  #cap(): { micros: number; reason: "maxSpend" | "daily" } | null {
+  /** Reserved and billed by the run itself: what it holds of the org's day covers (its children hold their own). */
+  #ownCommitted(): number {
+    return this.#store.spend.committedMicros() - this.#store.spend.childrenMicros();
+  }
+
+  /**
+   * What the run may have reserved and billed now (its children's allotments counted), in micro-credits (null: no
+   * cap), and which cap that is.
+   */
+  #cap(): { micros: number; reason: CapReason } | null {
     // Past midnight (UTC) the org forgets yesterday's holds: what was held then is not today's.
     const today = utcDay(this.#now());
     if (today !== this.#day) {
       this.#day = today;
       this.#heldMicros = 0;
-      this.#baseMicros = this.#store.spend.committedMicros();
+      this.#baseMicros = this.#ownCommitted();
     }
-    const own = this.maxSpend === null ? null : toMicros(this.maxSpend);
-    const daily = this.dailyLimit === null ? null : this.#baseMicros + this.#heldMicros;
-    if (own === null && daily === null) return null;
-    if (daily === null || (own !== null && own <= daily)) return { micros: own!, reason: "maxSpend" };
-    return { micros: daily, reason: "daily" };
+    const caps: { micros: number; reason: CapReason }[] = [];
+    if (this.maxSpend !== null) caps.push({ micros: toMicros(this.maxSpend), reason: "maxSpend" });
+    const allotted = this.#store.spend.parentAllotment();
+    if (allotted !== null) caps.push({ micros: allotted, reason: "parent" });
+    if (this.dailyLimit !== null)
+      caps.push({ micros: this.#baseMicros + this.#heldMicros + this.#store.spend.childrenMicros(), reason: "daily" });
+    return caps.reduce<{ micros: number; reason: CapReason } | null>((low, cap) => (low && low.micros <= cap.micros ? low : cap), null);
   }
 
   /** The cap as an error or a grant states it. */
-  #stated(reason: "maxSpend" | "daily"): SpendCap {
+  #stated(reason: CapReason): SpendCap {
     const micros = this.#cap()?.micros ?? 0;
-    return reason === "daily"
-      ? { credits: toCredits(micros), reason: "daily", limit: this.dailyLimit! }
-      : { credits: this.maxSpend!, reason: "maxSpend" };
+    if (reason === "daily") return { credits: toCredits(micros), reason: "daily", limit: this.dailyLimit! };
+    return reason === "parent" ? { credits: toCredits(micros), reason: "parent" } : { credits: this.maxSpend!, reason: "maxSpend" };
   }
 
   /**
@@ -119,6 +134,7 @@ export class InvocationSpendCap {
       const need = toMicros(request.credits);
       // Held for many requests like it at once: the org is asked rarely.
       if (cap!.reason === "daily" && (await this.#more(need, need * HOLD_MULTIPLE))) continue;
+      if (cap!.reason === "parent" && (await this.#moreOfParent(need, need * HOLD_MULTIPLE))) continue;
       if (waitedMs >= MAX_GRANT_WAIT_MS || !this.#othersMoving()) throw this.#reached(cap!.reason);
       await sleep(GRANT_WAIT_MS, signal);
       waitedMs += GRANT_WAIT_MS;
@@ -130,7 +146,7 @@ export class InvocationSpendCap {
     let granted = this.#store.spend.grant(attemptId, wantedMicros, this.#cap()?.micros ?? null);
     // An executor asks for many requests' worth: it needs one.
     const need = Math.max(1, Math.ceil(wantedMicros / HOLD_MULTIPLE));
-    while (granted < wantedMicros && this.#cap()?.reason === "daily" && (await this.#more(need, wantedMicros - granted)))
+    while (granted < wantedMicros && (await this.#moreFor(this.#cap()?.reason, need, wantedMicros - granted)))
       granted += this.#store.spend.grant(attemptId, wantedMicros - granted, this.#cap()?.micros ?? null);
     const cap = this.#cap();
     if (granted > 0) this.#waiting.delete(attemptId);
@@ -170,10 +186,29 @@ export class InvocationSpendCap {
 
   /** The run's spend is reported: its hold of the org's day shrinks to what it still has reserved. */
   async release(env: DirectoryEnv, runId: string, org: string): Promise<void> {
-    const reserved = this.#store.spend.committedMicros() - this.#store.spend.billedMicros();
-    await new OrgClient({ env, org }).resetDailySpend(runId, reserved);
+    await new OrgClient({ env, org }).resetDailySpend(runId, this.#store.spend.reservedMicros());
     this.#heldMicros = 0;
-    this.#baseMicros = this.#store.spend.committedMicros();
+    this.#baseMicros = this.#ownCommitted();
+  }
+
+  /** More of the cap that stands in the way, where asking can give more: the org's day, or the parent's cap. */
+  #moreFor(reason: CapReason | undefined, needMicros: number, wantedMicros: number): Promise<boolean> {
+    if (reason === "daily") return this.#more(needMicros, wantedMicros);
+    if (reason === "parent") return this.#moreOfParent(needMicros, wantedMicros);
+    return Promise.resolve(false);
+  }
+
+  /** Asks the parent for at least `needMicros` more of its cap, `wantedMicros` if it can. One ask at a time. */
+  async #moreOfParent(needMicros: number, wantedMicros: number): Promise<boolean> {
+    this.#askingParent ??= this.#askParent(Math.max(needMicros, wantedMicros), needMicros)
+      .catch((error: unknown) => {
+        console.warn("could not ask the parent run for more of its spend cap", error);
+        return false;
+      })
+      .finally(() => {
+        this.#askingParent = null;
+      });
+    return this.#askingParent;
   }
 
   /**
@@ -213,8 +248,9 @@ export class InvocationSpendCap {
     }
   }
 
-  #reached(reason: "maxSpend" | "daily"): SpendCapReached {
+  #reached(reason: CapReason): SpendCapReached {
     const spent = toCredits(this.#store.spend.billedMicros());
+    if (reason === "parent") return new SpendCapReached(spent, toCredits(this.#cap()?.micros ?? 0), "parent");
     return reason === "maxSpend" ? new SpendCapReached(spent, this.maxSpend!) : new SpendCapReached(spent, this.dailyLimit!, "daily");
   }
 }
@@ -230,21 +266,23 @@ export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<In
   if (!run || isTerminal(run.status)) return new InvocationSpendCap({ store, maxSpend: null, dailyLimit: null });
   const { maxSpend } = run;
   const org = new OrgClient({ env, org: run.org });
+  const fromParent = (wantedMicros: number, needMicros: number) => askParent(env, store, wantedMicros, needMicros);
   let dailyLimit: number | null;
   try {
-    const reserved = store.spend.committedMicros() - store.spend.billedMicros();
+    const reserved = store.spend.reservedMicros();
     dailyLimit = (await reportSpend(env, store))
       ? (await org.resetDailySpend(run.runId, reserved)).dailyCredits
       : (await org.spendBudget(Date.now())).dailyCredits;
   } catch (error) {
     // Without the org's figures the run still holds its own cap; the daily one is checked again next invocation.
     console.warn(`run ${run.runId}: could not read the org's spend budget`, error);
-    return new InvocationSpendCap({ store, maxSpend, dailyLimit: null });
+    return new InvocationSpendCap({ store, maxSpend, dailyLimit: null, askParent: fromParent });
   }
   return new InvocationSpendCap({
     store,
     maxSpend,
     dailyLimit,
+    askParent: fromParent,
     hold: (wantedMicros, needMicros) => org.holdDailySpend(run.runId, wantedMicros, needMicros),
   });
 }

@@ -44,17 +44,25 @@ export interface SpendLedger {
  */
 export const MAX_GRANT_WAIT_MS = 60_000;
 
-/** The run would pass its `maxSpend` (or the org's daily cap) with the next request: nothing more is sent. */
+/** Which cap refused: the run's `maxSpend`, the org's daily limit, or what the run's parent allotted it of its cap. */
+export type CapReason = "maxSpend" | "daily" | "parent";
+
+/** The run would pass its `maxSpend` (or the org's daily cap, or its parent's) with the next request: nothing more is sent. */
 export class SpendCapReached extends TerminalError {
   /** `spent` is what was billed when the cap refused; the run's error reports what it billed in the end. */
-  constructor(spent: number, maxSpend: number, reason: "maxSpend" | "daily" = "maxSpend") {
-    super(
-      "spend_cap_reached",
-      reason === "maxSpend"
-        ? `the run's next provider request would pass its maxSpend of ${maxSpend} credits; nothing more was sent. Rerun with a higher maxSpend (completed rows and billed calls are reused)`
-        : `the run's next provider request would pass the org's daily spend limit of ${maxSpend} credits (what today has billed, and what the org's other running runs hold of it); nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`,
-      { details: { spent, maxSpend } },
-    );
+  constructor(spent: number, maxSpend: number, reason: CapReason = "maxSpend", message = capMessage(reason, maxSpend)) {
+    super("spend_cap_reached", message, { details: { spent, maxSpend } });
+  }
+}
+
+function capMessage(reason: CapReason, credits: number): string {
+  switch (reason) {
+    case "maxSpend":
+      return `the run's next provider request would pass its maxSpend of ${credits} credits; nothing more was sent. Rerun with a higher maxSpend (completed rows and billed calls are reused)`;
+    case "daily":
+      return `the run's next provider request would pass the org's daily spend limit of ${credits} credits (what today has billed, and what the org's other running runs hold of it); nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`;
+    case "parent":
+      return `the run's next provider request would pass what its parent run's maxSpend leaves it (${credits} credits so far; the parent's cap counts every child's spend); nothing more was sent. Rerun the parent with a higher maxSpend (completed rows and billed calls are reused)`;
   }
 }
 
@@ -72,4 +80,4 @@ export function priceOf(tool: AnyTool, input: unknown): number {
 }
 
 /** A cap on what a run reserves and bills: its own `maxSpend`, or what the org's daily limit leaves it. */
-export type SpendCap = { credits: number; reason: "maxSpend" } | { credits: number; reason: "daily"; limit: number };
+export type SpendCap = { credits: number; reason: "maxSpend" | "parent" } | { credits: number; reason: "daily"; limit: number };
