@@ -453,4 +453,36 @@ describe("POST /v1/runs/estimate", () => {
     expect((await estimate({ play: "demo-enrich", input: { rows: [{ nope: 1 }] } })).status).toBe(400);
     expect((await estimate({ play: "no-such-play", input: {} })).status).toBe(404);
   });
+
+  it("is a range with no bound where rows run child plays, prices a call shared under a refresh once, and ends where a map's stored rows are read", async () => {
+    await simReset();
+    const estimate = (body: unknown) => apiJson("/v1/runs/estimate", { method: "POST", json: body });
+    // demo-accounts: each account's leads come from a child play, whose cost the estimate cannot know (it said 0, exact).
+    const accounts = { accounts: [{ id: "e0", domain: "estimate-children.test", people: ["Ann", "Bo"] }] };
+    const children = await estimate({ play: "demo-accounts", input: accounts });
+    expect(children.status).toBe(200);
+    expect(children.body).toMatchObject({ exact: false, spend: { low: 0, high: null } });
+    expect(children.body.notes.join(" ")).toContain("ctx.runPlay");
+
+    // Under forceToolRefresh ten rows making one call cost one request: the run reuses its own new receipt.
+    const same = Array.from({ length: 10 }, (_, i) => ({
+      id: `refresh-${i}`,
+      tool: "sim_find_email",
+      input: { name: "Refreshed", domain: "refresh.test" },
+    }));
+    const refreshed = await estimate({ play: "test-calls", input: { rows: same, dataset: "estimated-refresh" }, forceToolRefresh: true });
+    expect(refreshed.body.calls.sim_find_email).toEqual({ reused: 0, new: 1 });
+    expect(refreshed.body.spend).toEqual({ low: 1, expected: 1, high: 1 });
+    const run = await waitForRun(await submitWith({ rows: same, dataset: "estimated-refresh" }, { forceToolRefresh: true }));
+    expect(run.usage.spend.total).toBe(1);
+
+    // A map over what an earlier map stored: estimated up to the read (the second map cost 0 and the estimate was exact).
+    const rows = leads("Staged", 3);
+    const staged = await estimate({ play: "test-stages", input: { rows } });
+    expect(staged.body).toMatchObject({ exact: false, calls: { sim_find_email: { new: 3 } }, spend: { low: 3 } });
+    expect(staged.body.notes.join(" ")).toContain('map "stage-found"');
+    const ran = await waitForRun(await startRun("test-stages", { rows }));
+    expect(ran.result).toEqual({ found: 3, verified: 3 });
+    expect(ran.usage.spend.total).toBe(3.75);
+  });
 });

@@ -4,6 +4,7 @@ import { demoAccounts } from "./demo-accounts";
 import { demoApproval } from "./demo-approval";
 import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
+import { testStages } from "./testing-stages";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
 const demoPlays: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts as PlayDefinition, demoApproval as PlayDefinition];
@@ -13,6 +14,9 @@ const demoPlays: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts 
  * `SIM_PROVIDER` is `on`, the test plays only under the test runner.
  */
 export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
-  const list = [...(env.SIM_PROVIDER === "on" ? demoPlays : []), ...(env.TROUPE_TEST_MODE === "on" ? (testPlays as PlayDefinition[]) : [])];
+  const list = [
+    ...(env.SIM_PROVIDER === "on" ? demoPlays : []),
+    ...(env.TROUPE_TEST_MODE === "on" ? ([...testPlays, testStages] as PlayDefinition[]) : []),
+  ];
   return new Map(list.map((p) => [p.name, p]));
 }

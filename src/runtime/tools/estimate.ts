@@ -12,8 +12,9 @@
  *
  * Assumed, and documented for play authors: a field function's new tool call
  * is its last call (so a row whose only new call is in its last field is
- * known exactly). Child plays, waits and fetch end the estimate of the play
- * where they are called (their cost is not estimated).
+ * known exactly). Child plays, waits, fetch and reading a map's stored rows
+ * end the estimate of the play where they are called; in a row, a child play
+ * or a fetch ends the row's (a child's cost is not estimated: no upper bound).
  */
 import { AuthScopes } from "./auth-scope";
 import { priceOf } from "./spend";
@@ -87,6 +88,8 @@ const WAVE_ROWS = 500;
 
 /** Ends a row's estimate at its first new request: what follows depends on an output that does not exist yet. */
 class RowUnknown extends Error {}
+/** Ends a row's estimate at a child play or a fetch: what it costs, and what follows it, is not known. */
+class RowUnpriced extends RowUnknown {}
 /** Ends the play's estimate at a child play, a wait or a fetch. */
 class PlayStopped extends Error {}
 
@@ -277,7 +280,8 @@ class Estimator {
       completed: plan.rows.length,
       failed: 0,
       duplicatesDropped: plan.duplicatesDropped,
-      rows: async () => [],
+      // Its rows as a run would store them are not known (read as none, a later map over them cost nothing).
+      rows: () => Promise.reject(new PlayStopped(`reading map "${name}"'s rows is not estimated: the play's estimate ends there`)),
     } as DatasetHandle;
   }
 
@@ -290,8 +294,8 @@ class Estimator {
       signal: new AbortController().signal,
       tool: (toolId: string, toolInput: unknown, options?: ToolCallOptions) => this.#call(toolId, toolInput, options, called),
       log: () => {},
-      runPlay: () => Promise.reject(new RowUnknown("child play")),
-      fetch: () => Promise.reject(new RowUnknown("fetch")),
+      runPlay: () => Promise.reject(new RowUnpriced("ctx.runPlay")),
+      fetch: () => Promise.reject(new RowUnpriced("ctx.fetch")),
     } as unknown as RowContext;
     for (let i = 0; i < names.length; i++) {
       try {
@@ -299,8 +303,10 @@ class Estimator {
         row[names[i]!] = value === undefined ? null : value;
       } catch (error) {
         if (error instanceof EstimateUnavailable) throw error;
+        // A child play's cost is not known, nor what a field makes of a fetch: the row's rest is unknown, unbounded.
+        if (error instanceof RowUnpriced) this.#unpriced(error.message, called);
         // A new request in the last field ends the row: nothing after it is assumed to call a provider.
-        if (error instanceof RowUnknown && i < names.length - 1) this.#unknownRemainder(called);
+        else if (error instanceof RowUnknown && i < names.length - 1) this.#unknownRemainder(called);
         // Any other throw fails the row in a run too: it makes no further call.
         return;
       }
@@ -322,6 +328,16 @@ class Estimator {
       this.#expectedExtraMicros += Math.round(perRow * price);
       if (this.#highExtraMicros !== null) this.#highExtraMicros += Math.round(Math.ceil(perRow) * price);
     }
+  }
+
+  /**
+   * A row calls a child play or fetches, and what follows is not known: priced from the play's history after a
+   * fetch (which bills nothing itself); a child play's own cost has no bound here.
+   */
+  #unpriced(what: string, called: Set<string>): void {
+    this.#unknownRemainder(called);
+    if (what === "ctx.runPlay") this.#highExtraMicros = null;
+    this.note(`rows call ${what} from their fields: what a child play costs, or what a field does after a fetch, is not estimated`);
   }
 
   async #playTool(toolId: string, input: unknown, options: ToolCallOptions | undefined): Promise<unknown> {
@@ -347,7 +363,6 @@ class Estimator {
       this.#knownMicros += toMicros(priceOf(tool, parsed.data));
       return new RowUnknown(toolId);
     };
-    if (this.#deps.forceToolRefresh || options.force === true) throw fresh();
     const scope = await this.#scopes.digest(tool);
     const key = await receiptKey({
       org: this.#deps.org,
@@ -358,10 +373,12 @@ class Estimator {
       staleAfterSeconds: options.staleAfterSeconds,
       nowMs: this.#deps.now(),
     });
-    const receipt = await this.#lookup(key);
-    if (receipt.state === "new") {
-      // The same call in another row is billed once in a run (the others wait for its receipt, or reuse it): priced
-      // once here. Its output is not known either way: the row stops there.
+    // The same call in another row is billed once in a run (the others wait for its receipt, or reuse it; under a
+    // refresh too, the run's own new receipt): priced once here. Its output is not known either way: the row stops there.
+    const refresh = this.#deps.forceToolRefresh || options.force === true;
+    const receipt = refresh ? null : await this.#lookup(key);
+    if (receipt === null || receipt.state === "new") {
+      // Checked after the lookup: rows of a wave look up at once.
       if (this.#newKeys.has(key)) throw new RowUnknown(toolId);
       this.#newKeys.add(key);
       throw fresh();

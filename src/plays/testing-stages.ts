@@ -1,0 +1,25 @@
+/** A test play of two stages: the second map reads the first one's stored rows (`handle.rows()`). */
+import { z } from "zod";
+import { definePlay } from "../play/define";
+
+export const testStages = definePlay({
+  name: "test-stages",
+  description: "test only: a map over the rows an earlier map stored (find, then verify what it found)",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    const found = await ctx.map(
+      "stage-found",
+      input.rows,
+      { email: async (row, c) => ((await c.tool("sim_find_email", { name: row.name, domain: row.domain })) as { email: string }).email },
+      { key: "id" },
+    );
+    const emails = (await found.rows()).map((row) => ({ id: String(row._key), email: String(row.email) }));
+    const verified = await ctx.map(
+      "stage-verified",
+      emails,
+      { verdict: async (row, c) => ((await c.tool("sim_verify_email", { email: row.email })) as { verdict: string }).verdict },
+      { key: "id" },
+    );
+    return { found: found.completed, verified: verified.completed };
+  },
+});
