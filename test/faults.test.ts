@@ -4,10 +4,11 @@
  * make every remaining call exactly once. Also the in-process retries and
  * the auth-scope re-claim, driven by provider faults.
  */
+import { abortAllDurableObjects } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/clients/faults";
-import { allEvents, api, apiJson, datasetRows, expectedEmail, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, datasetRows, eventsOfType, expectedEmail, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */
@@ -86,6 +87,27 @@ describe("the persistence circuit breaker", () => {
     expect(stats.duplicates).toBe(0);
     const stored = await datasetRows(rerun.body.runId, "breaker");
     for (const [i, row] of stored.entries()) expect(row.out).toEqual({ email: expectedEmail(rows[i]!.input.name, rows[i]!.input.domain) });
+  });
+
+  it("keeps its decision when the coordinator dies carrying it out: the next invocation finishes it and sends nothing", async () => {
+    await simReset();
+    // The breaker decides the run fails; the coordinator then dies once it recorded that, before it ended the run.
+    await setFaults([
+      { point: "receipt.complete", fromCall: 3 },
+      { point: "run.finish", hold: true, times: 1 },
+    ]);
+    const runId = await startRun("test-calls", { rows: findRows("Ending", 200), dataset: "ending" });
+    await injector().held(1);
+    const sent = (await simStats()).calls;
+    await abortAllDurableObjects();
+    // It ran the play again (its leases released and fenced, the store healed or not) and sent more.
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("receipt_store_failed");
+    expect((await simStats()).calls).toBe(sent);
+    expect((await allEvents(runId)).filter((e) => e.type === "run.failed")).toHaveLength(1);
+    const resumed = eventsOfType(await allEvents(runId), "log.appended").filter((e) => e.code === "invocation_resumed");
+    expect(resumed.map((e) => e.line)).toEqual([expect.stringContaining("finishing the run's end (failed)")]);
   });
 
   it("makes no provider call when receipt claims fail, and a rerun completes", async () => {

@@ -16,7 +16,8 @@
  * a report the coordinator applied whose answer is lost; `executor.end` and
  * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a new
  * run's first listing in its org's directory); `run.alarm` is the coordinator's alarm after it
- * drove the run, before it re-armed itself.
+ * drove the run, before it re-armed itself; `run.finish`, the run's end decided and recorded,
+ * before it is carried out.
  *
  * A rule with `hold: true` neither fails nor crashes: the matching call waits
  * until the test releases it (`FaultInjector.release`), which opens a window
@@ -54,6 +55,7 @@ export const FAULT_POINTS = [
   "executor.end",
   "executor.ended",
   "directory.sync",
+  "run.finish",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

@@ -167,4 +167,7 @@ export const runMigrations = [
   CREATE TABLE child_spend (child_run_id TEXT PRIMARY KEY, micros INTEGER NOT NULL, ended INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
   CREATE TABLE parent_allotment (id INTEGER PRIMARY KEY CHECK (id = 1), micros INTEGER NOT NULL);
   `,
+  // The end a run decided, kept while it is carried out (src/runtime/invocation/run-end.ts): an invocation that
+  // dies mid-way through it leaves the next one to finish it, not to run the play again.
+  `ALTER TABLE run ADD COLUMN ending TEXT;`,
 ];

@@ -12,6 +12,9 @@ import type { Sql } from "./sql";
 import { SalvageStore, type SalvageRecord } from "./salvage-store";
 import { SpendStore, toCredits, toMicros } from "./spend-store";
 
+/** An end the run decided: once recorded, a restart carries it out again rather than running the play. */
+export type RunEnding = { kind: "completed"; result: unknown } | { kind: "failed"; error: RunError } | { kind: "cancelled" };
+
 export interface RunError {
   code: string;
   message: string;
@@ -278,6 +281,16 @@ export class RunStore {
     const other = (this.run()?.usage.objectRpcs ?? 0) - rows.reduce((sum, r) => sum + r.value, 0);
     if (other > 0) byKind.other = (byKind.other ?? 0) + other;
     return byKind;
+  }
+
+  /** The end the run decided and is carrying out (run-end.ts), or null: an invocation that dies mid-way leaves it. */
+  ending(): RunEnding | null {
+    const text = this.#sql<{ ending: string | null }>`SELECT ending FROM run WHERE id = 1`[0]?.ending ?? null;
+    return text === null ? null : (JSON.parse(text) as RunEnding);
+  }
+
+  setEnding(end: RunEnding): void {
+    this.#sql.write`UPDATE run SET ending = ${JSON.stringify(end)} WHERE id = 1`;
   }
 
   noteInfraFailure(reset: boolean): number {

@@ -137,8 +137,8 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
-        UPDATE _schema SET version = ?`,
-        runMigrations.length - 5,
+        ALTER TABLE run DROP COLUMN ending; UPDATE _schema SET version = ?`,
+        runMigrations.length - 6,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -158,8 +158,9 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
-        DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; UPDATE _schema SET version = ?`,
-        runMigrations.length - 4,
+        DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; ALTER TABLE run DROP COLUMN ending;
+        UPDATE _schema SET version = ?`,
+        runMigrations.length - 5,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES

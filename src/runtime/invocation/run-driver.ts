@@ -25,6 +25,12 @@ export async function driveRun(host: RunHost, start: InvocationStart): Promise<n
 /** An end reached before the play runs, or null to run it. */
 async function beforePlay(inv: Invocation): Promise<InvocationEnd | null> {
   const { store, run } = inv;
+  // The last invocation died carrying out the run's end: this one carries it out, whatever has changed since.
+  const ending = store.ending();
+  if (ending) {
+    inv.log(`finishing the run's end (${ending.kind}) after an interrupted invocation`, "invocation_resumed");
+    return ending;
+  }
   if (run.cancelRequested) return { kind: "cancelled" };
   if (inv.now() >= run.deadlineAt) return { kind: "failed", error: deadlineExceeded(run) };
   if (run.status === "queued" || run.status === "waiting") {

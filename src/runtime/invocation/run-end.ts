@@ -65,6 +65,15 @@ async function finish(
   outcome: { result?: unknown; error?: RunError },
 ): Promise<number | null> {
   const { store, meter } = inv;
+  // Decided: an invocation that dies from here on (its leases released and fenced, say) leaves this end to the next.
+  store.setEnding(
+    status === "completed"
+      ? { kind: status, result: outcome.result }
+      : status === "failed"
+        ? { kind: status, error: outcome.error! }
+        : { kind: status },
+  );
+  await inv.faults.check("run.finish");
   const restore = store.salvage.pendingCount() > 0 ? await restoreSalvage(store.salvage, receiptClient(inv)) : null;
   if (status !== "completed") await releaseLeases(inv, { ended: true });
   const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
