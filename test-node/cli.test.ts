@@ -1,6 +1,8 @@
 /** The `troupe` command as a user runs it: a child process against a real local server, judged by its output and exit code. */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, request, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -24,9 +26,9 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** Starts `troupe <args>` with stdin, stdout and stderr as pipes (no terminal), talking to the test's server. */
-function start(args: string[]): ChildProcessWithoutNullStreams {
-  return spawn(process.execPath, [BIN, ...args], { env: { ...process.env, TROUPE_URL: server.baseUrl, TROUPE_TOKEN: "dev-token" } });
+/** Starts `troupe <args>` with stdin, stdout and stderr as pipes (no terminal), talking to the test's server (or to `url`). */
+function start(args: string[], url = server.baseUrl): ChildProcessWithoutNullStreams {
+  return spawn(process.execPath, [BIN, ...args], { env: { ...process.env, TROUPE_URL: url, TROUPE_TOKEN: "dev-token" } });
 }
 
 type Finished = { code: number | null; stdout: string; stderr: string };
@@ -44,6 +46,57 @@ function finished(child: ChildProcessWithoutNullStreams): Promise<Finished> {
 }
 
 const troupe = (...args: string[]) => finished(start(args));
+
+/**
+ * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
+ * uploads), and with `refuseDeletes` answers every DELETE 503 itself.
+ */
+async function uploadRecorder(
+  options: { refuseDeletes?: boolean } = {},
+): Promise<{ url: string; uploadIds: string[]; close(): Promise<void> }> {
+  const uploadIds: string[] = [];
+  const target = new URL(server.baseUrl);
+  const proxy: Server = createServer((req, res) => {
+    if (options.refuseDeletes && req.method === "DELETE") {
+      res.writeHead(503, { "Content-Type": "application/json" });
+      res.end(JSON.stringify({ error: { code: "unavailable", message: "the test's proxy refuses deletes" } }));
+      return;
+    }
+    // Without accept-encoding the server answers uncompressed, so the proxy can read the upload's id.
+    const { "accept-encoding": _encodings, ...headers } = req.headers;
+    const upstream = request(
+      { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: { ...headers, host: target.host } },
+      (answer) => {
+        const chunks: Buffer[] = [];
+        answer.on("data", (chunk: Buffer) => chunks.push(chunk));
+        answer.on("end", () => {
+          const body = Buffer.concat(chunks);
+          if (req.method === "POST" && req.url?.startsWith("/v1/uploads") && answer.statusCode === 201) {
+            uploadIds.push(JSON.parse(body.toString("utf8")).uploadId);
+          }
+          const { "transfer-encoding": _chunked, "content-length": _length, ...headers } = answer.headers;
+          res.writeHead(answer.statusCode ?? 502, headers);
+          res.end(body);
+        });
+      },
+    );
+    upstream.on("error", (error) => res.destroy(error));
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
+    uploadIds,
+    close: () => new Promise<void>((resolve) => proxy.close(() => resolve())),
+  };
+}
+
+/** The status `GET /v1/uploads/<id>` answers: 200 while the server holds the upload, 404 once it is gone. */
+async function uploadStatus(uploadId: string): Promise<number> {
+  const answer = await fetch(`${server.baseUrl}/v1/uploads/${uploadId}`, { headers: { Authorization: "Bearer dev-token" } });
+  await answer.body?.cancel();
+  return answer.status;
+}
 
 /** The run id of the first line a watching `troupe run` prints (plain output: `<runId> <status>`). */
 function firstRunId(child: ChildProcessWithoutNullStreams): Promise<string> {
@@ -235,6 +288,53 @@ describe("troupe", () => {
     const run = JSON.parse(stdout);
     expect(run.runId).not.toBe(enrichRunId);
     expect(run).toMatchObject({ status: "completed", result: { rows: 2, failed: 1 } });
+  });
+
+  it("estimate, and a run the server refuses, delete the file they uploaded; a run that starts keeps it", async () => {
+    const ndjsonFile = join(dir, "estimate.ndjson");
+    writeFileSync(ndjsonFile, '{"id":"e1","name":"Ada Lovelace","domain":"example.com"}\n');
+    const proxy = await uploadRecorder();
+    try {
+      const cases = [
+        { args: ["estimate", "demo-enrich", "--csv", csvFile, "--json"], code: 0 },
+        { args: ["estimate", "demo-enrich", "--ndjson", ndjsonFile], code: 0 },
+        { args: ["estimate", "no-such-play", "--csv", csvFile], code: 2 },
+        { args: ["run", "no-such-play", "--csv", csvFile], code: 2 },
+        { args: ["run", "no-such-play", "--ndjson", ndjsonFile, "--json"], code: 2 },
+      ];
+      for (const { args, code } of cases) {
+        const result = await finished(start(args, proxy.url));
+        expect({ args, code: result.code, warned: /warning/.test(result.stderr) }).toEqual({ args, code, warned: false });
+      }
+      expect(proxy.uploadIds).toHaveLength(cases.length);
+      for (const uploadId of proxy.uploadIds) expect({ uploadId, status: await uploadStatus(uploadId) }).toEqual({ uploadId, status: 404 });
+
+      // The run reads its upload: it stays.
+      const run = await finished(start(["run", "demo-enrich", "--csv", csvFile, "--detach", "--json"], proxy.url));
+      expect(run.code).toBe(0);
+      await untilStatus(JSON.parse(run.stdout).runId, "completed");
+      expect(await uploadStatus(proxy.uploadIds.at(-1)!)).toBe(200);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it("an upload the estimate cannot delete is a warning on stderr: its answer and exit code stand", async () => {
+    const proxy = await uploadRecorder({ refuseDeletes: true });
+    try {
+      const direct = await troupe("estimate", "demo-enrich", "--csv", csvFile, "--json");
+      const refused = await finished(start(["estimate", "demo-enrich", "--csv", csvFile, "--json"], proxy.url));
+      expect(refused.code).toBe(direct.code);
+      expect(refused.stdout).toBe(direct.stdout);
+      const [uploadId] = proxy.uploadIds;
+      expect(refused.stderr).toBe(
+        `troupe: warning: could not delete upload ${uploadId} (unavailable: the test's proxy refuses deletes); it stays on the server: DELETE /v1/uploads/${uploadId}\n`,
+      );
+      expect(await uploadStatus(uploadId!)).toBe(200);
+      await client.deleteUpload(uploadId!);
+    } finally {
+      await proxy.close();
+    }
   });
 
   it("estimate answers what the run would bill, or says clearly that the server cannot estimate", async () => {

@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import type { MapProgress, RunList, RunStatus } from "../src/client/index.ts";
 import { MAX_RUNS_PER_PAGE, readNewestRuns } from "../src/dashboard/newest-runs.ts";
-import { applyEnd, applyMapProgress, mergeRead, type RunInfo } from "../src/dashboard/run-state.ts";
+import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo } from "../src/dashboard/run-state.ts";
 
 /** The map "leads" of 10 rows, as `GET /v1/runs/<id>` counts it. */
 const leads = (completed: number, failed: number, inFlight = 0): MapProgress => ({
@@ -65,6 +65,33 @@ describe("the run page's counts", () => {
     shown = mergeRead(shown, read("cancelled", FINAL));
     shown = applyEnd(shown, cancelled(6));
     expect(shown.progress.maps).toEqual({ leads: FINAL });
+  });
+
+  it("a page opened on a live run keeps the snapshot's counts while the events before it replay", () => {
+    // The run is at 9 of 10 when the page opens; the feed replays its ledger from the first event.
+    let shown = mergeSnapshot(null, read("running", leads(9, 0)), 6);
+    for (const seq of [2, 4, 6]) {
+      shown = applyMapProgress(shown, live(seq, seq));
+      expect(shown.progress.maps.leads).toEqual(leads(9, 0));
+    }
+    // An event past the snapshot is news.
+    shown = applyMapProgress(shown, live(7, 9));
+    expect(shown.progress.maps.leads).toMatchObject({ completed: 9, failed: 1, rowsPerSecond: 4 });
+  });
+
+  it("after a reconnect, the missed events replayed up to the fresh snapshot do not move its counts back", () => {
+    let shown = mergeSnapshot(null, read("running", leads(1, 0)), 2);
+    shown = applyMapProgress(shown, live(3, 2));
+    // The socket drops after event 3; events 4 and 5 happen; the new socket's snapshot (seq 5) counts 6 done, then 4 and 5 replay.
+    shown = mergeSnapshot(shown, read("running", leads(6, 1)), 5);
+    shown = applyMapProgress(shown, live(4, 3));
+    shown = applyMapProgress(shown, live(5, 5));
+    expect(shown.progress.maps.leads).toMatchObject({ completed: 6, failed: 1 });
+    // A read answering meanwhile leaves the snapshot's position as it was.
+    shown = applyMapProgress(mergeRead(shown, read("running", leads(6, 1))), live(5, 5));
+    expect(shown.progress.maps.leads).toMatchObject({ completed: 6, failed: 1 });
+    shown = applyMapProgress(shown, live(6, 7));
+    expect(shown.progress.maps.leads).toMatchObject({ completed: 7, failed: 1 });
   });
 
   it("an ended run read while live events showed more keeps the read's counts", () => {

@@ -8,7 +8,19 @@ import { abortAllDurableObjects } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/clients/faults";
-import { allEvents, api, apiJson, datasetRows, eventsOfType, expectedEmail, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
+import {
+  allEvents,
+  api,
+  apiJson,
+  datasetRows,
+  eventsOfType,
+  expectedEmail,
+  notices,
+  simReset,
+  simStats,
+  startRun,
+  waitForRun,
+} from "./helpers";
 import { setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */

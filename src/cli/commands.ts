@@ -10,7 +10,7 @@ import { pipeline } from "node:stream/promises";
 import { TroupeApiError, type RunStarted, type TroupeClient } from "../client/index.ts";
 import { CliError, EXIT, exitCodeOfStatus } from "./exit-codes.ts";
 import { formatCredits, plainMapLine, RunProgress } from "./progress.ts";
-import { parseJson, runInput, type InputOptions } from "./run-input.ts";
+import { discardUpload, parseJson, runInput, type InputOptions } from "./run-input.ts";
 import { PlainView, SilentView, type RunWatchView } from "./views.ts";
 import { watchRun, type InterruptMode } from "./watch.ts";
 
@@ -29,11 +29,19 @@ export async function runCommand(
   play: string,
   options: InputOptions & WatchOptions & { maxSpend?: number; force?: boolean; forceToolRefresh?: boolean; idempotencyKey?: string },
 ): Promise<number> {
-  const input = await runInput(options, client);
-  const started = await client.submit(
-    { play, input, force: options.force, forceToolRefresh: options.forceToolRefresh, maxSpend: options.maxSpend },
-    { idempotencyKey: options.idempotencyKey },
-  );
+  const { input, uploadId } = await runInput(options, client);
+  let started: RunStarted;
+  try {
+    started = await client.submit(
+      { play, input, force: options.force, forceToolRefresh: options.forceToolRefresh, maxSpend: options.maxSpend },
+      { idempotencyKey: options.idempotencyKey },
+    );
+  } catch (error) {
+    // A 4xx answer started no run on this upload (a reused Idempotency-Key's run reads the upload of its first
+    // submit). Without an answer (unreachable, 5xx) a run may have started that reads it: it stays.
+    if (error instanceof TroupeApiError && error.status >= 400 && error.status < 500) await discardUpload(client, uploadId);
+    throw error;
+  }
   return startedThenWatch(client, started, options);
 }
 
@@ -177,7 +185,7 @@ export async function exportCommand(
 
 /** `troupe estimate <play>`: what the run would bill now; nothing is started. */
 export async function estimateCommand(client: TroupeClient, play: string, options: InputOptions & { json?: boolean }): Promise<number> {
-  const input = await runInput(options, client);
+  const { input, uploadId } = await runInput(options, client);
   let estimate: Awaited<ReturnType<TroupeClient["estimate"]>>;
   try {
     estimate = await client.estimate({ play, input });
@@ -189,6 +197,9 @@ export async function estimateCommand(client: TroupeClient, play: string, option
       );
     }
     throw error;
+  } finally {
+    // An estimate starts nothing: no run will ever read its upload.
+    await discardUpload(client, uploadId);
   }
   if (options.json) {
     printJson(estimate);

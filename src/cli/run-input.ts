@@ -4,12 +4,14 @@
  * a file is uploaded (`POST /v1/uploads`, docs/api.md "Large inputs"), in
  * one request up to 95 MB and in parts beyond, and the run takes
  * `{ upload: uploadId }`; the server checks the file as it arrives and
- * refuses a malformed one naming its line.
+ * refuses a malformed one naming its line. Uploads never expire and nothing
+ * lists them: one that no run will read (an estimate's, a refused run's) is
+ * deleted with {@link discardUpload}.
  */
 import { openAsBlob } from "node:fs";
 import { stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
-import { UsageError } from "./exit-codes.ts";
+import { describeError, UsageError } from "./exit-codes.ts";
 
 /** The most bytes one upload request carries (src/uploads/limits.ts `MAX_REQUEST_UPLOAD_BYTES`). */
 const MAX_REQUEST_UPLOAD_BYTES = 95_000_000;
@@ -39,20 +41,47 @@ export function inputSource(options: InputOptions): { kind: "csv" | "ndjson"; fi
   return { kind: "json", text: options.input! };
 }
 
-/** The run's `input` for the request body: the JSON given, or the uploaded file's id. */
-export async function runInput(options: InputOptions, client: TroupeClient): Promise<unknown> {
+/** A run's input as the request body carries it, and the upload it names. */
+export interface RunInput {
+  /** The `input` of the request body: the JSON given, or `{ upload: uploadId }`. */
+  input: unknown;
+  /** The uploaded file's id; null for `--input JSON`. */
+  uploadId: string | null;
+}
+
+/** The run's input: the JSON given, or the file, uploaded. */
+export async function runInput(options: InputOptions, client: TroupeClient): Promise<RunInput> {
   const source = inputSource(options);
-  if (source.kind === "json") return parseJson(source.text, "--input");
+  if (source.kind === "json") return { input: parseJson(source.text, "--input"), uploadId: null };
   const size = await sizeOf(source.file);
   const blob = await openAsBlob(source.file);
   const format = source.kind;
-  if (size <= MAX_REQUEST_UPLOAD_BYTES) return { upload: (await client.upload(blob, { format })).uploadId };
+  if (size <= MAX_REQUEST_UPLOAD_BYTES) {
+    const { uploadId } = await client.upload(blob, { format });
+    return { input: { upload: uploadId }, uploadId };
+  }
   const { uploadId } = await client.startMultipartUpload({ format });
   for (let part = 1, at = 0; at < size; part++, at += PART_BYTES) {
     await client.uploadPart(uploadId, part, blob.slice(at, Math.min(size, at + PART_BYTES)));
   }
   await client.completeUpload(uploadId);
-  return { upload: uploadId };
+  return { input: { upload: uploadId }, uploadId };
+}
+
+/**
+ * Deletes an upload that no run will read. The command's answer stands
+ * whatever the delete does: a failure is a warning on stderr, naming the
+ * upload left behind.
+ */
+export async function discardUpload(client: TroupeClient, uploadId: string | null): Promise<void> {
+  if (uploadId === null) return;
+  try {
+    await client.deleteUpload(uploadId);
+  } catch (error) {
+    process.stderr.write(
+      `troupe: warning: could not delete upload ${uploadId} (${describeError(error)}); it stays on the server: DELETE /v1/uploads/${uploadId}\n`,
+    );
+  }
 }
 
 /** Parses JSON given on the command line, or a usage error saying where it is wrong. */

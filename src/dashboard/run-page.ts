@@ -11,7 +11,7 @@ import { TERMINAL_STATUSES, TroupeApiError, type LedgerEvent } from "../client";
 import { cellText, formatTime, h, replaceChildren } from "./dom";
 import { DatasetPreview } from "./dataset-preview";
 import { eventItem, progressSection, spendSection, throughputSection } from "./run-sections";
-import { applyEnd, applyMapProgress, mergeRead, type RunInfo } from "./run-state";
+import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo } from "./run-state";
 import type { Page, Shell } from "./shell";
 import { ThroughputSeries } from "./throughput";
 
@@ -131,7 +131,7 @@ class RunPage implements Page {
       for await (const message of this.#shell.client.events(this.#runId, { after: 0, signal })) {
         if (signal.aborted) return;
         this.#live = "live";
-        if (message.type === "snapshot" && "run" in message) this.#setRun(message.run as RunInfo);
+        if (message.type === "snapshot" && "run" in message) this.#show(mergeSnapshot(this.#run, message.run, message.seq));
         else this.#onEvent(message as LedgerEvent);
         this.#schedule();
       }

@@ -14,7 +14,11 @@ import { TERMINAL_STATUSES, type LedgerEvent, type MapProgress, type RunStatus, 
 export type LiveMapProgress = Partial<MapProgress> & { rowsPerSecond?: number | null; etaSeconds?: number | null };
 
 /** A run as the page shows it: `GET /v1/runs/<id>` (or a snapshot), with live events applied. */
-export type RunInfo = Omit<RunView, "progress"> & { progress: { maps: Record<string, LiveMapProgress> } };
+export type RunInfo = Omit<RunView, "progress"> & {
+  progress: { maps: Record<string, LiveMapProgress> };
+  /** The newest live snapshot's `seq`: its counts already reflect every event up to it. */
+  snapshotSeq?: number;
+};
 
 /** The events that end a run. */
 export type RunEnd = Extract<LedgerEvent, { type: "run.completed" | "run.failed" | "run.cancelled" }>;
@@ -45,7 +49,8 @@ function hasEnded(run: Pick<RunView, "status">): boolean {
  * ended changes nothing once it has.
  */
 export function mergeRead(shown: RunInfo | null, read: RunInfo): RunInfo {
-  if (hasEnded(read)) return { ...read, progress: { maps: read.progress?.maps ?? {} } };
+  const snapshotSeq = Math.max(shown?.snapshotSeq ?? 0, read.snapshotSeq ?? 0);
+  if (hasEnded(read)) return { ...read, progress: { maps: read.progress?.maps ?? {} }, snapshotSeq };
   if (shown && hasEnded(shown)) return shown;
   const maps: Record<string, LiveMapProgress> = { ...(read.progress?.maps ?? {}) };
   for (const [name, live] of Object.entries(shown?.progress?.maps ?? {})) {
@@ -54,12 +59,26 @@ export function mergeRead(shown: RunInfo | null, read: RunInfo): RunInfo {
     if ((live.completed ?? 0) + (live.failed ?? 0) > (counted.completed ?? 0) + (counted.failed ?? 0)) maps[name] = { ...counted, ...live };
     else maps[name] = { rowsPerSecond: live.rowsPerSecond, etaSeconds: live.etaSeconds, ...counted };
   }
-  return { ...read, progress: { maps } };
+  return { ...read, progress: { maps }, snapshotSeq };
 }
 
-/** The run after one of its `map.progress` events; an ended run's counts are final (a replayed event changes nothing). */
+/**
+ * The run as a live snapshot at ledger position `seq` shows it (merged like
+ * {@link mergeRead}). The feed then replays the events up to `seq` that the
+ * page has not seen (all of them on a page that has just opened, those missed
+ * on a reconnect): they are older than the snapshot, and move no count.
+ */
+export function mergeSnapshot(shown: RunInfo | null, run: RunInfo, seq: number): RunInfo {
+  return mergeRead(shown, { ...run, snapshotSeq: seq });
+}
+
+/**
+ * The run after one of its `map.progress` events. An ended run's counts are
+ * final, and a snapshot's are newer than the events it reflects: a replayed
+ * event changes neither.
+ */
 export function applyMapProgress(run: RunInfo, event: Extract<LedgerEvent, { type: "map.progress" }>): RunInfo {
-  if (hasEnded(run)) return run;
+  if (hasEnded(run) || event.seq <= (run.snapshotSeq ?? 0)) return run;
   const update: LiveMapProgress = { ...run.progress?.maps?.[event.map] };
   for (const field of PROGRESS_FIELDS) if (event[field] !== undefined) (update as Record<string, unknown>)[field] = event[field];
   return { ...run, progress: { maps: { ...(run.progress?.maps ?? {}), [event.map]: update } } };
