@@ -454,6 +454,28 @@ describe("POST /v1/runs/estimate", () => {
     expect((await estimate({ play: "no-such-play", input: {} })).status).toBe(404);
   });
 
+  it("reads a bounded sample of an upload whose rows are large, and scales it", async () => {
+    // 300 rows of about 40 KB: 12 MB, where 2,000 such rows would be 80 MB in one isolate (it read them all: exact).
+    const notes = "n".repeat(40_000);
+    const lines = Array.from({ length: 300 }, (_, i) => JSON.stringify({ id: `wide-${i}`, name: `Wide ${i}`, domain: "wide.test", notes }));
+    const uploaded = await apiJson("/v1/uploads", {
+      method: "POST",
+      body: lines.join("\n"),
+      headers: { "Content-Type": "application/x-ndjson" },
+    });
+    expect(uploaded.status).toBe(201);
+    const { status, body } = await apiJson("/v1/runs/estimate", {
+      method: "POST",
+      json: { play: "demo-enrich", input: { upload: uploaded.body.uploadId } },
+    });
+    expect(status).toBe(200);
+    expect(body.rows.total).toBe(300);
+    expect(body.calls.sim_find_email.new).toBe(300);
+    const sampled = Number(/estimated from its first (\d+), scaled/.exec(body.notes.join(" "))?.[1]);
+    expect(sampled).toBeGreaterThan(100);
+    expect(sampled).toBeLessThan(300);
+  });
+
   it("is a range with no bound where rows run child plays, prices a call shared under a refresh once, and ends where a map's stored rows are read", async () => {
     await simReset();
     const estimate = (body: unknown) => apiJson("/v1/runs/estimate", { method: "POST", json: body });

@@ -45,6 +45,12 @@ export class UploadRows {
     return (await this.#opened(upload)).index.rows;
   }
 
+  /** The upload's rows and bytes (its header included). */
+  async size(upload: string): Promise<{ rows: number; bytes: number }> {
+    const { index } = await this.#opened(upload);
+    return { rows: index.rows, bytes: index.bytes };
+  }
+
   /** Rows `[from, to)` of the upload, keyed; `index` is the row's place in the file (0-based, header excluded). */
   async read(slice: UploadSlice): Promise<PlannedRow[]> {
     const { index, source } = await this.#opened(slice.upload);

@@ -70,8 +70,10 @@ export interface EstimateOptions {
   now(): number;
 }
 
-/** An upload-fed map is estimated from this many of its first rows, then scaled. */
+/** An upload-fed map is estimated from this many of its first rows, then scaled... */
 const UPLOAD_SAMPLE_ROWS = 2_000;
+/** ...or from as many as hold about this many bytes (2,000 rows of 64 KiB are 128 MiB: an isolate's whole memory). */
+const UPLOAD_SAMPLE_BYTES = 8 * 1024 * 1024;
 
 /** The estimator's counters at one moment. */
 interface Tally {
@@ -196,14 +198,17 @@ class Estimator {
 
   /**
    * A map over an upload's rows: estimated from its first
-   * {@link UPLOAD_SAMPLE_ROWS} rows (read, checked and keyed as a run would),
-   * scaled to the whole upload. Exact when the upload holds no more rows than that.
+   * {@link UPLOAD_SAMPLE_ROWS} rows, or fewer when they would pass
+   * {@link UPLOAD_SAMPLE_BYTES} at the file's average row size (read, checked
+   * and keyed as a run would), scaled to the whole upload. Exact when the
+   * sample is the whole upload.
    */
   async #uploadMap(name: string, upload: string, fields: FieldSet, options: MapOptions): Promise<DatasetHandle> {
     const { env, org, play } = this.#deps;
     const reader = new UploadRows({ bucket: env.UPLOADS, org, key: options.key, schema: rowSchemaOf(play.input) });
-    const total = await reader.count(upload);
-    const sampled = Math.min(total, UPLOAD_SAMPLE_ROWS);
+    const { rows: total, bytes } = await reader.size(upload);
+    const rowBytes = bytes / Math.max(1, total);
+    const sampled = Math.min(total, UPLOAD_SAMPLE_ROWS, Math.max(1, Math.floor(UPLOAD_SAMPLE_BYTES / rowBytes)));
     const rows = sampled ? await reader.read({ upload, from: 0, to: sampled }) : [];
     const before = this.#tally();
     const handle = await this.#plannedMap(name, { rows, duplicatesDropped: 0 }, fields, total);
