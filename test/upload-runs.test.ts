@@ -20,6 +20,7 @@ import {
   startRun,
   waitForRun,
 } from "./helpers";
+import { MAX_ROW_BYTES } from "../src/play/define";
 import { clearFaults, coordinator, faultState, logLines, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -362,5 +363,37 @@ describe("a run over an upload", () => {
     expect((await apiJson(`/v1/uploads/${mine}`, { method: "DELETE" })).status).toBe(200);
     const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: {} });
     expect(rerun).toMatchObject({ status: 404, body: { error: { code: "upload_not_found" } } });
+  });
+});
+
+describe("a run over CSV text in its input ({ csv })", () => {
+  it("ends each row at CRLF, LF or a lone CR, whichever the first line used, leaving no CR in a cell", async () => {
+    const rows = ["lf", "crlf", "cr", "last"].map((kind) => ({
+      id: `inline-${kind}`,
+      name: `Inline ${kind}`,
+      domain: `${kind}.example.com`,
+    }));
+    const line = (row: Lead) => `${row.id},${row.name},${row.domain}`;
+    // The header ends in LF and the next row in CRLF; then a row in a lone CR, in a second run.
+    for (const [csv, expected] of [
+      [`id,name,domain\n${line(rows[0]!)}\n${line(rows[1]!)}\r\n`, rows.slice(0, 2)],
+      [`id,name,domain\r\n${line(rows[2]!)}\r${line(rows[3]!)}\r\n`, rows.slice(2)],
+    ] as const) {
+      const runId = await startRun("demo-enrich", { csv });
+      expect((await waitForRun(runId)).status).toBe("completed");
+      expect((await datasetRows(runId, "leads")).map((row) => row.domain)).toEqual(expected.map((row) => row.domain));
+      await expectEnriched(runId, [...expected]);
+    }
+  });
+
+  it("refuses with 400 a row of empty fields past the row limit however few characters its fields hold", async () => {
+    // csv-parse counts a record's field characters: a megabyte of delimiters holds none, and a million empty fields.
+    const delimiters = 1024 * 1024;
+    for (const csv of [`id,name,domain\n1,A,a.com\n${",".repeat(delimiters)}\n`, `${",".repeat(delimiters)}\n1,A,a.com\n`]) {
+      const { status, body } = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { csv } } });
+      expect(status).toBe(400);
+      expect(body.error.code).toBe("invalid_request");
+      expect(body.error.details).toEqual([{ path: "input.csv", message: expect.stringContaining(`longer than ${MAX_ROW_BYTES} bytes`) }]);
+    }
   });
 });

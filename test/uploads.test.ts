@@ -6,7 +6,7 @@
 import { env } from "cloudflare:workers";
 import { parse } from "csv-parse/sync";
 import { describe, expect, it } from "vitest";
-import { MIN_PART_BYTES } from "../src/uploads/limits";
+import { MAX_ROW_LINE_BYTES, MIN_PART_BYTES } from "../src/uploads/limits";
 import { readRows } from "../src/uploads/range-reader";
 import { Uploads } from "../src/uploads/uploads";
 import { api, apiJson } from "./helpers";
@@ -50,6 +50,17 @@ function streamOf(bytes: Uint8Array, chunkBytes = 64 * 1024): ReadableStream<Uin
       if (at >= bytes.length) return controller.close();
       controller.enqueue(bytes.slice(at, at + chunkBytes));
       at += chunkBytes;
+    },
+  });
+}
+
+/** `parts` as a stream of exactly those chunks, sent without a Content-Length. */
+function streamOfParts(parts: Uint8Array[]): ReadableStream<Uint8Array> {
+  let at = 0;
+  return new ReadableStream({
+    pull(controller) {
+      if (at >= parts.length) return controller.close();
+      controller.enqueue(parts[at++]!);
     },
   });
 }
@@ -119,6 +130,51 @@ describe("POST /v1/uploads", () => {
       expect(body.error).toMatchObject({ code: "malformed_upload", message: expect.stringMatching(message), details: { line } });
     }
     expect(await bucketKeys()).toEqual(before);
+  });
+
+  it("refuses a CSV row of empty fields past the row limit however few characters its fields hold, and stores nothing of it", async () => {
+    const before = await bucketKeys();
+    // csv-parse counts a record's field characters: a megabyte of delimiters holds none, and a million empty fields.
+    const fields = 1024 * 1024;
+    const cases: Array<[string, number]> = [
+      [`a,b\n1,2\n${",".repeat(fields)}\n3,4\n`, 3],
+      [`a,b\n\n\n${'"",'.repeat(fields / 3)}`, 4],
+      [`${",".repeat(fields)}\n1,2\n`, 1],
+    ];
+    for (const [file, line] of cases) {
+      const { status, body } = await upload(file, CSV);
+      expect(status).toBe(400);
+      expect(body.error).toMatchObject({
+        code: "malformed_upload",
+        message: `line ${line}: this row is longer than ${MAX_ROW_LINE_BYTES} bytes, the most one row may hold`,
+        details: { line },
+      });
+    }
+    expect(await bucketKeys()).toEqual(before);
+  });
+
+  it("takes an NDJSON line of exactly the row limit ending in CRLF, byte-order mark and all, however the chunks fall", async () => {
+    const lineOf = (bytes: number) => `{"a":"${"x".repeat(bytes - 8)}"}`;
+    const line = lineOf(MAX_ROW_LINE_BYTES);
+    expect(encode(line).length).toBe(MAX_ROW_LINE_BYTES);
+    const file = `\ufeff${line}\r\n${line}\r\n`;
+    // A chunk ending between each line's CR and its LF, the first line's after its byte-order mark too.
+    const split = [`\ufeff${line}\r`, `\n${line}\r`, "\n"].map(encode);
+    for (const [label, body] of [
+      ["chunked as the runtime reads it", file],
+      ["split at each CR", streamOfParts(split)],
+    ] as const) {
+      const stored = await upload(body, NDJSON);
+      expect(stored.status, label).toBe(201);
+      expect(stored.body).toMatchObject({ rows: 2, bytes: encode(file).length, columns: ["a"] });
+    }
+    // A byte more is a byte too many, either way.
+    const over = lineOf(MAX_ROW_LINE_BYTES + 1);
+    for (const body of [`${line}\r\n${over}\r\n`, streamOfParts([`${line}\r`, `\n${over}\r`, "\n"].map(encode))]) {
+      const refused = await upload(body, NDJSON);
+      expect(refused.status).toBe(400);
+      expect(refused.body.error).toMatchObject({ code: "malformed_upload", details: { line: 2 } });
+    }
   });
 
   it("refuses a content type other than CSV and NDJSON, a charset other than UTF-8, and a body over 95 MB", async () => {

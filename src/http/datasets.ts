@@ -71,7 +71,7 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     // The first page is read before the response starts, so a failed read is an error response, not a cut-off file.
     const first = await pages.next();
     const encoder = new TextEncoder();
-    const body = pagedStream(pages, (rows) => encoder.encode(rows.map((row) => `${JSON.stringify(row)}\n`).join("")), {
+    const body = pagedStream(pages, (rows) => [encoder.encode(rows.map((row) => `${JSON.stringify(row)}\n`).join(""))], {
       first: first.done ? [] : first.value,
     });
     return exported(body, name, "ndjson");
@@ -102,7 +102,16 @@ async function datasetColumns(sheets: SheetClient, runId: string): Promise<strin
 }
 
 /**
- * The rows a page at a time, after the header line.
+ * The most cells (rows × columns) a CSV export builds at once: a page is
+ * written a slice of its rows at a time, each slice sent before the next is
+ * built. A page of thousands of rows by hundreds of columns, written whole,
+ * would be millions of cells, past the isolate's memory.
+ */
+export const MAX_CSV_SLICE_CELLS = 100_000;
+
+/**
+ * The rows a page at a time, after the header line, each page in slices of
+ * at most MAX_CSV_SLICE_CELLS cells.
  * Exporting a run that is still running reads rows as they change: a field a
  * row gains after its columns were found has no column.
  */
@@ -110,30 +119,42 @@ function csvStream(pages: AsyncGenerator<Row[]>, columns: string[], options: { e
   const encoder = new TextEncoder();
   // csv-stringify's escape_formulas prefixes a single quote to cells starting with = + - @, tab or carriage return (OWASP's CSV injection list, with their full-width forms).
   const toCsv = (lines: (string | number)[][]) => encoder.encode(stringify(lines, { escape_formulas: options.escapeFormulas }));
-  return pagedStream(pages, (rows) => toCsv(rows.map((row) => columns.map((column) => cellOf(row, column)))), {
-    header: toCsv([columns]),
-  });
+  const sliceRows = Math.max(1, Math.floor(MAX_CSV_SLICE_CELLS / columns.length));
+  return pagedStream(
+    pages,
+    function* (rows) {
+      for (let from = 0; from < rows.length; from += sliceRows)
+        yield toCsv(rows.slice(from, from + sliceRows).map((row) => columns.map((column) => cellOf(row, column))));
+    },
+    { header: toCsv([columns]) },
+  );
 }
 
 /**
- * A byte stream fed one page at a time, as the reader pulls: never more than
- * one page read ahead of what the client has taken, and the reads stop when
- * the client goes away. `header` goes first; `first` is a page already read.
+ * A byte stream fed one chunk at a time, as the reader pulls: `encode` turns
+ * a page into the chunks that carry it, and the next page is read once the
+ * last chunk of this one is taken, so never more than one page is read ahead
+ * of what the client has taken, and the reads stop when the client goes
+ * away. `header` goes first; `first` is a page already read.
  */
 function pagedStream(
   pages: AsyncGenerator<Row[]>,
-  encode: (rows: Row[]) => Uint8Array,
+  encode: (rows: Row[]) => Iterable<Uint8Array>,
   options: { header?: Uint8Array; first?: Row[] },
 ): ReadableStream<Uint8Array> {
+  let chunks: Iterator<Uint8Array> = (options.first?.length ? encode(options.first) : [])[Symbol.iterator]();
   return new ReadableStream({
     start(controller) {
       if (options.header) controller.enqueue(options.header);
-      if (options.first?.length) controller.enqueue(encode(options.first));
     },
     async pull(controller) {
-      const page = await pages.next();
-      if (page.done) return controller.close();
-      controller.enqueue(encode(page.value));
+      for (;;) {
+        const chunk = chunks.next();
+        if (!chunk.done) return controller.enqueue(chunk.value);
+        const page = await pages.next();
+        if (page.done) return controller.close();
+        chunks = encode(page.value)[Symbol.iterator]();
+      }
     },
     async cancel() {
       await pages.return(undefined);

@@ -51,6 +51,17 @@ export const MAX_INPUT_ROWS = 100_000;
 export const MAX_ROW_BYTES = 64 * 1024;
 
 /**
+ * The most bytes one CSV record may take as written, its quotes, delimiters
+ * and quoted line breaks included. csv-parse's own limit counts a record's
+ * field characters, and a record of empty fields (`,,,,`) has none: without
+ * this, a megabyte of delimiters is a million fields, held until the record
+ * ends. A record whose row fits {@link MAX_ROW_BYTES} as JSON takes at most
+ * three bytes for each of its characters there (a three-byte UTF-8
+ * character; a quote is two, `""`, as in JSON, `\"`), so this refuses no such row.
+ */
+export const MAX_CSV_RECORD_BYTES = 4 * MAX_ROW_BYTES;
+
+/**
  * An input schema for plays over rows, accepting `{ rows: [...] }`,
  * `{ csv: "header\n..." }` (RFC 4180: quotes, embedded commas and newlines)
  * or `{ upload: "<uploadId>" }` (docs/api.md "Large inputs: uploads").
@@ -179,14 +190,31 @@ export function isUploadedRows(rows: unknown): rows is UploadedRows {
 }
 
 /**
- * CSV text with a header line as row objects. csv-parse defines each cell as
- * an own property, so a column named like an Object.prototype member
- * (`toString`) is the row's data like any other. A column named twice would
- * silently keep only its last cell, so such a header is refused instead.
+ * CSV text with a header line as row objects. Records end at CRLF, LF or a
+ * lone CR, as an upload's do (src/uploads/csv-scanner.ts). csv-parse defines
+ * each cell as an own property, so a column named like an Object.prototype
+ * member (`toString`) is the row's data like any other. A column named twice
+ * would silently keep only its last cell, so such a header is refused
+ * instead, as is a record past {@link MAX_CSV_RECORD_BYTES}.
  */
 function parseCsvRows(text: string): Row[] {
-  // One row past the limit is enough to refuse it: a 16 MiB text of short lines is millions of rows, past an isolate's memory.
-  return parse(text, { columns: refuseDuplicateColumns, skip_empty_lines: true, bom: true, to: MAX_INPUT_ROWS + 1 });
+  // Where the record's first field ends, in csv-parse's byte count: `cast` sees each field as it ends, with that count.
+  // What follows it is a lower bound of the record's bytes, and holds its every other field.
+  let firstFieldEnd = 0;
+  return parse(text, {
+    columns: refuseDuplicateColumns,
+    skip_empty_lines: true,
+    bom: true,
+    record_delimiter: ["\r\n", "\n", "\r"],
+    // One row past the limit is enough to refuse it: a 16 MiB text of short lines is millions of rows, past an isolate's memory.
+    to: MAX_INPUT_ROWS + 1,
+    cast: (field, context) => {
+      if (context.index === 0) firstFieldEnd = context.bytes;
+      else if (context.bytes - firstFieldEnd > MAX_CSV_RECORD_BYTES)
+        throw new Error(`the row on line ${context.lines} is longer than ${MAX_ROW_BYTES} bytes, the most one row may hold`);
+      return field;
+    },
+  });
 }
 
 function refuseDuplicateColumns(header: string[]): string[] {

@@ -11,11 +11,16 @@
  * record's end offset is the parser's own byte count (`info.bytes`), so row
  * boundaries are exactly where the parser's records end, quoted line breaks
  * and multi-byte characters included.
+ *
+ * A record is refused past MAX_ROW_LINE_BYTES of field characters (the
+ * parser's `max_record_size`), and past MAX_CSV_RECORD_BYTES as written,
+ * which the parser does not count: the bytes go to it in pieces, and the
+ * record being read is measured after each.
  */
 import { CsvError, parse } from "csv-parse/stream";
 import { MalformedUploadError } from "./errors";
 import { LineBreaks } from "./line-breaks";
-import { MAX_ROW_LINE_BYTES } from "./limits";
+import { MAX_CSV_RECORD_BYTES, MAX_ROW_LINE_BYTES } from "./limits";
 import { FILE_START, type RowScanner, type ScanOptions } from "./scanning";
 
 /**
@@ -25,6 +30,16 @@ import { FILE_START, type RowScanner, type ScanOptions } from "./scanning";
  * feeds would fill the isolate).
  */
 export const MAX_PENDING_BREAKS = 1_000_000;
+
+/** The most bytes the parser is given at once: a record is refused at most this far past MAX_CSV_RECORD_BYTES. */
+const PIECE_BYTES = 16 * 1024;
+/**
+ * The most bytes at the end of a piece the parser holds back for a delimiter's lookahead: the row it hands out
+ * with the next piece may end among them.
+ */
+const LOOKAHEAD_BYTES = 3;
+const LF = 10;
+const CR = 13;
 
 export class CsvScanner implements RowScanner {
   #breaks: LineBreaks;
@@ -39,11 +54,22 @@ export class CsvScanner implements RowScanner {
   #boundary: number;
   /** Blank lines the parser had skipped when it handed out the last row. */
   #blankLines = 0;
+  /** Just past the bytes given to the parser, and a copy of the last LOOKAHEAD_BYTES of them. */
+  #written: number;
+  #tail = new Uint8Array(0);
+  /**
+   * The first byte of the row being read, past the last row and the blank lines after it (they hold only line
+   * breaks); null until one comes. Found from `#rowFrom`, the boundary it was looked for from.
+   */
+  #rowStart: number | null = null;
+  #rowFrom: number;
 
   constructor(options: ScanOptions<string[]>) {
     const start = options.start ?? FILE_START;
     this.#breaks = new LineBreaks(start);
     this.#boundary = start.offset;
+    this.#written = start.offset;
+    this.#rowFrom = start.offset;
     const parser = parse({
       bom: start.offset === 0,
       skip_empty_lines: true,
@@ -71,12 +97,16 @@ export class CsvScanner implements RowScanner {
     if (bytes.length === 0) return;
     // The line count sees the bytes first: the parser asks it about the rows they complete.
     this.#breaks.see(bytes);
-    try {
-      await this.#writer.write(bytes);
-      // A writer whose stream failed has no desired size: the failure is in `#done`.
-      if (this.#writer.desiredSize === null) await this.#done;
-    } catch (error) {
-      throw this.#located(error);
+    for (let at = 0; at < bytes.length; at += PIECE_BYTES) {
+      const piece = bytes.subarray(at, at + PIECE_BYTES);
+      try {
+        await this.#writer.write(piece);
+        // A writer whose stream failed has no desired size: the failure is in `#done`.
+        if (this.#writer.desiredSize === null) await this.#done;
+      } catch (error) {
+        throw this.#located(error);
+      }
+      this.#measureRow(piece);
     }
     // The parser has taken every row these bytes complete: the breaks held past the last are blank lines (or a row's own).
     if (this.#breaks.pending > MAX_PENDING_BREAKS)
@@ -84,6 +114,31 @@ export class CsvScanner implements RowScanner {
         this.#breaks.lineAt(this.#boundary),
         `more than ${MAX_PENDING_BREAKS.toLocaleString("en-US")} blank lines in a row start here`,
       );
+  }
+
+  /**
+   * Refuses the row being read once its bytes so far pass MAX_CSV_RECORD_BYTES. `piece` is what the parser just
+   * took, and handed out every row it completes; a row it held back the end of ends at most LOOKAHEAD_BYTES before.
+   */
+  #measureRow(piece: Uint8Array): void {
+    const pieceStart = this.#written;
+    this.#written += piece.length;
+    const held = this.#tail;
+    const heldStart = pieceStart - held.length;
+    let from = pieceStart;
+    if (this.#rowFrom !== this.#boundary) {
+      this.#rowFrom = this.#boundary;
+      this.#rowStart = null;
+      from = Math.max(this.#boundary, heldStart);
+    }
+    for (let offset = from; this.#rowStart === null && offset < this.#written; offset++) {
+      const byte = offset < pieceStart ? held[offset - heldStart] : piece[offset - pieceStart];
+      if (byte !== LF && byte !== CR) this.#rowStart = offset;
+    }
+    const last = piece.length >= LOOKAHEAD_BYTES ? piece : new Uint8Array([...held, ...piece]);
+    this.#tail = last.slice(-LOOKAHEAD_BYTES);
+    if (this.#rowStart !== null && this.#written - this.#rowStart > MAX_CSV_RECORD_BYTES)
+      throw new MalformedUploadError(this.#breaks.lineAt(this.#rowStart), TOO_LONG);
   }
 
   async close(): Promise<void> {
@@ -105,6 +160,8 @@ export class CsvScanner implements RowScanner {
   }
 }
 
+const TOO_LONG = `this row is longer than ${MAX_ROW_LINE_BYTES} bytes, the most one row may hold`;
+
 function reasonOf(error: CsvError): string {
   switch (error.code) {
     case "CSV_QUOTE_NOT_CLOSED":
@@ -114,7 +171,7 @@ function reasonOf(error: CsvError): string {
     case "INVALID_OPENING_QUOTE":
       return 'a field in this row has a quote in the middle of unquoted text; quote the whole field and write the quote twice ("")';
     case "CSV_MAX_RECORD_SIZE":
-      return `this row is longer than ${MAX_ROW_LINE_BYTES} bytes, the most one row may hold`;
+      return TOO_LONG;
     default:
       // csv-parse counts lines its own way (a quoted CRLF twice): the line named is ours, not its.
       return error.message.replace(/\s*\b(at|on) line \d+/g, "");

@@ -44,6 +44,9 @@ export const MAX_COLUMN_NAMES_CHARS = 64 * 1024;
  */
 export const MAX_ROW_LINE_BYTES = MAX_ROW_BYTES;
 
+/** The most bytes a CSV record may take as written, however few characters its fields hold. */
+export { MAX_CSV_RECORD_BYTES } from "../play/define";
+
 /** How deeply an NDJSON row may nest objects and arrays, as a run's JSON input may (src/http/json-body.ts). */
 export const MAX_ROW_DEPTH = 32;
 

@@ -46,7 +46,7 @@ export class NdjsonScanner implements RowScanner {
     }
     const rest = bytes.subarray(from);
     if (rest.length === 0) return;
-    if (this.#partialBytes + rest.length > MAX_ROW_LINE_BYTES) throw this.#tooLong();
+    if (this.#partialBytes + rest.length > this.#maxLineBytes()) throw this.#tooLong();
     // Copied: the caller may reuse its chunk's memory once this returns.
     this.#partial.push(rest.slice());
     this.#partialBytes += rest.length;
@@ -59,7 +59,7 @@ export class NdjsonScanner implements RowScanner {
   /** The line's bytes: what earlier chunks held of it, then `tail`. */
   #join(tail: Uint8Array): Uint8Array {
     if (this.#partialBytes === 0) return tail;
-    if (this.#partialBytes + tail.length > MAX_ROW_LINE_BYTES) throw this.#tooLong();
+    if (this.#partialBytes + tail.length > this.#maxLineBytes()) throw this.#tooLong();
     const line = new Uint8Array(this.#partialBytes + tail.length);
     let at = 0;
     for (const part of [...this.#partial, tail]) {
@@ -87,6 +87,15 @@ export class NdjsonScanner implements RowScanner {
     if (row === null) return;
     this.#onRow(row, { line: start.line, resumeAt: this.#resumeAt, end });
     this.#resumeAt = { offset: end, line: start.line + 1 };
+  }
+
+  /**
+   * The most bytes the line being read may hold with what `#line` strips before it measures the line: a CR
+   * before its LF, and on the file's first line a byte-order mark. A line is measured without them however
+   * its bytes arrive.
+   */
+  #maxLineBytes(): number {
+    return MAX_ROW_LINE_BYTES + 1 + (this.#atFileStart ? BOM.length : 0);
   }
 
   #tooLong(line = this.#lineStart.line): MalformedUploadError {

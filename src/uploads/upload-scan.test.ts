@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { MAX_PENDING_BREAKS } from "./csv-scanner";
 import { MalformedUploadError } from "./errors";
-import type { UploadFormat } from "./limits";
+import { MAX_CSV_RECORD_BYTES, MAX_ROW_LINE_BYTES, type UploadFormat } from "./limits";
 import { UploadScan } from "./upload-scan";
 
 const encode = (text: string) => new TextEncoder().encode(text);
@@ -12,6 +12,17 @@ async function scan(format: UploadFormat, text: string | Uint8Array, size = 7, e
   const scanner = new UploadScan({ format, every });
   try {
     for (let i = 0; i < all.length; i += size) await scanner.write(all.subarray(i, i + size));
+    return await scanner.finish();
+  } catch (error) {
+    return error;
+  }
+}
+
+/** Scans `parts`, each a chunk: the index, or the error. */
+async function scanParts(format: UploadFormat, parts: string[]): Promise<unknown> {
+  const scanner = new UploadScan({ format });
+  try {
+    for (const part of parts) await scanner.write(encode(part));
     return await scanner.finish();
   } catch (error) {
     return error;
@@ -103,6 +114,21 @@ describe("UploadScan: CSV", () => {
     }
   });
 
+  it("refuses a row of empty fields past the bytes a row may take as written, naming its line, however the file is chunked", async () => {
+    const tooLong = "this row is longer than 65536 bytes, the most one row may hold";
+    const empty = ",".repeat(MAX_CSV_RECORD_BYTES);
+    const quotedEmpty = '"",'.repeat(MAX_CSV_RECORD_BYTES / 3 + 1);
+    for (const size of [2, 1000, 100_000])
+      expect(await malformedLine("csv", `a,b\r\n1,2\r\n\r\n\n${empty}\n`, size)).toEqual({ line: 5, message: `line 5: ${tooLong}` });
+    for (const size of [7, 100_000])
+      expect(await malformedLine("csv", `a,b\n"1\n",2\n${quotedEmpty}`, size)).toEqual({ line: 4, message: `line 4: ${tooLong}` });
+    // A row within the row limit by its characters, of three bytes each, is not past it.
+    const wide = `${Array.from({ length: 1000 }, () => "€".repeat(60)).join(",")}\n`;
+    expect(encode(wide).length).toBeGreaterThan(2.5 * MAX_ROW_LINE_BYTES);
+    const header = `${Array.from({ length: 1000 }, (_, i) => `c${i}`).join(",")}\n`;
+    for (const size of [7, 100_000]) expect(await scan("csv", `${header}${wide}${wide}`, size)).toMatchObject({ rows: 2 });
+  });
+
   it("refuses a row longer than a row may be, and a UTF-16 file", async () => {
     expect(await malformedLine("csv", `a\n1\n${"x".repeat(70_000)}\n`)).toMatchObject({
       line: 3,
@@ -151,6 +177,21 @@ describe("UploadScan: NDJSON", () => {
         message: expect.stringContaining("longer"),
       });
     }
+  });
+
+  it("measures a line without its CR and byte-order mark, however the chunks fall", async () => {
+    const lineOf = (bytes: number) => `{"a":"${"x".repeat(bytes - 8)}"}`;
+    const line = lineOf(MAX_ROW_LINE_BYTES);
+    const over = lineOf(MAX_ROW_LINE_BYTES + 1);
+    // Whole, cut between each CR and its LF (the first line's after its byte-order mark), and in chunks of 1,000.
+    const chunkings = (text: string) => [[text], text.split(/(?<=\r)/), text.match(/[\s\S]{1,1000}/g)!];
+    for (const parts of chunkings(`\ufeff${line}\r\n${line}\r\n${line}`))
+      expect(await scanParts("ndjson", parts), `${parts.length} chunks`).toMatchObject({ rows: 3 });
+    for (const parts of chunkings(`${line}\r\n${over}\r\n`))
+      expect(await scanParts("ndjson", parts), `${parts.length} chunks`).toMatchObject({
+        line: 2,
+        message: expect.stringContaining("longer"),
+      });
   });
 
   it("refuses a file without rows", async () => {
