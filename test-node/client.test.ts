@@ -187,6 +187,48 @@ describe("TroupeClient", () => {
     expect(late.map((m) => m.type)).toEqual(["snapshot"]);
   });
 
+  it("events: pings a waiting run's socket, which the server answers with pongs that never surface, on one socket to the end", async () => {
+    const sockets: WebSocket[] = [];
+    let pongs = 0;
+    let ponged: () => void = () => undefined;
+    const firstPong = new Promise<void>((resolve) => (ponged = resolve));
+    // The global WebSocket, counting the pongs its sockets receive.
+    class PongCountingWebSocket extends WebSocket {
+      constructor(url: string | URL, protocols?: string | string[]) {
+        super(url, protocols);
+        sockets.push(this);
+        this.addEventListener("message", (event) => {
+          if (event.data !== "pong") return;
+          pongs++;
+          ponged();
+        });
+      }
+    }
+    const watcher = new TroupeClient({ baseUrl: server.baseUrl, WebSocket: PongCountingWebSocket });
+    const { runId } = await client.submit({ play: "demo-approval", input: { message: "approve me once the watcher has a pong" } });
+
+    const messages: LiveMessage[] = [];
+    for await (const message of watcher.events(runId, { heartbeatSeconds: 0.5 })) {
+      messages.push(message);
+      if (message.type === "wait.started") {
+        // The run is idle and its coordinator may hibernate: only the heartbeat keeps the socket from going silent.
+        await firstPong;
+        expect((await client.signal(runId, "approve", "yes")).consumed).toBe(true);
+      }
+    }
+
+    expect(pongs).toBeGreaterThan(0);
+    // Answered in time, every time: the socket was never taken for dead and reopened.
+    expect(sockets).toHaveLength(1);
+    expect(messages.filter((m) => m.type === "snapshot")).toHaveLength(1);
+    const events = messages.filter((m): m is LedgerEvent => m.type !== "snapshot");
+    const ledger = await client.eventPage(runId, { limit: 1000 });
+    expect(events.map((e) => [e.seq, e.type])).toEqual(
+      ledger.events.filter((e) => e.seq <= events.at(-1)!.seq).map((e) => [e.seq, e.type]),
+    );
+    expect(events.at(-1)!.type).toBe("run.completed");
+  });
+
   it("events: a dropped socket is reopened with ?after=<last seq>, and nothing is missed or repeated", async () => {
     const sockets: WebSocket[] = [];
     const urls: string[] = [];

@@ -1,8 +1,13 @@
 /**
- * The client's live feed against a server that misbehaves (a fake WebSocket:
- * what a real server does is tested in client.test.ts), on a fake clock.
+ * The client's live feed against a server that misbehaves (a fake WebSocket
+ * on a fake clock, or a tiny socket server of the test's own: what a real
+ * server does is tested in client.test.ts).
  */
+import { createHash } from "node:crypto";
+import { createServer, type IncomingMessage } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { TroupeClient } from "../src/client/TroupeClient.ts";
 import { TroupeApiError } from "../src/client/errors.ts";
 import { liveEvents, type LiveFeedSource } from "../src/client/live-events.ts";
 
@@ -114,5 +119,86 @@ describe("liveEvents", () => {
     };
     const feed = liveEvents(source);
     await expect(feed.next()).rejects.toMatchObject({ code: "run_not_found" });
+  });
+});
+
+/**
+ * A WebSocket server on 127.0.0.1 that answers each upgrade, then lets
+ * `serve` write text frames and close. It never reads what the client sends
+ * (pings, close frames): a connection it leaves open behaves as one a NAT
+ * dropped without a FIN. Written by hand, a frame being a few bytes: `ws`
+ * ships no types here, and would answer a close frame by itself.
+ */
+async function rawSocketServer(serve: (connection: { n: number; url: URL; send(text: string): void; close(): void }) => void) {
+  const sockets: Socket[] = [];
+  let opened = 0;
+  const server = createServer((_request, response) => response.writeHead(404).end());
+  server.on("upgrade", (request: IncomingMessage, socket: Socket) => {
+    sockets.push(socket);
+    const accept = createHash("sha1")
+      .update(`${request.headers["sec-websocket-key"]}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+      .digest("base64");
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`,
+    );
+    socket.pause();
+    // An unmasked frame (server to client): FIN and the opcode, the length (7 bits, or 126 and 16 bits), the payload.
+    const frame = (opcode: number, payload: Buffer) =>
+      socket.write(
+        Buffer.concat([
+          payload.length < 126
+            ? Buffer.from([0x80 | opcode, payload.length])
+            : Buffer.from([0x80 | opcode, 126, payload.length >> 8, payload.length & 0xff]),
+          payload,
+        ]),
+      );
+    serve({
+      n: ++opened,
+      url: new URL(request.url ?? "/", "http://127.0.0.1"),
+      send: (text) => frame(0x1, Buffer.from(text)),
+      close: () => {
+        frame(0x8, Buffer.from([0x03, 0xe8]));
+        socket.end();
+      },
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    async stop() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe("TroupeClient.events heartbeat", () => {
+  it("closes a socket that went silent (no FIN) and resumes with ?after=<last seq>, to the run's end", { timeout: 20_000 }, async () => {
+    const afters: (string | null)[] = [];
+    const server = await rawSocketServer((connection) => {
+      afters.push(connection.url.searchParams.get("after"));
+      const at = new Date().toISOString();
+      if (connection.n === 1) {
+        // Two events, then nothing ever again, not even a pong: the connection died on the way.
+        connection.send(JSON.stringify({ type: "snapshot", seq: 2, run: { status: "waiting" } }));
+        connection.send(JSON.stringify({ type: "run.started", seq: 1, at }));
+        connection.send(JSON.stringify({ type: "wait.started", seq: 2, at }));
+        return;
+      }
+      connection.send(JSON.stringify({ type: "snapshot", seq: 3, run: { status: "completed" } }));
+      connection.send(JSON.stringify({ type: "run.completed", seq: 3, at }));
+      connection.close();
+    });
+    try {
+      const client = new TroupeClient({ baseUrl: server.baseUrl, token: "t" });
+      const seen: string[] = [];
+      for await (const message of client.events("run_silent", { heartbeatSeconds: 0.5 })) {
+        seen.push(message.type === "snapshot" ? "snapshot" : `${message.seq} ${message.type}`);
+      }
+      expect(seen).toEqual(["snapshot", "1 run.started", "2 wait.started", "snapshot", "3 run.completed"]);
+      expect(afters).toEqual(["0", "2"]);
+    } finally {
+      await server.stop();
+    }
   });
 });

@@ -5,7 +5,10 @@ import { allEvents, api, apiJson, chunkCompletions, eventsOfType, simReset, simS
 interface Live {
   status: number;
   ws: WebSocket;
+  /** Every JSON message, in order. */
   messages: any[];
+  /** Every text frame as sent, JSON or not ("pong"). */
+  frames: string[];
   closed: Promise<{ code: number; reason: string }>;
 }
 
@@ -24,14 +27,16 @@ async function openLive(
   if (res.status !== 101) throw Object.assign(new Error(`live: ${res.status}`), { status: res.status, body: await res.json() });
   const ws = res.webSocket!;
   const messages: any[] = [];
+  const frames: string[] = [];
   const closed = new Promise<{ code: number; reason: string }>((resolve) =>
     ws.addEventListener("close", (e) => resolve({ code: e.code, reason: e.reason })),
   );
   ws.addEventListener("message", (e) => {
-    messages.push(JSON.parse(e.data as string));
+    frames.push(e.data as string);
+    if (e.data !== "pong") messages.push(JSON.parse(e.data as string));
   });
   ws.accept();
-  return { status: res.status, ws, messages, closed };
+  return { status: res.status, ws, messages, frames, closed };
 }
 
 async function refused(runId: string, options: Parameters<typeof openLive>[1]): Promise<{ status: number; body: any }> {
@@ -145,6 +150,25 @@ describe("GET /v1/runs/<id>/live", () => {
     const types = live.messages.slice(1).map((m) => m.type);
     expect(types).toContain("signal.received");
     expect(types.at(-1)).toBe("run.completed");
+  });
+
+  it('answers a watcher\'s "ping" with "pong" while the run waits, and the events go on unchanged', async () => {
+    const key = `ping-${Date.now().toString(36)}`;
+    const runId = await startRun("test-waits", { keys: [key] });
+    await until(async () => (await allEvents(runId)).some((e) => e.type === "wait.started"), "the run to wait");
+    const live = await openLive(runId);
+    await until(() => live.messages.length > 0, "the snapshot");
+    live.ws.send("ping");
+    await until(() => live.frames.includes("pong"), "the pong");
+    expect((await apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    expect((await live.closed).code).toBe(1000);
+    // One pong for the one ping; every other frame is the snapshot or a ledger event, each once, in order.
+    expect(live.frames.filter((f) => f === "pong")).toHaveLength(1);
+    expect(live.messages).toHaveLength(live.frames.length - 1);
+    const [snapshot, ...events] = live.messages;
+    expect(snapshot).toMatchObject({ type: "snapshot", run: { runId, status: "waiting" } });
+    expect(events).toEqual(await allEvents(runId));
+    expect(events.at(-1)).toMatchObject({ type: "run.completed" });
   });
 
   it("never sends the same map counts twice in a row", async () => {

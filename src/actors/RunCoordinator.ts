@@ -106,6 +106,8 @@ export class RunCoordinator extends Server<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#outboundGate = outboundGateFor(env);
+    // A watcher's heartbeat: the runtime answers it on every hibernatable socket without waking this object.
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
@@ -319,6 +321,8 @@ export class RunCoordinator extends Server<Env> {
    * (not hibernatable) socket: nothing will follow, and the runtime holds a
    * hibernatable socket's connection open after its close until the object is
    * evicted (about 10 s locally), where a plain one closes at once.
+   * The auto-response does not cover it, and no "ping" is answered here: the
+   * socket is closed before this returns, so none can arrive while it is open.
    */
   #replayEnded(request: Request): Response {
     const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];

@@ -24,7 +24,7 @@ import type {
   UploadView,
 } from "../api/responses.ts";
 import { TroupeApiError, errorOf } from "./errors.ts";
-import { liveEvents } from "./live-events.ts";
+import { liveEvents, type LiveEventsOptions } from "./live-events.ts";
 
 /** Where the client connects when no `baseUrl` is given: `npm start`'s local server. */
 export const DEFAULT_BASE_URL = "http://127.0.0.1:8787";
@@ -41,6 +41,9 @@ export interface TroupeClientOptions {
   /** The `WebSocket` constructor for {@link TroupeClient.events}; default the global one. */
   WebSocket?: typeof WebSocket;
 }
+
+/** What {@link TroupeClient.events} takes: `after`, `signal` and `heartbeatSeconds`. */
+export type EventsOptions = Omit<LiveEventsOptions, "reconnect">;
 
 type JsonRequest = { json?: unknown; body?: BodyInit; headers?: Record<string, string> };
 
@@ -213,15 +216,17 @@ export class TroupeClient {
    * The run's live feed (`/v1/runs/<runId>/live`): the snapshot, then every
    * event after `after` once, in `seq` order. A dropped socket is reopened with
    * `?after=<last seq>` (a fresh snapshot comes first, then what was missed).
-   * Ends after `run.completed`, `run.failed` or `run.cancelled`, or quietly
-   * when `signal` aborts; `break` closes the socket.
+   * An open socket is pinged every `heartbeatSeconds` (default 30), and one
+   * silent for twice that (a connection that died without a close) is
+   * reopened the same way. Ends after `run.completed`, `run.failed` or
+   * `run.cancelled`, or quietly when `signal` aborts; `break` closes the socket.
    *
    * @example
    * for await (const message of client.events(runId)) {
    *   if (message.type === "map.progress") console.log(message.map, message.completed, "/", message.total);
    * }
    */
-  events(runId: string, options: { after?: number; signal?: AbortSignal } = {}): AsyncIterable<LiveMessage> {
+  events(runId: string, options: EventsOptions = {}): AsyncIterable<LiveMessage> {
     const WebSocketClass = this.#WebSocket ?? globalThis.WebSocket;
     if (!WebSocketClass)
       throw new TroupeApiError({

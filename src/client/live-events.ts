@@ -7,6 +7,12 @@
  * what was missed; events at or below that seq are skipped all the same,
  * and a gap (a seq past the next one) is filled from `GET .../events` before
  * going on. So every event is delivered once, in order, whatever the socket does.
+ *
+ * A connection can also die without a close (a NAT that forgot it, a laptop
+ * asleep): the feed sends "ping" every `heartbeatSeconds`, the server answers
+ * "pong" (its runtime does, without waking the coordinator), and a socket that
+ * brings no frame at all for two heartbeats is closed and reopened like any
+ * other dropped socket.
  */
 import { TERMINAL_EVENTS, TERMINAL_STATUSES, type LedgerEvent, type LiveMessage, type SnapshotMessage } from "../api/responses.ts";
 import { TroupeApiError } from "./errors.ts";
@@ -31,6 +37,32 @@ export interface ReconnectPolicy {
 
 export const DEFAULT_RECONNECT: ReconnectPolicy = { baseDelayMs: 250, maxDelayMs: 5_000, maxFailures: 8 };
 
+/** How often an open socket is pinged when `heartbeatSeconds` is not given; silent for twice this, it is reopened. */
+export const DEFAULT_HEARTBEAT_SECONDS = 30;
+/** The longest heartbeat `heartbeatSeconds` takes: a day. */
+export const MAX_HEARTBEAT_SECONDS = 86_400;
+
+/** What {@link liveEvents} takes besides its source. */
+export interface LiveEventsOptions {
+  /** Deliver the events with `seq` past this one (default 0: all of them). */
+  after?: number;
+  /** Ends the feed quietly (and closes its socket) when it aborts. */
+  signal?: AbortSignal;
+  reconnect?: ReconnectPolicy;
+  /**
+   * Seconds between the "ping" frames sent on an open socket (default 30, at
+   * most 86,400; a fraction is fine; 0 turns the heartbeat off). A socket that
+   * brings no frame (an event, a snapshot, a "pong") for twice this long is
+   * closed and reopened with `?after=<last seq>`, within the reconnection
+   * budget. Anything else throws `invalid_option` when iteration starts.
+   */
+  heartbeatSeconds?: number;
+}
+
+/** The heartbeat's frames: text, so that the runtime's auto-response can answer without waking the coordinator. */
+const PING = "ping";
+const PONG = "pong";
+
 /** A connection up this long was a healthy one, events or not: the waits between reconnections start over. */
 const HEALTHY_CONNECTION_MS = 10_000;
 
@@ -43,14 +75,22 @@ const CLOSE_NORMAL = 1000;
  * Ends after a terminal event (`run.completed`, `run.failed`, `run.cancelled`),
  * after the snapshot of a run that had ended at or before `after`, or quietly
  * when `signal` aborts. Throws a {@link TroupeApiError}
- * when the run cannot be watched or the server stays unreachable.
+ * when the run cannot be watched, the server stays unreachable, or
+ * `heartbeatSeconds` is out of range.
  */
-export async function* liveEvents(
-  source: LiveFeedSource,
-  options: { after?: number; signal?: AbortSignal; reconnect?: ReconnectPolicy } = {},
-): AsyncGenerator<LiveMessage> {
+export async function* liveEvents(source: LiveFeedSource, options: LiveEventsOptions = {}): AsyncGenerator<LiveMessage> {
   const { signal } = options;
   const policy = options.reconnect ?? DEFAULT_RECONNECT;
+  const heartbeatSeconds = options.heartbeatSeconds ?? DEFAULT_HEARTBEAT_SECONDS;
+  // Timers take at most 2^31 - 1 ms (about 24.8 days; a longer one fires at once), and the silence limit is two heartbeats.
+  if (!(heartbeatSeconds >= 0 && heartbeatSeconds <= MAX_HEARTBEAT_SECONDS)) {
+    throw new TroupeApiError({
+      status: 0,
+      code: "invalid_option",
+      message: `heartbeatSeconds must be a number of seconds from 0 to ${MAX_HEARTBEAT_SECONDS}, not ${heartbeatSeconds}`,
+    });
+  }
+  const heartbeatMs = heartbeatSeconds * 1000;
   let lastSeq = options.after ?? 0;
   // Connections in a row that brought no event and did not last (the waits grow with them)...
   let quiet = 0;
@@ -61,7 +101,7 @@ export async function* liveEvents(
   while (!signal?.aborted) {
     const openedAt = Date.now();
     const seqAtOpen = lastSeq;
-    const socket = new SocketFrames(new source.WebSocket(source.url(lastSeq)), signal);
+    const socket = new SocketFrames(new source.WebSocket(source.url(lastSeq)), { signal, heartbeatMs });
     let received = false;
     try {
       for await (const frame of socket) {
@@ -165,35 +205,67 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** One socket's text frames as an async iterable that ends when the socket closes. */
+/** The WebSocket `readyState` of an open socket. */
+const OPEN = 1;
+
+/**
+ * One socket's text frames (but "pong") as an async iterable that ends when
+ * the socket closes, or when it brought no frame for two heartbeats (counted
+ * from its creation, so a handshake that hangs ends too).
+ */
 class SocketFrames implements AsyncIterable<string> {
   #socket: WebSocket;
   #frames: string[] = [];
   #wake: (() => void) | null = null;
   #closed = false;
   #signal: AbortSignal | undefined;
+  #silentLimitMs: number;
+  #lastFrameAt = Date.now();
+  #pinger: ReturnType<typeof setInterval> | undefined;
+  #watchdog: ReturnType<typeof setTimeout> | undefined;
   closeCode = 0;
   closeReason = "";
 
-  constructor(socket: WebSocket, signal: AbortSignal | undefined) {
+  constructor(socket: WebSocket, options: { signal: AbortSignal | undefined; heartbeatMs: number }) {
     this.#socket = socket;
-    this.#signal = signal;
+    this.#signal = options.signal;
+    this.#silentLimitMs = 2 * options.heartbeatMs;
     socket.addEventListener("message", (event: MessageEvent) => {
+      this.#lastFrameAt = Date.now();
       const data: unknown = event.data;
+      if (data === PONG) return;
       if (typeof data === "string") this.#push(data);
       else if (data instanceof ArrayBuffer) this.#push(new TextDecoder().decode(data));
     });
     socket.addEventListener("close", (event: CloseEvent) => {
+      // A socket this side gave up on may report its close much later: the reason it was given up stands.
+      if (this.#closed) return;
       this.closeCode = event.code;
       this.closeReason = event.reason;
       this.#end();
     });
     // An error is always followed by a close event, which ends the iteration; nothing more to do here.
     socket.addEventListener("error", () => undefined);
-    signal?.addEventListener("abort", this.#onAbort, { once: true });
+    this.#signal?.addEventListener("abort", this.#onAbort, { once: true });
+    if (options.heartbeatMs > 0) {
+      // Sent only once open: a socket still connecting throws on send.
+      this.#pinger = setInterval(() => this.#socket.readyState === OPEN && this.#socket.send(PING), options.heartbeatMs);
+      this.#watchdog = setTimeout(this.#checkSilence, this.#silentLimitMs);
+    }
   }
 
   #onAbort = () => this.close();
+
+  /** Closes a socket silent for too long; otherwise checks again when it would be (one timer, not one per frame). */
+  #checkSilence = () => {
+    const silentMs = Date.now() - this.#lastFrameAt;
+    if (silentMs < this.#silentLimitMs) {
+      this.#watchdog = setTimeout(this.#checkSilence, this.#silentLimitMs - silentMs);
+      return;
+    }
+    this.closeReason = `no frame, not even a pong, for ${silentMs / 1000} s`;
+    this.close();
+  };
 
   #push(frame: string): void {
     this.#frames.push(frame);
@@ -202,6 +274,8 @@ class SocketFrames implements AsyncIterable<string> {
 
   #end(): void {
     this.#closed = true;
+    clearInterval(this.#pinger);
+    clearTimeout(this.#watchdog);
     this.#signal?.removeEventListener("abort", this.#onAbort);
     this.#wake?.();
   }
