@@ -119,6 +119,20 @@ describe("maxSpend", () => {
 });
 
 describe("maxSpend over child plays", () => {
+  it("is not reached while children hold room they have not spent: a cap just above what they bill completes", async () => {
+    await simReset();
+    const domain = `roomy-${crypto.randomUUID().slice(0, 8)}.test`;
+    const accounts = Array.from({ length: 6 }, (_, a) => ({ id: `r${a}`, domain, people: [0, 1, 2, 3].map((p) => `Roomy ${a} ${p}`) }));
+    // 30 credits over six children, each asking its parent for many requests' worth at a time: the last to ask wait
+    // for their siblings' unspent room (they failed the parent at once, having billed about half of it).
+    const started = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-accounts", input: { accounts }, maxSpend: 31 } });
+    expect(started.status).toBe(202);
+    const run = await waitForRun(started.body.runId, { timeoutMs: 90_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ rows: 6, failed: 0 });
+    expect(billedCredits(await simStats())).toBe(30);
+  });
+
   it("counts every child's spend: demo-accounts bills no more than its cap, fails spend_cap_reached, and a rerun with a higher cap finishes paying each call once", async () => {
     await simReset();
     const domain = `capped-${crypto.randomUUID().slice(0, 8)}.test`;

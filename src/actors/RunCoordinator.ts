@@ -1,5 +1,5 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
-import { ChildFinished, StartRunMessage } from "../contracts/runs";
+import { type ChildAllotment, ChildFinished, StartRunMessage } from "../contracts/runs";
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor } from "../core/policy";
@@ -102,6 +102,8 @@ export class RunCoordinator extends Server<Env> {
   #host: RunHost;
   /** This object's outbound requests (provider calls, fetches): six in flight at most under `PLATFORM_LIMITS=emulate`. */
   #outboundGate: OutboundGate | null;
+  /** Children refused more of this run's cap, and when they last asked (runtime/tools/child-spend.ts). */
+  #childWaits = new Map<string, number>();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -211,10 +213,10 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** A child of this run asks for more of its spend cap (runtime/tools/child-spend.ts): what the child may spend in all. */
-  async allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number> {
-    if (!this.#runOf(org)) return 0;
+  async allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment> {
+    if (!this.#runOf(org)) return { micros: 0, wait: false };
     const micros = (n: number) => (Number.isSafeInteger(n) && n > 0 ? n : 0);
-    return allotToChild(this.env, this.#store, childRunId, micros(wantedMicros), micros(needMicros));
+    return allotToChild(this.env, this.#store, childRunId, micros(wantedMicros), micros(needMicros), this.#childWaits, Date.now());
   }
 
   /** An executor of this run asks what the invocation of epoch `attemptSeq` had done (null once it has ended). */

@@ -4,7 +4,7 @@
  * owner of a receipt lease still runs. Every call is counted by the meter.
  */
 import type { RunView } from "../api/responses";
-import type { ChildFinished, StartRunMessage } from "../contracts/runs";
+import type { ChildAllotment, ChildFinished, StartRunMessage } from "../contracts/runs";
 import type { SubrequestMeter } from "../core/meter";
 
 /**
@@ -17,7 +17,7 @@ interface RunCoordinatorRpc {
   getRun(org: string): Promise<RunView | null>;
   cancel(org: string, parentRunId?: string): Promise<RunView | null>;
   childFinished(message: ChildFinished): Promise<void>;
-  allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number>;
+  allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment>;
 }
 
 export class RunClient {
@@ -56,7 +56,7 @@ export class RunClient {
   }
 
   /** A child asks its parent for more of the parent's cap (child-spend.ts): what the child may spend in all, in micro-credits. */
-  allotChildSpend(parentRunId: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<number> {
+  allotChildSpend(parentRunId: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment> {
     return this.#stub(parentRunId, "allotChildSpend").allotChildSpend(this.#org, childRunId, wantedMicros, needMicros);
   }
 

@@ -39,3 +39,10 @@ export const ChildFinished = z.object({
   spentCredits: z.number().nonnegative().optional(),
 });
 export type ChildFinished = z.infer<typeof ChildFinished>;
+
+/** A parent's answer to its child's ask for spend (runtime/tools/child-spend.ts): what the child may spend in all. */
+export interface ChildAllotment {
+  micros: number;
+  /** Refused while the child's siblings hold allotments they may not spend: those come back as they end. */
+  wait: boolean;
+}

@@ -197,6 +197,13 @@ export class SpendStore {
     return this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM spend_totals WHERE state = 'children'`[0]!.n;
   }
 
+  /** What children that have not ended, but for those `except`, were allotted. */
+  allottedToOthers(except: readonly string[]): number {
+    const running = this.#sql<{ child_run_id: string; micros: number }>`SELECT child_run_id, micros FROM child_spend WHERE ended = 0`;
+    const skip = new Set(except);
+    return running.reduce((sum, child) => (skip.has(child.child_run_id) ? sum : sum + child.micros), 0);
+  }
+
   /** What the child was allotted (or spent, once `ended`); null when it was allotted nothing. */
   childAllotment(childRunId: string): { micros: number; ended: boolean } | null {
     const row = this.#sql<{ micros: number; ended: number }>`SELECT micros, ended FROM child_spend WHERE child_run_id = ${childRunId}`[0];

@@ -246,7 +246,9 @@ export class ChildPlays {
       }
     }
     if (entry.state === "done") return entry.result;
-    if (entry.state === "failed" && entry.error!.code === "spend_cap_reached") throw this.#capReached(entry.error!.message);
+    // A child stopped at a cap: this run's (which counts the child's spend), or one it merely reused (child_failed).
+    if (entry.state === "failed" && entry.error!.code === "spend_cap_reached")
+      throw this.#deps.capped ? this.#capReached(entry.error!.message) : new TerminalError("child_failed", entry.error!.message);
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
     if (row === null) this.#deps.waits.park(`waiting for ${what}`);

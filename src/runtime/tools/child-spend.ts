@@ -11,6 +11,8 @@
  * parent that started it.
  */
 import { RunClient } from "../../clients/runs";
+import { isTerminal } from "../../core/statuses";
+import type { ChildAllotment } from "../../contracts/runs";
 import type { RunStore } from "../../stores/run-store";
 import { toMicros } from "../../stores/spend-store";
 
@@ -26,9 +28,15 @@ export function capRoom(store: RunStore): number | null {
   return Math.min(own, allotted === null ? Number.POSITIVE_INFINITY : allotted - committed);
 }
 
+/** A child refused that asks again within this long is waiting (it asks every 250 ms): its allotment is not awaited. */
+const WAITING_FOR_MS = 1_000;
+
 /**
  * A child of this run asks for `wantedMicros` more of the run's cap (at least `needMicros`, else nothing): answers
- * what the child may spend in all. A run spending from its own parent's cap asks that parent first when short.
+ * what the child may spend in all. Past what it needs, a child gets at most half of what the cap leaves, so that
+ * its siblings find room too. A run spending from its own parent's cap asks that parent first when short. An ended
+ * run allots no more (what it had left went back to its own parent). A child refused waits while siblings not
+ * themselves waiting hold allotments (`waiting`: when each child refused last asked; kept by the caller).
  */
 export async function allotToChild(
   env: RunsEnv,
@@ -36,27 +44,39 @@ export async function allotToChild(
   childRunId: string,
   wantedMicros: number,
   needMicros: number,
-): Promise<number> {
+  waiting: Map<string, number>,
+  now: number,
+): Promise<ChildAllotment> {
   const held = store.spend.childAllotment(childRunId);
-  if (held?.ended) return held.micros;
+  if (held?.ended || isTerminal(store.run()!.status)) return { micros: held?.micros ?? 0, wait: false };
   const before = capRoom(store);
-  if (before !== null && before < needMicros) await askParent(env, store, wantedMicros - before, needMicros - before);
+  let above = { grew: false, wait: false };
+  if (before !== null && before < needMicros) above = await askParent(env, store, wantedMicros - before, needMicros - before);
   // Read again after the ask: other children's asks may have taken some meanwhile.
   const room = capRoom(store) ?? Number.POSITIVE_INFINITY;
-  const extra = room >= needMicros ? Math.min(wantedMicros, room) : 0;
+  const extra = room >= needMicros ? Math.min(wantedMicros, needMicros + Math.floor((room - needMicros) / 2)) : 0;
   if (extra > 0) store.spend.allotChild(childRunId, extra);
-  return (held?.micros ?? 0) + extra;
+  if (extra > 0) waiting.delete(childRunId);
+  else waiting.set(childRunId, now);
+  for (const [child, at] of waiting) if (now - at > WAITING_FOR_MS) waiting.delete(child);
+  const wait = extra === 0 && (store.spend.allottedToOthers([...waiting.keys()]) > 0 || above.wait);
+  return { micros: (held?.micros ?? 0) + extra, wait };
 }
 
 /**
  * Asks the parent of a run that spends from its cap for `wantedMicros` more (at least `needMicros`); keeps the
- * new allotment. Answers whether it grew.
+ * new allotment. Answers whether it grew, and whether the parent says to wait for more.
  */
-export async function askParent(env: RunsEnv, store: RunStore, wantedMicros: number, needMicros: number): Promise<boolean> {
+export async function askParent(
+  env: RunsEnv,
+  store: RunStore,
+  wantedMicros: number,
+  needMicros: number,
+): Promise<{ grew: boolean; wait: boolean }> {
   const run = store.run()!;
   const held = store.spend.parentAllotment();
-  if (held === null || run.parentRunId === null) return false;
-  const total = await new RunClient({ env, org: run.org }).allotChildSpend(run.parentRunId, run.runId, wantedMicros, needMicros);
-  store.spend.setParentAllotment(total);
-  return total > held;
+  if (held === null || run.parentRunId === null) return { grew: false, wait: false };
+  const answer = await new RunClient({ env, org: run.org }).allotChildSpend(run.parentRunId, run.runId, wantedMicros, needMicros);
+  store.spend.setParentAllotment(answer.micros);
+  return { grew: answer.micros > held, wait: answer.wait };
 }

@@ -49,7 +49,9 @@ export class InvocationSpendCap {
   readonly dailyLimit: number | null;
   #store: RunStore;
   #hold: (wantedMicros: number, needMicros: number) => Promise<number>;
-  #askParent: (wantedMicros: number, needMicros: number) => Promise<boolean>;
+  #askParent: (wantedMicros: number, needMicros: number) => Promise<{ grew: boolean; wait: boolean }>;
+  /** The parent refused the last ask while the run's siblings hold allotments that come back as they end. */
+  #parentSaysWait = false;
   #now: () => number;
   /** Committed when the holding started (the invocation, or the day): the daily cap is this plus what it holds. */
   #baseMicros: number;
@@ -71,14 +73,14 @@ export class InvocationSpendCap {
     dailyLimit: number | null;
     hold?(wantedMicros: number, needMicros: number): Promise<number>;
     /** A run that spends from its parent's cap asks it for more (child-spend.ts); whether its allotment grew. */
-    askParent?(wantedMicros: number, needMicros: number): Promise<boolean>;
+    askParent?(wantedMicros: number, needMicros: number): Promise<{ grew: boolean; wait: boolean }>;
     now?(): number;
   }) {
     this.#store = options.store;
     this.maxSpend = options.maxSpend;
     this.dailyLimit = options.dailyLimit;
     this.#hold = options.hold ?? (async () => 0);
-    this.#askParent = options.askParent ?? (async () => false);
+    this.#askParent = options.askParent ?? (async () => ({ grew: false, wait: false }));
     this.#now = options.now ?? Date.now;
     this.#baseMicros = this.#ownCommitted();
     this.#day = utcDay(this.#now());
@@ -135,7 +137,8 @@ export class InvocationSpendCap {
       // Held for many requests like it at once: the org is asked rarely.
       if (cap!.reason === "daily" && (await this.#more(need, need * HOLD_MULTIPLE))) continue;
       if (cap!.reason === "parent" && (await this.#moreOfParent(need, need * HOLD_MULTIPLE))) continue;
-      if (waitedMs >= MAX_GRANT_WAIT_MS || !this.#othersMoving()) throw this.#reached(cap!.reason);
+      const others = this.#othersMoving() || (cap!.reason === "parent" && this.#parentSaysWait);
+      if (waitedMs >= MAX_GRANT_WAIT_MS || !others) throw this.#reached(cap!.reason);
       await sleep(GRANT_WAIT_MS, signal);
       waitedMs += GRANT_WAIT_MS;
     }
@@ -146,15 +149,22 @@ export class InvocationSpendCap {
     let granted = this.#store.spend.grant(attemptId, wantedMicros, this.#cap()?.micros ?? null);
     // An executor asks for many requests' worth: it needs one.
     const need = Math.max(1, Math.ceil(wantedMicros / HOLD_MULTIPLE));
-    while (granted < wantedMicros && (await this.#moreFor(this.#cap()?.reason, need, wantedMicros - granted)))
+    for (;;) {
+      const reason = this.#cap()?.reason;
+      // The parent is asked only for an attempt granted nothing: refused a top-up, a child would count as waiting.
+      if (granted >= wantedMicros || (reason === "parent" && granted > 0)) break;
+      if (!(await this.#moreFor(reason, need, wantedMicros - granted))) break;
       granted += this.#store.spend.grant(attemptId, wantedMicros - granted, this.#cap()?.micros ?? null);
+    }
     const cap = this.#cap();
     if (granted > 0) this.#waiting.delete(attemptId);
     return {
       grantedMicros: granted,
       spentCredits: toCredits(this.#store.spend.billedMicros()),
       cap: cap === null ? null : this.#stated(cap.reason),
-      ...(granted === 0 && cap !== null && this.#othersHold(attemptId) ? { waitMs: GRANT_WAIT_MS } : {}),
+      ...(granted === 0 && cap !== null && (this.#othersHold(attemptId) || (cap.reason === "parent" && this.#parentSaysWait))
+        ? { waitMs: GRANT_WAIT_MS }
+        : {}),
     };
   }
 
@@ -201,6 +211,10 @@ export class InvocationSpendCap {
   /** Asks the parent for at least `needMicros` more of its cap, `wantedMicros` if it can. One ask at a time. */
   async #moreOfParent(needMicros: number, wantedMicros: number): Promise<boolean> {
     this.#askingParent ??= this.#askParent(Math.max(needMicros, wantedMicros), needMicros)
+      .then(({ grew, wait }) => {
+        this.#parentSaysWait = wait;
+        return grew;
+      })
       .catch((error: unknown) => {
         console.warn("could not ask the parent run for more of its spend cap", error);
         return false;
