@@ -231,3 +231,20 @@ describe("durability of the coordinator", () => {
     }
   });
 });
+
+describe("a play's result", () => {
+  it("is stored up to 1 MiB as JSON; a larger one, or one JSON cannot hold, fails the run saying so (it was never stored: the run ran on)", async () => {
+    const small = await waitForRun(await startRun("test-result", { chars: 1000 }));
+    expect(small.status).toBe("completed");
+    expect(small.result.padding).toHaveLength(1000);
+
+    const large = await waitForRun(await startRun("test-result", { chars: 2_500_000 }));
+    expect(large.status).toBe("failed");
+    expect(large.error).toMatchObject({ code: "result_too_large" });
+    expect(large.error.message).toContain("the limit is 1048576");
+
+    const cyclic = await waitForRun(await startRun("test-result", { cyclic: true }));
+    expect(cyclic.status).toBe("failed");
+    expect(cyclic.error.code).toBe("invalid_result");
+  });
+});

@@ -169,5 +169,5 @@ export const runMigrations = [
   `,
   // The end a run decided, kept while it is carried out (src/runtime/invocation/run-end.ts): an invocation that
   // dies mid-way through it leaves the next one to finish it, not to run the play again.
-  `ALTER TABLE run ADD COLUMN ending TEXT;`,
+  `CREATE TABLE run_ending (id INTEGER PRIMARY KEY CHECK (id = 1), ending TEXT NOT NULL);`,
 ];

@@ -283,14 +283,20 @@ export class RunStore {
     return byKind;
   }
 
-  /** The end the run decided and is carrying out (run-end.ts), or null: an invocation that dies mid-way leaves it. */
+  /**
+   * The end the run decided and is carrying out (run-end.ts), or null: an invocation that dies mid-way leaves it.
+   * Kept in a row of its own (a completed end holds the result, which the run's row holds too once it has ended).
+   */
   ending(): RunEnding | null {
-    const text = this.#sql<{ ending: string | null }>`SELECT ending FROM run WHERE id = 1`[0]?.ending ?? null;
+    const text = this.#sql<{ ending: string }>`SELECT ending FROM run_ending WHERE id = 1`[0]?.ending ?? null;
     return text === null ? null : (JSON.parse(text) as RunEnding);
   }
 
-  setEnding(end: RunEnding): void {
-    this.#sql.write`UPDATE run SET ending = ${JSON.stringify(end)} WHERE id = 1`;
+  setEnding(end: RunEnding | null): void {
+    if (end === null) this.#sql.write`DELETE FROM run_ending WHERE id = 1`;
+    else
+      this.#sql.write`INSERT INTO run_ending (id, ending) VALUES (1, ${JSON.stringify(end)})
+      ON CONFLICT (id) DO UPDATE SET ending = excluded.ending`;
   }
 
   noteInfraFailure(reset: boolean): number {

@@ -137,7 +137,7 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
-        ALTER TABLE run DROP COLUMN ending; UPDATE _schema SET version = ?`,
+        DROP TABLE run_ending; UPDATE _schema SET version = ?`,
         runMigrations.length - 6,
       );
       const sql = createSql(state.storage);
@@ -158,7 +158,7 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
-        DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; ALTER TABLE run DROP COLUMN ending;
+        DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
         UPDATE _schema SET version = ?`,
         runMigrations.length - 5,
       );

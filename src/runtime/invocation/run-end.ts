@@ -4,6 +4,7 @@
  * fire next (null once nothing is left to do).
  */
 import { faultProbeFor } from "../../clients/faults";
+import { messageOf } from "../../core/errors";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
 import type { RunError, RunStore } from "../../stores/run-store";
 import { MAX_RESTORE_TRIES } from "../../stores/salvage-store";
@@ -12,13 +13,32 @@ import { restoreSalvage } from "../tools/salvage";
 import type { Invocation } from "./invocation";
 import type { InvocationEnd } from "./invocation-end";
 
+/** The most characters a play's result may take as JSON. */
+export const MAX_RESULT_CHARS = 1024 * 1024;
+
 /** Acts on how the invocation ended; the alarm's next time, or null. */
 export async function settle(inv: Invocation, end: InvocationEnd): Promise<number | null> {
   // An invocation that ends normally ends a run of infrastructure failures (and of interrupted invocations).
   if (end.kind !== "retry") inv.store.noteInfraFailure(true);
   switch (end.kind) {
-    case "completed":
+    case "completed": {
+      // Stored in the run's row (2 MB at most) and sent to its watchers and parents: a larger one fails the run.
+      let chars: number;
+      try {
+        chars = JSON.stringify(end.result ?? null).length;
+      } catch (error) {
+        const message = `the play returned a result JSON cannot hold (${messageOf(error).slice(0, 200)}): return plain data`;
+        return finish(inv, "failed", { error: { code: "invalid_result", message } });
+      }
+      if (chars > MAX_RESULT_CHARS)
+        return finish(inv, "failed", {
+          error: {
+            code: "result_too_large",
+            message: `the play returned a result of ${chars} characters as JSON; the limit is ${MAX_RESULT_CHARS}: keep large outputs in a dataset (ctx.map) and return a summary`,
+          },
+        });
       return finish(inv, "completed", { result: end.result });
+    }
     case "failed":
       return finish(inv, "failed", { error: end.error });
     case "cancelled":
@@ -91,6 +111,7 @@ async function finish(
   store.spend.releaseAll();
   await inv.host.reportSpend();
   store.setStatus(status, { result: outcome.result, error });
+  store.setEnding(null);
   const progress = store.allProgress();
   if (status === "completed") inv.emit("run.completed", { result: outcome.result ?? null, progress });
   // A failed run always ends with an error (every failed end carries one).

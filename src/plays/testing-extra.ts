@@ -1,7 +1,8 @@
-/** A test play of two stages: the second map reads the first one's stored rows (`handle.rows()`). */
+/** Test plays beyond testing.ts (which is full). */
 import { z } from "zod";
 import { definePlay } from "../play/define";
 
+/** Two stages: the second map reads the first one's stored rows (`handle.rows()`). */
 export const testStages = definePlay({
   name: "test-stages",
   description: "test only: a map over the rows an earlier map stored (find, then verify what it found)",
@@ -21,5 +22,20 @@ export const testStages = definePlay({
       { key: "id" },
     );
     return { found: found.completed, verified: verified.completed };
+  },
+});
+
+/** Returns a result of about `chars` characters, or one JSON cannot hold (a cycle). */
+export const testResult = definePlay({
+  name: "test-result",
+  description: "test only: returns a result of the size asked for, or a cyclic one",
+  input: z.object({ chars: z.number().int().min(0).max(4_000_000).default(0), cyclic: z.boolean().default(false) }),
+  async run(_ctx, input) {
+    if (input.cyclic) {
+      const result: Record<string, unknown> = {};
+      result.self = result;
+      return result;
+    }
+    return { padding: "x".repeat(input.chars) };
   },
 });
