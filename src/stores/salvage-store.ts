@@ -59,9 +59,9 @@ export class SalvageStore {
     return this.#sql<{ n: number }>`SELECT count(*) AS n FROM salvage WHERE state = 'pending'`[0]!.n;
   }
 
-  /** How many restore tries the pending entries have had (the most of any). */
+  /** How many restore tries the pending entries have had (the fewest of any: one that came late has its own tries). */
   restoreTries(): number {
-    return this.#sql<{ n: number | null }>`SELECT max(restore_tries) AS n FROM salvage WHERE state = 'pending'`[0]?.n ?? 0;
+    return this.#sql<{ n: number | null }>`SELECT min(restore_tries) AS n FROM salvage WHERE state = 'pending'`[0]?.n ?? 0;
   }
 
   record(): SalvageRecord | null {

@@ -112,9 +112,9 @@ export async function estimateRun(o: EstimateOptions): Promise<Estimate> {
     await o.play.run(ctx, o.input);
   } catch (error) {
     if (error instanceof EstimateUnavailable) throw error;
-    if (error instanceof PlayStopped) estimator.note(error.message);
+    if (error instanceof PlayStopped) estimator.stopped(error.message);
     else
-      estimator.note(
+      estimator.stopped(
         `the play stopped with an error before its end (${messageOf(error).slice(0, 200)}): later maps and calls are not estimated`,
       );
   }
@@ -154,6 +154,12 @@ class Estimator {
 
   note(line: string): void {
     if (!this.#notes.includes(line)) this.#notes.push(line);
+  }
+
+  /** The play's estimate ended before the play did: what follows is not known, and nothing bounds it. */
+  stopped(line: string): void {
+    this.note(line);
+    this.#highExtraMicros = null;
   }
 
   context(): PlayContext {
