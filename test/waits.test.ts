@@ -2,7 +2,7 @@ import { abortAllDurableObjects, evictDurableObject, runInDurableObject } from "
 import { env } from "cloudflare:workers";
 import { MAX_OPEN_SIGNALS, type RunCoordinator } from "../src/actors/RunCoordinator";
 import { describe, expect, it } from "vitest";
-import { until } from "./chaos-helpers";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
 import { allEvents, api, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
@@ -151,6 +151,42 @@ describe("ctx.waitForEvent", () => {
     const late = await signal(runId, "ok", { data: 1 });
     expect(late.status).toBe(409);
     expect(late.body.error.code).toBe("run_finished");
+  });
+});
+
+describe("a run that is ending", () => {
+  it("refuses a signal (409) while it is cancelled, rather than taking it and ending without it", async () => {
+    const runId = await startRun("demo-approval", { message: tag("cancel me") });
+    await waitForWaitOn(runId, "approve");
+    // Hold the run between the end its cancel decided and the end itself.
+    await setFaults([{ point: "run.finish", hold: true, times: 1, play: "demo-approval" }]);
+    const faults = env.FAULTS!.getByName("faults");
+    try {
+      expect((await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+      await faults.held(0);
+      const sent = await signal(runId, "approve", { data: { ok: true } });
+      expect(sent.status).toBe(409);
+      expect(sent.body.error).toMatchObject({ code: "run_finished" });
+      expect(sent.body.error.message).toContain("cancelling");
+    } finally {
+      await faults.release(0);
+      await clearFaults();
+    }
+    expect((await waitForRun(runId)).status).toBe("cancelled");
+    expect((await allEvents(runId)).some((e) => e.type === "signal.received")).toBe(false);
+  });
+
+  it("is rerun under its runtime limit, not the default day", async () => {
+    const runId = await startRun("demo-approval", { message: tag("limited") }, { timeoutSeconds: 1 });
+    const first = await waitForRun(runId);
+    expect(first.error).toMatchObject({ code: "deadline_exceeded" });
+    const rerun = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST" });
+    expect(rerun.status).toBe(202);
+    expect((await waitForRun(rerun.body.runId)).error).toMatchObject({ code: "deadline_exceeded" });
+    // A limit of its own: taken (the contract refused it).
+    const own = await apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: { timeoutSeconds: 2 } });
+    expect(own.status).toBe(202);
+    expect((await waitForRun(own.body.runId)).error).toMatchObject({ code: "deadline_exceeded" });
   });
 });
 

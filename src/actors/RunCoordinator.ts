@@ -35,7 +35,7 @@ import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 /** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
 export type SignalResult =
   | { outcome: "not_found" }
-  | { outcome: "finished"; status: RunStatus }
+  | { outcome: "finished"; status: RunStatus | "cancelling" }
   /** The run holds {@link MAX_OPEN_SIGNALS} signals no wait has taken: this one is refused. */
   | { outcome: "full"; open: number }
   /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
@@ -56,6 +56,8 @@ export interface RunSource {
   inputJson: string;
   force: boolean;
   forceToolRefresh: boolean;
+  /** The run's runtime limit (`timeoutSeconds`, or the default it ran under): a rerun keeps it unless told otherwise. */
+  timeoutSeconds: number;
   /** The run's status now (`cancelling` while a cancelled or failed run still cancels its children): a run that has not ended cannot be rerun yet. */
   status: RunStatus | "cancelling";
 }
@@ -181,7 +183,8 @@ export class RunCoordinator extends Server<Env> {
     if (earlier && (earlier.eventKey !== eventKey || earlier.dataJson !== JSON.stringify(data ?? null)))
       return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
-    if (isTerminal(run.status)) return { outcome: "finished", status: run.status };
+    // A run being cancelled (or carrying out an end it decided) would take the signal and end without it.
+    if (isTerminal(run.status) || run.cancelRequested || this.#store.ending()) return { outcome: "finished", status: shownStatus(run) };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     // Each is kept (up to 64 KiB) until a wait takes it: a sender posting to a key the play never waits on stops here.
     const open = this.#journal.openSignals();
@@ -275,6 +278,7 @@ export class RunCoordinator extends Server<Env> {
       inputJson: this.#store.inputJson(),
       force: run.force,
       forceToolRefresh: run.forceToolRefresh,
+      timeoutSeconds: Math.min(MAX_RUN_TIMEOUT_SECONDS, Math.max(1, Math.round((run.deadlineAt - run.createdAt) / 1000))),
       status: (run.status === "cancelled" || run.status === "failed") && this.#cancellingChildren() ? "cancelling" : run.status,
     };
   }

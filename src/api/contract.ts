@@ -60,6 +60,8 @@ export const RerunRequest = z
     forceToolRefresh: z.boolean().default(false),
     maxSpend: Credits.optional(),
     retryUnknown: z.boolean().optional(),
+    /** The rerun's runtime limit; absent, the limit the run it reruns had. */
+    timeoutSeconds: StartRun.shape.timeoutSeconds,
   })
   .strict();
 export type RerunRequest = z.input<typeof RerunRequest>;

@@ -234,6 +234,7 @@ runRoutes.post("/runs/:runId/rerun", async (c) => {
     rerunOf: sourceId,
     maxSpend: body.maxSpend,
     retryUnknown: body.retryUnknown,
+    timeoutSeconds: body.timeoutSeconds ?? source.timeoutSeconds,
   });
   return c.json({ ...submitted(runId, status, play), rerunOf: sourceId }, 202);
 });

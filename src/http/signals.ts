@@ -54,9 +54,13 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
     );
   }
   if (result.outcome === "finished") {
-    throw new TroupeError("run_finished", `run ${runId} is ${result.status}; signals go to runs that are still running or waiting`, {
-      httpStatus: 409,
-    });
+    throw new TroupeError(
+      "run_finished",
+      `run ${runId} is ${result.status}; signals go to runs that are still running or waiting (not ending)`,
+      {
+        httpStatus: 409,
+      },
+    );
   }
   return c.json({ runId, eventKey, status: result.status, consumed: result.consumed, duplicate: result.duplicate }, 202);
 });
