@@ -39,3 +39,19 @@ export const testResult = definePlay({
     return { padding: "x".repeat(input.chars) };
   },
 });
+
+/** Waits on each key at once, and logs at play level as each wait ends: the lines come in the order signals do. */
+export const testBranchLogs = definePlay({
+  name: "test-branch-logs",
+  description: "test only: parallel waits, each logging at play level when it ends",
+  input: z.object({ keys: z.array(z.string()).min(1).max(12) }),
+  async run(ctx, input) {
+    await Promise.all(
+      input.keys.map(async (key) => {
+        await ctx.waitForEvent(key);
+        ctx.log(`got ${key}`);
+      }),
+    );
+    return { keys: input.keys.length };
+  },
+});
