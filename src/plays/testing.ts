@@ -189,18 +189,17 @@ export const testWaits = definePlay({
   datasets: ["later"],
   input: z.object({
     keys: z.array(z.string()).min(1).max(12),
-    timeoutMs: z.union([z.number(), z.array(z.number())]).optional(),
+    timeoutMs: z.number().optional(),
     parallel: z.boolean().default(false),
     catchTimeout: z.boolean().default(false),
   }),
   async run(ctx, input) {
-    const limit = (i: number) => ({ timeoutMs: Array.isArray(input.timeoutMs) ? input.timeoutMs[i] : input.timeoutMs });
     ctx.log("waiting for", input.keys.join(","));
     try {
       const got = input.parallel
-        ? await Promise.all(input.keys.map((key, i) => ctx.waitForEvent(key, limit(i))))
+        ? await Promise.all(input.keys.map((key) => ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })))
         : await input.keys.reduce<Promise<unknown[]>>(
-            async (acc, key, i) => [...(await acc), await ctx.waitForEvent(key, limit(i))],
+            async (acc, key) => [...(await acc), await ctx.waitForEvent(key, { timeoutMs: input.timeoutMs })],
             Promise.resolve([]),
           );
       ctx.log("got every signal");

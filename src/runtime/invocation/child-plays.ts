@@ -30,7 +30,7 @@ import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
-import { WaitFailed, type WaitPolicy, type Waits } from "./waits";
+import type { WaitPolicy, Waits } from "./waits";
 import { forEachLimited, getOrInsert } from "../../core/collections";
 import { isTerminal } from "../../core/statuses";
 import type { Emit } from "../../contracts/events";
@@ -249,7 +249,7 @@ export class ChildPlays {
     // A child stopped at a cap: this run's (which counts the child's spend), or one it merely reused (child_failed).
     if (entry.state === "failed" && entry.error!.code === "spend_cap_reached")
       throw this.#deps.capped ? this.#capReached(entry.error!.message) : new TerminalError("child_failed", entry.error!.message);
-    if (entry.state === "failed") throw new WaitFailed(entry.error!.code, entry.error!.message);
+    if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
     if (row === null) this.#deps.waits.park(`waiting for ${what}`);
     const until = Math.min(now() + this.#deps.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);

@@ -4,7 +4,7 @@
  */
 import { codeOf, detailsOf, messageOf } from "../../core/errors";
 import type { RunError } from "../../stores/run-store";
-import { WaitFailed, WaitSignal } from "./waits";
+import { WaitSignal } from "./waits";
 import { InfraError, YieldSignal } from "./yield";
 
 /** The one way an invocation ends. */
@@ -57,9 +57,7 @@ export function endAfterReturn(result: unknown, parkedUntil: number | null): Inv
 export function endAfterThrow(error: unknown, stops: Stops): InvocationEnd {
   const chunksStopped = stops.suspendedUntil !== null;
   if (stops.deadline && !stops.cancelled) return { kind: "failed", error: stops.deadline };
-  // The play may have caught the signal of the wait it parked on, and thrown something else: it still waits. Not one
-  // that threw a wait's own failure: that branch ended (the parked one was abandoned, by a Promise.all say).
-  if (stops.parkedUntil !== null && !(error instanceof YieldSignal) && !(error instanceof WaitFailed) && !stops.cancelled) {
+  if (stops.parkedUntil !== null && !(error instanceof YieldSignal) && !stops.cancelled) {
     return { kind: "parked", resumeAt: stops.parkedUntil, chunksStopped };
   }
   if (error instanceof YieldSignal) {

@@ -17,13 +17,6 @@ import type { Emit } from "../../contracts/events";
 import type { EffectCall } from "./effects";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
-
-/**
- * A play-level wait that ended in failure (a signal's timeout; a child's failure), as the journal recorded it. A
- * play that throws it ends failed with it, though another wait of the play (one `Promise.all` abandoned) is open.
- */
-export class WaitFailed extends TerminalError {}
-
 export class WaitSignal extends YieldSignal {}
 
 /** The knobs of child plays and waits (production defaults; the test runner shortens them). */
@@ -130,7 +123,7 @@ export class Waits {
       entry = journal.get(key)!;
     }
     if (entry.state === "done") return entry.result as T;
-    if (entry.state === "failed") throw new WaitFailed(entry.error!.code, entry.error!.message);
+    if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     this.park(`waiting for the signal "${eventKey}"`);
   }
 
