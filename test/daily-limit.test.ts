@@ -48,6 +48,25 @@ describe("the org's daily limit, with runs at once", () => {
   });
 });
 
+describe("the org's daily limit, over child plays", () => {
+  it("stops a parent without a cap of its own when its child is stopped there: the parent fails spend_cap_reached", async () => {
+    await simReset();
+    const { spentToday } = (await apiJson("/v1/spend/limits", { token })).body;
+    expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: spentToday + 4 }, token })).status).toBe(200);
+    const accounts = Array.from({ length: 6 }, (_, a) => ({
+      id: `d${a}`,
+      domain: "daily-children.test",
+      people: [0, 1, 2, 3].map((p) => `Daily ${a} ${p}`),
+    }));
+    const parent = await waitForRun(await startRun("demo-accounts", { accounts }, { token }), { token, timeoutMs: 60_000 });
+    // The row whose child the day stopped failed child_failed, and the others went on into the same wall.
+    expect(parent.status).toBe("failed");
+    expect(parent.error.code).toBe("spend_cap_reached");
+    expect(parent.error.message).toContain("daily spend limit");
+    expect(billedCredits(await simStats())).toBeLessThanOrEqual(4);
+  });
+});
+
 describe("OrgSpendStore.holdDaily", () => {
   it("grants what the limit leaves after the day's bills and every live hold, at most half of it past the need, and forgets lapsed holds and past days", async () => {
     const seen = await runInDurableObject(env.ORG_DIRECTORY.getByName("holds-org"), (_o: unknown, state: DurableObjectState) => {

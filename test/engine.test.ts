@@ -233,7 +233,7 @@ describe("durability of the coordinator", () => {
 });
 
 describe("a play's result", () => {
-  it("is stored up to 1 MiB as JSON; a larger one, or one JSON cannot hold, fails the run saying so (it was never stored: the run ran on)", async () => {
+  it("is stored up to 1 MiB of JSON (UTF-8); a larger one, or one JSON cannot hold, fails the run saying so (it was never stored: the run ran on)", async () => {
     const small = await waitForRun(await startRun("test-result", { chars: 1000 }));
     expect(small.status).toBe("completed");
     expect(small.result.padding).toHaveLength(1000);
@@ -242,6 +242,9 @@ describe("a play's result", () => {
     expect(large.status).toBe("failed");
     expect(large.error).toMatchObject({ code: "result_too_large" });
     expect(large.error.message).toContain("the limit is 1048576");
+    // Counted in bytes: 700,000 characters of three bytes each are 2.1 MB, past what the run's row stores.
+    const wide = await waitForRun(await startRun("test-result", { chars: 700_000, char: "€" }));
+    expect(wide.error).toMatchObject({ code: "result_too_large" });
 
     const cyclic = await waitForRun(await startRun("test-result", { cyclic: true }));
     expect(cyclic.status).toBe("failed");

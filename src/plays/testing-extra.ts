@@ -29,14 +29,18 @@ export const testStages = definePlay({
 export const testResult = definePlay({
   name: "test-result",
   description: "test only: returns a result of the size asked for, or a cyclic one",
-  input: z.object({ chars: z.number().int().min(0).max(4_000_000).default(0), cyclic: z.boolean().default(false) }),
+  input: z.object({
+    chars: z.number().int().min(0).max(4_000_000).default(0),
+    char: z.string().length(1).default("x"),
+    cyclic: z.boolean().default(false),
+  }),
   async run(_ctx, input) {
     if (input.cyclic) {
       const result: Record<string, unknown> = {};
       result.self = result;
       return result;
     }
-    return { padding: "x".repeat(input.chars) };
+    return { padding: input.char.repeat(input.chars) };
   },
 });
 

@@ -28,7 +28,7 @@ import { RunClient } from "../../clients/runs";
 import type { InvocationScope } from "./scope";
 import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
-import { SpendCapReached } from "../tools/spend";
+import { PARENT_CAP_REFUSAL, SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
 import type { WaitPolicy, Waits } from "./waits";
 import { forEachLimited, getOrInsert } from "../../core/collections";
@@ -248,7 +248,9 @@ export class ChildPlays {
     if (entry.state === "done") return entry.result;
     // A child stopped at a cap: this run's (which counts the child's spend), or one it merely reused (child_failed).
     if (entry.state === "failed" && entry.error!.code === "spend_cap_reached")
-      throw this.#deps.capped ? this.#capReached(entry.error!.message) : new TerminalError("child_failed", entry.error!.message);
+      throw this.#deps.capped || !entry.error!.message.includes(PARENT_CAP_REFUSAL)
+        ? this.#capReached(entry.error!.message)
+        : new TerminalError("child_failed", entry.error!.message);
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
     if (row === null) this.#deps.waits.park(`waiting for ${what}`);
@@ -354,7 +356,7 @@ export class ChildPlays {
    */
   #capReached(childMessage: string): SpendCapReached {
     const { run } = this.#scope;
-    const message = `a child play's provider request would pass this run's spend cap (its maxSpend counts every child's spend; nothing more was sent): ${childMessage}`;
+    const message = `a child play's provider request would pass a spend cap this run spends under (its maxSpend counts every child's spend; the org's daily limit holds for every run); nothing more was sent: ${childMessage}`;
     return new SpendCapReached(0, run.maxSpend ?? 0, run.maxSpend === null ? "parent" : "maxSpend", message.slice(0, 4000));
   }
 

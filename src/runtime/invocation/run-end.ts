@@ -5,6 +5,7 @@
  */
 import { faultProbeFor } from "../../clients/faults";
 import { messageOf } from "../../core/errors";
+import { utf8BytesPast } from "../../core/utf8";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
 import type { RunError, RunStore } from "../../stores/run-store";
 import { MAX_RESTORE_TRIES } from "../../stores/salvage-store";
@@ -13,8 +14,8 @@ import { restoreSalvage } from "../tools/salvage";
 import type { Invocation } from "./invocation";
 import type { InvocationEnd } from "./invocation-end";
 
-/** The most characters a play's result may take as JSON. */
-export const MAX_RESULT_CHARS = 1024 * 1024;
+/** The most bytes a play's result may take as JSON, in UTF-8. */
+export const MAX_RESULT_BYTES = 1024 * 1024;
 
 /** Acts on how the invocation ended; the alarm's next time, or null. */
 export async function settle(inv: Invocation, end: InvocationEnd): Promise<number | null> {
@@ -23,18 +24,20 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
   switch (end.kind) {
     case "completed": {
       // Stored in the run's row (2 MB at most) and sent to its watchers and parents: a larger one fails the run.
-      let chars: number;
+      let json: string;
       try {
-        chars = JSON.stringify(end.result ?? null).length;
+        json = JSON.stringify(end.result ?? null);
       } catch (error) {
         const message = `the play returned a result JSON cannot hold (${messageOf(error).slice(0, 200)}): return plain data`;
         return finish(inv, "failed", { error: { code: "invalid_result", message } });
       }
-      if (chars > MAX_RESULT_CHARS)
+      // Counted in UTF-8, as storage counts it (a character is up to three bytes).
+      const bytes = utf8BytesPast(json, MAX_RESULT_BYTES);
+      if (bytes !== null)
         return finish(inv, "failed", {
           error: {
             code: "result_too_large",
-            message: `the play returned a result of ${chars} characters as JSON; the limit is ${MAX_RESULT_CHARS}: keep large outputs in a dataset (ctx.map) and return a summary`,
+            message: `the play returned a result of ${bytes} bytes as JSON; the limit is ${MAX_RESULT_BYTES}: keep large outputs in a dataset (ctx.map) and return a summary`,
           },
         });
       return finish(inv, "completed", { result: end.result });

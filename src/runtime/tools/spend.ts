@@ -44,6 +44,9 @@ export interface SpendLedger {
  */
 export const MAX_GRANT_WAIT_MS = 60_000;
 
+/** How a child's refusal by its parent's cap reads (a parent that merely reused the child tells it from the others). */
+export const PARENT_CAP_REFUSAL = "what its parent run's maxSpend leaves it";
+
 /** Which cap refused: the run's `maxSpend`, the org's daily limit, or what the run's parent allotted it of its cap. */
 export type CapReason = "maxSpend" | "daily" | "parent";
 
@@ -62,7 +65,7 @@ function capMessage(reason: CapReason, credits: number): string {
     case "daily":
       return `the run's next provider request would pass the org's daily spend limit of ${credits} credits (what today has billed, and what the org's other running runs hold of it); nothing more was sent. Rerun tomorrow or after raising the limit (PUT /v1/spend/limits); completed rows and billed calls are reused`;
     case "parent":
-      return `the run's next provider request would pass what its parent run's maxSpend leaves it (${credits} credits so far; the parent's cap counts every child's spend); nothing more was sent. Rerun the parent with a higher maxSpend (completed rows and billed calls are reused)`;
+      return `the run's next provider request would pass ${PARENT_CAP_REFUSAL} (${credits} credits so far; the parent's cap counts every child's spend); nothing more was sent. Rerun the parent with a higher maxSpend (completed rows and billed calls are reused)`;
   }
 }
 
