@@ -63,8 +63,15 @@ export class CsvScanner implements RowScanner {
    */
   #rowStart: number | null = null;
   #rowFrom: number;
+  #bounded: boolean;
 
-  constructor(options: ScanOptions<string[]>) {
+  /**
+   * `boundRecordBytes: false` (a run's range read of a file its upload scanned whole) leaves MAX_CSV_RECORD_BYTES to
+   * the upload: measured where pieces end, a record near it could be refused in one read's pieces and taken in the
+   * upload's.
+   */
+  constructor(options: ScanOptions<string[]> & { boundRecordBytes?: boolean }) {
+    this.#bounded = options.boundRecordBytes ?? true;
     const start = options.start ?? FILE_START;
     this.#breaks = new LineBreaks(start);
     this.#boundary = start.offset;
@@ -106,7 +113,7 @@ export class CsvScanner implements RowScanner {
       } catch (error) {
         throw this.#located(error);
       }
-      this.#measureRow(piece);
+      if (this.#bounded) this.#measureRow(piece);
     }
     // The parser has taken every row these bytes complete: the breaks held past the last are blank lines (or a row's own).
     if (this.#breaks.pending > MAX_PENDING_BREAKS)

@@ -44,7 +44,12 @@ export async function readRows(source: ByteSource, index: UploadIndex, range: { 
   };
   const scanner: RowScanner =
     index.format === "csv"
-      ? new CsvScanner({ start: plan.start, onRow: (fields, place) => take(rowOf(index.columns, fields), place.line) })
+      ? new CsvScanner({
+          start: plan.start,
+          onRow: (fields, place) => take(rowOf(index.columns, fields), place.line),
+          // The upload's scan took every row of the file: a read in other pieces does not judge them again.
+          boundRecordBytes: false,
+        })
       : new NdjsonScanner({ start: plan.start, onRow: (row, place) => take(row, place.line) });
   const reader = (await source.read({ offset: plan.start.offset, length: plan.end - plan.start.offset })).getReader();
   try {

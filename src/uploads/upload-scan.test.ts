@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_PENDING_BREAKS } from "./csv-scanner";
+import { CsvScanner, MAX_PENDING_BREAKS } from "./csv-scanner";
 import { MalformedUploadError } from "./errors";
 import { MAX_CSV_RECORD_BYTES, MAX_ROW_LINE_BYTES, type UploadFormat } from "./limits";
 import { UploadScan } from "./upload-scan";
@@ -127,6 +127,17 @@ describe("UploadScan: CSV", () => {
     expect(encode(wide).length).toBeGreaterThan(2.5 * MAX_ROW_LINE_BYTES);
     const header = `${Array.from({ length: 1000 }, (_, i) => `c${i}`).join(",")}\n`;
     for (const size of [7, 100_000]) expect(await scan("csv", `${header}${wide}${wide}`, size)).toMatchObject({ rows: 2 });
+  });
+
+  it("leaves the bound on a record's bytes to the upload: a range read's scanner takes such a record", async () => {
+    const record = `${",".repeat(MAX_CSV_RECORD_BYTES + 10)}\n`;
+    const fields: number[] = [];
+    const reader = new CsvScanner({ onRow: (row) => fields.push(row.length), boundRecordBytes: false });
+    for (let at = 0; at < record.length; at += 4096) await reader.write(encode(record.slice(at, at + 4096)));
+    await reader.close();
+    expect(fields).toEqual([MAX_CSV_RECORD_BYTES + 11]);
+    // The upload's own scanner refuses it.
+    expect(await malformedLine("csv", `a\n${record}`, 4096)).toMatchObject({ line: 2 });
   });
 
   it("refuses a row longer than a row may be, and a UTF-16 file", async () => {
