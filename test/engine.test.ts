@@ -251,3 +251,15 @@ describe("a play's result", () => {
     expect(cyclic.error.code).toBe("invalid_result");
   });
 });
+
+describe("a play-level answer the play changes in place", () => {
+  it("is the answer as given to every executor's replay: rows all see the play's own change once", async () => {
+    const rows = Array.from({ length: 600 }, (_, i) => ({ id: `m${i}` }));
+    const run = await waitForRun(await startRun("test-mutating", { rows }));
+    expect(run.result).toEqual({ completed: 600 });
+    const stored = await datasetRows(run.runId, "mutated");
+    expect(stored).toHaveLength(600);
+    // An executor replaying the play for its second attempt found the answer its first replay had changed.
+    expect(new Set(stored.map((row) => row.seen))).toEqual(new Set([1]));
+  });
+});

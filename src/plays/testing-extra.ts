@@ -59,3 +59,27 @@ export const testBranchLogs = definePlay({
     return { keys: input.keys.length };
   },
 });
+
+/** Changes a play-level call's answer before its map: every replay of the play must start from the answer as given. */
+export const testMutating = definePlay({
+  name: "test-mutating",
+  description: "test only: a play-level answer changed in place before a map whose fields read it",
+  input: z.object({ rows: z.array(z.object({ id: z.string() })).max(5000) }),
+  async run(ctx, input) {
+    const found = await ctx.tool<{ email: string; seen?: number }>("sim_find_email", { name: "Mutated", domain: "mutating.test" });
+    found.seen = (found.seen ?? 0) + 1;
+    const seen = found.seen;
+    const mapped = await ctx.map(
+      "mutated",
+      input.rows,
+      {
+        seen: async (_row, c) => {
+          await c.tool("sim_verify_email", { email: found.email });
+          return seen;
+        },
+      },
+      { key: "id" },
+    );
+    return { completed: mapped.completed };
+  },
+});

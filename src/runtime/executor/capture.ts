@@ -166,7 +166,8 @@ class CaptureContext implements PlayContext {
     const traced = this.#recorded(call, input);
     if (!traced?.outcome) return never();
     const { outcome } = traced;
-    if (outcome.ok) return Promise.resolve(value(outcome.value));
+    // A copy for each replay: an executor replays the play once per attempt, and a play may change an answer in place.
+    if (outcome.ok) return Promise.resolve(value(call.kind === "fetch" ? outcome.value : structuredClone(outcome.value)));
     if (outcome.code === UNREPLAYABLE) {
       const error = new CaptureUnsupported(
         `the play makes a ${call.kind} (${call.name || "unnamed"}) before ctx.map("${this.target}"); ${outcome.message}`,

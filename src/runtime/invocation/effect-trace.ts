@@ -105,7 +105,15 @@ export class EffectTrace {
         if (call.kind === "fetch" && !response) {
           const message = `its play-level fetch responses pass the ${MAX_TRACED_FETCH_BYTES / 1024 / 1024} MiB an invocation keeps for replays`;
           entry.outcome = { ok: false, code: UNREPLAYABLE, message };
-        } else entry.outcome = { ok: true, value: call.kind === "map" ? null : (response ?? value) };
+        } else if (response || call.kind === "map") entry.outcome = { ok: true, value: response ?? null };
+        else {
+          // Copied as it came, before the play goes on: a play that changes an answer in place changes its own.
+          try {
+            entry.outcome = { ok: true, value: structuredClone(value) };
+          } catch (error) {
+            entry.outcome = { ok: false, code: UNREPLAYABLE, message: `its answer cannot be copied for a replay (${messageOf(error)})` };
+          }
+        }
       },
       (error: unknown) => {
         entry.outcome = { ok: false, code: codeOf(error) ?? null, message: messageOf(error), ...kindOf(error) };
