@@ -401,6 +401,26 @@ describe("/v1/sim routes", () => {
   });
 });
 
+describe("POST /reset", () => {
+  it("drops the requests in flight across it: answered 503 sim_reset, billed and counted in neither the old stats nor the new", async () => {
+    await updateSimConfig(env, { latencyMs: 1_000 });
+    const call = find("Edsger Dijkstra", "example.com", "across-reset");
+    const batch = callSimBatch(env, {
+      tool: "sim_verify_email",
+      members: [{ idempotencyKey: "across-reset-v", input: { email: "e@d.nl" } }],
+    });
+    let answer = await simResult(env, "across-reset");
+    while (!answer.found && !answer.inFlight) answer = await simResult(env, "across-reset");
+    await resetSim(env);
+    for (const reply of [await call, await batch]) expect(reply).toMatchObject({ status: 503, body: { error: { code: "sim_reset" } } });
+    expect(await simStats(env)).toMatchObject({ calls: 0, billed: 0, duplicates: 0 });
+    // The key is not the reset simulator's: sent again, it bills once.
+    await updateSimConfig(env, { latencyMs: 0 });
+    expect((await find("Edsger Dijkstra", "example.com", "across-reset")).status).toBe(200);
+    expect(await simStats(env)).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  });
+});
+
 describe("GET /result (recovering a lost answer)", () => {
   it("returns what a key was billed for, says when its request is still in flight, and counts nothing", async () => {
     expect(await simResult(env, "never-sent")).toEqual({ found: false, inFlight: false });
@@ -413,6 +433,18 @@ describe("GET /result (recovering a lost answer)", () => {
     const reply = await call;
     expect(await simResult(env, "slow-1")).toEqual({ found: true, output: reply.body.output });
     expect(await simStats(env)).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+    // A key sent again while its first request is answered stays in flight until both are: the first answered must
+    // not make a lookup say nobody is answering it (a takeover would send it a third time).
+    // (A `!flaky` name: the first request is answered 503, unbilled, the second bills.)
+    await updateSimConfig(env, { latencyMs: 50 });
+    const first = find("!flaky Grace Hopper", "example.com", "twice-1");
+    await updateSimConfig(env, { latencyMs: 3_000 });
+    const second = find("!flaky Grace Hopper", "example.com", "twice-1");
+    expect((await first).status).toBe(503);
+    expect(await simResult(env, "twice-1")).toEqual({ found: false, inFlight: true });
+    expect((await second).status).toBe(200);
+    expect(await simResult(env, "twice-1")).toMatchObject({ found: true });
+    await updateSimConfig(env, { latencyMs: 0 });
     const batch = await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "v-1", input: { email: "a@b.co" } }] });
     expect(await simResult(env, "v-1")).toEqual({ found: true, output: batch.body.results[0].output });
     expect((await simStub(env).fetch("https://sim/result")).status).toBe(400);

@@ -52,8 +52,12 @@ export function createSimApp(options: SimAppOptions): Hono {
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
   const limiter = new SlidingWindowLimiter();
   const arrivals = new ArrivalWindow();
-  /** Keys of requests admitted and not yet settled, until when they may still settle (memory only: they die with the object). */
-  const inFlight = new Map<string, number>();
+  /**
+   * Keys of requests admitted and not yet settled: how many under each key, and until when the latest may still
+   * settle (memory only: they die with the object). A key sent again while the first is answered stays in flight
+   * until both are.
+   */
+  const inFlight = new Map<string, { requests: number; until: number }>();
   /** Provider requests being answered now, overall and per caller (memory only: they die with the object). */
   const answering = { total: 0, byCaller: new Map<string, number>() };
   const app = new Hono();
@@ -81,11 +85,15 @@ export function createSimApp(options: SimAppOptions): Hono {
   /** Runs `settle` with `keys` marked in flight until it returns. */
   const settling = async <T>(keys: string[], settle: () => Promise<T>): Promise<T> => {
     const until = now() + store.config().latencyMs + 5_000;
-    for (const key of keys) inFlight.set(key, until);
+    for (const key of keys) inFlight.set(key, { requests: (inFlight.get(key)?.requests ?? 0) + 1, until });
     try {
       return await settle();
     } finally {
-      for (const key of keys) inFlight.delete(key);
+      for (const key of keys) {
+        const left = inFlight.get(key)!;
+        if (left.requests > 1) inFlight.set(key, { ...left, requests: left.requests - 1 });
+        else inFlight.delete(key);
+      }
     }
   };
 
@@ -124,10 +132,20 @@ export function createSimApp(options: SimAppOptions): Hono {
     );
   };
 
-  const delay = async () => {
+  /** Resets so far: a request admitted before one is answered 503 unbilled and uncounted, as a restarted provider would. */
+  let resets = 0;
+  /** Sleeps the configured latency; false when the simulator was reset meanwhile (the request is dropped). */
+  const delay = async (): Promise<boolean> => {
+    const before = resets;
     const { latencyMs } = store.config();
     if (latencyMs > 0) await sleep(latencyMs);
+    return resets === before;
   };
+  const dropped = (c: Context) =>
+    c.json<SimErrorBody>(
+      { error: { code: "sim_reset", message: "The simulator was reset while this request was in flight; send it again." } },
+      503,
+    );
 
   app.post("/call", async (c) => {
     const raw = await readJson(c.req.raw);
@@ -138,10 +156,8 @@ export function createSimApp(options: SimAppOptions): Hono {
     const key = c.req.header("Idempotency-Key");
     if (!key) throw new ValidationError("The Idempotency-Key header is required.", [{ path: "Idempotency-Key", message: "Required" }]);
     const callTool = requireTool(body.tool);
-    const settlement = await settling([key], async () => {
-      await delay();
-      return store.settle(callTool, key, body.input);
-    });
+    const settlement = await settling([key], async () => ((await delay()) ? store.settle(callTool, key, body.input) : null));
+    if (settlement === null) return dropped(c);
     if (settlement.status === 200) return c.json({ output: settlement.output }, 200);
     return c.json<SimErrorBody>({ error: settlement.error }, settlement.status);
   });
@@ -164,7 +180,7 @@ export function createSimApp(options: SimAppOptions): Hono {
     const results = await settling(
       body.members.map((m) => m.idempotencyKey),
       async () => {
-        await delay();
+        if (!(await delay())) return null;
         return body.members.map((member): BatchMemberResult => {
           const settlement = store.settle(batchTool, member.idempotencyKey, member.input);
           return settlement.status === 200
@@ -173,6 +189,7 @@ export function createSimApp(options: SimAppOptions): Hono {
         });
       },
     );
+    if (results === null) return dropped(c);
     return c.json({ results }, 200);
   });
 
@@ -181,14 +198,15 @@ export function createSimApp(options: SimAppOptions): Hono {
     if (!key) throw new ValidationError("The key query parameter is required.", [{ path: "key", message: "Required" }]);
     const billed = store.billedOutput(key);
     if (billed) return c.json({ found: true, output: billed.output });
-    const until = inFlight.get(key);
-    return c.json({ found: false, inFlight: until !== undefined && until > now() });
+    const held = inFlight.get(key);
+    return c.json({ found: false, inFlight: held !== undefined && held.until > now() });
   });
 
   app.get("/stats", (c) => c.json(store.stats()));
   app.get("/config", (c) => c.json(store.config()));
   app.put("/config", async (c) => c.json(store.updateConfig(parse(SimConfigPatch, await readJson(c.req.raw), "config"))));
   app.post("/reset", (c) => {
+    resets++;
     store.reset();
     limiter.clear();
     arrivals.clear();
