@@ -126,8 +126,9 @@ export async function runAttempt(
     grantedMicros: resume?.grantedMicros ?? 0,
     // A reservation waiting for a grant stops with the attempt, and when its invocation winds down.
     signal: AbortSignal.any([signal, windDown]),
-    grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
+    grant: (wantedMicros, forgottenMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros, forgottenMicros),
     keep: (bill) => host.store.addBill(bill),
+    now: host.now,
   });
   const dispatch = createDispatchServices(scope, {
     tools: host.tools,
