@@ -233,8 +233,8 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** An executor's attempt asks for spend under the run's cap. */
-  async grantSpend(attemptId: string, wantedMicros: number, forgottenMicros = 0): Promise<SpendGrant> {
-    return this.#executors.grant(attemptId, wantedMicros, forgottenMicros);
+  async grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
+    return this.#executors.grant(attemptId, wantedMicros);
   }
 
   /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */

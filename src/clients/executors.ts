@@ -45,7 +45,7 @@ export interface CaptureSource {
 interface CoordinatorRpc {
   captureSource(attemptSeq: number): Promise<CaptureSource | null>;
   attemptReport(report: AttemptReport): Promise<ReportAnswer>;
-  grantSpend(attemptId: string, wantedMicros: number, forgottenMicros?: number): Promise<SpendGrant>;
+  grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant>;
 }
 
 /** An executor's RPC surface as the coordinator uses it. */
@@ -138,10 +138,9 @@ export class CoordinatorLink {
     return answer;
   }
 
-  /** Asks for `wantedMicros` more of the run's spend for the attempt, giving back `forgottenMicros` it granted for a day that has ended. */
-  grantSpend(attemptId: string, wantedMicros: number, forgottenMicros = 0): Promise<SpendGrant> {
+  grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
     this.#count("grantSpend");
-    return this.#stub.grantSpend(attemptId, wantedMicros, forgottenMicros);
+    return this.#stub.grantSpend(attemptId, wantedMicros);
   }
 
   #count(method: string): void {

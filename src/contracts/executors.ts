@@ -303,9 +303,4 @@ export interface SpendGrant {
    * again after this long rather than take the cap as reached.
    */
   waitMs?: number;
-  /**
-   * Under the org's daily limit: the UTC day the grant was held for. What is left of it lapses at midnight (the org
-   * forgets the day's holds); the attempt gives it back with its next ask (`forgottenMicros`) and asks for today's.
-   */
-  day?: string;
 }

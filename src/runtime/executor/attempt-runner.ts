@@ -126,9 +126,8 @@ export async function runAttempt(
     grantedMicros: resume?.grantedMicros ?? 0,
     // A reservation waiting for a grant stops with the attempt, and when its invocation winds down.
     signal: AbortSignal.any([signal, windDown]),
-    grant: (wantedMicros, forgottenMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros, forgottenMicros),
+    grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
     keep: (bill) => host.store.addBill(bill),
-    now: host.now,
   });
   const dispatch = createDispatchServices(scope, {
     tools: host.tools,

@@ -98,13 +98,8 @@ export class ExecutorAttempts {
     return source && { ...source, invocation: this.#invocationId ?? undefined };
   }
 
-  /**
-   * Between invocations nothing is granted: the attempt asking is stale (its invocation ended). `forgottenMicros`: what
-   * the attempt gives back of an earlier grant (held for a UTC day that has ended, SpendGrant.day).
-   */
-  async grant(attemptId: string, wantedMicros: number, forgottenMicros = 0): Promise<SpendGrant> {
-    // What the attempt was granted for a day that has ended lapsed there: its reservation shrinks by as much.
-    if (Number.isSafeInteger(forgottenMicros) && forgottenMicros > 0) this.#store.spend.settleGrant(attemptId, forgottenMicros);
+  /** Between invocations nothing is granted: the attempt asking is stale (its invocation ended). */
+  async grant(attemptId: string, wantedMicros: number): Promise<SpendGrant> {
     return (
       (await this.#invocation?.grant(attemptId, wantedMicros)) ?? {
         grantedMicros: 0,

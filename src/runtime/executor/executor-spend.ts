@@ -8,7 +8,6 @@
  */
 import type { BilledRequest, SpendGrant } from "../../contracts/executors";
 import { toMicros } from "../../stores/spend-store";
-import { utcDay } from "../../stores/org-spend-store";
 import { sleep } from "../../core/time";
 import { type BillableRequest, MAX_GRANT_WAIT_MS, SpendCapReached, type SpendLedger } from "../tools/spend";
 
@@ -20,15 +19,14 @@ export interface ExecutorSpendOptions {
   attemptId: string;
   /** Whether the run has a cap (without one, nothing is asked). */
   capped: boolean;
-  /** Asks the coordinator for up to `wantedMicros` more, giving back `forgottenMicros` of grants that lapsed. */
-  grant(wantedMicros: number, forgottenMicros: number): Promise<SpendGrant>;
+  /** Asks the coordinator for up to `wantedMicros` more. */
+  grant(wantedMicros: number): Promise<SpendGrant>;
   /** Keeps a bill durably until it is reported. */
   keep(bill: BilledRequest): void;
   /** Granted to the attempt before, and not used: a wound-down attempt going on (AttemptResume). */
   grantedMicros?: number;
   /** The attempt's: a reservation waiting for a grant stops with it. */
   signal?: AbortSignal;
-  now?(): number;
 }
 
 export class ExecutorSpend implements SpendLedger {
@@ -40,10 +38,6 @@ export class ExecutorSpend implements SpendLedger {
   #usedMicros = 0;
   /** One grant request at a time: concurrent reservations wait for it, then check again. */
   #asking: Promise<SpendGrant> | null = null;
-  /** The UTC day the grant is held for under the org's daily limit (SpendGrant.day); null without one. */
-  #grantDay: string | null = null;
-  /** Granted for a day that has ended, not used: given back with the next ask. */
-  #forgottenMicros = 0;
 
   constructor(options: ExecutorSpendOptions) {
     this.#deps = options;
@@ -59,7 +53,6 @@ export class ExecutorSpend implements SpendLedger {
   async reserve(request: BillableRequest, signal?: AbortSignal): Promise<void> {
     if (this.#reserved.has(request.requestKey) || this.#billed.has(request.requestKey)) return;
     const micros = toMicros(request.credits);
-    this.#lapse();
     let waitedMs = 0;
     while (this.#deps.capped && this.#usedMicros + micros > this.#grantedMicros) {
       const grant = await this.#ask(Math.max(micros, micros * GRANT_MULTIPLE));
@@ -82,24 +75,12 @@ export class ExecutorSpend implements SpendLedger {
     this.#usedMicros += micros;
   }
 
-  /** What is left of a grant held for a UTC day that has ended lapses: the org holds the new day's afresh. */
-  #lapse(): void {
-    if (this.#grantDay === null || utcDay((this.#deps.now ?? Date.now)()) === this.#grantDay) return;
-    const left = Math.max(0, this.#grantedMicros - this.#usedMicros);
-    this.#grantedMicros -= left;
-    this.#forgottenMicros += left;
-    this.#grantDay = null;
-  }
-
   /** One grant request at a time; what it grants is added once, by the request itself. */
   #ask(wantedMicros: number): Promise<SpendGrant> {
-    const forgotten = this.#forgottenMicros;
     this.#asking ??= this.#deps
-      .grant(wantedMicros, forgotten)
+      .grant(wantedMicros)
       .then((grant) => {
-        this.#forgottenMicros -= forgotten;
         this.#grantedMicros += grant.grantedMicros;
-        if (grant.grantedMicros > 0) this.#grantDay = grant.day ?? null;
         return grant;
       })
       .finally(() => {

@@ -49,45 +49,6 @@ describe("ExecutorSpend", () => {
     expect(kept).toHaveLength(25);
   });
 
-  it("lets a grant held for a UTC day lapse at midnight: it gives back what is left and asks for the new day's", async () => {
-    let now = Date.UTC(2026, 11, 5, 23, 59, 58);
-    const asked: { wanted: number; forgotten: number }[] = [];
-    const ledger = new ExecutorSpend({
-      attemptId: "a1",
-      capped: true,
-      now: () => now,
-      grant: async (wanted, forgotten): Promise<SpendGrant> => {
-        asked.push({ wanted, forgotten });
-        const day = new Date(now).toISOString().slice(0, 10);
-        return { grantedMicros: 25_000_000, spentCredits: 0, cap: { credits: 100, reason: "daily", limit: 100 }, day };
-      },
-      keep: () => {},
-    });
-    await ledger.reserve(request(1));
-    await ledger.reserve(request(2));
-    expect(asked).toEqual([{ wanted: 25_000_000, forgotten: 0 }]);
-    // Past midnight the org forgets yesterday's holds: spent on, the 23 credits left would be held for no day.
-    now += 5_000;
-    await ledger.reserve(request(3));
-    expect(asked).toEqual([
-      { wanted: 25_000_000, forgotten: 0 },
-      { wanted: 25_000_000, forgotten: 23_000_000 },
-    ]);
-    expect(ledger.unusedMicros).toBe(24_000_000);
-    // A grant under no daily limit (no day) does not lapse.
-    const plain = new ExecutorSpend({
-      attemptId: "a2",
-      capped: true,
-      now: () => now,
-      grant: async (wanted) => ({ grantedMicros: wanted, spentCredits: 0, cap: { credits: 100, reason: "maxSpend" } }),
-      keep: () => {},
-    });
-    await plain.reserve(request(1));
-    now += 86_400_000;
-    await plain.reserve(request(2));
-    expect(plain.unusedMicros).toBe(23_000_000);
-  });
-
   it("asks nothing without a cap", async () => {
     const ledger = new ExecutorSpend({
       attemptId: "a1",
@@ -155,18 +116,6 @@ describe("ExecutorAttempts, spend under a cap", () => {
       // b has spent nothing of its 25: with a's 5 billed, 20 are left for a third attempt, not 25.
       expect(store.spend.committedMicros()).toBe(toMicros(30));
       expect(store.spend.grant("c", toMicros(25), cap)).toBe(toMicros(20));
-    });
-  });
-
-  it("shrinks an attempt's grant by what it gives back of a day that ended, before it asks for more", async () => {
-    const stub = env.RUN_COORDINATOR.getByName(`lapsed-${crypto.randomUUID()}`);
-    await runInDurableObject(stub, async (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateWork: () => {} });
-      expect(store.spend.grant("a", toMicros(25), null)).toBe(toMicros(25));
-      // Between invocations nothing is granted, but what it gave back is freed all the same.
-      expect((await attempts.grant("a", toMicros(10), toMicros(23))).grantedMicros).toBe(0);
-      expect(store.spend.committedMicros()).toBe(toMicros(2));
     });
   });
 

@@ -162,8 +162,6 @@ export class InvocationSpendCap {
       grantedMicros: granted,
       spentCredits: toCredits(this.#store.spend.billedMicros()),
       cap: cap === null ? null : this.#stated(cap.reason),
-      // Held for this UTC day at the org: what the attempt has not used of it lapses at midnight.
-      ...(this.dailyLimit !== null && granted > 0 ? { day: this.#day } : {}),
       ...(granted === 0 && cap !== null && (this.#othersHold(attemptId) || (cap.reason === "parent" && this.#parentSaysWait))
         ? { waitMs: GRANT_WAIT_MS }
         : {}),
