@@ -41,11 +41,6 @@ export class OrgDirectory extends DurableObject<Env> {
     return this.ctx.storage.transactionSync(() => this.#store.claimKey(parsed));
   }
 
-  /** Forgets the key if it still stands for `runId`: a submit refused before its run started leaves it unused. */
-  async releaseIdempotencyKey(key: string, runId: string): Promise<void> {
-    this.#store.releaseKey(String(key), String(runId));
-  }
-
   async list(request: ListRunsRequest) {
     return this.#store.list(request);
   }

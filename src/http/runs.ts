@@ -134,16 +134,7 @@ async function submitRun(
       runId = claimed.runId;
     }
   }
-  try {
-    await refuseOverDailyLimit(env, org);
-  } catch (error) {
-    // No run started: the key is left unused, for this request again or another (it named a run that never was).
-    if (idempotencyKey !== null)
-      await env.ORG_DIRECTORY.getByName(org)
-        .releaseIdempotencyKey(idempotencyKey, runId)
-        .catch(() => {});
-    throw error;
-  }
+  await refuseOverDailyLimit(env, org);
   const run = await env.RUN_COORDINATOR.getByName(runId).start({
     runId,
     org,

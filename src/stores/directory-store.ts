@@ -139,11 +139,6 @@ export class DirectoryStore {
       WHERE excluded.updated_at >= runs.updated_at`;
   }
 
-  /** Forgets `key` if it stands for `runId` (a run that was never started). */
-  releaseKey(key: string, runId: string): void {
-    this.#sql.write`DELETE FROM idempotency_keys WHERE key = ${key} AND run_id = ${runId}`;
-  }
-
   /**
    * Records `key` → `runId` unless the key is already taken, in one statement:
    * of any number of concurrent submits with one key, exactly one is `created`
