@@ -94,23 +94,6 @@ describe("ctx.waitForEvent", () => {
     expect(run.result).toEqual({ got: [{ n: 1 }, { n: 2 }] });
   });
 
-  it("appends each play-level log line once, whatever order the waits of a Promise.all end in", async () => {
-    const [a, b] = [tag("a"), tag("b")];
-    const runId = await startRun("test-branch-logs", { keys: [a, b] });
-    await waitForWaitOn(runId, b);
-    // The second branch's line first, then the first's: a replay made them swap places (and one went twice).
-    expect((await signal(runId, b, { data: 2 })).body.consumed).toBe(true);
-    await until(
-      () => allEvents(runId),
-      (events) => events.some((e) => e.type === "log.appended" && e.line === `got ${b}`),
-      "the second branch's line",
-    );
-    expect((await signal(runId, a, { data: 1 })).body.consumed).toBe(true);
-    expect((await waitForRun(runId)).status).toBe("completed");
-    const lines = eventsOfType(await allEvents(runId), "log.appended").map((e) => e.line);
-    expect(lines).toEqual([`got ${b}`, `got ${a}`]);
-  });
-
   it("throws a clear timeout error into the play when no signal comes in time", async () => {
     const key = tag("never");
     const failed = await waitForRun(await startRun("test-waits", { keys: [key], timeoutMs: 300 }));

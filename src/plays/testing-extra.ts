@@ -44,22 +44,6 @@ export const testResult = definePlay({
   },
 });
 
-/** Waits on each key at once, and logs at play level as each wait ends: the lines come in the order signals do. */
-export const testBranchLogs = definePlay({
-  name: "test-branch-logs",
-  description: "test only: parallel waits, each logging at play level when it ends",
-  input: z.object({ keys: z.array(z.string()).min(1).max(12) }),
-  async run(ctx, input) {
-    await Promise.all(
-      input.keys.map(async (key) => {
-        await ctx.waitForEvent(key);
-        ctx.log(`got ${key}`);
-      }),
-    );
-    return { keys: input.keys.length };
-  },
-});
-
 /** Changes a play-level call's answer before its map: every replay of the play must start from the answer as given. */
 export const testMutating = definePlay({
   name: "test-mutating",

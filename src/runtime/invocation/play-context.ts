@@ -20,7 +20,6 @@ import type { ToolScheduler } from "../tools/tool-scheduler";
 import type { Waits } from "./waits";
 import type { InvocationScope } from "./scope";
 import { callIdentity, type EffectTrace, fetchIdentity } from "./effect-trace";
-import { fnv1a } from "../../core/hash";
 
 /** Child plays, waits and fetch for one invocation (see src/runtime/invocation/child-plays.ts, waits.ts, play-fetch.ts). */
 export interface PlayServices {
@@ -51,8 +50,6 @@ export class RunContext implements PlayContext {
   #log: (line: string) => void;
   #services: PlayServices;
   #effects = new Effects();
-  /** Play-level lines this invocation made, by their journal key (a line made twice counts twice). */
-  #logged = new Map<string, number>();
 
   #trace: EffectTrace;
 
@@ -136,22 +133,14 @@ export class RunContext implements PlayContext {
     );
   }
 
-  /**
-   * Play-level lines are counted in the journal by their text: a replay skips the lines it already appended, in
-   * whatever order its branches reach them (counted by their place, two branches' lines swapped places when their
-   * waits ended in another order, and one was appended twice, the other never).
-   */
+  /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
   log(...args: unknown[]): void {
     this.#effect("log", "", {
-      play: () => {
+      play: (call) => {
         const { journal, secrets } = this.#services;
-        const line = secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" "));
-        const key = `play_log:${line.length}:${fnv1a(line)}:${line.slice(0, 64)}`;
-        const seen = (this.#logged.get(key) ?? 0) + 1;
-        this.#logged.set(key, seen);
-        if (seen <= journal.counter(key)) return;
-        journal.bump(key);
-        this.#log(line);
+        if (call.ordinal < journal.counter("play_log")) return;
+        journal.bump("play_log");
+        this.#log(secrets.redact(args.map((a) => (typeof a === "string" ? a : safeStringify(a))).join(" ")));
       },
       row: (row) => row.log(...args),
     });
