@@ -10,7 +10,7 @@ import { lateAlarmRetryAt, outboundGateFor, subrequestCapFor } from "../core/pla
 import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
-import { LiveFeed, type LiveState } from "../runtime/views/live-feed";
+import { afterOf, LiveFeed, type LiveState, replayEnded } from "../runtime/views/live-feed";
 import { Redactor, secretsFromEnv } from "../runtime/views/redact";
 import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
@@ -318,35 +318,8 @@ export class RunCoordinator extends Server<Env> {
     if (request.headers.get("Upgrade")?.toLowerCase() !== "websocket") {
       return Response.json({ error: { code: "upgrade_required", message: "connect with Upgrade: websocket" } }, { status: 426 });
     }
-    if (isTerminal(run.status)) return this.#replayEnded(request);
+    if (isTerminal(run.status)) return replayEnded(this.#feed, request);
     return super.fetch(request);
-  }
-
-  /**
-   * A watcher of a run that has already ended gets its replay on a plain
-   * (not hibernatable) socket: nothing will follow, and the runtime holds a
-   * hibernatable socket's connection open after its close until the object is
-   * evicted (about 10 s locally), where a plain one closes at once.
-   * The auto-response does not cover it, and no "ping" is answered here: the
-   * socket is closed before this returns, so none can arrive while it is open.
-   */
-  #replayEnded(request: Request): Response {
-    const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
-    server.accept();
-    let state: LiveState | null = null;
-    this.#feed.open(
-      {
-        id: "replay",
-        get state() {
-          return state;
-        },
-        setState: (next: LiveState) => (state = next),
-        send: (message: string) => server.send(message),
-        close: (code?: number, reason?: string) => server.close(code, reason),
-      },
-      afterOf(request.url),
-    );
-    return new Response(null, { status: 101, webSocket: client });
   }
 
   /**
@@ -517,10 +490,4 @@ export class RunCoordinator extends Server<Env> {
       updatedAt: run.updatedAt,
     });
   }
-}
-
-/** The ledger position a watcher asks to resume after (`?after=`; 0, all of it, when absent or not a position). */
-function afterOf(url: string): number {
-  const after = Number(new URL(url).searchParams.get("after") ?? 0);
-  return Number.isSafeInteger(after) && after >= 0 ? after : 0;
 }

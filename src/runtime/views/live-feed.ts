@@ -144,3 +144,37 @@ function closeQuietly(connection: LiveConnection, code: number, reason: string):
     console.warn(`live connection ${connection.id}: close failed`, error);
   }
 }
+
+/**
+ * A watcher of a run that has already ended gets its replay on a plain (not
+ * hibernatable) socket: nothing will follow, and the runtime holds a
+ * hibernatable socket's connection open after its close until the object is
+ * evicted (about 10 s locally), where a plain one closes at once. The
+ * coordinator's auto-response does not cover it, and no "ping" is answered
+ * here: the socket is closed before this returns, so none can arrive while it
+ * is open.
+ */
+export function replayEnded(feed: LiveFeed, request: Request): Response {
+  const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
+  server.accept();
+  let state: LiveState | null = null;
+  feed.open(
+    {
+      id: "replay",
+      get state() {
+        return state;
+      },
+      setState: (next: LiveState) => (state = next),
+      send: (message: string) => server.send(message),
+      close: (code?: number, reason?: string) => server.close(code, reason),
+    },
+    afterOf(request.url),
+  );
+  return new Response(null, { status: 101, webSocket: client });
+}
+
+/** The ledger position a watcher asks to resume after (`?after=`; 0, all of it, when absent or not a position). */
+export function afterOf(url: string): number {
+  const after = Number(new URL(url).searchParams.get("after") ?? 0);
+  return Number.isSafeInteger(after) && after >= 0 ? after : 0;
+}
