@@ -96,7 +96,8 @@ describe("sim_find_email", () => {
     const notJson = await simStub(env).fetch("https://sim/call", { method: "POST", headers: { "Idempotency-Key": "bad-3" }, body: "{" });
     expect(notJson.status).toBe(400);
     expect(await notJson.json()).toMatchObject({ error: { code: "invalid_request" } });
-    expect(await simStats(env)).toMatchObject({ billed: 0, duplicates: 0 });
+    // Every request counts, refused ones and one whose body is not JSON among them (it was not counted at all).
+    expect(await simStats(env)).toMatchObject({ calls: 4, billed: 0, duplicates: 0 });
   });
 });
 
@@ -279,7 +280,13 @@ describe("config", () => {
     expect(limited[0]!.headers.get("Retry-After-Ms")).toBe("200");
     expect((await find("Ada Lovelace", "example.com", "mc-again")).status).toBe(200);
     expect(await simStats(env)).toMatchObject({ calls: 6, rateLimited: 2, billed: 4, duplicates: 0 });
-    await updateSimConfig(env, { latencyMs: 0, maxConcurrent: null });
+    // Under a rate limit as well, that 429 states the limit like every other answer.
+    await updateSimConfig(env, { maxConcurrent: 1, ratePerSecond: 100, rateLimitHeaders: "ietf" });
+    const pair = await Promise.all([find("Ada Lovelace", "example.com", "mc-ietf-1"), find("Ada Lovelace", "example.com", "mc-ietf-2")]);
+    const refused = pair.find((r) => r.status === 429)!;
+    expect(refused.body).toMatchObject({ error: { code: "too_many_concurrent_requests" } });
+    expect(refused.headers.get("RateLimit-Policy")).toBe('"default";q=100;w=1');
+    await updateSimConfig(env, { latencyMs: 0, maxConcurrent: null, ratePerSecond: null });
   });
 
   it("delays each answer by latencyMs", async () => {

@@ -113,6 +113,11 @@ export function createSimApp(options: SimAppOptions): Hono {
         c.header("Retry-After", String(Math.max(1, Math.ceil(latencyMs / 1000))));
         c.header("Retry-After-Ms", String(Math.max(1, latencyMs)));
       }
+      // Under a rate limit too, the answer states it, as every answer does (API.md).
+      if (ratePerSecond !== null) {
+        const state = { limit: ratePerSecond, ...limiter.state(at, ratePerSecond), retryAfterMs: null };
+        for (const [name, value] of Object.entries(limitHeaders(rateLimitHeaders, state))) c.header(name, value);
+      }
       store.recordRateLimited();
       return c.json<SimErrorBody>(
         { error: { code: "too_many_concurrent_requests", message: `Over ${maxConcurrent} requests at once; retry when one is answered.` } },
@@ -148,10 +153,15 @@ export function createSimApp(options: SimAppOptions): Hono {
     );
 
   app.post("/call", async (c) => {
-    const raw = await readJson(c.req.raw);
-    const tool = knownTool(raw);
-    const limited = admit(c, tool, false);
+    // Counted and limited before its body is read: a malformed request is a request too (protocol.ts).
+    const read = await readJson(c.req.raw).then(
+      (value) => ({ value }),
+      (error: unknown) => ({ error }),
+    );
+    const raw = "value" in read ? read.value : undefined;
+    const limited = admit(c, knownTool(raw), false);
     if (limited) return limited;
+    if ("error" in read) throw read.error;
     const body = parse(CallBody, raw, "call body");
     const key = c.req.header("Idempotency-Key");
     if (!key) throw new ValidationError("The Idempotency-Key header is required.", [{ path: "Idempotency-Key", message: "Required" }]);
@@ -163,10 +173,15 @@ export function createSimApp(options: SimAppOptions): Hono {
   });
 
   app.post("/batch", async (c) => {
-    const raw = await readJson(c.req.raw);
-    const tool = knownTool(raw);
-    const limited = admit(c, tool, true);
+    // Counted and limited before its body is read: a malformed request is a request too (protocol.ts).
+    const read = await readJson(c.req.raw).then(
+      (value) => ({ value }),
+      (error: unknown) => ({ error }),
+    );
+    const raw = "value" in read ? read.value : undefined;
+    const limited = admit(c, knownTool(raw), true);
     if (limited) return limited;
+    if ("error" in read) throw read.error;
     const body = parse(BatchBody, raw, "batch body");
     const batchTool = requireTool(body.tool);
     if (!BATCHABLE_TOOLS.has(batchTool))
