@@ -187,6 +187,8 @@ describe("validation", () => {
       "/v1/runs?limit=0",
       "/v1/runs?limit=500",
       "/v1/runs?cursor=%%%",
+      // No such filter: refused, not ignored (which answered every run of the org).
+      "/v1/runs?parentRunId=run_0123456789abcdef0123456789abcdef",
       "/v1/runs/run_0123456789abcdef0123456789abcdef/events?after=-1",
     ]) {
       const { status, body } = await apiJson(path);

@@ -26,10 +26,13 @@ export type StartRunBody = z.infer<typeof StartRunBody>;
 /** Limits and test knobs of a submitted run (absent on reruns). */
 type RunLimits = { timeoutSeconds?: number; testPolicy?: TestPolicyOverrides; maxSpend?: number; retryUnknown?: boolean };
 
-const ListQuery = z.object({
-  limit: z.coerce.number().int().min(1).max(200).default(50),
-  cursor: z.string().max(500).optional(),
-});
+// Strict: a filter it does not have (`parentRunId`) is refused rather than ignored (every run would come back).
+const ListQuery = z
+  .object({
+    limit: z.coerce.number().int().min(1).max(200).default(50),
+    cursor: z.string().max(500).optional(),
+  })
+  .strict();
 
 const EventsQuery = z.object({
   after: z.coerce.number().int().min(0).default(0),
