@@ -22,6 +22,7 @@ import { MapRunner } from "../map/map-runner";
 import { createDispatchServices } from "../tools/services";
 import type { SpendLedger } from "../tools/spend";
 import type { InvocationSpendCap } from "../tools/org-spend";
+import { capsItsChildren } from "../tools/child-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
 import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
 import { type PlayServices, RunContext } from "./play-context";
@@ -224,7 +225,7 @@ export class Invocation implements InvocationScope {
       policy: waitPolicyFor(this.env, this.run.testPolicy),
       waiters: this.host.waiters,
       waits,
-      capped: this.run.maxSpend !== null || this.store.spend.parentAllotment() !== null,
+      capped: capsItsChildren(this.store),
       suspend: (resumeAt, reason) => {
         if (!this.#suspension.signal.aborted) {
           this.log(`${reason}: this invocation yields; the map goes on when the child ends`, "invocation_suspended");

@@ -18,11 +18,16 @@ import { toMicros } from "../../stores/spend-store";
 
 type RunsEnv = Pick<Env, "RUN_COORDINATOR">;
 
+/** Whether the run spends under a cap of its own or its parent's: its children then spend from it. */
+export function capsItsChildren(store: RunStore): boolean {
+  return store.run()!.maxSpend !== null || store.spend.parentAllotment() !== null;
+}
+
 /** What the run's caps leave it to reserve or allot, in micro-credits (its maxSpend, its parent's allotment); null: no cap. */
-export function capRoom(store: RunStore): number | null {
+function capRoom(store: RunStore): number | null {
+  if (!capsItsChildren(store)) return null;
   const run = store.run()!;
   const allotted = store.spend.parentAllotment();
-  if (run.maxSpend === null && allotted === null) return null;
   const committed = store.spend.committedMicros();
   const own = run.maxSpend === null ? Number.POSITIVE_INFINITY : toMicros(run.maxSpend) - committed;
   return Math.min(own, allotted === null ? Number.POSITIVE_INFINITY : allotted - committed);
@@ -55,9 +60,10 @@ export async function allotToChild(
   // Read again after the ask: other children's asks may have taken some meanwhile.
   const room = capRoom(store) ?? Number.POSITIVE_INFINITY;
   const extra = room >= needMicros ? Math.min(wantedMicros, needMicros + Math.floor((room - needMicros) / 2)) : 0;
-  if (extra > 0) store.spend.allotChild(childRunId, extra);
-  if (extra > 0) waiting.delete(childRunId);
-  else waiting.set(childRunId, now);
+  if (extra > 0) {
+    store.spend.allotChild(childRunId, extra);
+    waiting.delete(childRunId);
+  } else waiting.set(childRunId, now);
   for (const [child, at] of waiting) if (now - at > WAITING_FOR_MS) waiting.delete(child);
   const wait = extra === 0 && (store.spend.allottedToOthers([...waiting.keys()]) > 0 || above.wait);
   return { micros: (held?.micros ?? 0) + extra, wait };
