@@ -443,10 +443,18 @@ describe("GET /result (recovering a lost answer)", () => {
     // A key sent again while its first request is answered stays in flight until both are: the first answered must
     // not make a lookup say nobody is answering it (a takeover would send it a third time).
     // (A `!flaky` name: the first request is answered 503, unbilled, the second bills.)
-    await updateSimConfig(env, { latencyMs: 50 });
+    // Each request takes the latency configured when the simulator admits it (it counts it then): the first 1 s,
+    // the second 4 s, so the first is answered while the second is still being answered.
+    const admitted = async (calls: number) => {
+      while ((await simStats(env)).calls < calls) await new Promise((r) => setTimeout(r, 5));
+    };
+    const before = (await simStats(env)).calls;
+    await updateSimConfig(env, { latencyMs: 1_000 });
     const first = find("!flaky Grace Hopper", "example.com", "twice-1");
-    await updateSimConfig(env, { latencyMs: 3_000 });
+    await admitted(before + 1);
+    await updateSimConfig(env, { latencyMs: 4_000 });
     const second = find("!flaky Grace Hopper", "example.com", "twice-1");
+    await admitted(before + 2);
     expect((await first).status).toBe(503);
     expect(await simResult(env, "twice-1")).toEqual({ found: false, inFlight: true });
     expect((await second).status).toBe(200);
