@@ -416,8 +416,8 @@ describe("POST /reset", () => {
       tool: "sim_verify_email",
       members: [{ idempotencyKey: "across-reset-v", input: { email: "e@d.nl" } }],
     });
-    let answer = await simResult(env, "across-reset");
-    while (!answer.found && !answer.inFlight) answer = await simResult(env, "across-reset");
+    // Both admitted (counted) before the reset: each then sleeps its second.
+    while ((await simStats(env)).calls < 2) await new Promise((r) => setTimeout(r, 5));
     await resetSim(env);
     for (const reply of [await call, await batch]) expect(reply).toMatchObject({ status: 503, body: { error: { code: "sim_reset" } } });
     expect(await simStats(env)).toMatchObject({ calls: 0, billed: 0, duplicates: 0 });
