@@ -8,6 +8,7 @@ export { OrgDirectory } from "./actors/OrgDirectory";
 export { SimProvider } from "./actors/SimProvider";
 export { PacingGate } from "./actors/PacingGate";
 export { MapExecutor } from "./actors/MapExecutor";
+export { DatasetExporter } from "./actors/DatasetExporter";
 export { FaultInjector } from "./actors/FaultInjector";
 
 export default {

@@ -1,6 +1,6 @@
 import { parse } from "csv-parse/sync";
 import { describe, expect, it } from "vitest";
-import { MAX_CSV_SLICE_CELLS } from "../src/http/datasets";
+import { MAX_CSV_SLICE_CELLS } from "../src/runtime/map/dataset-export";
 import { MAX_PAGE_ROWS } from "../src/runtime/map/dataset-view";
 import { api, datasetRows, expectedEmail, startRun, waitForRun } from "./helpers";
 

@@ -82,6 +82,11 @@ export interface RuntimePolicy {
   salvageRestoreRetryMs: readonly number[];
   /** Subrequests one coordinator invocation may spend before it yields (platform cap: 10,000). */
   invocationSubrequestBudget: number;
+  /**
+   * Rounds of reads one part of a dataset export makes, in an invocation of its own (`DatasetExporter`): each round
+   * at most a call per shard, 8,000 rows and 16 MiB of their data.
+   */
+  exportPartRounds: number;
   /** Times a chunk is retried while its rows are blocked by another run's leases. */
   blockedRetries: number;
   /** Times a chunk whose attempt died (lost its leases, threw) is redispatched before the run fails. */
@@ -169,6 +174,8 @@ const production: RuntimePolicy = {
   completionRetryDelaysMs: [1_000, 3_000, 9_000],
   salvageRestoreRetryMs: [1_000, 5_000, 30_000, 120_000, 600_000],
   invocationSubrequestBudget: 8_000,
+  // At most 64,000 rows and 128 MiB of data per part: a few seconds of CPU to write, at most 512 calls.
+  exportPartRounds: 8,
   blockedRetries: 10,
   maxChunkRedispatches: 8,
   maxInterruptedInvocations: 10,
@@ -205,6 +212,8 @@ const test: Partial<RuntimePolicy> = {
   progressIntervalMs: 100,
   // Small enough that a few-hundred-row run yields and replays across several invocations.
   invocationSubrequestBudget: 400,
+  // Every export of more than one round of pages is written in several parts.
+  exportPartRounds: 1,
   maxExecutors: 8,
   invocationWallMs: 60_000,
   executorStopWaitMs: 3_000,

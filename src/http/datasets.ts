@@ -1,12 +1,14 @@
 /** A run's view of a dataset: JSON pages (by offset or cursor), or the whole dataset streamed as CSV or NDJSON. */
 import { Hono } from "hono";
-import { stringify } from "csv-stringify/sync";
 import { z } from "zod";
-import { MAX_PAGE_ROWS, readPage, readPageFrom, rowFields, rowPagesInOrder } from "../runtime/map/dataset-view";
+import { MAX_PAGE_ROWS, readPage, readPageFrom, rowFields } from "../runtime/map/dataset-view";
+import { csvHeader, type ExportFormat, META_COLUMNS } from "../runtime/map/dataset-export";
+import type { ExportPartRequest } from "../actors/DatasetExporter";
+import { subrequestCapFor } from "../core/platform-limits";
+import { policyFor } from "../core/policy";
 import { decodeDatasetCursor, encodeDatasetCursor } from "../runtime/map/dataset-cursor";
 import { SubrequestMeter } from "../core/meter";
 import { SheetClient } from "../clients/shards";
-import type { Row } from "../play/types";
 import { NotFoundError } from "../core/errors";
 import type { AppEnv } from "./context";
 import { validate } from "./errors";
@@ -35,9 +37,6 @@ function exported(body: BodyInit, name: string, format: "csv" | "ndjson"): Respo
   });
 }
 
-/** Columns every export ends with, after the row's own fields. */
-const META_COLUMNS = ["_key", "_status", "_error"];
-
 export const datasetRoutes = new Hono<AppEnv>();
 
 datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
@@ -59,23 +58,16 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     return c.json({ rows: [], total: 0, offset: query.offset ?? 0, limit: query.limit, nextCursor: null });
   }
   const { total } = found;
-  const sheets = new SheetClient({ env: c.env, location: found.location, meter: new SubrequestMeter() });
+  const meter = new SubrequestMeter({ cap: subrequestCapFor(c.env) });
+  const sheets = new SheetClient({ env: c.env, location: found.location, meter });
   if (query.format === "csv") {
     // The columns are found before the response starts, so a failed read is an error response, not a cut-off file.
     const columns = await datasetColumns(sheets, runId);
-    const body = csvStream(rowPagesInOrder(sheets, runId, total), columns, { escapeFormulas: query.safe === "1" });
-    return exported(body, name, "csv");
+    const format = { format: "csv" as const, columns, escapeFormulas: query.safe === "1" };
+    return exported(await exportInParts(c.env, meter, { runId, total, location: found.location }, format), name, "csv");
   }
-  if (query.format === "ndjson") {
-    const pages = rowPagesInOrder(sheets, runId, total);
-    // The first page is read before the response starts, so a failed read is an error response, not a cut-off file.
-    const first = await pages.next();
-    const encoder = new TextEncoder();
-    const body = pagedStream(pages, (rows) => [encoder.encode(rows.map((row) => `${JSON.stringify(row)}\n`).join(""))], {
-      first: first.done ? [] : first.value,
-    });
-    return exported(body, name, "ndjson");
-  }
+  if (query.format === "ndjson")
+    return exported(await exportInParts(c.env, meter, { runId, total, location: found.location }, { format: "ndjson" }), name, "ndjson");
   const scope = { runId, dataset: name };
   const cursorAt = (index: number | null) => (index === null || index >= total ? null : encodeDatasetCursor(scope, index));
   if (query.cursor !== undefined) {
@@ -102,74 +94,46 @@ async function datasetColumns(sheets: SheetClient, runId: string): Promise<strin
 }
 
 /**
- * The most cells (rows × columns) a CSV export builds at once: a page is
- * written a slice of its rows at a time, each slice sent before the next is
- * built. A page of thousands of rows by hundreds of columns, written whole,
- * would be millions of cells, past the isolate's memory.
+ * The export's bytes, written by `DatasetExporter` a part at a time, each in
+ * an invocation of its own; this request only asks for each part and pipes
+ * its bytes on untouched, so what it spends does not grow with the dataset
+ * (a call or two per part of up to `exportPartRounds` × 8,000 rows). The
+ * first part is asked for before the response starts, so a failed first read
+ * is an error response, not a cut-off file; a later failure cuts the download
+ * off (the client sees it end early, never a file with rows missing inside).
  */
-export const MAX_CSV_SLICE_CELLS = 100_000;
-
-/**
- * The rows a page at a time, after the header line, each page in slices of
- * at most MAX_CSV_SLICE_CELLS cells.
- * Exporting a run that is still running reads rows as they change: a field a
- * row gains after its columns were found has no column.
- */
-function csvStream(pages: AsyncGenerator<Row[]>, columns: string[], options: { escapeFormulas: boolean }): ReadableStream<Uint8Array> {
-  const encoder = new TextEncoder();
-  // csv-stringify's escape_formulas prefixes a single quote to cells starting with = + - @, tab or carriage return (OWASP's CSV injection list, with their full-width forms).
-  const toCsv = (lines: (string | number)[][]) => encoder.encode(stringify(lines, { escape_formulas: options.escapeFormulas }));
-  const sliceRows = Math.max(1, Math.floor(MAX_CSV_SLICE_CELLS / columns.length));
-  return pagedStream(
-    pages,
-    function* (rows) {
-      for (let from = 0; from < rows.length; from += sliceRows)
-        yield toCsv(rows.slice(from, from + sliceRows).map((row) => columns.map((column) => cellOf(row, column))));
-    },
-    { header: toCsv([columns]) },
-  );
-}
-
-/**
- * A byte stream fed one chunk at a time, as the reader pulls: `encode` turns
- * a page into the chunks that carry it, and the next page is read once the
- * last chunk of this one is taken, so never more than one page is read ahead
- * of what the client has taken, and the reads stop when the client goes
- * away. `header` goes first; `first` is a page already read.
- */
-function pagedStream(
-  pages: AsyncGenerator<Row[]>,
-  encode: (rows: Row[]) => Iterable<Uint8Array>,
-  options: { header?: Uint8Array; first?: Row[] },
-): ReadableStream<Uint8Array> {
-  let chunks: Iterator<Uint8Array> = (options.first?.length ? encode(options.first) : [])[Symbol.iterator]();
-  return new ReadableStream({
-    start(controller) {
-      if (options.header) controller.enqueue(options.header);
-    },
-    async pull(controller) {
-      for (;;) {
-        const chunk = chunks.next();
-        if (!chunk.done) return controller.enqueue(chunk.value);
-        const page = await pages.next();
-        if (page.done) return controller.close();
-        chunks = encode(page.value)[Symbol.iterator]();
-      }
-    },
-    async cancel() {
-      await pages.return(undefined);
-    },
+async function exportInParts(
+  env: Env,
+  meter: SubrequestMeter,
+  dataset: Pick<ExportPartRequest, "runId" | "total" | "location">,
+  format: ExportFormat,
+): Promise<ReadableStream<Uint8Array>> {
+  const exporter = env.DATASET_EXPORTER.getByName(`${dataset.runId}/${dataset.location.dataset}/${crypto.randomUUID()}`);
+  const request = { ...dataset, format, maxRounds: policyFor(env).exportPartRounds };
+  const partFrom = (fromIndex: number) => {
+    meter.countRpc("exporter.exportPart");
+    return exporter.exportPart({ ...request, fromIndex });
+  };
+  let part = await partFrom(0);
+  const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+  const stitch = async () => {
+    if (format.format === "csv") {
+      const writer = writable.getWriter();
+      await writer.write(csvHeader(format));
+      writer.releaseLock();
+    }
+    for (;;) {
+      await part.body.pipeTo(writable, { preventClose: true });
+      meter.countRpc("exporter.next");
+      const next = await part.next();
+      if (next === null) return writable.close();
+      part = await partFrom(next);
+    }
+  };
+  stitch().catch(async (error) => {
+    // The client went away (nothing to tell), or a part failed: the download ends early rather than missing rows inside.
+    console.warn(`export of run ${dataset.runId}'s ${dataset.location.dataset} stopped`, error);
+    await writable.abort(error).catch(() => {});
   });
-}
-
-/**
- * A row's cell as CSV text. Own fields only: a row without a field named like
- * an Object.prototype member (`toString`, `constructor`) has an empty cell.
- * Numbers stay numbers, so that formula escaping leaves a negative number alone.
- */
-function cellOf(row: Row, column: string): string | number {
-  const value = Object.hasOwn(row, column) ? row[column] : undefined;
-  if (value === null || value === undefined) return "";
-  if (typeof value === "number") return value;
-  return typeof value === "object" ? JSON.stringify(value) : String(value);
+  return readable;
 }

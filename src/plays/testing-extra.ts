@@ -67,3 +67,16 @@ export const testMutating = definePlay({
     return { completed: mapped.completed };
   },
 });
+
+/** Rows as large as asked for (no tool calls): an export of them spans several parts (`DatasetExporter`). */
+export const testPadded = definePlay({
+  name: "test-padded",
+  description: "test only: a map that stores each row with a padding field of the size asked for",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), label: z.string(), chars: z.number().int().min(0).max(500_000) })).max(2000),
+  }),
+  async run(ctx, input) {
+    const padded = await ctx.map("padded", input.rows, { padding: (row) => "x".repeat(Number(row.chars)) }, { key: "id" });
+    return { completed: padded.completed };
+  },
+});

@@ -117,17 +117,29 @@ export async function readPageFrom(
 }
 
 /**
- * Every row of the run, in input order, a page at a time: each shard is read
- * by keyset (its rows after the last one read), and the shards' answers are
- * merged. At most EXPORT_BUFFER_ROWS rows (or MIN_EXPORT_READ_ROWS per shard)
+ * Every row of the run from input index `fromIndex` on, in input order, a
+ * page at a time: each shard is read by keyset (its rows after the last one
+ * read), and the shards' answers are merged. At most EXPORT_BUFFER_ROWS rows
+ * (or MIN_EXPORT_READ_ROWS per shard), and READ_BUFFER_CHARS of their data,
  * are held at once, whatever the dataset's size; a dataset of n rows costs
  * about n / (EXPORT_BUFFER_ROWS / shard count) calls.
+ *
+ * With `maxRounds`, it stops after that many rounds of reads (each at most a
+ * call per shard, EXPORT_BUFFER_ROWS rows and READ_BUFFER_CHARS) and returns
+ * the index the rest starts at: one invocation's share of an export
+ * (`DatasetExporter`). It returns null once every row is out.
  */
-export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total: number): AsyncGenerator<Row[]> {
+export async function* rowPagesInOrder(
+  sheets: SheetClient,
+  runId: string,
+  total: number,
+  options: { fromIndex?: number; maxRounds?: number } = {},
+): AsyncGenerator<Row[], number | null> {
   const shardCount = sheets.location.shardCount;
   const perShard = Math.min(MAX_READ_ROWS - 1, Math.max(MIN_EXPORT_READ_ROWS, Math.floor(EXPORT_BUFFER_ROWS / shardCount)));
-  const shards = shardIndexes(shardCount).map((shard) => ({ shard, nextIndex: 0, rows: [] as SheetRow[], more: true }));
-  for (;;) {
+  const fromIndex = options.fromIndex ?? 0;
+  const shards = shardIndexes(shardCount).map((shard) => ({ shard, nextIndex: fromIndex, rows: [] as SheetRow[], more: true }));
+  for (let round = 1; ; round++) {
     await Promise.all(
       shards
         .filter((s) => s.more && s.rows.length === 0)
@@ -139,8 +151,12 @@ export async function* rowPagesInOrder(sheets: SheetClient, runId: string, total
         }),
     );
     const rows = takeInOrder(shards);
-    if (!rows.length) return;
+    if (!rows.length) return null;
     yield rows.map(viewRow);
+    const left = shards.some((s) => s.more || s.rows.length > 0);
+    if (!left) return null;
+    // The rows still buffered past the frontier are read again by whoever continues from here.
+    if (options.maxRounds !== undefined && round >= options.maxRounds) return rows.at(-1)!.index + 1;
   }
 }
 
