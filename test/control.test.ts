@@ -1,6 +1,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { sheetShardName } from "../src/clients/shards";
+import { canonicalJson, sha256Hex } from "../src/core/hash";
 import { api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const rowsOf = (prefix: string, count: number) =>
@@ -177,6 +178,58 @@ describe("Idempotency-Key on POST /v1/runs", () => {
     expect(other.status).toBe(409);
     expect(other.body.error.code).toBe("idempotency_key_reused");
     await waitForRun(first.body.runId);
+  });
+
+  describe("a submit that spells out a default", () => {
+    // test-map's input as its schema fills it in, so that a fingerprint computed here is the server's.
+    const inputOf = (prefix: string) => ({ rows: rowsOf(prefix, 2), keyMode: "field", onRowError: "continue" });
+    const keyed = (key: string, input: unknown, limits: object) =>
+      apiJson("/v1/runs", { method: "POST", json: { play: "test-map", input, ...limits }, headers: { "Idempotency-Key": key } });
+    const spelledOut = { retryUnknown: false, timeoutSeconds: 24 * 3600, force: false, forceToolRefresh: false };
+
+    it("is the same request as one that leaves it out, either way round; another value is not", async () => {
+      const input = inputOf("defaults");
+      const bare = await keyed("defaults-bare", input, {});
+      expect(bare.status).toBe(202);
+      for (const limits of [spelledOut, { retryUnknown: false }, { timeoutSeconds: 24 * 3600 }]) {
+        const retry = await keyed("defaults-bare", input, limits);
+        expect(retry.status, JSON.stringify(limits)).toBe(202);
+        expect(retry.body.runId).toBe(bare.body.runId);
+      }
+      const spelled = await keyed("defaults-spelled", input, spelledOut);
+      expect((await keyed("defaults-spelled", input, {})).body.runId).toBe(spelled.body.runId);
+      for (const limits of [{ retryUnknown: true }, { timeoutSeconds: 3600 }, { maxSpend: 5 }]) {
+        const other = await keyed("defaults-bare", input, limits);
+        expect(other.status, JSON.stringify(limits)).toBe(409);
+        expect(other.body.error.code).toBe("idempotency_key_reused");
+      }
+      // A rerun's default too (its limit is its source's).
+      await waitForRun(bare.body.runId);
+      const rerun = (json: object) =>
+        apiJson(`/v1/runs/${bare.body.runId}/rerun`, { method: "POST", json, headers: { "Idempotency-Key": "defaults-rerun" } });
+      const first = await rerun({});
+      expect(first.status).toBe(202);
+      expect((await rerun({ retryUnknown: false, timeoutSeconds: 24 * 3600 })).body.runId).toBe(first.body.runId);
+      await Promise.all([spelled, first].map((r) => waitForRun(r.body.runId)));
+    });
+
+    it("still matches keys already stored, whether their request left the defaults out or spelled them out", async () => {
+      const input = inputOf("stored");
+      const claim = async (key: string, limits: unknown[]) => {
+        const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
+        const fingerprint = await sha256Hex(canonicalJson(["test-map", input, false, false, ...limits]));
+        await env.ORG_DIRECTORY.getByName("dev").claimIdempotencyKey({ key, fingerprint, runId, now: Date.now() });
+        return runId;
+      };
+      const bare = await claim("stored-bare", []);
+      expect((await keyed("stored-bare", input, spelledOut)).body.runId).toBe(bare);
+      const spelled = await claim("stored-spelled", [
+        { timeoutSeconds: 24 * 3600, testPolicy: null },
+        { maxSpend: null, retryUnknown: false },
+      ]);
+      expect((await keyed("stored-spelled", input, spelledOut)).body.runId).toBe(spelled);
+      await Promise.all([bare, spelled].map((runId) => waitForRun(runId)));
+    });
   });
 
   it("validates the header before creating anything", async () => {

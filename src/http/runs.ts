@@ -15,6 +15,7 @@ import { parseJsonBody, readJsonBody } from "./json-body";
 import { runLinks } from "../runtime/views/links";
 import { isUploadedRows } from "../play/define";
 import { Uploads, uploadNotFound } from "../uploads/uploads";
+import { MAX_RUN_TIMEOUT_SECONDS } from "../actors/RunCoordinator";
 
 /** The public run request (src/api/contract.ts) plus the test runner's knobs. */
 export const StartRunBody = StartRun.extend({
@@ -85,6 +86,51 @@ export async function playInput(env: Env, org: string, play: PlayDefinition, raw
   return input;
 }
 
+/** A run to start, as the routes pass it to {@link submitRun}. */
+type Submit = {
+  org: string;
+  play: string;
+  input: unknown;
+  force: boolean;
+  forceToolRefresh: boolean;
+  idempotencyKey: string | null;
+  rerunOf?: string;
+} & RunLimits;
+
+/**
+ * What a keyed submit asks for, hashed: a retry with the same key must ask
+ * for the same. Absent limits add nothing: a request without any fingerprints
+ * as its play, input and flags alone, as keys already stored hold it.
+ */
+function fingerprintOf(request: Submit): Promise<string> {
+  const { play, input, force, forceToolRefresh, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
+  const spend =
+    maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
+  const limits =
+    timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0
+      ? []
+      : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
+  const rerun = request.rerunOf === undefined ? [] : [{ rerunOf: request.rerunOf }];
+  return sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits, ...rerun]));
+}
+
+/**
+ * The request with each limit that spells out its default left out, so that
+ * it fingerprints as the request that leaves it out (which is unchanged).
+ * `force` and `forceToolRefresh` have their defaults filled in by the schema
+ * already; `maxSpend` and `testPolicy` have none (absent is no cap, the
+ * standard policy). A rerun's `timeoutSeconds` is always given (its source's
+ * when the rerun names none), so only a submit's has a default.
+ */
+function withoutDefaults(request: Submit): Submit {
+  return {
+    ...request,
+    retryUnknown: request.retryUnknown === false ? undefined : request.retryUnknown,
+    timeoutSeconds:
+      request.rerunOf === undefined && request.timeoutSeconds === MAX_RUN_TIMEOUT_SECONDS ? undefined : request.timeoutSeconds,
+  };
+}
+
 /**
  * Starts a run, once per `Idempotency-Key` of the org: the org's directory
  * records key → run id atomically, and the run is started under whichever id
@@ -94,36 +140,21 @@ export async function playInput(env: Env, org: string, play: PlayDefinition, raw
  * start is refused past it. `rerunOf` keeps a rerun's key apart from the
  * submit that used it first (the same play and input).
  */
-async function submitRun(
-  env: Env,
-  request: {
-    org: string;
-    play: string;
-    input: unknown;
-    force: boolean;
-    forceToolRefresh: boolean;
-    idempotencyKey: string | null;
-    rerunOf?: string;
-  } & RunLimits,
-): Promise<{ runId: string; status: string }> {
+async function submitRun(env: Env, request: Submit): Promise<{ runId: string; status: string }> {
   const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
-    const spend =
-      maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
-    const limits =
-      timeoutSeconds === undefined && testPolicy === undefined && spend.length === 0
-        ? []
-        : [{ timeoutSeconds: timeoutSeconds ?? null, testPolicy: testPolicy ?? null }, ...spend];
-    const rerun = request.rerunOf === undefined ? [] : [{ rerunOf: request.rerunOf }];
-    const fingerprint = await sha256Hex(canonicalJson([play, input, force, forceToolRefresh, ...limits, ...rerun]));
+    const fingerprint = await fingerprintOf(withoutDefaults(request));
+    // A key claimed by a server that did not leave defaults out (within IDEMPOTENCY_KEY_TTL_MS) holds the request's
+    // fingerprint as sent: a retry sent the same way still matches it.
+    const asSent = await fingerprintOf(request);
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({
       key: idempotencyKey,
       fingerprint,
       runId,
       now: Date.now(),
     });
-    if (claimed.fingerprint !== fingerprint) {
+    if (claimed.fingerprint !== fingerprint && claimed.fingerprint !== asSent) {
       throw new TroupeError(
         "idempotency_key_reused",
         `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`,
