@@ -301,10 +301,17 @@ export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<In
   });
 }
 
-/** A run that just completed adds what it computed and billed to its play's history (what estimates learn from). */
+/**
+ * A run that just completed adds what it computed and billed to its play's
+ * history (what estimates learn from: billed requests per computed row). A
+ * `force` run without `forceToolRefresh` adds nothing: it computes its rows
+ * again but answers their calls from receipts, billing only the few that
+ * have none, and which of its rows those were is not known, so its rows and
+ * bills are left out together rather than counted as rows that call nothing.
+ */
 export async function recordPlayHistory(env: DirectoryEnv, store: RunStore): Promise<void> {
   const run = store.run()!;
-  if (run.status !== "completed") return;
+  if (run.status !== "completed" || (run.force && !run.forceToolRefresh)) return;
   try {
     await new OrgClient({ env, org: run.org }).recordPlayStats({
       runId: run.runId,
