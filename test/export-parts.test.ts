@@ -7,6 +7,7 @@ import { SheetClient } from "../src/clients/shards";
 import { SubrequestMeter } from "../src/core/meter";
 import { policyFor } from "../src/core/policy";
 import { rowPagesInOrder } from "../src/runtime/map/dataset-view";
+import { clearFaults, setFaults } from "./chaos-helpers";
 import { api, startRun, waitForRun } from "./helpers";
 
 const PADDED = 150_000;
@@ -26,10 +27,14 @@ async function paddedRun() {
   return { runId: run.runId as string, rows, location: found!.location, total: found!.total };
 }
 
-/** Reads a part's bytes as text, and where the next part starts. */
-async function readPart(part: { body: ReadableStream<Uint8Array>; next(): Promise<number | null> }) {
-  const text = await new Response(part.body).text();
-  return { text, next: await part.next() };
+/** Reads a part's bytes as text, and where the next part starts; then lets the part's stub go. */
+async function readPart(part: { body: ReadableStream<Uint8Array>; next(): Promise<number | null> } & Disposable) {
+  try {
+    const text = await new Response(part.body).text();
+    return { text, next: await part.next() };
+  } finally {
+    part[Symbol.dispose]();
+  }
 }
 
 describe("a dataset export written in parts, each in an invocation of its own", () => {
@@ -120,6 +125,37 @@ describe("a dataset export written in parts, each in an invocation of its own", 
       .map((line) => JSON.parse(line));
     expect(lines.map((row) => row._key)).toEqual(rows.map((row) => row.id));
     expect(lines.map((row) => row.padding.length)).toEqual(rows.map((row) => row.chars));
+  });
+
+  it("a part that fails before the first byte is an error response; one that fails later errors the download, never ends it cleanly", async () => {
+    const { runId } = await paddedRun();
+    try {
+      await setFaults([{ point: "export.part", fromCall: 1, times: 1 }]);
+      const refused = await api(`/v1/runs/${runId}/datasets/padded?format=csv`);
+      expect(refused.status).toBe(500);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("injected_fault");
+
+      // The second part fails: the first part's rows came (status 200, bytes sent), then the body errors.
+      await setFaults([{ point: "export.part", fromCall: 2, times: 1 }]);
+      const cut = await api(`/v1/runs/${runId}/datasets/padded?format=ndjson`);
+      expect(cut.status).toBe(200);
+      const reader = cut.body!.getReader();
+      let bytes = 0;
+      const outcome = await (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) return "ended";
+          bytes += value.byteLength;
+        }
+      })().catch(() => "errored");
+      expect(outcome).toBe("errored");
+      expect(bytes).toBeGreaterThan(0);
+    } finally {
+      await clearFaults();
+    }
+    // With the fault gone, the same export is whole.
+    const whole = await api(`/v1/runs/${runId}/datasets/padded?format=ndjson`);
+    expect((await whole.text()).trimEnd().split("\n")).toHaveLength(360);
   });
 
   it("refuses a part asked for with a bad request, naming what is wrong", async () => {

@@ -11,10 +11,11 @@
  * rows and 16 MiB of data each) under its own subrequest cap and CPU.
  *
  * It keeps nothing: an export is named by a fresh id, so concurrent exports
- * run in objects of their own.
+ * run in objects of their own (one object per export, a call per part).
  */
 import { DurableObject } from "cloudflare:workers";
 import { z } from "zod";
+import { faultProbeFor } from "../clients/faults";
 import { SheetClient } from "../clients/shards";
 import { parseRpcInput } from "../core/errors";
 import { SubrequestMeter } from "../core/meter";
@@ -55,17 +56,30 @@ export class DatasetExporter extends DurableObject<Env> {
    */
   async exportPart(request: ExportPartRequest): Promise<ExportPart> {
     const part = parseRpcInput(ExportPartRequest, request);
+    await faultProbeFor(this.env).check("export.part");
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     const sheets = new SheetClient({ env: this.env, location: part.location, meter });
     const pages = rowPagesInOrder(sheets, part.runId, part.total, { fromIndex: part.fromIndex, maxRounds: part.maxRounds });
     const first = await pages.next();
     if (first.done) return { body: exportStream(nothingLeft(), part.format, []), next: async () => first.value };
-    let ended: (next: number | null) => void = () => {};
-    const next = new Promise<number | null>((resolve) => (ended = resolve));
+    let settle: (next: number | null | Error) => void = () => {};
+    const next = new Promise<number | null | Error>((resolve) => (settle = resolve));
     async function* rest(): AsyncGenerator<Row[], void> {
-      ended(yield* pages);
+      try {
+        settle(yield* pages);
+      } finally {
+        // Cancelled or failed before its last page: there is no next part to name.
+        settle(new Error("the part did not finish: its bytes were cancelled or failed"));
+      }
     }
-    return { body: exportStream(rest(), part.format, first.value), next: () => next };
+    return {
+      body: exportStream(rest(), part.format, first.value),
+      next: async () => {
+        const after = await next;
+        if (after instanceof Error) throw after;
+        return after;
+      },
+    };
   }
 }
 

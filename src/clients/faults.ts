@@ -56,6 +56,7 @@ export const FAULT_POINTS = [
   "executor.ended",
   "directory.sync",
   "run.finish",
+  "export.part",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);
