@@ -9,7 +9,7 @@ import { lateAlarmRetryAt, MAX_SUBREQUESTS_PER_INVOCATION, outboundGateFor, subr
 import { playRegistry } from "../plays";
 import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/attempt-reporter";
 import { PacerRegistry } from "../runtime/pacing/pacers";
-import { HANDED_BACK, handedBack, runAttempt, runSweep } from "../runtime/executor/attempt-runner";
+import { HANDED_BACK, handedBack, runAttempt, runSweep, stoppedUnstarted } from "../runtime/executor/attempt-runner";
 import { WindDown } from "../runtime/executor/wind-down";
 import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
@@ -22,6 +22,8 @@ import type { OpenUpload } from "../uploads/uploads";
 const YIELD_AFTER_SUBREQUESTS = MAX_SUBREQUESTS_PER_INVOCATION / 2;
 /** ...or past this long (an alarm may run 15 minutes): the next alarm, a new invocation, takes it. */
 const YIELD_AFTER_MS = 5 * 60_000;
+/** An end reported from a stop's or a wind-down's own call is sent again by the alarm this long after, should the object die meanwhile. */
+const END_RETRY_MS = 60_000;
 
 /** What the attempts of one alarm invocation share: its meter and subrequest budget, its wind-down, its link, its pacers. */
 interface Invocation {
@@ -92,23 +94,23 @@ export class MapExecutor extends DurableObject<Env> {
     for (const dropped of before) {
       const { attemptId } = dropped.assignment.attempt;
       if (dropped.resume && dropped.state === "assigned" && !held.has(attemptId) && !this.#running.has(attemptId))
-        await this.#reportStopped(dropped, reason(attemptId)).catch(() => {});
+        await this.#ownReporter(dropped)
+          .end(stoppedUnstarted(dropped, reason(attemptId)))
+          .catch(() => {});
     }
     return true;
   }
 
   /**
    * Stops the attempt: one running is aborted (it reports its own end); one
-   * held and not started is dropped, so it never starts (a cancelled run's, or
-   * one whose coordinator gave this executor up), and reported stopped.
+   * held and not started never starts (a cancelled run's, or one whose
+   * coordinator gave this executor up), and is reported stopped ({@link #endHeldUnstarted}).
    */
   async stop(attemptId: string, reason: string): Promise<void> {
     const running = this.#running.get(attemptId);
     if (running) return void running.stop.abort(new TroupeError("stopped", reason));
-    const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
-    if (!held) return;
-    this.#store.finish(attemptId);
-    await this.#reportStopped(held, reason);
+    const held = this.#heldUnstarted(attemptId);
+    if (held) await this.#endHeldUnstarted(held, stoppedUnstarted(held, reason));
   }
 
   /**
@@ -116,15 +118,56 @@ export class MapExecutor extends DurableObject<Env> {
    * it would at this executor's own (no request more is sent, the rows
    * computed are stored) but ends, handing the rows it left back to the
    * coordinator, which runs them from its next invocation. One held and not
-   * running ends so at once, with every row it has left.
+   * running ends so at once, with every row it has left ({@link #endHeldUnstarted}).
    */
   async windDown(attemptId: string, reason: string): Promise<void> {
     const running = this.#running.get(attemptId);
     if (running) return void running.windDown.abort(new TroupeError(HANDED_BACK, reason));
-    const held = this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
-    if (!held) return;
-    this.#store.finish(attemptId);
-    await this.#reportEnd(held, handedBack(held));
+    const held = this.#heldUnstarted(attemptId);
+    if (held) await this.#endHeldUnstarted(held, handedBack(held));
+  }
+
+  /** The attempt, if it is held and not running: not started, or held to go on after a wind-down. */
+  #heldUnstarted(attemptId: string): HeldAssignment | undefined {
+    return this.#store.held().find((h) => h.state === "assigned" && h.assignment.attempt.attemptId === attemptId);
+  }
+
+  /**
+   * Ends an attempt held and not running, and reports its end (with what the
+   * outbox holds) from this call's own invocation. It is held `ended`, in the
+   * step that ends it, and the alarm armed before the report goes: should the
+   * report fail, or this object die while it reports, the alarm sends the end
+   * and the bills again until the coordinator hears them (it applies a report
+   * sent again once, and each bill once). Resolves once the end is reported,
+   * or held to be: the coordinator does not wait on the call.
+   */
+  async #endHeldUnstarted(held: HeldAssignment, end: AttemptEnd): Promise<void> {
+    const { attemptId } = held.assignment.attempt;
+    this.ctx.storage.transactionSync(() => {
+      // Through `running`: ExecutorStore.unreported leaves an attempt `assigned` and not held to go on as it is (it
+      // takes it for a fresh assignment of the same attempt).
+      this.#store.markRunning(attemptId);
+      this.#store.unreported(attemptId, { unanswered: null, end, logs: [] });
+    });
+    // A running alarm is itself retried should this object die; else one is armed, unless one comes sooner.
+    const retryAt = Date.now() + END_RETRY_MS;
+    const armed = this.#looping ? null : await this.ctx.storage.getAlarm();
+    const arming = !this.#looping && (armed === null || armed > retryAt);
+    if (arming) await this.ctx.storage.setAlarm(retryAt);
+    const reporter = this.#ownReporter(held);
+    try {
+      await reporter.end(end);
+    } catch (error) {
+      // Held with what is left to send, for the alarm, at once (the platform's retries of it back off).
+      this.#store.unreported(attemptId, reporter.unreported(end));
+      if (this.#looping) this.#wake();
+      else await this.ctx.storage.setAlarm(Date.now());
+      console.warn(`${messageOf(error)}: its executor's alarm sends it again`);
+      return;
+    }
+    this.#store.finishEnded(attemptId);
+    // Armed for this end alone, which was heard.
+    if (arming && !this.#looping && this.#store.held().length === 0) await this.ctx.storage.deleteAlarm();
   }
 
   /**
@@ -143,28 +186,19 @@ export class MapExecutor extends DurableObject<Env> {
     });
   }
 
-  /** Reports an attempt held and not running (dropped) stopped, from an invocation of its own. */
-  async #reportStopped(held: HeldAssignment, reason: string): Promise<void> {
-    await this.#reportEnd(held, {
-      kind: "stopped",
-      reason: `stopped before it ${held.resume ? "went on after a wind-down" : "started"}: ${reason}`,
-    });
-  }
-
-  /** Reports the end of an attempt held and not running, from an invocation of its own. */
-  async #reportEnd(held: HeldAssignment, end: AttemptEnd): Promise<void> {
+  /** A reporter of an attempt held and not running, from an invocation of its own (a stop's, a wind-down's, an assignment's). */
+  #ownReporter(held: HeldAssignment): AttemptReporter {
     const { runId, map, chunk } = held.assignment;
     const { attemptId } = held.assignment.attempt;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     const faults = faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: held.assignment.dataset.play });
-    const reporter = new AttemptReporter({
+    return new AttemptReporter({
       link: new CoordinatorLink({ env: this.env, runId, meter, faults }),
       store: this.#store,
       usage: new MeterReports(meter),
       report: { executor: this.#caller(), attemptId, invocation: held.assignment.invocation, map, chunk },
       sizing: false,
     });
-    await reporter.end(end);
   }
 
   /** A rerun's sweep of several chunks (runSweep), in this call's own invocation: it leases nothing, so nothing of it is held. */

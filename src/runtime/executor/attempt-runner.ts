@@ -334,3 +334,8 @@ export function handedBack({ assignment, resume }: Pick<HeldAssignment, "assignm
 
 /** The code of the wind-down its coordinator asks for: the attempt hands its rows back rather than go on. */
 export const HANDED_BACK = "handed_back";
+
+/** What an attempt held and not running ends with when it is stopped: it never starts, or goes on after its wind-down. */
+export function stoppedUnstarted({ resume }: Pick<HeldAssignment, "resume">, reason: string): AttemptEnd {
+  return { kind: "stopped", reason: `stopped before it ${resume ? "went on after a wind-down" : "started"}: ${reason}` };
+}
