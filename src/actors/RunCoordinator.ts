@@ -203,8 +203,13 @@ export class RunCoordinator extends Server<Env> {
     const end = ChildFinished.parse(message);
     const run = this.#store.run();
     // What a child this run allotted some of its cap spent replaces its allotment (counted even once this run ended).
-    if (run && end.spentCredits !== undefined && this.#store.spend.childAllotment(end.childRunId))
+    const counted =
+      run !== null &&
+      end.spentCredits !== undefined &&
+      this.#store.spend.childAllotment(end.childRunId) !== null &&
       this.#store.spend.childEnded(end.childRunId, toMicros(end.spentCredits));
+    // An ended run whose spend grew so tells its own parent again, by its alarm.
+    if (counted && isTerminal(run.status)) await this.ctx.storage.setAlarm(Date.now());
     if (!run || isTerminal(run.status)) return;
     const ended = recordChildEnd(
       this.#journal,

@@ -235,8 +235,23 @@ export class JournalStore {
     return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers WHERE notified = 0 ORDER BY run_id`.map((r) => r.run_id);
   }
 
+  /** The parent gave this run up (it cancelled it): it is told nothing more. */
   markNotified(runId: string): void {
     this.#sql.write`UPDATE watchers SET notified = 1 WHERE run_id = ${runId}`;
+  }
+
+  /**
+   * The parents to tell of this run's end: those not told yet, and those told
+   * it spent less than `spentMicros` (bills that came after its end).
+   */
+  parentsToTell(spentMicros: number): string[] {
+    return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers
+      WHERE notified = 0 OR (told_micros IS NOT NULL AND told_micros < ${spentMicros}) ORDER BY run_id`.map((r) => r.run_id);
+  }
+
+  /** The parent was told this run ended having spent `spentMicros` (a later, larger spend is told again). */
+  markTold(runId: string, spentMicros: number): void {
+    this.#sql.write`UPDATE watchers SET notified = 1, told_micros = max(coalesce(told_micros, 0), ${spentMicros}) WHERE run_id = ${runId}`;
   }
 
   // ---- replay counters

@@ -170,4 +170,7 @@ export const runMigrations = [
   // The end a run decided, kept while it is carried out (src/runtime/invocation/run-end.ts): an invocation that
   // dies mid-way through it leaves the next one to finish it, not to run the play again.
   `CREATE TABLE run_ending (id INTEGER PRIMARY KEY CHECK (id = 1), ending TEXT NOT NULL);`,
+  // What each parent was last told this run spent (null: told nothing, or it gave this run up): bills that reach the
+  // run after its end are told again, so a capped parent does not spend that room twice.
+  `ALTER TABLE watchers ADD COLUMN told_micros INTEGER;`,
 ];

@@ -84,13 +84,17 @@ describe("SpendStore", () => {
       expect(spend.billedMicros()).toBe(toMicros(1.002));
       expect(spend.reservedMicros()).toBe(0);
       expect(spend.reserve(call("r"), toMicros(6.4))).toBe(false); // the child's allotment counts against the cap
-      spend.childEnded("run_child", toMicros(1.5));
-      spend.childEnded("run_child", toMicros(4)); // once
+      expect(spend.childEnded("run_child", toMicros(1.5))).toBe(true);
+      // Told again: the larger count stands (bills that reached the child after its end), a smaller or equal one is old news.
+      expect(spend.childEnded("run_child", toMicros(1))).toBe(false);
+      expect(spend.childEnded("run_child", toMicros(1.5))).toBe(false);
       expect(spend.childAllotment("run_child")).toEqual({ micros: toMicros(1.5), ended: true });
-      expect(spend.spentWithChildrenMicros()).toBe(toMicros(2.502));
-      expect(spend.reserve(call("r"), toMicros(3.1))).toBe(true);
+      expect(spend.childEnded("run_child", toMicros(1.75))).toBe(true);
+      expect(spend.childAllotment("run_child")).toEqual({ micros: toMicros(1.75), ended: true });
+      expect(spend.spentWithChildrenMicros()).toBe(toMicros(2.752));
+      expect(spend.reserve(call("r"), toMicros(3.3))).toBe(true);
       spend.releaseAll();
-      expect(spend.committedMicros()).toBe(toMicros(2.502));
+      expect(spend.committedMicros()).toBe(toMicros(2.752));
       expect(spend.totals().total).toBe(1.002);
 
       expect(spend.parentAllotment()).toBeNull();
@@ -137,8 +141,8 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
-        DROP TABLE run_ending; UPDATE _schema SET version = ?`,
-        runMigrations.length - 6,
+        DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; UPDATE _schema SET version = ?`,
+        runMigrations.length - 7,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -159,8 +163,8 @@ describe("SpendStore", () => {
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
         DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
-        UPDATE _schema SET version = ?`,
-        runMigrations.length - 5,
+        ALTER TABLE watchers DROP COLUMN told_micros; UPDATE _schema SET version = ?`,
+        runMigrations.length - 6,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES

@@ -217,13 +217,18 @@ export class SpendStore {
     this.#count(CHILDREN, "children", 0, micros);
   }
 
-  /** The child ended having spent `micros` (its own and its children's): that replaces its allotment. Once. */
-  childEnded(childRunId: string, micros: number): void {
+  /**
+   * The child ended having spent `micros` (its own and its children's): that replaces its allotment. Told again
+   * (bills that reached it after its end), the larger count stands: a message told twice, or out of order, counts
+   * once. True when the count changed.
+   */
+  childEnded(childRunId: string, micros: number): boolean {
     const held = this.childAllotment(childRunId);
-    if (held?.ended) return;
+    if (held?.ended && micros <= held.micros) return false;
     this.#sql.write`INSERT INTO child_spend (child_run_id, micros, ended) VALUES (${childRunId}, ${micros}, 1)
       ON CONFLICT (child_run_id) DO UPDATE SET micros = excluded.micros, ended = 1`;
     this.#count(CHILDREN, "children", 0, micros - (held?.micros ?? 0));
+    return true;
   }
 
   /** What this run spent, its children's spend (or allotments, while they run) included. */

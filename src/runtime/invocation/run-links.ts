@@ -26,18 +26,20 @@ export interface RunLinksOptions {
 export async function tellParents(o: RunLinksOptions): Promise<void> {
   const run = o.store.run();
   if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return;
+  // Told again when bills reach this run after its end (an attempt given up on reports at last): a capped parent counts them.
+  const spent = o.store.spend.spentWithChildrenMicros();
   const end: ChildEnd = {
     childRunId: run.runId,
     status: run.status,
     result: run.result,
     error: run.error ? { code: run.error.code, message: run.error.message } : null,
-    spentCredits: toCredits(o.store.spend.spentWithChildrenMicros()),
+    spentCredits: toCredits(spent),
   };
   await Promise.all(
-    o.journal.unnotifiedWatchers().map(async (parentRunId) => {
+    o.journal.parentsToTell(spent).map(async (parentRunId) => {
       try {
         await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
-        o.journal.markNotified(parentRunId);
+        o.journal.markTold(parentRunId, spent);
       } catch (error) {
         o.log(`could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`);
       }
