@@ -16,6 +16,7 @@ import { callRows, clearFaults, faultState, heldBy, setFaults, until } from "./c
 
 let unique = 0;
 const id = () => `ue${Date.now().toString(36)}${unique++}`;
+const faultInjector = () => env.FAULTS!.getByName("faults");
 
 afterEach(async () => {
   await clearFaults();
@@ -162,5 +163,41 @@ describe("an attempt held and not running, ended by its coordinator while its re
     expect((await runView(runId)).usage.spend.total).toBe(spent + billed.length);
     // Nothing is left to wake for.
     expect(await runDurableObjectAlarm(executor)).toBe(false);
+  });
+
+  it("a stop whose report fails leaves alone the same attempt assigned again by a later invocation meanwhile", async () => {
+    const { runId } = await cancelledRun();
+    const name = `${runId}#4`;
+    const attemptId = await holdAttempt(runId, 4, [], false);
+    // The stop's first report waits for the test, which assigns the attempt again meanwhile; then all three tries fail.
+    await setFaults([
+      { point: "executor.report", play: "test-calls", times: 1, hold: true },
+      { point: "executor.end", play: "test-calls", times: 3 },
+    ]);
+    const executor = env.MAP_EXECUTOR.getByName(name);
+    const stopping = runInDurableObject(executor, async (object: MapExecutor, state: DurableObjectState) => {
+      await object.stop(attemptId, "the run was cancelled").catch(() => {});
+      // Read in the same turn the stop ends in: before any alarm it armed can run the new assignment.
+      return new ExecutorStore({ sql: createSql(state.storage) }).held();
+    });
+    await faultInjector().held(0);
+    // A later invocation assigns the same attempt, which winds down and is held to go on.
+    await runInDurableObject(executor, (_object: unknown, state: DurableObjectState) => {
+      const store = new ExecutorStore({ sql: createSql(state.storage) });
+      const [held] = store.held();
+      expect(held?.state).toBe("ended");
+      expect(store.assign({ ...held!.assignment, invocation: "later-invocation" })).toBe(true);
+      store.markRunning(attemptId);
+      const done: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+      expect(store.resume(attemptId, { rows: [0], done, grantedMicros: 0, stalled: 0 })).toBe(true);
+    });
+    expect(await faultInjector().release(0)).toBe(1);
+    const held = await stopping;
+    expect((await faultState()).counts).toEqual([3, 3]);
+    // The new assignment stays as it was, to go on: the old end's failure did not take its place.
+    expect(held).toHaveLength(1);
+    expect(held[0]).toMatchObject({ state: "assigned", assignment: { invocation: "later-invocation" } });
+    expect(held[0]!.resume).not.toBeNull();
+    expect(held[0]!.unreported).toBeUndefined();
   });
 });

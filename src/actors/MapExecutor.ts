@@ -159,7 +159,7 @@ export class MapExecutor extends DurableObject<Env> {
       await reporter.end(end);
     } catch (error) {
       // Held with what is left to send, for the alarm, at once (the platform's retries of it back off).
-      this.#store.unreported(attemptId, reporter.unreported(end));
+      this.#store.unreported(attemptId, reporter.unreported(end), held.assignment);
       if (this.#looping) this.#wake();
       else await this.ctx.storage.setAlarm(Date.now());
       console.warn(`${messageOf(error)}: its executor's alarm sends it again`);
@@ -389,21 +389,21 @@ export class MapExecutor extends DurableObject<Env> {
       );
       // Wound down for its coordinator: the rows it left go back to it, not on in this executor.
       if (end.kind === "resume" && windDown.signal.aborted) {
-        await this.#end(attemptId, reporter, handedBack({ assignment, resume: end.resume }));
+        await this.#end(attemptId, reporter, handedBack({ assignment, resume: end.resume }), assignment);
       } else if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
         if (!this.#store.resume(attemptId, end.resume)) return;
         await reporter.suspend().catch(() => {});
         if (windDown.signal.aborted && !stop.signal.aborted) {
           // Its coordinator asked while it was being held: the rows go back all the same.
-          await this.#endHeld(attemptId, reporter, handedBack({ assignment, resume: end.resume }));
+          await this.#endHeld(attemptId, reporter, handedBack({ assignment, resume: end.resume }), assignment);
           return;
         }
         if (!stop.signal.aborted) return;
         // Stopped while it was being held (a cancel, its coordinator giving it up): it does not go on.
-        await this.#endHeld(attemptId, reporter, { kind: "stopped", reason: messageOf(stop.signal.reason) });
+        await this.#endHeld(attemptId, reporter, { kind: "stopped", reason: messageOf(stop.signal.reason) }, assignment);
         return;
-      } else await this.#end(attemptId, reporter, end);
+      } else await this.#end(attemptId, reporter, end, assignment);
     } finally {
       this.#running.delete(attemptId);
     }
@@ -415,11 +415,11 @@ export class MapExecutor extends DurableObject<Env> {
    * retry sends it again, rather than taking the attempt for one a restart cut off (its chunk would be
    * redispatched, its rows all done).
    */
-  async #end(attemptId: string, reporter: AttemptReporter, end: AttemptEnd): Promise<void> {
+  async #end(attemptId: string, reporter: AttemptReporter, end: AttemptEnd, of?: ChunkAssignment): Promise<void> {
     try {
       await reporter.end(end);
     } catch (error) {
-      this.#store.unreported(attemptId, reporter.unreported(end));
+      this.#store.unreported(attemptId, reporter.unreported(end), of);
       throw error;
     }
   }
@@ -429,9 +429,9 @@ export class MapExecutor extends DurableObject<Env> {
    * while being held): held `ended` first, so that an object that dies while it reports sends the end again
    * rather than going on with the attempt.
    */
-  async #endHeld(attemptId: string, reporter: AttemptReporter, end: AttemptEnd): Promise<void> {
-    this.#store.unreported(attemptId, reporter.unreported(end));
-    await this.#end(attemptId, reporter, end);
+  async #endHeld(attemptId: string, reporter: AttemptReporter, end: AttemptEnd, of: ChunkAssignment): Promise<void> {
+    this.#store.unreported(attemptId, reporter.unreported(end), of);
+    await this.#end(attemptId, reporter, end, of);
     // A later invocation may have assigned the same attempt meanwhile: that assignment stays.
     this.#store.finishEnded(attemptId);
   }

@@ -102,11 +102,14 @@ export class ExecutorStore {
 
   /**
    * The attempt ended and its end could not be reported: held `ended`, for the alarm's retry to send again. A
-   * fresh assignment of the same attempt (assigned, not held to go on) took its place meanwhile: it stays as it is.
+   * fresh assignment of the same attempt (assigned, not held to go on) took its place meanwhile: it stays as it is;
+   * so does one of another invocation than `of` (the assignment whose end this is, when the end was reported
+   * across an await: the same attempt assigned again meanwhile may have started, or wound down, since).
    */
-  unreported(attemptId: string, unreported: UnreportedEnd): void {
+  unreported(attemptId: string, unreported: UnreportedEnd, of?: ChunkAssignment): void {
     const held = this.held().find((h) => h.assignment.attempt.attemptId === attemptId);
     if (!held || (held.state === "assigned" && held.resume === null)) return;
+    if (of && held.assignment.invocation !== of.invocation) return;
     this.#sql.write`UPDATE held SET state = 'ended' WHERE attempt_id = ${attemptId}`;
     this.#writeBody(attemptId, { assignment: held.assignment, resume: held.resume, unreported });
   }

@@ -148,7 +148,9 @@ export class ExecutorAttempts {
     for (const entry of report.salvage) if (store.salvage.add(entry)) salvaged++;
     store.addUsage(report.usage);
     for (const { line, code } of report.logs) this.#emit("log.appended", code ? { line, code } : { line });
-    if (report.end) store.spend.releaseGrant(report.attemptId);
+    // Another invocation's end (sent late, or again) does not free the grant: the same attempt assigned again by this
+    // invocation spends under it now. Kept, it is freed by that attempt's own end.
+    if (report.end && !earlier) store.spend.releaseGrant(report.attemptId);
     const run = store.run();
     if ((billed > 0 || salvaged > 0) && run && isTerminal(run.status)) this.#onLateWork();
     // Recorded once all of it is (a write above that throws has the executor send it again, and it is applied again).
