@@ -1,13 +1,26 @@
 /** Stable hashing and canonical JSON, shared by row keys, receipt keys and shard routing. */
 
-/** JSON with object keys sorted at every level, so equal values hash equally. */
+/**
+ * JSON with object keys sorted at every level, so equal values hash equally.
+ * A value with `toJSON` is written as JSON.stringify writes it (a `Date` as
+ * its ISO string); any other object that is not plain (a `Map`, a `Set`, a
+ * class instance) throws, where JSON would write `{}` and give different
+ * values one key (a tool input parsed with `z.coerce.date()`, say).
+ */
 export function canonicalJson(value: unknown): string {
   return JSON.stringify(sortKeys(value));
 }
 
 function sortKeys(value: unknown): unknown {
+  if (value && typeof value === "object" && typeof (value as { toJSON?: unknown }).toJSON === "function")
+    return sortKeys((value as { toJSON(): unknown }).toJSON());
   if (Array.isArray(value)) return value.map(sortKeys);
   if (value && typeof value === "object") {
+    const prototype = Object.getPrototypeOf(value);
+    if (prototype !== Object.prototype && prototype !== null)
+      throw new TypeError(
+        `a ${prototype?.constructor?.name ?? "non-plain object"} is not JSON: give plain objects, arrays, strings, numbers, booleans or null`,
+      );
     const out: Record<string, unknown> = {};
     for (const key of Object.keys(value).sort()) {
       const v = (value as Record<string, unknown>)[key];

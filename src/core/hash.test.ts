@@ -1,0 +1,31 @@
+import { describe, expect, it } from "vitest";
+import { z } from "zod";
+import { receiptKey } from "../runtime/tools/receipt-keys";
+import { canonicalJson } from "./hash";
+
+describe("canonicalJson", () => {
+  it("sorts keys at every level and drops undefined fields, as JSON would", () => {
+    expect(canonicalJson({ b: 1, a: { d: [2, { f: 3, e: undefined }], c: null } })).toBe('{"a":{"c":null,"d":[2,{"f":3}]},"b":1}');
+  });
+
+  it("writes a Date as its ISO string, so two inputs differing only in a date get two receipt keys", async () => {
+    expect(canonicalJson({ since: new Date("2020-01-01T00:00:00Z") })).toBe('{"since":"2020-01-01T00:00:00.000Z"}');
+    // A tool input parsed with z.coerce.date(): the two calls were one receipt (the second reused the first's output).
+    const schema = z.object({ domain: z.string(), since: z.coerce.date() });
+    const base = { org: "dev", toolId: "t", toolVersion: "1", authScope: "s", nowMs: 0 };
+    const a = await receiptKey({ ...base, input: schema.parse({ domain: "x.test", since: "2020-01-01" }) });
+    const b = await receiptKey({ ...base, input: schema.parse({ domain: "x.test", since: "2025-06-30" }) });
+    expect(a).not.toBe(b);
+    expect(await receiptKey({ ...base, input: schema.parse({ domain: "x.test", since: "2025-06-30" }) })).toBe(b);
+  });
+
+  it("refuses a Map, a Set or a class instance (JSON writes each as {}, making different values one key)", () => {
+    expect(() => canonicalJson({ tags: new Map([["a", 1]]) })).toThrow(/Map is not JSON/);
+    expect(() => canonicalJson([new Set([1])])).toThrow(/Set is not JSON/);
+    class Point {
+      constructor(readonly x: number) {}
+    }
+    expect(() => canonicalJson({ at: new Point(1) })).toThrow(/Point is not JSON/);
+    expect(canonicalJson(Object.assign(Object.create(null), { b: 2, a: 1 }))).toBe('{"a":1,"b":2}');
+  });
+});
