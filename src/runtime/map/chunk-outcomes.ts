@@ -2,8 +2,9 @@
  * What the map runner makes of a chunk attempt that did not simply end: one
  * that died (lost its leases, had a late write rejected), one that wound down
  * (its invocation's budget ran low), one whose rows stayed leased by another
- * run. Each is logged with its notice code and stored; the error is the one
- * that fails the map when the chunk has been retried too often.
+ * run, one whose rows were leased by its own run's other chunks. Each is
+ * logged (with its notice code) and stored; the error is the one that fails
+ * the map when the chunk has been retried too often.
  */
 import { TerminalError } from "../../core/errors";
 import type { ChunkSummary } from "../../contracts/executors";
@@ -72,7 +73,7 @@ export function attemptWoundDown(
   );
 }
 
-/** A chunk whose rows another run kept leased through every retry. */
+/** A chunk whose rows other runs kept leased through every retry (`blocked`: the rows they leased). */
 export function blockedTooLong(map: string, idx: number, retries: number, blocked: ChunkSummary["blocked"]): TerminalError {
   const owners = [...new Set(blocked.map((b) => b.ownerRunId))];
   const keys = `${blocked
@@ -84,5 +85,33 @@ export function blockedTooLong(map: string, idx: number, retries: number, blocke
     "rows_blocked",
     `map "${map}" chunk ${idx}: ${blocked.length} rows stayed leased by ${by} through ${retries} retries (rows ${keys}); ` +
       `let that run finish or cancel it (POST /v1/runs/<id>/cancel), then rerun this one: rows already completed are reused`,
+  );
+}
+
+/** What an attempt stores of nothing: a chunk sent back whole counts its rows again when it runs. */
+const NOTHING_DONE: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+
+/**
+ * Every row the chunk's attempt found blocked was leased by another attempt
+ * of its own run and epoch: the key repeats in the input (an upload is not
+ * deduplicated), in another chunk of the same pass or earlier in this one. Those
+ * attempts have ended by the time the map looks at what is left, so the
+ * chunk goes back to pending whole, to run again at once, with no blocked
+ * retry counted: its settled rows come back as they were stored, the rows
+ * that were blocked are claimed again. (A newer epoch of the run fences the
+ * claim instead, and an older one's lease is taken over: a row leased by the
+ * run itself is leased by its current epoch.)
+ */
+export function ownRowsBlocked(
+  { scope, store }: Outcomes,
+  at: { map: string; idx: number; attemptSeq: number; rows: number },
+  blocked: ChunkSummary["blocked"],
+): void {
+  const { map, idx, attemptSeq, rows } = at;
+  const from = idx * store.map(map)!.chunkRows;
+  store.deferChunk(map, idx, { rows: Array.from({ length: rows }, (_, i) => from + i), done: NOTHING_DONE });
+  const keys = describeKeys({ rows: blocked.map((b) => b.key), receipts: [] });
+  scope.log(
+    `chunk ${map}#${idx}: attempt ${attemptSeq} found ${keys} leased by other attempts of this run (a key repeated in the input); the chunk runs again when this pass ends (they have stored them then), no blocked retry counted`,
   );
 }

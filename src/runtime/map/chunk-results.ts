@@ -1,19 +1,20 @@
 /**
  * What a map's drain (map-runner.ts) makes of each chunk's result: an
  * attempt's summary recorded as its chunk's outcome (done, blocked, died,
- * wound down), or the chunks a rerun's sweep found wholly reused, recorded as
- * their attempts would have been; the map's progress told either way.
+ * wound down, sent back whole), or the chunks a rerun's sweep found wholly
+ * reused, recorded as their attempts would have been; the map's progress told
+ * either way.
  */
 import type { ChunkRecord, RunStore } from "../../stores/run-store";
 import type { InvocationScope } from "../invocation/scope";
 import type { ChunkSummary } from "./chunk-executor";
-import { attemptDied, attemptWoundDown, blockedTooLong } from "./chunk-outcomes";
+import { attemptDied, attemptWoundDown, blockedTooLong, ownRowsBlocked } from "./chunk-outcomes";
 import type { DrainOutcome } from "./drain-outcome";
 import type { MapProgressFeed } from "./map-progress";
 
 export interface ChunkResultsOptions {
   map: string;
-  scope: Pick<InvocationScope, "log" | "policy" | "meter">;
+  scope: Pick<InvocationScope, "log" | "policy" | "meter" | "run">;
   store: RunStore;
   feed: MapProgressFeed;
   outcome: DrainOutcome;
@@ -25,7 +26,7 @@ export interface ChunkResultsOptions {
 
 export class ChunkResults {
   #deps: ChunkResultsOptions;
-  /** Per chunk found blocked, when its earliest blocked row's lease expires: the run wakes to retry then. */
+  /** Per chunk found blocked by another run, when its earliest such row's lease expires: the run wakes to retry then. */
   readonly blockedUntil: number[] = [];
 
   constructor(options: ChunkResultsOptions) {
@@ -55,18 +56,29 @@ export class ChunkResults {
       return;
     }
     const done = summary.blocked.length === 0;
-    if (!done) this.blockedUntil.push(Math.min(...summary.blocked.map((b) => b.leaseExpiresAt)));
+    const computed = summary.completed + summary.failed - summary.reused;
+    // Leased by other runs: the chunk waits for their leases, a retry counted. Leased only by the run's own attempts
+    // (a key repeated in the input): those have ended when the map looks at what is left, so it runs again at once.
+    const byOthers = summary.blocked.filter((b) => b.ownerRunId !== scope.run.runId);
+    if (!done && byOthers.length === 0) {
+      ownRowsBlocked(outcomes, { map, idx, attemptSeq, rows: chunk.rows }, summary.blocked);
+      outcome.ownRowsBlocked();
+      feed.computed(map, computed);
+      this.#rowFailures(summary);
+      feed.tell(map, false);
+      return;
+    }
+    if (!done) this.blockedUntil.push(Math.min(...byOthers.map((b) => b.leaseExpiresAt)));
     store.finishChunk(map, idx, {
       done,
       completed: summary.completed,
       failed: summary.failed,
       reused: summary.reused,
-      blocked: summary.blocked,
+      // Another run first: the progress names the first one's owner as what the map waits for.
+      blocked: [...byOthers, ...summary.blocked.filter((b) => b.ownerRunId === scope.run.runId)],
       failureSamples: summary.failureSamples,
     });
-    if (!done && chunk.retries + 1 > scope.policy.blockedRetries)
-      outcome.failed(blockedTooLong(map, idx, chunk.retries + 1, summary.blocked));
-    const computed = summary.completed + summary.failed - summary.reused;
+    if (!done && chunk.retries + 1 > scope.policy.blockedRetries) outcome.failed(blockedTooLong(map, idx, chunk.retries + 1, byOthers));
     if (done && computed === 0 && summary.reused > 0) this.#deps.reusedOnly();
     if (done)
       feed.chunkDone(

@@ -15,6 +15,7 @@ export class DrainOutcome {
   #infra: unknown = null;
   #died = 0;
   #overBudget = false;
+  #ownBlocked = 0;
 
   constructor(
     private readonly map: string,
@@ -36,6 +37,11 @@ export class DrainOutcome {
   /** A chunk's attempt wound down (the invocation's budget ran low): the map goes on in the next invocation. */
   woundDown(): void {
     this.#overBudget = true;
+  }
+
+  /** A chunk's rows were leased only by other attempts of this run (a key repeated in the input): it runs again at once. */
+  ownRowsBlocked(): void {
+    this.#ownBlocked++;
   }
 
   /** A failure that ends the run, whatever else happened (a chunk blocked too long). */
@@ -65,8 +71,9 @@ export class DrainOutcome {
    * Throws how the map ends when it cannot complete in this invocation, most
    * serious first: a cancel, the spend cap, a tripped circuit breaker, a failed
    * row, a fatal failure, an infrastructure failure, then the yields (dead
-   * attempts, the budget spent, rows leased by another run). Returns when every
-   * chunk is done and the map goes on to finalize.
+   * attempts, the budget spent, rows leased by another run, rows leased by
+   * this run's other chunks). Returns when every chunk is done and the map
+   * goes on to finalize.
    */
   throwIfUnfinished(left: number, now: number, blockedUntil: readonly number[]): void {
     this.signal.throwIfAborted();
@@ -94,7 +101,18 @@ export class DrainOutcome {
     }
     if (left === 0) return;
     if (this.#overBudget) throw new YieldSignal(now, "this invocation's budget (subrequests or time) is spent");
-    const at = blockedUntil.length ? Math.max(now, Math.min(...blockedUntil)) + 50 : now;
-    throw new YieldSignal(at, `${left} chunks of "${this.map}" wait for rows leased by another run`);
+    // Another run's leases first: a chunk run again before they expire would be blocked again, and count a retry.
+    if (blockedUntil.length)
+      throw new YieldSignal(
+        Math.max(now, Math.min(...blockedUntil)) + 50,
+        `${left} chunks of "${this.map}" wait for rows leased by another run`,
+      );
+    // The run's own attempts that leased them have all ended: nothing to wait for.
+    if (this.#ownBlocked > 0)
+      throw new YieldSignal(
+        now,
+        `${this.#ownBlocked} chunks of "${this.map}" run again: keys repeated in the input were leased by other chunks of this run`,
+      );
+    throw new YieldSignal(now, `${left} chunks of "${this.map}" wait for rows leased by another run`);
   }
 }

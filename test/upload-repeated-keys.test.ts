@@ -1,0 +1,107 @@
+/**
+ * An upload is not deduplicated: a key may repeat, in chunks that run at once.
+ * A chunk that finds the key leased by another chunk of its own run (same
+ * epoch) runs again as soon as that pass ends, without waiting out the lease
+ * and without spending a blocked retry. Leases here last ten minutes: a run
+ * that waited for one would not end within the test's timeout.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { logLines, SIM_DEFAULTS, setSim } from "./chaos-helpers";
+
+afterEach(async () => {
+  await setSim(SIM_DEFAULTS);
+});
+
+interface Lead {
+  id: string;
+  name: string;
+  domain: string;
+}
+
+const LONG_LEASE_MS = 600_000;
+const csvOf = (rows: Lead[]) => `id,name,domain\n${rows.map((r) => `${r.id},${r.name},${r.domain}`).join("\n")}\n`;
+
+async function upload(rows: Lead[]): Promise<string> {
+  const { status, body } = await apiJson("/v1/uploads", { method: "POST", body: csvOf(rows), headers: { "Content-Type": "text/csv" } });
+  expect(status, JSON.stringify(body)).toBe(201);
+  return body.uploadId as string;
+}
+
+/** Each stored row is its own input's, enriched by the simulator's rules. */
+function expectEnriched(stored: any[], rows: Lead[]): void {
+  expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
+  stored.forEach((row, i) => {
+    const lead = rows[i]!;
+    expect(row._status, `row ${i} (${row._key}): ${row._error}`).toBe("completed");
+    expect(row.name, `row ${i}`).toBe(lead.name);
+    const email = expectedEmail(lead.name, lead.domain);
+    expect(row.email, `row ${i}`).toBe(email);
+    expect(row.verdict, `row ${i}`).toBe(expectedVerdict(email));
+  });
+}
+
+const ownLeaseLines = (lines: string[]) => lines.filter((line) => line.includes("leased by other attempts of this run"));
+
+describe("a key repeated across chunks of one upload", () => {
+  it("the same input in two chunks that run at once: the run completes without waiting a lease or spending a blocked retry", async () => {
+    await simReset();
+    // Slow enough that both chunks claim their rows before either stores them.
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 200 });
+    const p = `same${crypto.randomUUID().slice(0, 6)}`;
+    const rows: Lead[] = Array.from({ length: 100 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
+    rows[60] = { ...rows[10]! };
+    // No blocked retry allowed: a block counted as one would fail the run `rows_blocked`.
+    const runId = await startRun(
+      "demo-enrich",
+      { upload: await upload(rows) },
+      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 0 } },
+    );
+    const run = await waitForRun(runId, { timeoutMs: 50_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ rows: 100, failed: 0 });
+    expect(run.progress.maps.leads).toMatchObject({ total: 100, completed: 100, failed: 0, blocked: 0 });
+    expectEnriched(await datasetRows(runId, "leads"), rows);
+    // The second chunk did find the key leased by the first (else this test proves nothing).
+    expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(0);
+    // The repeated row reused its twin's calls: nothing was billed twice.
+    expect((await simStats()).duplicates).toBe(0);
+  }, 60_000);
+
+  it("one key with a different input in each of 7 chunks: more blocks than blockedRetries, and the run completes", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
+    const p = `diff${crypto.randomUUID().slice(0, 6)}`;
+    const rows: Lead[] = Array.from({ length: 350 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
+    for (let c = 0; c < 7; c++) rows[c * 50 + 5] = { id: `${p}-shared`, name: `${p} Shared ${c}`, domain: "dup.example" };
+    const runId = await startRun(
+      "demo-enrich",
+      { upload: await upload(rows) },
+      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 3 } },
+    );
+    const run = await waitForRun(runId, { timeoutMs: 50_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ rows: 350, failed: 0 });
+    expect(run.progress.maps.leads).toMatchObject({ total: 350, completed: 350, failed: 0, blocked: 0 });
+    // Each place of the key holds the version computed from its own input (the run's view names one per place).
+    expectEnriched(await datasetRows(runId, "leads"), rows);
+    expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(3);
+  }, 60_000);
+
+  it("one key with a different input 5 times in one chunk: more blocks than blockedRetries, and the run completes", async () => {
+    await simReset();
+    const p = `one${crypto.randomUUID().slice(0, 6)}`;
+    const rows: Lead[] = Array.from({ length: 40 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
+    for (let n = 0; n < 5; n++) rows[n * 7 + 3] = { id: `${p}-shared`, name: `${p} Shared ${n}`, domain: "dup.example" };
+    const runId = await startRun(
+      "demo-enrich",
+      { upload: await upload(rows) },
+      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 3 } },
+    );
+    const run = await waitForRun(runId, { timeoutMs: 50_000 });
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.progress.maps.leads).toMatchObject({ total: 40, completed: 40, failed: 0, blocked: 0 });
+    expectEnriched(await datasetRows(runId, "leads"), rows);
+    expect(ownLeaseLines(await logLines(runId)).length).toBe(4);
+  }, 60_000);
+});
