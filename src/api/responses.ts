@@ -177,7 +177,8 @@ export interface LedgerEventFields {
  * What a runtime log line reports, as a stable code (the line's wording may change):
  * - `invocation_resumed`: an invocation died with chunks in flight; they are redispatched under a new attempt.
  * - `invocation_suspended`: a row's child runs long; the invocation yields and the map goes on when the child ends.
- * - `leases_lost`: a chunk attempt lost its row or receipt leases (taken, expired, or not confirmed in time) and stopped.
+ * - `leases_lost`: a chunk attempt, or the play's own tool calls, lost row or receipt leases (taken, expired, or not
+ *   confirmed in time) and stopped: it sends nothing more.
  * - `attempt_redispatched`: a chunk attempt no longer owns some of its rows or receipts; the chunk runs again.
  * - `late_write_rejected`: the same, found when the shards refused the attempt's late write (it overwrote nothing).
  * - `receipt_taken_over`: a call's receipt was left running by an attempt that cannot finish it; this one takes it over.

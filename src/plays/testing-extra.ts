@@ -80,3 +80,13 @@ export const testPadded = definePlay({
     return { completed: padded.completed };
   },
 });
+
+/** One call made by the play itself, outside any map (any tool, any input): its answer is the run's result. */
+export const testPlayCall = definePlay({
+  name: "test-play-call",
+  description: "test only: one play-level ctx.tool call (any tool, any input)",
+  input: z.object({ tool: z.string(), input: z.unknown() }),
+  async run(ctx, input) {
+    return { out: await ctx.tool(input.tool, input.input) };
+  },
+});

@@ -16,7 +16,9 @@ import type { ChildPlays } from "./child-plays";
 import type { MapRunner } from "../map/map-runner";
 import { refusedIn } from "../map/chunk-executor";
 import type { PlayFetch, SecretValues } from "./play-fetch";
-import type { ToolScheduler } from "../tools/tool-scheduler";
+import { AttemptLeases } from "../map/attempt-leases";
+import { ReceiptClient } from "../../clients/shards";
+import { PlayCalls } from "./play-calls";
 import type { Waits } from "./waits";
 import type { InvocationScope } from "./scope";
 import { callIdentity, type EffectTrace, fetchIdentity } from "./effect-trace";
@@ -45,8 +47,8 @@ export class RunContext implements PlayContext {
   readonly runId: string;
   readonly org: string;
   #maps: MapRunner;
-  #scheduler: ToolScheduler | null = null;
-  #attemptSeq: () => number;
+  /** The play's own tool calls, their receipts under leases (play-calls.ts). */
+  #calls: PlayCalls;
   #log: (line: string) => void;
   #services: PlayServices;
   #effects = new Effects();
@@ -58,7 +60,7 @@ export class RunContext implements PlayContext {
     this.runId = options.scope.run.runId;
     this.org = options.scope.run.org;
     this.#maps = options.maps;
-    this.#attemptSeq = options.attemptSeq;
+    this.#calls = playCalls(options.scope, options.maps, options.attemptSeq);
     this.#log = options.scope.log;
     this.#services = options.services;
   }
@@ -119,14 +121,7 @@ export class RunContext implements PlayContext {
       "tool",
       String(toolId),
       {
-        play: () => {
-          if (!this.#scheduler) {
-            const attemptSeq = this.#attemptSeq();
-            const attempt = { attemptId: `${this.runId}/play/${attemptSeq}`, runId: this.runId, attemptSeq };
-            this.#scheduler = this.#maps.scheduler(attempt, this.#maps.guards());
-          }
-          return this.#scheduler.call(toolId, input, options) as Promise<T>;
-        },
+        play: () => this.#calls.call(toolId, input, options) as Promise<T>,
         row: (row) => row.tool<T>(toolId, input, options),
       },
       [input, options ?? {}],
@@ -179,6 +174,21 @@ export class RunContext implements PlayContext {
       fetch: (url, init) => refusing(rc, () => egress.fetch(url, init)),
     };
   }
+}
+
+/** The play's calls in `scope`: every generation's scheduler shares one set of map-wide guards (one latch). */
+function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => number): PlayCalls {
+  const { env, run, policy, meter, faults, signal, now, log } = scope;
+  // Renewals only: the receipts each generation holds are reported to its leases by its scheduler's own client.
+  const receipts = new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults });
+  const guards = maps.guards();
+  return new PlayCalls({
+    runId: run.runId,
+    attemptSeq,
+    signal,
+    leases: (attempt) => new AttemptLeases({ attempt, sheets: null, receipts, policy, signal, now, log }),
+    scheduler: (attempt, leases) => maps.scheduler(attempt, guards, undefined, leases),
+  });
 }
 
 /**

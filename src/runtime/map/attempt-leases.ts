@@ -1,6 +1,8 @@
 /**
  * The leases one chunk attempt holds (its pending rows, its running receipts)
  * and the heartbeat that renews them in bulk: one call per shard per beat.
+ * The play's own tool calls hold receipts the same way, with no rows
+ * (runtime/invocation/play-calls.ts).
  *
  * The durable deadline is each lease's expiry in its shard (expired there by
  * alarm); the timers here only pace renewals while the attempt runs, and are
@@ -47,7 +49,8 @@ export function describeKeys(keys: { rows: string[]; receipts: string[] }): stri
 /** What an attempt's leases need: the attempt, the shards to renew on, the lease policy, the run's signal. */
 export interface AttemptLeasesOptions {
   attempt: AttemptRef;
-  sheets: SheetClient;
+  /** Null when the attempt holds no rows (the play's own calls). */
+  sheets: SheetClient | null;
   /** Any client of the org's receipt shards: renewals are not tracked. */
   receipts: ReceiptClient;
   policy: Pick<RuntimePolicy, "rowLeaseTtlMs" | "receiptLeaseTtlMs" | "heartbeatIntervalMs">;
@@ -110,10 +113,19 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     for (const key of keys) held?.delete(key);
   }
 
-  /** Starts renewing every `heartbeatIntervalMs`, until `stop()`. Call right after the claims (their leases start then). */
+  /**
+   * Starts renewing every `heartbeatIntervalMs`, until `stop()`; after a `stop()`, starts again. Call right after the
+   * claims (their leases start then), or before them.
+   */
   start(): void {
+    this.#stopped = false;
     this.#confirm(this.#deps.now());
     this.#schedule();
+  }
+
+  /** Stops renewing the receipts held now: the calls that claimed them have settled, and their leases lapse in their shards. */
+  forgetReceipts(): void {
+    this.#receipts.clear();
   }
 
   /** Stops the heartbeat and waits for a beat in flight: no timer or request outlives the attempt. */
@@ -133,7 +145,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     const held = [...this.#receipts].flatMap(([shard, keys]) => slices([...keys], MAX_RENEW_KEYS).map((batch) => ({ shard, keys: batch })));
     try {
       const [rowResult, ...receiptResults] = await Promise.all([
-        rows.length ? sheets.renewLeases(attempt, rows, policy.rowLeaseTtlMs) : none(),
+        rows.length && sheets ? sheets.renewLeases(attempt, rows, policy.rowLeaseTtlMs) : none(),
         ...held.map(({ shard, keys }) => receipts.renew(shard, { attempt, keys, leaseTtlMs: policy.receiptLeaseTtlMs })),
       ]);
       // A key finished (persisted, completed) while the beat was out is not lost.
@@ -188,7 +200,8 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   }
 
   #schedule(): void {
-    if (this.#stopped || this.lost) return;
+    // One timer at a time: a beat still out when the heartbeat starts again schedules the next one as it ends.
+    if (this.#stopped || this.lost || this.#timer || this.#beating) return;
     this.#timer = setTimeout(() => {
       this.#timer = null;
       this.#beating = this.beat()

@@ -1,0 +1,105 @@
+/**
+ * A call the play makes itself (outside any map) holds its receipt as a chunk attempt's calls do: renewed while it
+ * waits to send (here held at provider.before, as a long pacing wait, a 429 backoff or a spend grant would hold it),
+ * and never sent once another run has taken the receipt over. The `test-play-call` play makes one such call.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, expect, it } from "vitest";
+import { receiptShardName } from "../src/clients/shards";
+import { shardOf } from "../src/core/hash";
+import { AuthScopes } from "../src/runtime/tools/auth-scope";
+import { receiptKey } from "../src/runtime/tools/receipt-keys";
+import { toolRegistry } from "../src/tools/index";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { expectedEmail, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+const faults = () => env.FAULTS!.getByName("faults");
+
+/** Leases far shorter than the wait below; beats well inside them. */
+const testPolicy = { receiptLeaseTtlMs: 1_000, heartbeatIntervalMs: 150 };
+
+afterEach(async () => {
+  await faults().release(0);
+  await clearFaults();
+});
+
+async function receiptOf(tool: string, input: unknown) {
+  const found = toolRegistry(env as Env).get(tool)!;
+  const authScope = await new AuthScopes({ env: env as Env }).digest(found);
+  const key = await receiptKey({ org: "dev", toolId: tool, toolVersion: found.version, input, authScope, nowMs: Date.now() });
+  return env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, 2))).get({ key });
+}
+
+/** Starts the first run, whose call is held before it sends for well past its receipt's lease, which it keeps. */
+async function heldPastItsLease(tool: string, input: { name: string; domain: string }): Promise<string> {
+  await simReset();
+  await setFaults([{ point: "provider.before", tool, hold: true, times: 1 }]);
+  const first = await startRun("test-play-call", { tool, input }, { testPolicy });
+  await faults().held(0);
+  await new Promise((resolve) => setTimeout(resolve, 3 * testPolicy.receiptLeaseTtlMs));
+  const receipt = await receiptOf(tool, input);
+  expect(receipt?.status).toBe("running");
+  expect(receipt?.owner.runId).toBe(first);
+  expect(receipt!.leaseExpiresAt!).toBeGreaterThan(Date.now());
+  return first;
+}
+
+it("keeps a play-level call's receipt while it waits to send: another run waits for it, and the provider bills once", async () => {
+  // A provider that ignores idempotency keys: a live owner is waited for as long as it lives.
+  const tool = "test_unkeyed_lookup_find";
+  const input = { name: "Play Lease Unkeyed", domain: "play-lease.test" };
+  const first = await heldPastItsLease(tool, input);
+  const second = await startRun("test-play-call", { tool, input }, { testPolicy });
+  // Past its receipt wait and another lease: still waiting for the first run's call.
+  await new Promise((resolve) => setTimeout(resolve, 2 * testPolicy.receiptLeaseTtlMs));
+  expect((await runView(second)).status).toBe("running");
+  expect((await receiptOf(tool, input))?.owner.runId).toBe(first);
+
+  expect(await faults().release(0)).toBe(1);
+  const [a, b] = [await waitForRun(first), await waitForRun(second)];
+  const out = { email: expectedEmail(input.name, input.domain) };
+  expect(a.status).toBe("completed");
+  expect(a.result).toEqual({ out });
+  expect(b.status).toBe("completed");
+  expect(b.result).toEqual({ out });
+  const stats = await simStats();
+  expect(stats.calls).toBe(1);
+  expect(stats.billed).toBe(1);
+  expect(stats.duplicates).toBe(0);
+  const receipt = await receiptOf(tool, input);
+  expect(receipt?.status).toBe("completed");
+  expect(receipt?.finishedByRun).toBe(first);
+  expect(a.usage.spend.total + b.usage.spend.total).toBe(1);
+});
+
+it("never sends a play-level call whose receipt another run took over: it reuses that run's answer, billed once", async () => {
+  // A keyed provider: after its receipt wait, the second run takes the receipt over from the live owner and sends.
+  const tool = "sim_find_email";
+  const input = { name: "Play Lease Keyed", domain: "play-lease.test" };
+  const first = await heldPastItsLease(tool, input);
+  const second = await startRun("test-play-call", { tool, input }, { testPolicy });
+  const b = await waitForRun(second);
+  const out = { email: expectedEmail(input.name, input.domain) };
+  expect(b.status).toBe("completed");
+  expect(b.result).toEqual({ out });
+  // The first run's heartbeat hears its receipt is gone before its held call goes on.
+  await until(
+    () => notices(first),
+    (codes) => codes.includes("leases_lost"),
+    "the first run to notice its receipt was taken over",
+  );
+
+  expect(await faults().release(0)).toBe(1);
+  const a = await waitForRun(first);
+  expect(a.status).toBe("completed");
+  expect(a.result).toEqual({ out });
+  const stats = await simStats();
+  expect(stats.calls).toBe(1);
+  expect(stats.billed).toBe(1);
+  expect(stats.duplicates).toBe(0);
+  const receipt = await receiptOf(tool, input);
+  expect(receipt?.status).toBe("completed");
+  expect(receipt?.finishedByRun).toBe(second);
+  expect(a.usage.spend.total).toBe(0);
+  expect(b.usage.spend.total).toBe(1);
+});
