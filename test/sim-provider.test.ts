@@ -335,6 +335,7 @@ describe("durability", () => {
       maxObservedPerSecond: 0,
       maxInFlight: 0,
       maxInFlightByCaller: {},
+      keyReused: 0,
       byTool: { sim_find_email: { calls: 0, billed: 0 }, sim_verify_email: { calls: 0, billed: 0 } },
     });
     expect(await simStats(env)).toEqual(zeroed);

@@ -81,7 +81,9 @@ export type ToolStats = z.infer<typeof ToolStats>;
  * - `batchCalls`: batch requests; `rateLimited`: `429` answers (over `ratePerSecond` or `maxConcurrent`);
  * - `maxObservedPerSecond`: the most requests (admitted or not) received in any one-second window;
  * - `maxInFlight`: the most provider requests (calls, batches and result lookups) being answered at once;
- * - `maxInFlightByCaller`: the same peak per caller ({@link SIM_CALLER_HEADER}), `{ "<caller>": peak }`.
+ * - `maxInFlightByCaller`: the same peak per caller ({@link SIM_CALLER_HEADER}), `{ "<caller>": peak }`;
+ * - `keyReused`: calls and batch members refused `422 idempotency_key_reused` because their key was first
+ *   sent with another tool or input (unbilled; a runtime that derives keys correctly keeps this at 0).
  */
 export const SimStats = z.object({
   calls: z.number(),
@@ -93,6 +95,7 @@ export const SimStats = z.object({
   maxObservedPerSecond: z.number(),
   maxInFlight: z.number(),
   maxInFlightByCaller: z.record(z.string(), z.number()),
+  keyReused: z.number(),
 });
 export type SimStats = z.infer<typeof SimStats>;
 

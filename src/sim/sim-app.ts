@@ -17,6 +17,12 @@
  * step. While a request to `/call`, `/batch` or `/result` is being answered it
  * is in flight: the store keeps the peak, overall and per caller (the
  * `X-Sim-Caller` header), which is how tests see an object's outbound gate.
+ *
+ * An idempotency key is bound to the tool and input it was first sent with:
+ * sent again with either changed, it is refused `422 idempotency_key_reused`
+ * and not billed (`SimStore.settle`). In a batch that is one member's answer,
+ * like any member's failure: the batch is still `200` and the other members
+ * are settled as usual.
  */
 import { Hono, type Context, type MiddlewareHandler } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";

@@ -1,10 +1,13 @@
 /**
  * The simulator's durable state over one object's SQLite: its config, its
- * counters, the keys it has billed (with their outputs, for idempotent replay)
- * and the `!flaky` keys it has seen. Every method is synchronous, so a
+ * counters, the keys it has billed (with their outputs, for idempotent replay),
+ * the `!flaky` keys it has seen, and what request each key was first sent
+ * with (its tool and a hash of its input). Every method is synchronous, so a
  * decision and the counter writes it implies cannot interleave with another
  * request: a key is billed at most once however many callers race.
  */
+import { createHash } from "node:crypto";
+import { canonicalJson } from "../core/hash";
 import type { Sql } from "../stores/sql";
 import { DEFAULT_SIM_CONFIG, RateLimitHeaders, type SimConfig, type SimConfigPatch, type SimStats } from "./protocol";
 import { evaluate, SIM_TOOLS, type SimFailure, type SimToolName } from "./simulator";
@@ -43,6 +46,8 @@ export const SIM_MIGRATIONS: readonly string[] = [
   `ALTER TABLE sim_counters ADD COLUMN max_in_flight INTEGER NOT NULL DEFAULT 0;
    CREATE TABLE sim_caller_peaks (caller TEXT PRIMARY KEY, max_in_flight INTEGER NOT NULL);`,
   `ALTER TABLE sim_config ADD COLUMN max_concurrent INTEGER;`,
+  `CREATE TABLE sim_key_requests (idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, input_hash TEXT NOT NULL);
+   ALTER TABLE sim_counters ADD COLUMN key_reused INTEGER NOT NULL DEFAULT 0;`,
 ];
 
 /** The outcome of one call or batch member after billing. */
@@ -65,6 +70,7 @@ type CountersRow = {
   rate_limited: number;
   max_observed_per_second: number;
   max_in_flight: number;
+  key_reused: number;
 };
 type ToolCountersRow = { tool: string; calls: number; billed: number };
 type CallerPeakRow = { caller: string; max_in_flight: number };
@@ -176,18 +182,41 @@ export class SimStore {
 
   /**
    * Decides one call (or batch member) of `tool` under `idempotencyKey` and
-   * records its billing: invalid input is a 400; an already-billed key replays
-   * its stored output and counts a duplicate; otherwise the tool's failure
-   * rules apply and a success bills the key.
+   * records its billing: invalid input is a 400 (and binds nothing to the
+   * key); a key first sent with another tool or another input (compared by a
+   * hash of its canonical JSON, so key order does not matter) is a 422
+   * `idempotency_key_reused`, unbilled and counted in `keyReused`; an
+   * already-billed key replays its stored output and counts a duplicate;
+   * otherwise the key is bound to this request, the tool's failure rules
+   * apply and a success bills the key. A key billed before requests were
+   * recorded has none and replays whatever it is sent with.
    */
   settle(tool: SimToolName, idempotencyKey: string, input: unknown): Settlement {
     const evaluation = evaluate(tool, input);
     if (evaluation.kind === "failed" && evaluation.failure.status === 400) return failed(evaluation.failure);
 
+    const inputHash = hashInput(input);
+    const first = this.#sql<{ tool: string; input_hash: string }>`
+      SELECT tool, input_hash FROM sim_key_requests WHERE idempotency_key = ${idempotencyKey}`[0];
+    if (first && (first.tool !== tool || first.input_hash !== inputHash)) {
+      this.#sql.write`UPDATE sim_counters SET key_reused = key_reused + 1 WHERE id = 1`;
+      const what = first.tool === tool ? `${tool} with a different input` : `${first.tool}, not ${tool}`;
+      return {
+        status: 422,
+        error: {
+          code: "idempotency_key_reused",
+          message: `The idempotency key "${idempotencyKey}" was first sent to ${what}; a different request needs a new key.`,
+        },
+      };
+    }
+
     const billed = this.#sql<{ output: string }>`SELECT output FROM sim_billed WHERE idempotency_key = ${idempotencyKey}`[0];
     if (billed) {
       this.#sql.write`UPDATE sim_counters SET duplicates = duplicates + 1 WHERE id = 1`;
       return { status: 200, output: JSON.parse(billed.output) as unknown, duplicate: true };
+    }
+    if (!first) {
+      this.#sql.write`INSERT INTO sim_key_requests (idempotency_key, tool, input_hash) VALUES (${idempotencyKey}, ${tool}, ${inputHash})`;
     }
 
     if (evaluation.kind === "failed") return failed(evaluation.failure);
@@ -214,8 +243,8 @@ export class SimStore {
   /** Every counter, with every known tool listed in `byTool` (zeros included). */
   stats(): SimStats {
     const counters = this
-      .#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second, max_in_flight
-        FROM sim_counters WHERE id = 1`[0];
+      .#sql<CountersRow>`SELECT calls, billed, duplicates, batch_calls, rate_limited, max_observed_per_second, max_in_flight,
+        key_reused FROM sim_counters WHERE id = 1`[0];
     const byTool: SimStats["byTool"] = {};
     for (const tool of SIM_TOOLS) byTool[tool] = { calls: 0, billed: 0 };
     for (const row of this.#sql<ToolCountersRow>`SELECT tool, calls, billed FROM sim_tool_counters ORDER BY tool`) {
@@ -235,11 +264,12 @@ export class SimStore {
       maxObservedPerSecond: counters?.max_observed_per_second ?? 0,
       maxInFlight: counters?.max_in_flight ?? 0,
       maxInFlightByCaller,
+      keyReused: counters?.key_reused ?? 0,
     };
   }
 
   /**
-   * Zeroes every counter and forgets billed and flaky-seen keys. The config
+   * Zeroes every counter and forgets billed, flaky-seen and recorded keys. The config
    * is kept but for `rateLimitHeaders`, which returns to its default: a
    * header style chosen for one test or bench case does not leak into the next.
    */
@@ -247,14 +277,23 @@ export class SimStore {
     this.#sql.write`UPDATE sim_config SET rate_limit_headers = ${DEFAULT_SIM_CONFIG.rateLimitHeaders} WHERE id = 1`;
     this.#sql
       .write`UPDATE sim_counters SET calls = 0, billed = 0, duplicates = 0, batch_calls = 0, rate_limited = 0, max_observed_per_second = 0,
-        max_in_flight = 0 WHERE id = 1`;
+        max_in_flight = 0, key_reused = 0 WHERE id = 1`;
     this.#sql.write`DELETE FROM sim_tool_counters`;
     this.#sql.write`DELETE FROM sim_caller_peaks`;
     this.#sql.write`DELETE FROM sim_billed`;
     this.#sql.write`DELETE FROM sim_flaky_seen`;
+    this.#sql.write`DELETE FROM sim_key_requests`;
     this.#config = null;
     this.#peaks = null;
   }
+}
+
+/**
+ * What a key remembers of its first input: 128 bits of the SHA-256 of its
+ * canonical JSON, so storage per key stays small however large the input.
+ */
+function hashInput(input: unknown): string {
+  return createHash("sha256").update(canonicalJson(input)).digest("hex").slice(0, 32);
 }
 
 function failed(failure: SimFailure): Settlement {
