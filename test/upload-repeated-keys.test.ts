@@ -6,7 +6,7 @@
  * that waited for one would not end within the test's timeout.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, datasetRows, expectedEmail, expectedVerdict, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { logLines, SIM_DEFAULTS, setSim } from "./chaos-helpers";
 
 afterEach(async () => {
@@ -86,6 +86,15 @@ describe("a key repeated across chunks of one upload", () => {
     // Each place of the key holds the version computed from its own input (the run's view names one per place).
     expectEnriched(await datasetRows(runId, "leads"), rows);
     expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(3);
+    // Only the blocked rows run again: the map's progress never goes back, and no row the run computed is counted
+    // reused (no other run wrote any), so the run's computed rows, which estimates learn from, are all 350.
+    const events = await allEvents(runId);
+    const completed = events.flatMap((e) => (e.type === "map.progress" ? [e.completed] : []));
+    expect(completed.length).toBeGreaterThan(1);
+    expect(completed).toEqual([...completed].sort((a, b) => a - b));
+    const chunks = events.flatMap((e) => (e.type === "chunks.completed" ? e.chunks : []));
+    expect(chunks).toHaveLength(7);
+    expect(chunks.map((c) => c.reused)).toEqual([0, 0, 0, 0, 0, 0, 0]);
   }, 60_000);
 
   it("one key with a different input 5 times in one chunk: more blocks than blockedRetries, and the run completes", async () => {

@@ -208,8 +208,8 @@ export interface ChunkSummary {
   failed: number;
   /** Of `completed`, rows reused without work. */
   reused: number;
-  /** Rows leased by another live attempt: not executed here. */
-  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string }[];
+  /** Rows leased by another live attempt: not executed here (`index`: the row's input index, absent from older executors). */
+  blocked: { key: string; leaseExpiresAt: number; ownerRunId: string; index?: number }[];
   /** Rows this attempt computed but no longer owned when it wrote them (nothing was written for them). */
   rejected: string[];
   /**

@@ -219,7 +219,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
         this.#deps.onRow?.(chunk, "started");
         this.#deps.onRow?.(chunk, "failed");
       } else if (claim.status === "blocked")
-        summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId });
+        summary.blocked.push({ key: row.key, leaseExpiresAt: claim.leaseExpiresAt, ownerRunId: claim.owner.runId, index: row.index });
       else if (claim.status === "fenced") newerSeq = claim.newerSeq;
       else pending.push(row);
     }

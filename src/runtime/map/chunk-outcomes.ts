@@ -88,30 +88,37 @@ export function blockedTooLong(map: string, idx: number, retries: number, blocke
   );
 }
 
-/** What an attempt stores of nothing: a chunk sent back whole counts its rows again when it runs. */
-const NOTHING_DONE: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
-
 /**
  * Every row the chunk's attempt found blocked was leased by another attempt
  * of its own run and epoch: the key repeats in the input (an upload is not
- * deduplicated), in another chunk of the same pass or earlier in this one. Those
- * attempts have ended by the time the map looks at what is left, so the
- * chunk goes back to pending whole, to run again at once, with no blocked
- * retry counted: its settled rows come back as they were stored, the rows
- * that were blocked are claimed again. (A newer epoch of the run fences the
- * claim instead, and an older one's lease is taken over: a row leased by the
- * run itself is leased by its current epoch.)
+ * deduplicated), in another chunk of the same pass or earlier in this one.
+ * Those attempts have ended by the time the map looks at what is left, so
+ * the blocked rows go back to pending, to run again at once, with no blocked
+ * retry counted; the rows the attempt settled stay counted, as a wound-down
+ * attempt's do (ChunkResume). (A newer epoch of the run fences the claim
+ * instead, and an older one's lease is taken over: a row leased by the run
+ * itself is leased by its current epoch.) Blocked rows named by key only (an
+ * older executor's summary) send the whole chunk back.
  */
 export function ownRowsBlocked(
   { scope, store }: Outcomes,
   at: { map: string; idx: number; attemptSeq: number; rows: number },
-  blocked: ChunkSummary["blocked"],
+  summary: ChunkSummary,
 ): void {
   const { map, idx, attemptSeq, rows } = at;
-  const from = idx * store.map(map)!.chunkRows;
-  store.deferChunk(map, idx, { rows: Array.from({ length: rows }, (_, i) => from + i), done: NOTHING_DONE });
+  const { blocked } = summary;
+  const indexes = blocked.map((b) => b.index);
+  if (indexes.every((index) => index !== undefined)) {
+    store.deferChunk(map, idx, { rows: indexes as number[], done: { ...summary, blocked: [], rejected: [], lost: null } });
+  } else {
+    const from = idx * store.map(map)!.chunkRows;
+    store.deferChunk(map, idx, { rows: Array.from({ length: rows }, (_, i) => from + i), done: NOTHING_DONE });
+  }
   const keys = describeKeys({ rows: blocked.map((b) => b.key), receipts: [] });
   scope.log(
-    `chunk ${map}#${idx}: attempt ${attemptSeq} found ${keys} leased by other attempts of this run (a key repeated in the input); the chunk runs again when this pass ends (they have stored them then), no blocked retry counted`,
+    `chunk ${map}#${idx}: attempt ${attemptSeq} found ${keys} leased by other attempts of this run (a key repeated in the input); they run again when this pass ends (those attempts have stored them then), no blocked retry counted`,
   );
 }
+
+/** What an attempt stores of nothing: a chunk sent back whole counts its rows again when it runs. */
+const NOTHING_DONE: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };

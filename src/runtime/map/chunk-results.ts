@@ -61,7 +61,7 @@ export class ChunkResults {
     // (a key repeated in the input): those have ended when the map looks at what is left, so it runs again at once.
     const byOthers = summary.blocked.filter((b) => b.ownerRunId !== scope.run.runId);
     if (!done && byOthers.length === 0) {
-      ownRowsBlocked(outcomes, { map, idx, attemptSeq, rows: chunk.rows }, summary.blocked);
+      ownRowsBlocked(outcomes, { map, idx, attemptSeq, rows: chunk.rows }, summary);
       outcome.ownRowsBlocked();
       feed.computed(map, computed);
       this.#rowFailures(summary);
