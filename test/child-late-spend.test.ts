@@ -8,7 +8,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { AttemptReport } from "../src/contracts/executors";
-import { until } from "./chaos-helpers";
+import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
 import { apiJson, simReset, waitForRun } from "./helpers";
 
 /** What the run's coordinator counts of each child's spend (its allotment, or what it spent once ended). */
@@ -83,5 +83,30 @@ describe("a child's bills that come after its end", () => {
         a.child.localeCompare(b.child),
       ),
     );
+  });
+
+  it("are told again when the first telling fails: nothing else would tell the parent", async () => {
+    await simReset();
+    const domain = `retell-${crypto.randomUUID().slice(0, 8)}.test`;
+    const accounts = [0, 1].map((a) => ({ id: `retell${a}`, domain, people: [`Retell ${a} A`, `Retell ${a} B`] }));
+    const started = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-accounts", input: { accounts }, maxSpend: 100 } });
+    const parent = await waitForRun(started.body.runId, { timeoutMs: 60_000 });
+    expect(parent.status).toBe("completed");
+    const [first] = await childSpend(parent.runId);
+    const child = first!.child;
+    try {
+      // The child's first telling of its grown spend fails.
+      await setFaults([{ point: "child.finished", times: 1 }]);
+      await env.RUN_COORDINATOR.getByName(child).attemptReport(lateReport(child, "retell-reporter", "retell-bill", 1));
+      const after = await until(
+        () => childSpend(parent.runId),
+        (rows) => rows.find((row) => row.child === child)!.micros !== 2_500_000,
+        "the parent to be told the child's late bill again",
+      );
+      expect(after.find((row) => row.child === child)).toEqual({ child, micros: 3_500_000, ended: 1 });
+      expect((await faultState()).counts).toEqual([2]);
+    } finally {
+      await clearFaults();
+    }
   });
 });

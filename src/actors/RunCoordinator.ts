@@ -67,6 +67,9 @@ const SPEND_REPORT_RETRY_MS = 5_000;
 /** A child whose cancel failed is tried again this much later, this many times. */
 const CHILD_CANCEL_RETRY_MS = 5_000;
 const MAX_CHILD_CANCEL_TRIES = 10;
+/** A parent that could not be told of a spend grown after this run's end is told again this much later, this many times. */
+const PARENT_RETELL_RETRY_MS = 5_000;
+const MAX_PARENT_RETELL_TRIES = 120;
 /** Signals a run keeps that no wait has taken yet; more are refused (`too_many_signals`) unless a wait takes them now. */
 export const MAX_OPEN_SIGNALS = 1_000;
 /** How many times an ended run's failing alarm is armed again at its last retry (lateAlarmRetryAt: an hour of tries). */
@@ -202,13 +205,9 @@ export class RunCoordinator extends Server<Env> {
   async childFinished(message: ChildFinished): Promise<void> {
     const end = ChildFinished.parse(message);
     const run = this.#store.run();
-    // What a child this run allotted some of its cap spent replaces its allotment (counted even once this run ended).
-    const counted =
-      run !== null &&
-      end.spentCredits !== undefined &&
-      this.#store.spend.childAllotment(end.childRunId) !== null &&
-      this.#store.spend.childEnded(end.childRunId, toMicros(end.spentCredits));
-    // An ended run whose spend grew so tells its own parent again, by its alarm.
+    // What a child this run allotted some of its cap spent replaces its allotment (counted even once this run ended);
+    // an ended run whose spend grew so tells its own parent again, by its alarm.
+    const counted = run && end.spentCredits !== undefined && this.#store.spend.childSpent(end.childRunId, toMicros(end.spentCredits));
     if (counted && isTerminal(run.status)) await this.ctx.storage.setAlarm(Date.now());
     if (!run || isTerminal(run.status)) return;
     const ended = recordChildEnd(
@@ -421,7 +420,9 @@ export class RunCoordinator extends Server<Env> {
     // children running, and they would run to their own limits.
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + CHILD_CANCEL_RETRY_MS);
-    await tellParents(links);
+    // A parent not told that this run's spend grew after its end (late bills) is told again shortly, a bounded number of times.
+    if ((await tellParents(links)) > 0 && this.#journal.bump("parent_retell_tries") <= MAX_PARENT_RETELL_TRIES)
+      next = Math.min(next ?? Infinity, Date.now() + PARENT_RETELL_RETRY_MS);
     // A report that could not be made is made by a later alarm, even once the run has ended. Made, what this
     // invocation held of the org's daily limit is in the day's total: the hold ends.
     if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);

@@ -57,6 +57,7 @@ export const FAULT_POINTS = [
   "directory.sync",
   "run.finish",
   "export.part",
+  "child.finished",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

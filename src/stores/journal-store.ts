@@ -249,6 +249,12 @@ export class JournalStore {
       WHERE notified = 0 OR (told_micros IS NOT NULL AND told_micros < ${spentMicros}) ORDER BY run_id`.map((r) => r.run_id);
   }
 
+  /** Of {@link parentsToTell}, those told of this run's end already, when it had spent less. */
+  parentsToTellAgain(spentMicros: number): string[] {
+    return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers
+      WHERE told_micros IS NOT NULL AND told_micros < ${spentMicros} ORDER BY run_id`.map((r) => r.run_id);
+  }
+
   /** The parent was told this run ended having spent `spentMicros` (a later, larger spend is told again). */
   markTold(runId: string, spentMicros: number): void {
     this.#sql.write`UPDATE watchers SET notified = 1, told_micros = max(coalesce(told_micros, 0), ${spentMicros}) WHERE run_id = ${runId}`;

@@ -231,6 +231,11 @@ export class SpendStore {
     return true;
   }
 
+  /** {@link childEnded} for a child this run allotted some of its cap; false (nothing counted) for any other. */
+  childSpent(childRunId: string, micros: number): boolean {
+    return this.childAllotment(childRunId) !== null && this.childEnded(childRunId, micros);
+  }
+
   /** What this run spent, its children's spend (or allotments, while they run) included. */
   spentWithChildrenMicros(): number {
     return this.billedMicros() + this.childrenMicros();

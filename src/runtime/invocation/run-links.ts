@@ -22,10 +22,14 @@ export interface RunLinksOptions {
   log(line: string): void;
 }
 
-/** Tells every parent not yet told that this (terminal) run ended. */
-export async function tellParents(o: RunLinksOptions): Promise<void> {
+/**
+ * Tells every parent not yet told that this (terminal) run ended, or told it spent less than it has now. Returns
+ * how many were told again of a larger spend and could not be: a parent asks a child it waits on by its alarm, but
+ * nothing asks for a spend that grew after the end, so the caller tries those again.
+ */
+export async function tellParents(o: RunLinksOptions): Promise<number> {
   const run = o.store.run();
-  if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return;
+  if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return 0;
   // Told again when bills reach this run after its end (an attempt given up on reports at last): a capped parent counts them.
   const spent = o.store.spend.spentWithChildrenMicros();
   const end: ChildEnd = {
@@ -35,16 +39,25 @@ export async function tellParents(o: RunLinksOptions): Promise<void> {
     error: run.error ? { code: run.error.code, message: run.error.message } : null,
     spentCredits: toCredits(spent),
   };
+  const retold = new Set(o.journal.parentsToTellAgain(spent));
+  let untold = 0;
   await Promise.all(
     o.journal.parentsToTell(spent).map(async (parentRunId) => {
       try {
+        await o.faults.check("child.finished");
         await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
         o.journal.markTold(parentRunId, spent);
       } catch (error) {
-        o.log(`could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`);
+        if (retold.has(parentRunId)) untold++;
+        o.log(
+          retold.has(parentRunId)
+            ? `could not tell parent run ${parentRunId} that this run's spend grew since its end (${messageOf(error)}); tried again shortly`
+            : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`,
+        );
       }
     }),
   );
+  return untold;
 }
 
 /**
