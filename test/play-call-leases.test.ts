@@ -20,6 +20,7 @@ const testPolicy = { receiptLeaseTtlMs: 1_000, heartbeatIntervalMs: 150 };
 
 afterEach(async () => {
   await faults().release(0);
+  await faults().release(1);
   await clearFaults();
 });
 
@@ -103,3 +104,29 @@ it("never sends a play-level call whose receipt another run took over: it reuses
   expect(a.usage.spend.total).toBe(0);
   expect(b.usage.spend.total).toBe(1);
 });
+
+it("a play-level call that loses its lease after a failed try takes the other run's result, not that failure", async () => {
+  await simReset();
+  const tool = "sim_find_email";
+  const input = { name: "Play Lease Retried", domain: "play-lease.test" };
+  // The first try fails (retryable), the second is held: the loss then stops a call whose last error is that failure.
+  await setFaults([
+    { point: "provider.before", tool, times: 1, error: { code: "provider_unavailable", retryable: true } },
+    { point: "provider.before", tool, hold: true, fromCall: 2, times: 1 },
+  ]);
+  const first = await startRun("test-play-call", { tool, input }, { testPolicy });
+  await faults().held(1);
+  // Another run takes the receipt over once its wait for the live owner runs out, and completes it.
+  const second = await waitForRun(await startRun("test-play-call", { tool, input }, { testPolicy }));
+  expect(second.status).toBe("completed");
+  await until(
+    () => notices(first),
+    (codes) => codes.includes("leases_lost"),
+    "the first run to lose its receipt's lease",
+  );
+  expect(await faults().release(1)).toBe(1);
+  const run = await waitForRun(first);
+  expect(run.status, JSON.stringify(run.error)).toBe("completed");
+  expect(run.result).toEqual({ out: { email: expectedEmail(input.name, input.domain) } });
+  expect(await simStats()).toMatchObject({ billed: 1, duplicates: 0 });
+}, 60_000);

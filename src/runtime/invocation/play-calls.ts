@@ -53,10 +53,10 @@ export class PlayCalls {
       try {
         return await this.#callIn(generation, toolId, input, options);
       } catch (error) {
-        // Stopped by the loss (not a failure of its own, nor the run's stop): nothing of it was sent under a lease
+        // Its generation lost a lease (not the run's stop): whatever it threw (the loss itself, or an earlier try's
+        // failure that the loss kept from being tried again, a 429's wait say), nothing more was sent under a lease
         // another attempt holds, and its receipt decides what comes next.
-        const lost = generation.leases.lost;
-        if (lost === null || error !== lost || this.#deps.signal.aborted || tries >= MAX_GENERATIONS_PER_CALL) throw error;
+        if (generation.leases.lost === null || this.#deps.signal.aborted || tries >= MAX_GENERATIONS_PER_CALL) throw error;
       }
     }
   }
