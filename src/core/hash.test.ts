@@ -27,5 +27,17 @@ describe("canonicalJson", () => {
     }
     expect(() => canonicalJson({ at: new Point(1) })).toThrow(/Point is not JSON/);
     expect(canonicalJson(Object.assign(Object.create(null), { b: 2, a: 1 }))).toBe('{"a":1,"b":2}');
+    // A typed array keeps the key it had (its elements by index, as JSON writes it); a toJSON returning itself is plain.
+    expect(canonicalJson({ bytes: new Uint8Array([1, 2, 3]) })).toBe('{"bytes":{"0":1,"1":2,"2":3}}');
+    expect(
+      canonicalJson({
+        self: {
+          a: 1,
+          toJSON() {
+            return this;
+          },
+        },
+      }),
+    ).toBe('{"self":{"a":1}}');
   });
 });

@@ -12,14 +12,17 @@ export function canonicalJson(value: unknown): string {
 }
 
 function sortKeys(value: unknown): unknown {
-  if (value && typeof value === "object" && typeof (value as { toJSON?: unknown }).toJSON === "function")
-    return sortKeys((value as { toJSON(): unknown }).toJSON());
+  if (value && typeof value === "object" && typeof (value as { toJSON?: unknown }).toJSON === "function") {
+    const json = (value as { toJSON(): unknown }).toJSON();
+    if (json !== value) return sortKeys(json);
+  }
   if (Array.isArray(value)) return value.map(sortKeys);
   if (value && typeof value === "object") {
     const prototype = Object.getPrototypeOf(value);
-    if (prototype !== Object.prototype && prototype !== null)
+    // A typed array keeps the form it always had, its elements by index (JSON.stringify writes the same).
+    if (prototype !== Object.prototype && prototype !== null && !(ArrayBuffer.isView(value) && !(value instanceof DataView)))
       throw new TypeError(
-        `a ${prototype?.constructor?.name ?? "non-plain object"} is not JSON: give plain objects, arrays, strings, numbers, booleans or null`,
+        `${prototype?.constructor?.name ?? "this object"} is not JSON: give plain objects, arrays, strings, numbers, booleans or null`,
       );
     const out: Record<string, unknown> = {};
     for (const key of Object.keys(value).sort()) {
