@@ -61,9 +61,10 @@ export class ChunkResults {
     // (a key repeated in the input): those have ended when the map looks at what is left, so it runs again at once.
     const byOthers = summary.blocked.filter((b) => b.ownerRunId !== scope.run.runId);
     if (!done && byOthers.length === 0) {
+      // Its rows count in the map's rate when the chunk ends, with the rows run again (as a wound-down chunk's do):
+      // the continuation's summary carries these.
       ownRowsBlocked(outcomes, { map, idx, attemptSeq, rows: chunk.rows }, summary);
       outcome.ownRowsBlocked();
-      feed.computed(map, computed);
       this.#rowFailures(summary);
       feed.tell(map, false);
       return;
