@@ -421,7 +421,8 @@ export class RunCoordinator extends Server<Env> {
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + CHILD_CANCEL_RETRY_MS);
     // A parent not told that this run's spend grew after its end (late bills) is told again shortly, a bounded number of times.
-    if ((await tellParents(links)) > 0 && this.#journal.bump("parent_retell_tries") <= MAX_PARENT_RETELL_TRIES)
+    if ((await tellParents(links)) === 0) this.#journal.resetCounter("parent_retell_tries");
+    else if (this.#journal.bump("parent_retell_tries") <= MAX_PARENT_RETELL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + PARENT_RETELL_RETRY_MS);
     // A report that could not be made is made by a later alarm, even once the run has ended. Made, what this
     // invocation held of the org's daily limit is in the day's total: the hold ends.

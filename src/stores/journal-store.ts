@@ -266,6 +266,10 @@ export class JournalStore {
     return this.#sql<{ value: number }>`SELECT value FROM counters WHERE name = ${name}`[0]?.value ?? 0;
   }
 
+  resetCounter(name: string): void {
+    this.#sql.write`DELETE FROM counters WHERE name = ${name}`;
+  }
+
   bump(name: string): number {
     this.#sql.write`INSERT INTO counters (name, value) VALUES (${name}, 1) ON CONFLICT (name) DO UPDATE SET value = value + 1`;
     return this.counter(name);
