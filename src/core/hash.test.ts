@@ -39,5 +39,12 @@ describe("canonicalJson", () => {
         },
       }),
     ).toBe('{"self":{"a":1}}');
+    class Self {
+      a = 1;
+      toJSON() {
+        return this;
+      }
+    }
+    expect(canonicalJson({ self: new Self() })).toBe('{"self":{"a":1}}');
   });
 });

@@ -12,15 +12,19 @@ export function canonicalJson(value: unknown): string {
 }
 
 function sortKeys(value: unknown): unknown {
+  let itself = false;
   if (value && typeof value === "object" && typeof (value as { toJSON?: unknown }).toJSON === "function") {
     const json = (value as { toJSON(): unknown }).toJSON();
     if (json !== value) return sortKeys(json);
+    // A toJSON that returns its own object: written by its own keys, as JSON.stringify writes it.
+    itself = true;
   }
   if (Array.isArray(value)) return value.map(sortKeys);
   if (value && typeof value === "object") {
     const prototype = Object.getPrototypeOf(value);
     // A typed array keeps the form it always had, its elements by index (JSON.stringify writes the same).
-    if (prototype !== Object.prototype && prototype !== null && !(ArrayBuffer.isView(value) && !(value instanceof DataView)))
+    const typedArray = ArrayBuffer.isView(value) && !(value instanceof DataView);
+    if (prototype !== Object.prototype && prototype !== null && !typedArray && !itself)
       throw new TypeError(
         `${prototype?.constructor?.name ?? "this object"} is not JSON: give plain objects, arrays, strings, numbers, booleans or null`,
       );
