@@ -31,6 +31,14 @@ async function receiptOf(tool: string, input: unknown) {
   return env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, 2))).get({ key });
 }
 
+/** The provider was called once and billed once, and `runId` completed the call's receipt. */
+async function expectBilledOnceBy(tool: string, input: unknown, runId: string): Promise<void> {
+  expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  const receipt = await receiptOf(tool, input);
+  expect(receipt?.status).toBe("completed");
+  expect(receipt?.finishedByRun).toBe(runId);
+}
+
 /** Starts the first run, whose call is held before it sends for well past its receipt's lease, which it keeps. */
 async function heldPastItsLease(tool: string, input: { name: string; domain: string }): Promise<string> {
   await simReset();
@@ -63,13 +71,7 @@ it("keeps a play-level call's receipt while it waits to send: another run waits 
   expect(a.result).toEqual({ out });
   expect(b.status).toBe("completed");
   expect(b.result).toEqual({ out });
-  const stats = await simStats();
-  expect(stats.calls).toBe(1);
-  expect(stats.billed).toBe(1);
-  expect(stats.duplicates).toBe(0);
-  const receipt = await receiptOf(tool, input);
-  expect(receipt?.status).toBe("completed");
-  expect(receipt?.finishedByRun).toBe(first);
+  await expectBilledOnceBy(tool, input, first);
   expect(a.usage.spend.total + b.usage.spend.total).toBe(1);
 });
 
@@ -94,13 +96,7 @@ it("never sends a play-level call whose receipt another run took over: it reuses
   const a = await waitForRun(first);
   expect(a.status).toBe("completed");
   expect(a.result).toEqual({ out });
-  const stats = await simStats();
-  expect(stats.calls).toBe(1);
-  expect(stats.billed).toBe(1);
-  expect(stats.duplicates).toBe(0);
-  const receipt = await receiptOf(tool, input);
-  expect(receipt?.status).toBe("completed");
-  expect(receipt?.finishedByRun).toBe(second);
+  await expectBilledOnceBy(tool, input, second);
   expect(a.usage.spend.total).toBe(0);
   expect(b.usage.spend.total).toBe(1);
 });

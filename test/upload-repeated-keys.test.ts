@@ -43,6 +43,22 @@ function expectEnriched(stored: any[], rows: Lead[]): void {
 
 const ownLeaseLines = (lines: string[]) => lines.filter((line) => line.includes("leased by other attempts of this run"));
 
+/** Runs demo-enrich over `rows` as an upload, with leases of ten minutes; it must complete with every row stored. */
+async function runUpload(rows: Lead[], blockedRetries: number): Promise<string> {
+  const runId = await startRun(
+    "demo-enrich",
+    { upload: await upload(rows) },
+    { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries } },
+  );
+  const run = await waitForRun(runId, { timeoutMs: 50_000 });
+  expect(run.status, JSON.stringify(run.error)).toBe("completed");
+  expect(run.result).toEqual({ rows: rows.length, failed: 0 });
+  expect(run.progress.maps.leads).toMatchObject({ total: rows.length, completed: rows.length, failed: 0, blocked: 0 });
+  // Each place of a key holds the version computed from its own input (the run's view names one per place).
+  expectEnriched(await datasetRows(runId, "leads"), rows);
+  return runId;
+}
+
 describe("a key repeated across chunks of one upload", () => {
   it("the same input in two chunks that run at once: the run completes without waiting a lease or spending a blocked retry", async () => {
     await simReset();
@@ -52,16 +68,7 @@ describe("a key repeated across chunks of one upload", () => {
     const rows: Lead[] = Array.from({ length: 100 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
     rows[60] = { ...rows[10]! };
     // No blocked retry allowed: a block counted as one would fail the run `rows_blocked`.
-    const runId = await startRun(
-      "demo-enrich",
-      { upload: await upload(rows) },
-      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 0 } },
-    );
-    const run = await waitForRun(runId, { timeoutMs: 50_000 });
-    expect(run.status, JSON.stringify(run.error)).toBe("completed");
-    expect(run.result).toEqual({ rows: 100, failed: 0 });
-    expect(run.progress.maps.leads).toMatchObject({ total: 100, completed: 100, failed: 0, blocked: 0 });
-    expectEnriched(await datasetRows(runId, "leads"), rows);
+    const runId = await runUpload(rows, 0);
     // The second chunk did find the key leased by the first (else this test proves nothing).
     expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(0);
     // The repeated row reused its twin's calls: nothing was billed twice.
@@ -74,17 +81,7 @@ describe("a key repeated across chunks of one upload", () => {
     const p = `diff${crypto.randomUUID().slice(0, 6)}`;
     const rows: Lead[] = Array.from({ length: 350 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
     for (let c = 0; c < 7; c++) rows[c * 50 + 5] = { id: `${p}-shared`, name: `${p} Shared ${c}`, domain: "dup.example" };
-    const runId = await startRun(
-      "demo-enrich",
-      { upload: await upload(rows) },
-      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 3 } },
-    );
-    const run = await waitForRun(runId, { timeoutMs: 50_000 });
-    expect(run.status, JSON.stringify(run.error)).toBe("completed");
-    expect(run.result).toEqual({ rows: 350, failed: 0 });
-    expect(run.progress.maps.leads).toMatchObject({ total: 350, completed: 350, failed: 0, blocked: 0 });
-    // Each place of the key holds the version computed from its own input (the run's view names one per place).
-    expectEnriched(await datasetRows(runId, "leads"), rows);
+    const runId = await runUpload(rows, 3);
     expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(3);
     // Only the blocked rows run again: the map's progress never goes back, and no row the run computed is counted
     // reused (no other run wrote any), so the run's computed rows, which estimates learn from, are all 350.
@@ -102,15 +99,7 @@ describe("a key repeated across chunks of one upload", () => {
     const p = `one${crypto.randomUUID().slice(0, 6)}`;
     const rows: Lead[] = Array.from({ length: 40 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
     for (let n = 0; n < 5; n++) rows[n * 7 + 3] = { id: `${p}-shared`, name: `${p} Shared ${n}`, domain: "dup.example" };
-    const runId = await startRun(
-      "demo-enrich",
-      { upload: await upload(rows) },
-      { testPolicy: { rowLeaseTtlMs: LONG_LEASE_MS, blockedRetries: 3 } },
-    );
-    const run = await waitForRun(runId, { timeoutMs: 50_000 });
-    expect(run.status, JSON.stringify(run.error)).toBe("completed");
-    expect(run.progress.maps.leads).toMatchObject({ total: 40, completed: 40, failed: 0, blocked: 0 });
-    expectEnriched(await datasetRows(runId, "leads"), rows);
+    const runId = await runUpload(rows, 3);
     expect(ownLeaseLines(await logLines(runId)).length).toBe(4);
   }, 60_000);
 });
