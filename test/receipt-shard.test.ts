@@ -308,6 +308,34 @@ describe("dead owners", () => {
     ]);
   });
 
+  it("keeps the late answer of a request whose taker failed it outcome_unknown; other attempts' writes stay fenced", async () => {
+    const stub = shard();
+    const sender = attempt("run-a");
+    await claim(stub, sender, ["k1", "k2"]);
+    // Run A is torn down with both requests in flight: its receipts are released, and run B takes them over. Its
+    // provider cannot be asked how they ended: it fails k1 `outcome_unknown`, and k2 for a reason of its own.
+    await stub.releaseRun({ runId: "run-a" });
+    const taker = attempt("run-b");
+    await claim(stub, taker, ["k1", "k2"]);
+    const unknown = { code: "outcome_unknown", message: "the provider may have executed it" };
+    await stub.fail({ attempt: taker, items: [{ key: "k1", error: unknown, retryable: false }] });
+    await stub.fail({ attempt: taker, items: [{ key: "k2", error: { code: "invalid_input", message: "no" }, retryable: false }] });
+    // A's answers come: k1's is the unknown outcome itself, billed, and kept; k2's taker decided otherwise.
+    const late = [
+      { key: "k1", output: "billed" },
+      { key: "k2", output: "late" },
+    ];
+    expect(await stub.complete({ attempt: sender, items: late })).toEqual({ accepted: ["k1"], rejected: ["k2"] });
+    expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([
+      { key: "k1", disposition: "reused", output: "billed", generation: 0, finishedByRun: "run-a" },
+    ]);
+    // A failure from an attempt that does not own the receipt is still refused.
+    expect(await stub.fail({ attempt: sender, items: [{ key: "k2", error: unknown, retryable: false }] })).toEqual({
+      accepted: [],
+      rejected: ["k2"],
+    });
+  });
+
   it("re-arms the alarm for the next lease and leaves live leases alone", async () => {
     const stub = shard();
     const a = attempt("run-a");

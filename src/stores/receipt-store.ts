@@ -158,13 +158,17 @@ export class ReceiptStore {
 
   /**
    * Records outputs. Accepted when this attempt owns the receipt (running, or
-   * expired/released with nobody having taken it over), or already completed it.
+   * expired/released with nobody having taken it over), or already completed it;
+   * and from any attempt when the receipt failed `outcome_unknown`: an attempt
+   * that took it over could not learn how the request of the one before ended,
+   * and this is that request's answer, billed (kept nowhere, a rerun under
+   * `retryUnknown` would pay for it again).
    */
   complete(request: CompleteReceiptsRequest): ReceiptWriteResult {
     const now = this.#now();
-    return this.#finish(request.attempt, request.items, (receipt, item) => {
-      if (receipt.status === "completed") return "repeat";
-      if (!mayFinish(receipt)) return "reject";
+    return this.#finish(request.attempt, request.items, (receipt, item, owner) => {
+      if (receipt.status === "completed") return owner ? "repeat" : "reject";
+      if (!(owner && mayFinish(receipt)) && !answersUnknown(receipt)) return "reject";
       // Outputs are provider JSON, stored as JSON text: a Date or Map in one would not round-trip.
       return { ...finished(receipt, request.attempt, now), status: "completed", output: (item.output ?? null) as JsonValue };
     });
@@ -173,7 +177,8 @@ export class ReceiptStore {
   /** Records failures, fenced like `complete`. A repeated fail keeps the first error. */
   fail(request: FailReceiptsRequest): ReceiptWriteResult {
     const now = this.#now();
-    return this.#finish(request.attempt, request.items, (receipt, item) => {
+    return this.#finish(request.attempt, request.items, (receipt, item, owner) => {
+      if (!owner) return "reject";
       if (receipt.status === "failed" && !isRecoveryMarker(receipt)) return "repeat";
       if (!mayFinish(receipt)) return "reject";
       return { ...finished(receipt, request.attempt, now), status: "failed", error: item.error, retryable: item.retryable };
@@ -264,14 +269,14 @@ export class ReceiptStore {
     return results;
   }
 
-  /** Fenced terminal writes: only the owner attempt may finish a receipt. */
+  /** Fenced terminal writes: `decide` is told whether `attempt` owns the receipt (most writes need it to). */
   #finish<I extends { key: string }>(
     attempt: AttemptRef,
     items: I[],
-    decide: (receipt: Receipt, item: I) => Receipt | "repeat" | "reject",
+    decide: (receipt: Receipt, item: I, owner: boolean) => Receipt | "repeat" | "reject",
   ): ReceiptWriteResult {
     const outcomes = this.#apply(items, (receipt, item) => {
-      const decision = receipt?.owner.attemptId === attempt.attemptId ? decide(receipt, item) : "reject";
+      const decision = receipt ? decide(receipt, item, receipt.owner.attemptId === attempt.attemptId) : "reject";
       return typeof decision === "object" ? { result: true, next: decision } : { result: decision === "repeat" };
     });
     const accepted = new Map<string, boolean>();
@@ -334,6 +339,11 @@ function isRecoveryMarker(receipt: Receipt): boolean {
  */
 function mayFinish(receipt: Receipt): boolean {
   return receipt.status === "running" || isRecoveryMarker(receipt);
+}
+
+/** Failed because its request's end could not be learned: an answer to that request, from whoever sent it, settles it. */
+function answersUnknown(receipt: Receipt): boolean {
+  return receipt.status === "failed" && receipt.error?.code === OUTCOME_UNKNOWN;
 }
 
 function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
