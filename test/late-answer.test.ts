@@ -1,7 +1,7 @@
 /**
  * A request whose run was torn down while it was in flight, taken over by another run that could not learn how it
  * ended (its provider ignores idempotency keys and cannot be asked): the taker fails the receipt `outcome_unknown`,
- * and the request's answer, billed, comes after. It is kept: the receipt holds it, the run that sent it counts the
+ * and the request's answer, billed, comes after (held here on its way back, at provider.after). It is kept: the receipt holds it, the run that sent it counts the
  * bill, and a rerun reuses it rather than paying again.
  */
 import { env } from "cloudflare:workers";
@@ -11,11 +11,14 @@ import { shardOf } from "../src/core/hash";
 import { AuthScopes } from "../src/runtime/tools/auth-scope";
 import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { toolRegistry } from "../src/tools/index";
-import { SIM_DEFAULTS, setSim, until } from "./chaos-helpers";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
 import { apiJson, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
+const faults = () => env.FAULTS!.getByName("faults");
+
 afterEach(async () => {
-  await setSim(SIM_DEFAULTS);
+  await faults().release(0);
+  await clearFaults();
 });
 
 async function receiptOf(toolId: string, input: unknown) {
@@ -27,18 +30,19 @@ async function receiptOf(toolId: string, input: unknown) {
 
 it("keeps a billed answer that comes after another run failed its receipt outcome_unknown, and a rerun reuses it", async () => {
   await simReset();
-  // Slow enough that the first run is cancelled, and the second run done, while the request is at the provider.
-  await setSim({ ...SIM_DEFAULTS, latencyMs: 4_000 });
   const input = { name: "Late Answer", domain: "late-answer.test" };
   const rows = [{ id: "r0", tool: "test_unkeyed_find", input }];
+  // The first run's request is answered (and billed), and its answer held on its way back until the test lets it go.
+  await setFaults([{ point: "provider.after", tool: "test_unkeyed_find", hold: true, times: 1 }]);
   const first = await startRun("test-calls", { rows, dataset: "late-answer-a" });
-  await until(simStats, (stats) => stats.calls >= 1, "the first run's request at the provider");
+  await faults().held(0);
   expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
   expect((await waitForRun(first)).status).toBe("cancelled");
   // The same call, at once: the receipt was released with the request in flight, and cannot be asked about.
   const second = await waitForRun(await startRun("test-calls", { rows, dataset: "late-answer-b" }));
   expect((await datasetRows(second.runId, "late-answer-b"))[0]).toMatchObject({ _status: "failed" });
   expect((await receiptOf("test_unkeyed_find", input))?.error?.code).toBe("outcome_unknown");
+  expect(await faults().release(0)).toBe(1);
 
   // The first request's answer comes, billed: the receipt keeps it, and the run that sent it counts the bill.
   const receipt = await until(
@@ -54,11 +58,12 @@ it("keeps a billed answer that comes after another run failed its receipt outcom
     "the first run to count its bill",
   );
 
-  // A plain rerun of the second run reuses it: no call sent again.
-  await setSim(SIM_DEFAULTS);
+  // A plain rerun of the second run reuses it: no call sent again, and neither run after the first pays.
   const rerun = await apiJson(`/v1/runs/${second.runId}/rerun`, { method: "POST", json: {} });
   const again = await waitForRun(rerun.body.runId);
   expect(again.status).toBe("completed");
   expect((await datasetRows(again.runId, "late-answer-b"))[0]).toMatchObject({ _status: "completed" });
   expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  expect((await runView(second.runId)).usage.spend.total).toBe(0);
+  expect(again.usage.spend.total).toBe(0);
 }, 60_000);

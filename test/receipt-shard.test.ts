@@ -325,7 +325,14 @@ describe("dead owners", () => {
       { key: "k1", output: "billed" },
       { key: "k2", output: "late" },
     ];
+    // Another attempt's answer is not the request the taker was unsure of: refused.
+    expect(await stub.complete({ attempt: attempt("run-z"), items: [{ key: "k1", output: "other" }] })).toEqual({
+      accepted: [],
+      rejected: ["k1"],
+    });
     expect(await stub.complete({ attempt: sender, items: late })).toEqual({ accepted: ["k1"], rejected: ["k2"] });
+    // The same write again (its answer lost): a repeat, accepted, the first output kept.
+    expect(await stub.complete({ attempt: sender, items: [{ key: "k1", output: "again" }] })).toEqual({ accepted: ["k1"], rejected: [] });
     expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([
       { key: "k1", disposition: "reused", output: "billed", generation: 0, finishedByRun: "run-a" },
     ]);
@@ -516,6 +523,7 @@ describe("a shard whose lease index held every receipt (schema version 1)", () =
     await runInDurableObject(stub, (_shard, state) => {
       state.storage.sql.exec("DROP INDEX receipts_running_by_lease");
       state.storage.sql.exec("CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at)");
+      state.storage.sql.exec("ALTER TABLE receipts DROP COLUMN unknown_from");
       state.storage.sql.exec("UPDATE _schema SET version = 1");
     });
     await evictDurableObject(stub);

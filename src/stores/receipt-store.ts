@@ -56,6 +56,8 @@ export const RECEIPT_MIGRATIONS: readonly string[] = [
   // index was a fifth of the database and its random writes about a third of each claim's and completion's cost.
   `DROP INDEX receipts_by_lease;
    CREATE INDEX receipts_running_by_lease ON receipts (lease_expires_at) WHERE status = 'running';`,
+  // The attempt a takeover took the receipt from, its request's end unknown: its late answer may still settle it.
+  `ALTER TABLE receipts ADD COLUMN unknown_from TEXT;`,
 ];
 
 export type ReceiptStatus = "running" | "completed" | "failed";
@@ -89,6 +91,11 @@ export interface Receipt {
   finishedByRun: string | null;
   createdAt: number;
   updatedAt: number;
+  /**
+   * The attempt whose claim of this generation `owner` took over, its request's end unknown (null when none): if
+   * the receipt then failed `outcome_unknown`, that request's late answer settles it (see `complete`).
+   */
+  unknownFrom: string | null;
 }
 
 type ReceiptRow = {
@@ -107,6 +114,7 @@ type ReceiptRow = {
   finished_by_run: string | null;
   created_at: number;
   updated_at: number;
+  unknown_from: string | null;
 };
 
 function rowToReceipt(row: ReceiptRow): Receipt {
@@ -124,6 +132,7 @@ function rowToReceipt(row: ReceiptRow): Receipt {
     finishedByRun: row.finished_by_run,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    unknownFrom: row.unknown_from,
   };
 }
 
@@ -159,18 +168,25 @@ export class ReceiptStore {
   /**
    * Records outputs. Accepted when this attempt owns the receipt (running, or
    * expired/released with nobody having taken it over), or already completed it;
-   * and from any attempt when the receipt failed `outcome_unknown`: an attempt
-   * that took it over could not learn how the request of the one before ended,
-   * and this is that request's answer, billed (kept nowhere, a rerun under
-   * `retryUnknown` would pay for it again).
+   * and from the attempt it was taken over from ({@link Receipt.unknownFrom})
+   * when the taker failed it `outcome_unknown`, not learning how that
+   * attempt's request ended: this is its answer, billed (refused, it was kept
+   * nowhere, and a rerun under `retryUnknown` paid for it again). That
+   * attempt then owns it, so a retry of the write is a repeat.
    */
   complete(request: CompleteReceiptsRequest): ReceiptWriteResult {
     const now = this.#now();
     return this.#finish(request.attempt, request.items, (receipt, item, owner) => {
       if (receipt.status === "completed") return owner ? "repeat" : "reject";
-      if (!(owner && mayFinish(receipt)) && !answersUnknown(receipt)) return "reject";
+      const answers = answersUnknown(receipt, request.attempt);
+      if (!(owner && mayFinish(receipt)) && !answers) return "reject";
       // Outputs are provider JSON, stored as JSON text: a Date or Map in one would not round-trip.
-      return { ...finished(receipt, request.attempt, now), status: "completed", output: (item.output ?? null) as JsonValue };
+      const settled = {
+        ...finished(receipt, request.attempt, now),
+        status: "completed" as const,
+        output: (item.output ?? null) as JsonValue,
+      };
+      return answers ? { ...settled, owner: request.attempt, unknownFrom: null } : settled;
     });
   }
 
@@ -299,10 +315,11 @@ export class ReceiptStore {
     // REPLACE is safe: the row carries every column (created_at included) and nothing references it.
     this.#sql.write`
       INSERT OR REPLACE INTO receipts (key, tool_id, status, output, error_code, error_message, retryable,
-        generation, owner_run_id, owner_attempt_id, owner_seq, lease_expires_at, finished_by_run, created_at, updated_at)
+        generation, owner_run_id, owner_attempt_id, owner_seq, lease_expires_at, finished_by_run, created_at, updated_at,
+        unknown_from)
       SELECT r ->> 'key', r ->> 'tool_id', r ->> 'status', r ->> 'output', r ->> 'error_code', r ->> 'error_message',
         r ->> 'retryable', r ->> 'generation', r ->> 'owner_run_id', r ->> 'owner_attempt_id', r ->> 'owner_seq',
-        r ->> 'lease_expires_at', r ->> 'finished_by_run', r ->> 'created_at', r ->> 'updated_at'
+        r ->> 'lease_expires_at', r ->> 'finished_by_run', r ->> 'created_at', r ->> 'updated_at', r ->> 'unknown_from'
       FROM (SELECT value AS r FROM json_each(${rows}))`;
   }
 }
@@ -324,6 +341,7 @@ function receiptToRow(r: Receipt): ReceiptRow {
     finished_by_run: r.finishedByRun,
     created_at: r.createdAt,
     updated_at: r.updatedAt,
+    unknown_from: r.unknownFrom,
   };
 }
 
@@ -341,9 +359,9 @@ function mayFinish(receipt: Receipt): boolean {
   return receipt.status === "running" || isRecoveryMarker(receipt);
 }
 
-/** Failed because its request's end could not be learned: an answer to that request, from whoever sent it, settles it. */
-function answersUnknown(receipt: Receipt): boolean {
-  return receipt.status === "failed" && receipt.error?.code === OUTCOME_UNKNOWN;
+/** Failed because the end of `attempt`'s request (taken over from it) could not be learned: its answer settles it. */
+function answersUnknown(receipt: Receipt, attempt: AttemptRef): boolean {
+  return receipt.status === "failed" && receipt.error?.code === OUTCOME_UNKNOWN && receipt.unknownFrom === attempt.attemptId;
 }
 
 function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
@@ -390,6 +408,8 @@ function decideClaim(
       finishedByRun: null,
       createdAt: existing?.createdAt ?? now,
       updatedAt: now,
+      // Taken over in its generation: the attempt whose request may still answer.
+      unknownFrom: takeover && unknown && generation === existing?.generation ? existing.owner.attemptId : null,
     } satisfies Receipt,
   });
   if (!existing) return own(0);
