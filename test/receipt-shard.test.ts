@@ -336,6 +336,17 @@ describe("dead owners", () => {
     expect(await claim(stub, attempt("run-c"), ["k1"])).toEqual([
       { key: "k1", disposition: "reused", output: "billed", generation: 0, finishedByRun: "run-a" },
     ]);
+    // Taken over twice before the taker gave up (the first taker released unsure, sending nothing): the sender's
+    // answer still settles it.
+    await claim(stub, sender, ["k3"]);
+    await stub.releaseRun({ runId: "run-a" });
+    await claim(stub, attempt("run-d"), ["k3"]);
+    await stub.releaseRun({ runId: "run-d" });
+    const lastTaker = attempt("run-e");
+    await claim(stub, lastTaker, ["k3"]);
+    await claim(stub, lastTaker, ["k3"]); // claimed again by its owner: still remembers who may answer
+    await stub.fail({ attempt: lastTaker, items: [{ key: "k3", error: unknown, retryable: false }] });
+    expect(await stub.complete({ attempt: sender, items: [{ key: "k3", output: "billed" }] })).toEqual({ accepted: ["k3"], rejected: [] });
     // A failure from an attempt that does not own the receipt is still refused.
     expect(await stub.fail({ attempt: sender, items: [{ key: "k2", error: unknown, retryable: false }] })).toEqual({
       accepted: [],

@@ -92,11 +92,15 @@ export interface Receipt {
   createdAt: number;
   updatedAt: number;
   /**
-   * The attempt whose claim of this generation `owner` took over, its request's end unknown (null when none): if
-   * the receipt then failed `outcome_unknown`, that request's late answer settles it (see `complete`).
+   * The attempts whose claims of this generation were taken over, their requests' ends unknown (the most recent
+   * MAX_UNKNOWN_FROM; empty when none): if the receipt then failed `outcome_unknown`, the late answer of any of
+   * them settles it (see `complete`).
    */
-  unknownFrom: string | null;
+  unknownFrom: string[];
 }
+
+/** Attempts of one generation a receipt remembers as maybe still answering (a takeover each). */
+const MAX_UNKNOWN_FROM = 16;
 
 type ReceiptRow = {
   key: string;
@@ -132,7 +136,7 @@ function rowToReceipt(row: ReceiptRow): Receipt {
     finishedByRun: row.finished_by_run,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
-    unknownFrom: row.unknown_from,
+    unknownFrom: row.unknown_from === null ? [] : (JSON.parse(row.unknown_from) as string[]),
   };
 }
 
@@ -168,7 +172,7 @@ export class ReceiptStore {
   /**
    * Records outputs. Accepted when this attempt owns the receipt (running, or
    * expired/released with nobody having taken it over), or already completed it;
-   * and from the attempt it was taken over from ({@link Receipt.unknownFrom})
+   * and from an attempt it was taken over from ({@link Receipt.unknownFrom})
    * when the taker failed it `outcome_unknown`, not learning how that
    * attempt's request ended: this is its answer, billed (refused, it was kept
    * nowhere, and a rerun under `retryUnknown` paid for it again). That
@@ -186,7 +190,7 @@ export class ReceiptStore {
         status: "completed" as const,
         output: (item.output ?? null) as JsonValue,
       };
-      return answers ? { ...settled, owner: request.attempt, unknownFrom: null } : settled;
+      return answers ? { ...settled, owner: request.attempt, unknownFrom: [] } : settled;
     });
   }
 
@@ -341,7 +345,7 @@ function receiptToRow(r: Receipt): ReceiptRow {
     finished_by_run: r.finishedByRun,
     created_at: r.createdAt,
     updated_at: r.updatedAt,
-    unknown_from: r.unknownFrom,
+    unknown_from: r.unknownFrom.length ? JSON.stringify(r.unknownFrom) : null,
   };
 }
 
@@ -359,9 +363,20 @@ function mayFinish(receipt: Receipt): boolean {
   return receipt.status === "running" || isRecoveryMarker(receipt);
 }
 
+/**
+ * Who may still answer a claim of `generation`: in the same generation, those remembered so far (an owner claiming
+ * again keeps them), and the owner taken over when its request's end is unknown; none in a new generation.
+ */
+function maybeAnswering(existing: Receipt | undefined, generation: number, takenOverUnknown: boolean): string[] {
+  if (!existing || existing.generation !== generation) return [];
+  const known = [...existing.unknownFrom];
+  if (takenOverUnknown && !known.includes(existing.owner.attemptId)) known.push(existing.owner.attemptId);
+  return known.slice(-MAX_UNKNOWN_FROM);
+}
+
 /** Failed because the end of `attempt`'s request (taken over from it) could not be learned: its answer settles it. */
 function answersUnknown(receipt: Receipt, attempt: AttemptRef): boolean {
-  return receipt.status === "failed" && receipt.error?.code === OUTCOME_UNKNOWN && receipt.unknownFrom === attempt.attemptId;
+  return receipt.status === "failed" && receipt.error?.code === OUTCOME_UNKNOWN && receipt.unknownFrom.includes(attempt.attemptId);
 }
 
 function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
@@ -408,8 +423,7 @@ function decideClaim(
       finishedByRun: null,
       createdAt: existing?.createdAt ?? now,
       updatedAt: now,
-      // Taken over in its generation: the attempt whose request may still answer.
-      unknownFrom: takeover && unknown && generation === existing?.generation ? existing.owner.attemptId : null,
+      unknownFrom: maybeAnswering(existing, generation, takeover && unknown),
     } satisfies Receipt,
   });
   if (!existing) return own(0);
