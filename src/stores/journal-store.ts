@@ -244,15 +244,13 @@ export class JournalStore {
    * The parents to tell of this run's end: those not told yet, and those told
    * it spent less than `spentMicros` (bills that came after its end).
    */
-  parentsToTell(spentMicros: number): string[] {
-    return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers
-      WHERE notified = 0 OR (told_micros IS NOT NULL AND told_micros < ${spentMicros}) ORDER BY run_id`.map((r) => r.run_id);
-  }
-
-  /** Of {@link parentsToTell}, those told of this run's end already, when it had spent less. */
-  parentsToTellAgain(spentMicros: number): string[] {
-    return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers
-      WHERE told_micros IS NOT NULL AND told_micros < ${spentMicros} ORDER BY run_id`.map((r) => r.run_id);
+  parentsToTell(spentMicros: number): { runId: string; again: boolean }[] {
+    return this.#sql<{ run_id: string; told: number | null }>`SELECT run_id, told_micros AS told FROM watchers
+      WHERE notified = 0 OR (told_micros IS NOT NULL AND told_micros < ${spentMicros}) ORDER BY run_id`.map((r) => ({
+      runId: r.run_id,
+      // Told of this run's end already, when it had spent less.
+      again: r.told !== null,
+    }));
   }
 
   /** The parent was told this run ended having spent `spentMicros` (a later, larger spend is told again). */

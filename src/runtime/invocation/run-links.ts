@@ -39,18 +39,17 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
     error: run.error ? { code: run.error.code, message: run.error.message } : null,
     spentCredits: toCredits(spent),
   };
-  const retold = new Set(o.journal.parentsToTellAgain(spent));
   let untold = 0;
   await Promise.all(
-    o.journal.parentsToTell(spent).map(async (parentRunId) => {
+    o.journal.parentsToTell(spent).map(async ({ runId: parentRunId, again }) => {
       try {
         await o.faults.check("child.finished");
         await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
         o.journal.markTold(parentRunId, spent);
       } catch (error) {
-        if (retold.has(parentRunId)) untold++;
+        if (again) untold++;
         o.log(
-          retold.has(parentRunId)
+          again
             ? `could not tell parent run ${parentRunId} that this run's spend grew since its end (${messageOf(error)}); tried again shortly`
             : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`,
         );
