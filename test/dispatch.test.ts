@@ -218,7 +218,7 @@ describe("receipt dispositions", () => {
   /** Leaves a `running` receipt for `input` of sim_find_email, owned by `owner`, with a long lease. */
   async function leaveRunning(input: { name: string; domain: string }, owner: { runId: string; attemptSeq: number }) {
     const scope = await new AuthScopes({ env }).digest(simFindEmail);
-    const key = await receiptKey({ org: "dev", toolId: "sim_find_email", toolVersion: "1", input, authScope: scope, nowMs: Date.now() });
+    const key = await receiptKey({ org: "dev", toolId: "sim_find_email", toolVersion: "1", input, authScope: scope });
     const stub = env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, RECEIPT_SHARDS)));
     const attempt = { attemptId: `${owner.runId}/items/0/${owner.attemptSeq}`, ...owner };
     const [claim] = (await stub.claim({ attempt, leaseTtlMs: 3_600_000, refresh: false, items: [{ key, toolId: "sim_find_email" }] }))

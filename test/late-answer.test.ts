@@ -24,7 +24,7 @@ afterEach(async () => {
 async function receiptOf(toolId: string, input: unknown) {
   const tool = toolRegistry(env as Env).get(toolId)!;
   const authScope = await new AuthScopes({ env: env as Env }).digest(tool);
-  const key = await receiptKey({ org: "dev", toolId, toolVersion: tool.version, input, authScope, nowMs: Date.now() });
+  const key = await receiptKey({ org: "dev", toolId, toolVersion: tool.version, input, authScope });
   return env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, 2))).get({ key });
 }
 

@@ -27,7 +27,7 @@ afterEach(async () => {
 async function receiptOf(tool: string, input: unknown) {
   const found = toolRegistry(env as Env).get(tool)!;
   const authScope = await new AuthScopes({ env: env as Env }).digest(found);
-  const key = await receiptKey({ org: "dev", toolId: tool, toolVersion: found.version, input, authScope, nowMs: Date.now() });
+  const key = await receiptKey({ org: "dev", toolId: tool, toolVersion: found.version, input, authScope });
   return env.RECEIPT_SHARD.getByName(receiptShardName("dev", shardOf(key, 2))).get({ key });
 }
 

@@ -24,8 +24,8 @@ export type PeekReceiptsRequest = z.infer<typeof PeekReceiptsRequest>;
 
 /** `PeekedReceipt` as its RPC type: workerd's `Rpc` types cannot carry `unknown`, so the JSON output is `{} | null` here. */
 type PeekedReceiptOverRpc =
-  | { key: string; state: "reused"; output: {} | null }
-  | { key: string; state: "failed" }
+  | { key: string; state: "reused"; output: {} | null; finishedAt: number }
+  | { key: string; state: "failed"; finishedAt: number }
   | { key: string; state: "new" };
 
 /**
@@ -105,8 +105,10 @@ export class ReceiptShard extends DurableObject<Env> {
     return {
       receipts: keys.map((key): PeekedReceiptOverRpc => {
         const receipt = found.get(key);
-        if (receipt?.status === "completed") return { key, state: "reused", output: receipt.output as {} | null };
-        if (receipt?.status === "failed" && !receipt.retryable && receipt.error?.code !== OUTCOME_UNKNOWN) return { key, state: "failed" };
+        if (receipt?.status === "completed")
+          return { key, state: "reused", output: receipt.output as {} | null, finishedAt: receipt.updatedAt };
+        if (receipt?.status === "failed" && !receipt.retryable && receipt.error?.code !== OUTCOME_UNKNOWN)
+          return { key, state: "failed", finishedAt: receipt.updatedAt };
         return { key, state: "new" };
       }),
     };

@@ -160,6 +160,11 @@ export const ClaimReceiptsRequest = z.object({
          * caller found the owner dead, or waited for it long enough.
          */
         takeover: z.boolean().optional(),
+        /**
+         * The call's `staleAfterSeconds`, in ms: a result another run finished
+         * longer ago than this is not reused (claimed again, generation + 1).
+         */
+        staleAfterMs: z.number().finite().min(0).optional(),
       }),
     )
     .max(1000),
@@ -229,9 +234,10 @@ export interface ReceiptWriteResult {
  * What an estimate needs of a receipt: a claim would reuse its output, or
  * answer its permanent failure (neither bills), or send a new request.
  */
+/** A receipt as a claim would find it now; `finishedAt` (ms) says how old its result is (`staleAfterSeconds`). */
 export type PeekedReceipt =
-  | { key: string; state: "reused"; output: unknown }
-  | { key: string; state: "failed" }
+  | { key: string; state: "reused"; output: unknown; finishedAt: number }
+  | { key: string; state: "failed"; finishedAt: number }
   | { key: string; state: "new" };
 
 /** A map's input row with its key and its place in the run's view of the dataset. */

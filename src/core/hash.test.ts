@@ -12,7 +12,7 @@ describe("canonicalJson", () => {
     expect(canonicalJson({ since: new Date("2020-01-01T00:00:00Z") })).toBe('{"since":"2020-01-01T00:00:00.000Z"}');
     // A tool input parsed with z.coerce.date(): the two calls were one receipt (the second reused the first's output).
     const schema = z.object({ domain: z.string(), since: z.coerce.date() });
-    const base = { org: "dev", toolId: "t", toolVersion: "1", authScope: "s", nowMs: 0 };
+    const base = { org: "dev", toolId: "t", toolVersion: "1", authScope: "s" };
     const a = await receiptKey({ ...base, input: schema.parse({ domain: "x.test", since: "2020-01-01" }) });
     const b = await receiptKey({ ...base, input: schema.parse({ domain: "x.test", since: "2025-06-30" }) });
     expect(a).not.toBe(b);

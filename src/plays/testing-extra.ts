@@ -81,12 +81,18 @@ export const testPadded = definePlay({
   },
 });
 
-/** One call made by the play itself, outside any map (any tool, any input): its answer is the run's result. */
+/**
+ * One call made by the play itself, outside any map (any tool, any input, with `staleAfterSeconds` if given): its
+ * answer is the run's result. With `sleepMs` the play sleeps after it, so the call is replayed when the play wakes.
+ */
 export const testPlayCall = definePlay({
   name: "test-play-call",
   description: "test only: one play-level ctx.tool call (any tool, any input)",
-  input: z.object({ tool: z.string(), input: z.unknown() }),
+  input: z.object({ tool: z.string(), input: z.unknown(), staleAfterSeconds: z.number().optional(), sleepMs: z.number().optional() }),
   async run(ctx, input) {
-    return { out: await ctx.tool(input.tool, input.input) };
+    const options = input.staleAfterSeconds === undefined ? undefined : { staleAfterSeconds: input.staleAfterSeconds };
+    const out = await ctx.tool(input.tool, input.input, options);
+    if (input.sleepMs) await ctx.sleep(input.sleepMs);
+    return { out };
   },
 });

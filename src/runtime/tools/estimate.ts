@@ -381,13 +381,14 @@ class Estimator {
       toolVersion: tool.version,
       input: parsed.data,
       authScope: scope,
-      staleAfterSeconds: options.staleAfterSeconds,
-      nowMs: this.#deps.now(),
     });
     // The same call in another row is billed once in a run (the others wait for its receipt, or reuse it; under a
     // refresh too, the run's own new receipt): priced once here. Its output is not known either way: the row stops there.
     const refresh = this.#deps.forceToolRefresh || options.force === true;
-    const receipt = refresh ? null : await this.#lookup(key);
+    const found = refresh ? null : await this.#lookup(key);
+    // A result older than the call's `staleAfterSeconds` is called again (the run's claim finds it stale too).
+    const stale = found !== null && found.state !== "new" && isStale(found.finishedAt, options.staleAfterSeconds, this.#deps.now());
+    const receipt = stale ? null : found;
     if (receipt === null || receipt.state === "new") {
       // Checked after the lookup: rows of a wave look up at once.
       if (this.#newKeys.has(key)) throw new RowUnknown(toolId);
@@ -419,4 +420,8 @@ class Estimator {
       for (const lookup of batch) lookup.reject(new EstimateUnavailable(error));
     }
   }
+}
+
+function isStale(finishedAt: number, staleAfterSeconds: number | undefined, now: number): boolean {
+  return staleAfterSeconds !== undefined && now - finishedAt > staleAfterSeconds * 1000;
 }

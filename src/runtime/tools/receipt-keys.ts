@@ -8,18 +8,18 @@ export interface ReceiptKeyParts {
   input: unknown;
   /** Digest of the credentials the tool runs with: new credentials, new receipts. */
   authScope: string;
-  staleAfterSeconds?: number;
-  nowMs: number;
 }
 
 /**
  * The identity of a tool call: the same call in any run or play of the org
- * shares it. With `staleAfterSeconds` the key rolls over every that many
- * seconds, so a result older than one bucket is not reused.
+ * shares it, whatever its `staleAfterSeconds` (the receipt says how old its
+ * result is, and a claim decides whether it is stale: a key that rolled over
+ * with the clock gave a call retried, redispatched or replayed across a
+ * boundary a new key, and a second bill).
  */
 export async function receiptKey(parts: ReceiptKeyParts): Promise<string> {
-  const bucket = parts.staleAfterSeconds ? Math.floor(parts.nowMs / (parts.staleAfterSeconds * 1000)) : 0;
-  const material = canonicalJson([parts.org, parts.toolId, parts.toolVersion, parts.authScope, bucket, parts.input]);
+  // The 0 stands where a stale-after bucket was: keys of calls without `staleAfterSeconds` stay as they were.
+  const material = canonicalJson([parts.org, parts.toolId, parts.toolVersion, parts.authScope, 0, parts.input]);
   return `r:${await sha256Hex(material)}`;
 }
 

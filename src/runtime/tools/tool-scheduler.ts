@@ -125,6 +125,10 @@ export class ToolScheduler {
   async #call(toolId: string, input: unknown, options: ToolCallOptions, ended: () => void): Promise<unknown> {
     const tool = this.#services.tools.get(toolId);
     if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
+    const stale = options.staleAfterSeconds;
+    if (stale !== undefined && !(typeof stale === "number" && Number.isFinite(stale) && stale >= 0)) {
+      throw new ToolCallError({ code: "invalid_tool_options", message: "staleAfterSeconds must be a number ≥ 0", retryable: false });
+    }
     const parsed = tool.input.safeParse(input);
     if (!parsed.success) {
       throw new ToolCallError({
@@ -134,19 +138,17 @@ export class ToolScheduler {
       });
     }
     const scope = await this.#services.scopes.digest(tool);
-    const key = await this.#keyOf(tool, parsed.data, scope, options);
+    const key = await this.#keyOf(tool, parsed.data, scope);
     return this.#dedupe({ key, tool, input: parsed.data, scope, options, rescoped: false, follows: ended });
   }
 
-  #keyOf(tool: AnyTool, input: unknown, scope: string, options: ToolCallOptions): Promise<string> {
+  #keyOf(tool: AnyTool, input: unknown, scope: string): Promise<string> {
     return receiptKey({
       org: this.#services.run.org,
       toolId: tool.id,
       toolVersion: tool.version,
       input,
       authScope: scope,
-      staleAfterSeconds: options.staleAfterSeconds,
-      nowMs: this.#services.now(),
     });
   }
 
@@ -181,15 +183,18 @@ export class ToolScheduler {
     const { policy, signal, receipts } = this.#services;
     const shard = receipts.shardOf(call.key);
     const refresh = this.#deps.refresh || call.options.force === true;
+    const staleAfterMs = call.options.staleAfterSeconds === undefined ? undefined : call.options.staleAfterSeconds * 1000;
     const waitUntil = this.#services.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
     let takeover = false;
     for (let poll = 0; ; poll++) {
       signal.throwIfAborted();
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
       this.#deps.guards.latch.guard();
-      const claim = await this.#writes.claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover }).catch((error: unknown) => {
-        throw this.#fatal(new ReceiptStoreError("claim", error));
-      });
+      const claim = await this.#writes
+        .claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover, staleAfterMs })
+        .catch((error: unknown) => {
+          throw this.#fatal(new ReceiptStoreError("claim", error));
+        });
       takeover = false;
       switch (claim.disposition) {
         case "reused":
@@ -427,7 +432,7 @@ export class ToolScheduler {
       held.done();
     }
     const next = await this.#rescopes.rescope(call.tool, call.scope, outcome.error);
-    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next, call.options), scope: next, rescoped: true });
+    return this.#dedupe({ ...call, key: await this.#keyOf(call.tool, call.input, next), scope: next, rescoped: true });
   }
 
   /**
