@@ -268,7 +268,11 @@ describe("runs and plays", () => {
     expect(body).toEqual({ rows: [], total: 0, offset: 0, limit: 100, nextCursor: null });
     const csv = await api(`/v1/runs/${runId}/datasets/later?format=csv`);
     expect(csv.status).toBe(200);
-    expect(await csv.text()).toBe("_key,_status,_error\r\n");
+    // The header a started dataset with no rows has, line ending included.
+    expect(await csv.text()).toBe("_key,_status,_error\n");
+    const empty = await waitForRun(await startRun("test-stages", { rows: [] }));
+    expect(empty.status).toBe("completed");
+    expect(await (await api(`/v1/runs/${empty.runId}/datasets/stage-found?format=csv`)).text()).toBe("_key,_status,_error\n");
     const ndjson = await api(`/v1/runs/${runId}/datasets/later?format=ndjson`);
     expect(await ndjson.text()).toBe("");
     const cursor = await apiJson(`/v1/runs/${runId}/datasets/later?cursor=abc`);

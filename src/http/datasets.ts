@@ -51,7 +51,9 @@ datasetRoutes.get("/runs/:runId/datasets/:name", async (c) => {
     // A dataset the play declares, before its map starts: no rows yet, not "no such dataset".
     if (!run.links?.datasets || !Object.hasOwn(run.links.datasets, name))
       throw new NotFoundError("dataset_not_found", `run ${runId} has no dataset ${JSON.stringify(name)}`);
-    if (query.format === "csv") return exported(`${META_COLUMNS.join(",")}\r\n`, name, "csv");
+    // The header a started dataset with no rows has (csv-stringify's line ending).
+    if (query.format === "csv")
+      return exported(csvHeader({ format: "csv", columns: [...META_COLUMNS], escapeFormulas: query.safe === "1" }), name, "csv");
     if (query.format === "ndjson") return exported("", name, "ndjson");
     // No cursor was given out for it: any is refused as one that points past its end.
     if (query.cursor !== undefined) decodeDatasetCursor(query.cursor, { runId, dataset: name }, 0);
