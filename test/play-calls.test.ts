@@ -38,6 +38,7 @@ function playCallsOver(shards: ReturnType<typeof fakeShards>) {
   const play = new PlayCalls({
     runId: "run_p",
     attemptSeq: () => 1,
+    invocation: "inv1",
     signal: run.signal,
     leases: (attempt) =>
       new AttemptLeases({ attempt, sheets: null, receipts: shards.receipts, policy, signal: run.signal, now: Date.now, log: () => {} }),
@@ -79,8 +80,8 @@ describe("PlayCalls", () => {
     await until(() => shards.state.renewals.length >= 4);
     const beat = shards.state.renewals.slice(0, 2).sort((x, y) => x.shard - y.shard);
     expect(beat).toEqual([
-      { shard: 0, attemptId: "run_p/play/1", keys: ["a", "b"] },
-      { shard: 1, attemptId: "run_p/play/1", keys: ["c"] },
+      { shard: 0, attemptId: "run_p/play/1@inv1", keys: ["a", "b"] },
+      { shard: 1, attemptId: "run_p/play/1@inv1", keys: ["c"] },
     ]);
     for (const call of calls) call.resolve(call.key);
     expect(await Promise.all(results)).toEqual(["a", "b", "c"]);
@@ -91,7 +92,7 @@ describe("PlayCalls", () => {
     // A later call starts the heartbeat again, for its receipt alone.
     const later = play.call("t", { key: "d", shard: 1 });
     await until(() => shards.state.renewals.length > renewals);
-    expect(shards.state.renewals.at(-1)).toEqual({ shard: 1, attemptId: "run_p/play/1", keys: ["d"] });
+    expect(shards.state.renewals.at(-1)).toEqual({ shard: 1, attemptId: "run_p/play/1@inv1", keys: ["d"] });
     calls.at(-1)!.resolve("d");
     expect(await later).toBe("d");
   });
@@ -107,7 +108,7 @@ describe("PlayCalls", () => {
 
     shards.state.lost.add("a");
     await until(() => calls.length === 3);
-    expect(calls[2]!.attempt.attemptId).toBe("run_p/play/1.1");
+    expect(calls[2]!.attempt.attemptId).toBe("run_p/play/1@inv1.1");
     shards.state.lost.clear();
     calls[2]!.resolve("a, from its new owner");
     expect(await stolen).toBe("a, from its new owner");
@@ -118,7 +119,7 @@ describe("PlayCalls", () => {
     const { play, calls, run } = playCallsOver(shards);
     shards.state.lost.add("a");
     await expect(play.call("t", { key: "a", shard: 0 })).rejects.toBeInstanceOf(LeaseLostError);
-    expect(calls.map((c) => c.attempt.attemptId)).toEqual(["run_p/play/1", "run_p/play/1.1", "run_p/play/1.2"]);
+    expect(calls.map((c) => c.attempt.attemptId)).toEqual(["run_p/play/1@inv1", "run_p/play/1@inv1.1", "run_p/play/1@inv1.2"]);
 
     shards.state.lost.clear();
     const stopped = play.call("t", { key: "b", shard: 0 });

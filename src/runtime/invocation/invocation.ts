@@ -123,7 +123,10 @@ export class Invocation implements InvocationScope {
       () => this.#limit.abort(new TroupeError("deadline_exceeded", deadlineExceeded(this.run).message)),
       Math.max(0, this.run.deadlineAt - this.now()),
     );
+    // Tells this invocation's play-level calls from those an earlier one left (owner-liveness.ts).
+    const invocation = crypto.randomUUID().slice(0, 8);
     const dispatch = createDispatchServices(this, {
+      invocation,
       tools: this.host.tools,
       // Synchronous, in the coordinator's own storage: billed data is durable before the call's error propagates.
       salvage: (entry) => this.store.salvage.add(entry),
@@ -140,7 +143,7 @@ export class Invocation implements InvocationScope {
     });
     const services = this.#playServices();
     const trace = new EffectTrace();
-    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, services, trace });
+    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, invocation, services, trace });
     const close = this.host.executors.open({
       source: (attemptSeq) => this.#captureSource(attemptSeq, trace),
       grant: (attemptId, wantedMicros) => this.#grant(attemptId, wantedMicros),

@@ -11,6 +11,7 @@
 import type { AttemptRef } from "../../contracts/shards";
 import type { ToolCallOptions } from "../../play/types";
 import type { AttemptLeases } from "../map/attempt-leases";
+import { playAttemptId } from "../tools/owner-liveness";
 import type { ToolScheduler } from "../tools/tool-scheduler";
 
 /** Generations one call may go through: a receipt lost this often stays lost, and the call fails with its loss. */
@@ -21,6 +22,8 @@ export interface PlayCallsOptions {
   runId: string;
   /** The run's attempt epoch now. */
   attemptSeq(): number;
+  /** The invocation's id: its attempts are told apart from an earlier invocation's (which are dead to it). */
+  invocation: string;
   /** The run's signal: a call it stopped is not claimed again. */
   signal: AbortSignal;
   /** Leases of `attempt`, over the org's receipt shards, holding no rows. */
@@ -66,7 +69,11 @@ export class PlayCalls {
     if (this.#current && this.#current.leases.lost === null) return this.#current;
     const attemptSeq = this.#deps.attemptSeq();
     const n = this.#generations++;
-    const attempt = { attemptId: `${this.#deps.runId}/play/${attemptSeq}${n ? `.${n}` : ""}`, runId: this.#deps.runId, attemptSeq };
+    const attempt = {
+      attemptId: playAttemptId(this.#deps.runId, attemptSeq, this.#deps.invocation, n),
+      runId: this.#deps.runId,
+      attemptSeq,
+    };
     const leases = this.#deps.leases(attempt);
     this.#current = { leases, scheduler: this.#deps.scheduler(attempt, leases), pending: 0 };
     return this.#current;

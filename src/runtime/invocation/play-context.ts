@@ -55,12 +55,20 @@ export class RunContext implements PlayContext {
 
   #trace: EffectTrace;
 
-  constructor(options: { scope: InvocationScope; maps: MapRunner; attemptSeq: () => number; services: PlayServices; trace: EffectTrace }) {
+  constructor(options: {
+    scope: InvocationScope;
+    maps: MapRunner;
+    attemptSeq: () => number;
+    /** This invocation's id, carried by its play-level attempts. */
+    invocation: string;
+    services: PlayServices;
+    trace: EffectTrace;
+  }) {
     this.#trace = options.trace;
     this.runId = options.scope.run.runId;
     this.org = options.scope.run.org;
     this.#maps = options.maps;
-    this.#calls = playCalls(options.scope, options.maps, options.attemptSeq);
+    this.#calls = playCalls(options.scope, options.maps, options.attemptSeq, options.invocation);
     this.#log = options.scope.log;
     this.#services = options.services;
   }
@@ -177,7 +185,7 @@ export class RunContext implements PlayContext {
 }
 
 /** The play's calls in `scope`: every generation's scheduler shares one set of map-wide guards (one latch). */
-function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => number): PlayCalls {
+function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => number, invocation: string): PlayCalls {
   const { env, run, policy, meter, faults, signal, now, log } = scope;
   // Renewals only: the receipts each generation holds are reported to its leases by its scheduler's own client.
   const receipts = new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults });
@@ -185,6 +193,7 @@ function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => nu
   return new PlayCalls({
     runId: run.runId,
     attemptSeq,
+    invocation,
     signal,
     leases: (attempt) => new AttemptLeases({ attempt, sheets: null, receipts, policy, signal, now, log }),
     scheduler: (attempt, leases) => maps.scheduler(attempt, guards, undefined, leases),

@@ -59,6 +59,8 @@ export interface DispatchParts {
   observeRequest?(provider: string): (timed: boolean) => void;
   /** The pacers to use, when several attempts of one invocation share its connections (an executor's); else new ones. */
   pacers?: PacerRegistry;
+  /** The coordinator's invocation of the run: the id of its play-level attempts (see OwnerLiveness). */
+  invocation?: string;
 }
 
 /** The services of one invocation of a run. Call `pacers.closeAll()` when the invocation ends (unless `parts.pacers` are another's). */
@@ -85,6 +87,7 @@ export function createDispatchServices(scope: InvocationScope, parts: DispatchPa
     scopes: new AuthScopes({ env }),
     owners: new OwnerLiveness({
       runId: run.runId,
+      invocation: parts.invocation,
       now,
       lookup: async (runId) => {
         const view = await runs.getRun(runId);
