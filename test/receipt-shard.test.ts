@@ -403,37 +403,37 @@ describe("refresh (forceToolRefresh)", () => {
   });
 });
 
-describe("staleAfterMs (a call's staleAfterSeconds)", () => {
-  it("re-claims a result another run finished longer ago with generation + 1; younger ones and this run's are reused", async () => {
+describe("staleBefore (a call's staleAfterSeconds, reckoned from its run's start)", () => {
+  it("re-claims a result another run finished before it with generation + 1; later ones and this run's are reused", async () => {
     const stub = shard();
     const a = attempt("run-a");
     await claim(stub, a, ["done", "broken"]);
     await stub.complete({ attempt: a, items: [{ key: "done", output: "v0" }] });
     await stub.fail({ attempt: a, items: [{ key: "broken", error: { code: "bad_input", message: "no" }, retryable: false }] });
-    const stale = (who: AttemptRef, staleAfterMs: number) =>
+    const stale = (who: AttemptRef, staleBefore: number) =>
       stub.claim({
         attempt: who,
         leaseTtlMs: LONG_LEASE_MS,
         refresh: false,
-        items: ["done", "broken"].map((key) => ({ key, toolId: "email.find", staleAfterMs })),
+        items: ["done", "broken"].map((key) => ({ key, toolId: "email.find", staleBefore })),
       });
     const b = attempt("run-b");
-    expect((await stale(b, 60_000)).results).toEqual([
+    expect((await stale(b, Date.now() - 60_000)).results).toEqual([
       { key: "done", disposition: "reused", output: "v0", generation: 0, finishedByRun: "run-a" },
       { key: "broken", disposition: "failed", error: { code: "bad_input", message: "no" } },
     ]);
     await sleep(20);
-    // Older than 10 ms, but run a finished them: a redispatch or a replay of run a never pays again.
-    expect((await stale(attempt("run-a", 1), 10)).results).toEqual([
+    // Finished before the time, but by run a: a redispatch or a replay of run a never pays again.
+    expect((await stale(attempt("run-a", 1), Date.now())).results).toEqual([
       { key: "done", disposition: "reused", output: "v0", generation: 0, finishedByRun: "run-a" },
       { key: "broken", disposition: "failed", error: { code: "bad_input", message: "no" } },
     ]);
-    expect((await stale(b, 10)).results).toEqual([
+    expect((await stale(b, Date.now())).results).toEqual([
       { key: "done", disposition: "claimed", generation: 1 },
       { key: "broken", disposition: "claimed", generation: 1 },
     ]);
-    // Running under run b now: another run waits for it, however stale it counts results.
-    expect((await stale(attempt("run-c"), 0)).results.map((r) => r.disposition)).toEqual(["running", "running"]);
+    // Running under run b now: another run waits for it, however fresh it wants results.
+    expect((await stale(attempt("run-c"), Date.now())).results.map((r) => r.disposition)).toEqual(["running", "running"]);
   });
 });
 

@@ -90,3 +90,28 @@ it("refuses a staleAfterSeconds that is not a number ≥ 0, calling nothing", as
   expect(JSON.stringify(run.error)).toContain("staleAfterSeconds must be a number ≥ 0");
   expect(await simStats()).toMatchObject({ calls: 0 });
 });
+
+it("replays a call that reused another run's result as it first did, however old that result has grown since", async () => {
+  await simReset();
+  const input = { name: "Stale Replay Reused", domain: "stale.test" };
+  const first = await call(input);
+  // Fresh when this run starts (finished less than 3 s before it), stale by the time the play wakes and replays it.
+  const run = await call(input, { staleAfterSeconds: 3, sleepMs: 3_500 });
+  expect(run.usage.spend.total).toBe(0);
+  expect(await simStats()).toMatchObject({ calls: 1, billed: 1 });
+  expect((await receiptOf(input)).receipt).toMatchObject({ generation: 0, finishedByRun: first.runId });
+});
+
+it("claims a call that accepts less than another of the same receipt in the attempt after it, not as its follower", async () => {
+  await simReset();
+  const input = { name: "Stale Beside", domain: "stale.test" };
+  await call(input);
+  // Beside a call that takes the stored result, the same call asking for one younger than the run: made again.
+  const run = await waitForRun(await startRun("test-play-call", { tool, input, also: { staleAfterSeconds: 0 } }));
+  expect(run.status, JSON.stringify(run.error)).toBe("completed");
+  const out = { email: expectedEmail(input.name, input.domain) };
+  expect(run.result).toEqual({ out, also: out });
+  expect(run.usage.spend.total).toBe(1);
+  expect(await simStats()).toMatchObject({ calls: 2, billed: 2, duplicates: 0 });
+  expect((await receiptOf(input)).receipt).toMatchObject({ generation: 1, finishedByRun: run.runId });
+});

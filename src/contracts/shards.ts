@@ -161,10 +161,12 @@ export const ClaimReceiptsRequest = z.object({
          */
         takeover: z.boolean().optional(),
         /**
-         * The call's `staleAfterSeconds`, in ms: a result another run finished
-         * longer ago than this is not reused (claimed again, generation + 1).
+         * The call's `staleAfterSeconds` as a time (ms): a result another run
+         * finished before it is not reused (claimed again, generation + 1).
+         * Reckoned from the run's start, so a run's verdict on a result
+         * stays the same for its whole life (a replay reuses what it reused).
          */
-        staleAfterMs: z.number().finite().min(0).optional(),
+        staleBefore: z.number().finite().min(0).optional(),
       }),
     )
     .max(1000),

@@ -81,18 +81,31 @@ export const testPadded = definePlay({
   },
 });
 
+const callOptions = z.object({ staleAfterSeconds: z.number().optional(), force: z.boolean().optional() });
+
 /**
  * One call made by the play itself, outside any map (any tool, any input, with `staleAfterSeconds` if given): its
- * answer is the run's result. With `sleepMs` the play sleeps after it, so the call is replayed when the play wakes.
+ * answer is the run's result. With `sleepMs` the play sleeps after it, so the call is replayed when the play wakes;
+ * `detached`, the sleep starts while the call is pending. `also` makes the same call with other options beside it.
  */
 export const testPlayCall = definePlay({
   name: "test-play-call",
   description: "test only: one play-level ctx.tool call (any tool, any input)",
-  input: z.object({ tool: z.string(), input: z.unknown(), staleAfterSeconds: z.number().optional(), sleepMs: z.number().optional() }),
+  input: callOptions.extend({
+    tool: z.string(),
+    input: z.unknown(),
+    sleepMs: z.number().optional(),
+    detached: z.boolean().optional(),
+    also: callOptions.optional(),
+  }),
   async run(ctx, input) {
     const options = input.staleAfterSeconds === undefined ? undefined : { staleAfterSeconds: input.staleAfterSeconds };
-    const out = await ctx.tool(input.tool, input.input, options);
-    if (input.sleepMs) await ctx.sleep(input.sleepMs);
-    return { out };
+    const call = ctx.tool(input.tool, input.input, options);
+    call.catch(() => {});
+    const also = input.also && ctx.tool(input.tool, input.input, input.also);
+    if (input.detached && input.sleepMs) await ctx.sleep(input.sleepMs);
+    const out = await call;
+    if (input.sleepMs && !input.detached) await ctx.sleep(input.sleepMs);
+    return also ? { out, also: await also } : { out };
   },
 });

@@ -35,7 +35,7 @@ import { toCredits, toMicros } from "../../stores/spend-store";
 import { messageOf, TroupeError } from "../../core/errors";
 import type { PeekedReceipt } from "../../contracts/shards";
 import { type RuntimePolicy, shardCountFor } from "../../core/policy";
-import { receiptKey } from "./receipt-keys";
+import { receiptKey, staleBeforeOf } from "./receipt-keys";
 import { planRows, type RowPlan } from "../map/row-keys";
 import { UploadRows } from "../map/upload-rows";
 import { isUploadedRows, rowSchemaOf } from "../../play/define";
@@ -386,8 +386,9 @@ class Estimator {
     // refresh too, the run's own new receipt): priced once here. Its output is not known either way: the row stops there.
     const refresh = this.#deps.forceToolRefresh || options.force === true;
     const found = refresh ? null : await this.#lookup(key);
-    // A result older than the call's `staleAfterSeconds` is called again (the run's claim finds it stale too).
-    const stale = found !== null && found.state !== "new" && isStale(found.finishedAt, options.staleAfterSeconds, this.#deps.now());
+    // A result older than the call's `staleAfterSeconds` is called again (a run starting now finds it stale too).
+    const staleBefore = staleBeforeOf(options.staleAfterSeconds, this.#deps.now());
+    const stale = found !== null && found.state !== "new" && staleBefore !== undefined && found.finishedAt < staleBefore;
     const receipt = stale ? null : found;
     if (receipt === null || receipt.state === "new") {
       // Checked after the lookup: rows of a wave look up at once.
@@ -420,8 +421,4 @@ class Estimator {
       for (const lookup of batch) lookup.reject(new EstimateUnavailable(error));
     }
   }
-}
-
-function isStale(finishedAt: number, staleAfterSeconds: number | undefined, now: number): boolean {
-  return staleAfterSeconds !== undefined && now - finishedAt > staleAfterSeconds * 1000;
 }

@@ -1,5 +1,6 @@
 /** Receipt keys and the idempotency keys derived from them. */
 import { canonicalJson, sha256Hex } from "../../core/hash";
+import { ToolCallError } from "../../play/tool-error";
 
 export interface ReceiptKeyParts {
   org: string;
@@ -26,4 +27,16 @@ export async function receiptKey(parts: ReceiptKeyParts): Promise<string> {
 /** What the provider bills by: stable across retries of one receipt generation. */
 export async function idempotencyKey(receipt: string, generation: number): Promise<string> {
   return `tr_${(await sha256Hex(`${receipt}#${generation}`)).slice(0, 40)}`;
+}
+
+/**
+ * A call's `staleAfterSeconds` as the time (ms) before which a result another run finished is stale, reckoned from
+ * `startedAt` (the run's start), not from now: a replay or a redispatch of the call judges a result as its first
+ * pass did, so it reuses what that pass reused. Undefined without one; a value that is not a number ≥ 0 fails the call.
+ */
+export function staleBeforeOf(staleAfterSeconds: unknown, startedAt: number): number | undefined {
+  if (staleAfterSeconds === undefined) return undefined;
+  if (!(typeof staleAfterSeconds === "number" && Number.isFinite(staleAfterSeconds) && staleAfterSeconds >= 0))
+    throw new ToolCallError({ code: "invalid_tool_options", message: "staleAfterSeconds must be a number ≥ 0", retryable: false });
+  return Math.max(0, startedAt - staleAfterSeconds * 1000);
 }

@@ -9,7 +9,7 @@ import { getOrInsert } from "../../core/collections";
 import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
 import type { DispatchServices } from "./services";
 
-export type ClaimItem = { key: string; toolId: string; takeover: boolean; staleAfterMs?: number };
+export type ClaimItem = { key: string; toolId: string; takeover: boolean; staleBefore?: number };
 type CompleteItem = { key: string; output: unknown };
 export type FailItem = { key: string; error: ReceiptError; retryable: boolean };
 /** One receipt write of the attempt's bulk queue: a shard's writes go in one call (ReceiptClient.write). */

@@ -21,7 +21,7 @@ import { sleep } from "../../core/time";
 import { withSendHooks } from "../../core/outbound";
 import type { AttemptRef, ReceiptError } from "../../contracts/shards";
 import type { WorkerBarrier } from "../../core/bulk-queue";
-import { idempotencyKey, receiptKey } from "./receipt-keys";
+import { idempotencyKey, receiptKey, staleBeforeOf } from "./receipt-keys";
 import { type Recovered, recoverCall } from "./recovery";
 import { type FailItem, ReceiptWrites } from "./receipt-writes";
 
@@ -45,6 +45,8 @@ interface OwnedCall {
   input: unknown;
   scope: string;
   options: ToolCallOptions;
+  /** Results another run finished before this time (ms) are stale: `staleAfterSeconds` before the run started. */
+  staleBefore?: number;
   /** Already re-claimed once under a new auth scope. */
   rescoped: boolean;
   /** Tells the tool queue the call will not reach the provider itself (it follows another): see ToolQueue.began. */
@@ -69,7 +71,10 @@ export const MAX_RECEIPT_OUTPUT_BYTES = 512 * 1024;
 export class ToolScheduler {
   #deps: ToolSchedulerOptions;
   #services: DispatchServices;
+  /** Each call this attempt owns, by receipt key and what it accepts (see #dedupe). */
   #inflight = new Map<string, Promise<unknown>>();
+  /** The last call owned of each receipt key. */
+  #lastOf = new Map<string, Promise<unknown>>();
   /** Calls made through {@link call} not settled yet. */
   #unsettled = new Set<Promise<unknown>>();
   /** Claims, completions and failures, one call per shard. */
@@ -125,10 +130,7 @@ export class ToolScheduler {
   async #call(toolId: string, input: unknown, options: ToolCallOptions, ended: () => void): Promise<unknown> {
     const tool = this.#services.tools.get(toolId);
     if (!tool) throw new ToolCallError({ code: "unknown_tool", message: `unknown tool ${JSON.stringify(toolId)}`, retryable: false });
-    const stale = options.staleAfterSeconds;
-    if (stale !== undefined && !(typeof stale === "number" && Number.isFinite(stale) && stale >= 0)) {
-      throw new ToolCallError({ code: "invalid_tool_options", message: "staleAfterSeconds must be a number ≥ 0", retryable: false });
-    }
+    const staleBefore = staleBeforeOf(options.staleAfterSeconds, this.#services.run.createdAt);
     const parsed = tool.input.safeParse(input);
     if (!parsed.success) {
       throw new ToolCallError({
@@ -139,28 +141,30 @@ export class ToolScheduler {
     }
     const scope = await this.#services.scopes.digest(tool);
     const key = await this.#keyOf(tool, parsed.data, scope);
-    return this.#dedupe({ key, tool, input: parsed.data, scope, options, rescoped: false, follows: ended });
+    return this.#dedupe({ key, tool, input: parsed.data, scope, options, staleBefore, rescoped: false, follows: ended });
   }
 
   #keyOf(tool: AnyTool, input: unknown, scope: string): Promise<string> {
-    return receiptKey({
-      org: this.#services.run.org,
-      toolId: tool.id,
-      toolVersion: tool.version,
-      input,
-      authScope: scope,
-    });
+    return receiptKey({ org: this.#services.run.org, toolId: tool.id, toolVersion: tool.version, input, authScope: scope });
   }
 
-  /** Owns the call, or follows its owner in this attempt (and says so to the queue: it will not call the provider). */
+  /**
+   * Owns the call, or follows its owner in this attempt (and says so to the queue: it will not call the provider).
+   * A call of the same receipt that accepts less (another `staleAfterSeconds`, `force`) is claimed once the calls
+   * owned before it settled, never beside them (two owners in one attempt would both send it): the receipt then says
+   * whether what they found will do for it.
+   */
   #dedupe(call: OwnedCall): Promise<unknown> {
-    const owner = this.#inflight.get(call.key);
+    const variant = `${call.key}#${call.options.force === true ? "force" : ""}#${call.staleBefore ?? ""}`;
+    const owner = this.#inflight.get(variant);
     if (owner) {
       call.follows();
       return this.#park(owner);
     }
-    const owned = this.#own(call);
-    this.#inflight.set(call.key, owned);
+    const before = this.#lastOf.get(call.key);
+    const owned = before ? this.#park(before.catch(() => undefined)).then(() => this.#own(call)) : this.#own(call);
+    this.#inflight.set(variant, owned);
+    this.#lastOf.set(call.key, owned);
     return owned;
   }
 
@@ -183,7 +187,6 @@ export class ToolScheduler {
     const { policy, signal, receipts } = this.#services;
     const shard = receipts.shardOf(call.key);
     const refresh = this.#deps.refresh || call.options.force === true;
-    const staleAfterMs = call.options.staleAfterSeconds === undefined ? undefined : call.options.staleAfterSeconds * 1000;
     const waitUntil = this.#services.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
     let takeover = false;
     for (let poll = 0; ; poll++) {
@@ -191,7 +194,7 @@ export class ToolScheduler {
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
       this.#deps.guards.latch.guard();
       const claim = await this.#writes
-        .claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover, staleAfterMs })
+        .claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover, staleBefore: call.staleBefore })
         .catch((error: unknown) => {
           throw this.#fatal(new ReceiptStoreError("claim", error));
         });
