@@ -14,7 +14,7 @@ import { shardOf } from "../src/core/hash";
 import { AuthScopes } from "../src/runtime/tools/auth-scope";
 import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { toolRegistry } from "../src/tools/index";
-import { clearFaults, setFaults } from "./chaos-helpers";
+import { clearFaults, SIM_DEFAULTS, setFaults, setSim } from "./chaos-helpers";
 import { expectedEmail, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 afterEach(clearFaults);
@@ -65,4 +65,22 @@ it("sends a keyed call again under its key after the crash: the provider answers
   expect(run.result).toEqual({ out: { email: expectedEmail(input.name, input.domain) } });
   expect(await simStats()).toMatchObject({ billed: 1, duplicates: 0 });
   expect(run.usage.spend.total).toBe(1);
+});
+
+it("ends with its invocation a call still in flight as the play sleeps: the replay reuses its answer, billed once", async () => {
+  await simReset();
+  await setSim({ latencyMs: 1_500 });
+  try {
+    const tool = "sim_find_email";
+    const input = { name: "Detached Call", domain: "play-crash.test" };
+    // The sleep ends the invocation while the call is at the provider; the alarm that wakes the play comes long before its answer.
+    const run = await waitForRun(await startRun("test-play-call", { tool, input, sleepMs: 10, detached: true }));
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.result).toEqual({ out: { email: expectedEmail(input.name, input.domain) } });
+    expect(await notices(run.runId)).not.toContain("receipt_taken_over");
+    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+    expect(run.usage.spend.total).toBe(1);
+  } finally {
+    await setSim(SIM_DEFAULTS);
+  }
 });

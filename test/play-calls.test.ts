@@ -40,8 +40,8 @@ function playCallsOver(shards: ReturnType<typeof fakeShards>) {
     attemptSeq: () => 1,
     invocation: "inv1",
     signal: run.signal,
-    leases: (attempt) =>
-      new AttemptLeases({ attempt, sheets: null, receipts: shards.receipts, policy, signal: run.signal, now: Date.now, log: () => {} }),
+    leases: (attempt, stop) =>
+      new AttemptLeases({ attempt, sheets: null, receipts: shards.receipts, policy, signal: stop, now: Date.now, log: () => {} }),
     scheduler: (attempt, leases) =>
       ({
         call: (_tool: string, input: unknown) =>

@@ -25,7 +25,7 @@ import type { InvocationSpendCap } from "../tools/org-spend";
 import { capsItsChildren } from "../tools/child-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
 import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
-import { type PlayServices, RunContext } from "./play-context";
+import { type PlayServices, playCalls, RunContext } from "./play-context";
 import { PlayFetch, SecretValues } from "./play-fetch";
 import type { InvocationScope } from "./scope";
 import { WaitSignal, Waits, waitPolicyFor } from "./waits";
@@ -143,7 +143,8 @@ export class Invocation implements InvocationScope {
     });
     const services = this.#playServices();
     const trace = new EffectTrace();
-    const ctx = new RunContext({ scope: this, maps, attemptSeq: () => this.store.run()!.runAttempt, invocation, services, trace });
+    const calls = playCalls(this, maps, () => this.store.run()!.runAttempt, invocation);
+    const ctx = new RunContext({ scope: this, maps, calls, services, trace });
     const close = this.host.executors.open({
       source: (attemptSeq) => this.#captureSource(attemptSeq, trace),
       grant: (attemptId, wantedMicros) => this.#grant(attemptId, wantedMicros),
@@ -152,6 +153,8 @@ export class Invocation implements InvocationScope {
       await services.children.checkDue();
       return await this.#run(play, ctx, services, maps);
     } finally {
+      // No play-level call outlives its invocation: the next one's replay would take its receipt for a dead owner's.
+      await calls.end();
       close();
       clearTimeout(timer);
       await dispatch.pacers.closeAll();

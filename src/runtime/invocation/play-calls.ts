@@ -7,8 +7,13 @@
  * expire) stops the calls of its generation before they send. Each of them
  * then claims its receipt again under a fresh generation, as a redispatched
  * chunk would: it finds the new owner's result, or waits for it.
+ *
+ * No call outlives the invocation that made it (`end`): one left pending as the
+ * play stopped (unawaited, or beside a wait) would hold a receipt the next
+ * invocation's replay takes for a dead owner's (owner-liveness.ts).
  */
 import type { AttemptRef } from "../../contracts/shards";
+import { TroupeError } from "../../core/errors";
 import type { ToolCallOptions } from "../../play/types";
 import type { AttemptLeases } from "../map/attempt-leases";
 import { playAttemptId } from "../tools/owner-liveness";
@@ -26,8 +31,8 @@ export interface PlayCallsOptions {
   invocation: string;
   /** The run's signal: a call it stopped is not claimed again. */
   signal: AbortSignal;
-  /** Leases of `attempt`, over the org's receipt shards, holding no rows. */
-  leases(attempt: AttemptRef): AttemptLeases;
+  /** Leases of `attempt`, over the org's receipt shards, holding no rows, that stop with `signal`. */
+  leases(attempt: AttemptRef, signal: AbortSignal): AttemptLeases;
   /** A tool scheduler whose tool path stops with `leases` and reports its receipts to them. */
   scheduler(attempt: AttemptRef, leases: AttemptLeases): ToolScheduler;
 }
@@ -44,13 +49,35 @@ export class PlayCalls {
   #deps: PlayCallsOptions;
   #current: Generation | null = null;
   #generations = 0;
+  #ended = new AbortController();
+  /** The run's signal, or the invocation's end. */
+  #signal: AbortSignal;
+  #pending = new Set<Promise<unknown>>();
 
   constructor(options: PlayCallsOptions) {
     this.#deps = options;
+    this.#signal = AbortSignal.any([options.signal, this.#ended.signal]);
   }
 
   /** Calls a tool durably, its receipt renewed until the call settles. */
-  async call(toolId: string, input: unknown, options?: ToolCallOptions): Promise<unknown> {
+  call(toolId: string, input: unknown, options?: ToolCallOptions): Promise<unknown> {
+    const call = this.#call(toolId, input, options);
+    this.#pending.add(call);
+    const settled = () => void this.#pending.delete(call);
+    call.then(settled, settled);
+    return call;
+  }
+
+  /**
+   * The invocation ends: its calls not sent yet stop (their receipts say so: the replay makes them), and those
+   * sent are waited for (their answers stored), so that none outlives it.
+   */
+  async end(): Promise<void> {
+    this.#ended.abort(new TroupeError("invocation_ended", "the play's invocation ended before this call was made"));
+    while (this.#pending.size > 0) await Promise.allSettled([...this.#pending]);
+  }
+
+  async #call(toolId: string, input: unknown, options?: ToolCallOptions): Promise<unknown> {
     for (let tries = 1; ; tries++) {
       const generation = this.#generation();
       try {
@@ -59,7 +86,7 @@ export class PlayCalls {
         // Its generation lost a lease (not the run's stop): whatever it threw (the loss itself, or an earlier try's
         // failure that the loss kept from being tried again, a 429's wait say), nothing more was sent under a lease
         // another attempt holds, and its receipt decides what comes next.
-        if (generation.leases.lost === null || this.#deps.signal.aborted || tries >= MAX_GENERATIONS_PER_CALL) throw error;
+        if (generation.leases.lost === null || this.#signal.aborted || tries >= MAX_GENERATIONS_PER_CALL) throw error;
       }
     }
   }
@@ -74,7 +101,7 @@ export class PlayCalls {
       runId: this.#deps.runId,
       attemptSeq,
     };
-    const leases = this.#deps.leases(attempt);
+    const leases = this.#deps.leases(attempt, this.#signal);
     this.#current = { leases, scheduler: this.#deps.scheduler(attempt, leases), pending: 0 };
     return this.#current;
   }

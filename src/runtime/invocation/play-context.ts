@@ -58,9 +58,8 @@ export class RunContext implements PlayContext {
   constructor(options: {
     scope: InvocationScope;
     maps: MapRunner;
-    attemptSeq: () => number;
-    /** This invocation's id, carried by its play-level attempts. */
-    invocation: string;
+    /** The play's own calls in this invocation ({@link playCalls}). */
+    calls: PlayCalls;
     services: PlayServices;
     trace: EffectTrace;
   }) {
@@ -68,7 +67,7 @@ export class RunContext implements PlayContext {
     this.runId = options.scope.run.runId;
     this.org = options.scope.run.org;
     this.#maps = options.maps;
-    this.#calls = playCalls(options.scope, options.maps, options.attemptSeq, options.invocation);
+    this.#calls = options.calls;
     this.#log = options.scope.log;
     this.#services = options.services;
   }
@@ -184,8 +183,11 @@ export class RunContext implements PlayContext {
   }
 }
 
-/** The play's calls in `scope`: every generation's scheduler shares one set of map-wide guards (one latch). */
-function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => number, invocation: string): PlayCalls {
+/**
+ * The play's calls in `scope`, their attempts carrying the invocation's id: every generation's scheduler shares one
+ * set of map-wide guards (one latch). The invocation ends them as it ends (`PlayCalls.end`).
+ */
+export function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => number, invocation: string): PlayCalls {
   const { env, run, policy, meter, faults, signal, now, log } = scope;
   // Renewals only: the receipts each generation holds are reported to its leases by its scheduler's own client.
   const receipts = new ReceiptClient({ env, org: run.org, shardCount: policy.receiptShards, meter, faults });
@@ -195,7 +197,7 @@ function playCalls(scope: InvocationScope, maps: MapRunner, attemptSeq: () => nu
     attemptSeq,
     invocation,
     signal,
-    leases: (attempt) => new AttemptLeases({ attempt, sheets: null, receipts, policy, signal, now, log }),
+    leases: (attempt, stop) => new AttemptLeases({ attempt, sheets: null, receipts, policy, signal: stop, now, log }),
     scheduler: (attempt, leases) => maps.scheduler(attempt, guards, undefined, leases),
   });
 }
