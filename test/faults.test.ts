@@ -318,6 +318,29 @@ describe("an org directory that cannot be told of a new run", () => {
   });
 });
 
+describe("an org directory that missed a status", () => {
+  it("is told the run is running at the next alarm, with no status change to carry it", async () => {
+    await simReset();
+    // The new run's listing, the first alarm's own try and its sync as the run starts all fail (that alarm with it).
+    await setFaults([
+      { point: "directory.sync", fromCall: 1, times: 3 },
+      { point: "provider.before", tool: "sim_find_email", hold: true, times: 1 },
+    ]);
+    const input = { name: "Listed Late", domain: "listed.test" };
+    const runId = await startRun("test-play-call", { tool: "sim_find_email", input });
+    // The alarm's retry runs the play, whose one call is held: the run stays running, and listed so.
+    await injector().held(1);
+    const listed = await until(
+      async () => (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === runId),
+      (run) => run?.status === "running",
+      "the running run to be listed",
+    );
+    expect(listed).toMatchObject({ runId, play: "test-play-call" });
+    expect(await injector().release(1)).toBe(1);
+    expect((await waitForRun(runId)).status).toBe("completed");
+  });
+});
+
 describe("auth scope", () => {
   it("re-resolves the credentials once when the provider says they changed, and re-claims under the new scope", async () => {
     await simReset();

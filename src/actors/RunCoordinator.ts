@@ -27,7 +27,7 @@ import { ExecutorAttempts } from "../runtime/executor/executor-attempts";
 import type { CaptureSource } from "../clients/executors";
 import type { AttemptReport, ReportAnswer, SpendGrant } from "../contracts/executors";
 import { createSql, migrate } from "../stores/sql";
-import { faultProbeFor } from "../clients/faults";
+import { type FaultProbe, faultProbeFor } from "../clients/faults";
 import { OrgClient } from "../clients/orgs";
 import { toolRegistry } from "../tools";
 import type { LedgerEventFields, LedgerEventType } from "../api/responses";
@@ -109,6 +109,10 @@ export class RunCoordinator extends Server<Env> {
   #outboundGate: OutboundGate | null;
   /** Children refused more of this run's cap, and when they last asked (runtime/tools/child-spend.ts). */
   #childWaits = new Map<string, number>();
+  /** The status this instance last told the org's directory (an alarm tells one it missed: a failed sync). */
+  #listed: string | null = null;
+  /** The probe of directory syncs (test runner only), one per instance: a probe asks whether faults are armed once. */
+  #directoryFaults: FaultProbe | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -165,7 +169,7 @@ export class RunCoordinator extends Server<Env> {
     if (created) {
       // Listed now if the directory answers, else by the alarm's first status: a failure here must not leave a run
       // that never runs (its alarm unset) while the client, told 5xx, starts another.
-      await this.#listNewRun().catch((error: unknown) =>
+      await this.#syncDirectory().catch((error: unknown) =>
         console.warn(`run ${init.runId}: could not list it in its org's directory yet`, error),
       );
       await this.ctx.storage.setAlarm(now);
@@ -388,6 +392,8 @@ export class RunCoordinator extends Server<Env> {
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
     let next: number | null;
     const run = this.#store.run();
+    // A status the directory missed (a new run's listings failed, and no status change since tells it): told now.
+    if (run && this.#listed !== shownStatus(run)) await this.#syncDirectory().catch(() => {});
     const start = {
       cancel: signal,
       policy: policyFor(this.env, run?.testPolicy),
@@ -415,7 +421,7 @@ export class RunCoordinator extends Server<Env> {
       this.#journal.bump("play_history");
     }
     // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
-    if (wasTerminal) await this.#syncDirectory();
+    if (wasTerminal && this.#listed !== shownStatus(this.#store.run()!)) await this.#syncDirectory();
     // Whether or not this alarm ended the run: one that died mid-way through its end, or a child's cancel that failed, left
     // children running, and they would run to their own limits.
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
@@ -480,21 +486,13 @@ export class RunCoordinator extends Server<Env> {
     return data;
   }
 
-  /** A new run's first listing: the one directory sync with a fault point (a check in every sync loads every test). */
-  async #listNewRun(): Promise<void> {
-    await faultProbeFor(this.env, { play: this.#store.run()!.play }).check("directory.sync");
-    await this.#syncDirectory();
-  }
-
   async #syncDirectory(): Promise<void> {
     const run = this.#store.run()!;
-    await new OrgClient({ env: this.env, org: run.org }).record({
-      runId: run.runId,
-      play: run.play,
-      status: shownStatus(run),
-      parentRunId: run.parentRunId,
-      createdAt: run.createdAt,
-      updatedAt: run.updatedAt,
-    });
+    this.#directoryFaults ??= faultProbeFor(this.env, { play: run.play });
+    await this.#directoryFaults.check("directory.sync");
+    const status = shownStatus(run);
+    const { runId, play, parentRunId, createdAt, updatedAt } = run;
+    await new OrgClient({ env: this.env, org: run.org }).record({ runId, play, status, parentRunId, createdAt, updatedAt });
+    this.#listed = status;
   }
 }

@@ -14,8 +14,8 @@
  * The `*.claimed`, `sheet.persisted` points come right after the operation
  * succeeded (crash points between the phases of a chunk; `executor.reported`:
  * a report the coordinator applied whose answer is lost; `executor.end` and
- * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a new
- * run's first listing in its org's directory); `run.alarm` is the coordinator's alarm after it
+ * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a run's
+ * status told to its org's directory, from a new run's first listing on); `run.alarm` is the coordinator's alarm after it
  * drove the run, before it re-armed itself; `run.finish`, the run's end decided and recorded,
  * before it is carried out.
  *
