@@ -1,7 +1,7 @@
 /** The constructors play and tool authors use. */
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
-import { MAX_ISSUES } from "../core/errors";
+import { MAX_ISSUES, messageOf } from "../core/errors";
 import { describeInputAs } from "./json-schema";
 import type { PlayDefinition, Row, ToolBinding, ToolDefinition, UploadedRows } from "./types";
 
@@ -160,7 +160,7 @@ function checkRows<R extends z.ZodType<Row, unknown>>(
     if (issues++ < MAX_ROW_ISSUES) report(at, message);
   };
   list.forEach((value, i) => {
-    const result = row.safeParse(value);
+    const result = safeParseRow(row, value);
     if (!result.success) {
       failed++;
       for (const issue of result.error.issues) refuse([i, ...issue.path], issue.message);
@@ -171,6 +171,18 @@ function checkRows<R extends z.ZodType<Row, unknown>>(
   });
   if (issues > MAX_ROW_ISSUES) report([], `${failed} rows do not fit (${issues} issues; the first ${MAX_ROW_ISSUES} are listed)`);
   return failed > 0 ? null : checked;
+}
+
+/** `row.safeParse`, with a transform that throws reported as the row's issue (not a 5xx for the whole request). */
+function safeParseRow<R extends z.ZodType<Row, unknown>>(
+  row: R,
+  value: unknown,
+): { success: true; data: z.output<R> } | { success: false; error: { issues: { path: PropertyKey[]; message: string }[] } } {
+  try {
+    return row.safeParse(value);
+  } catch (error) {
+    return { success: false, error: { issues: [{ path: [], message: `the row schema threw: ${messageOf(error).slice(0, 500)}` }] } };
+  }
 }
 
 /** An upload's id, as `POST /v1/uploads` gives them out. */

@@ -1,6 +1,6 @@
 /** Test plays beyond testing.ts (which is full). */
 import { z } from "zod";
-import { definePlay } from "../play/define";
+import { definePlay, rowsInput } from "../play/define";
 
 /** Two stages: the second map reads the first one's stored rows (`handle.rows()`). */
 export const testStages = definePlay({
@@ -107,5 +107,30 @@ export const testPlayCall = definePlay({
     const out = await call;
     if (input.sleepMs && !input.detached) await ctx.sleep(input.sleepMs);
     return also ? { out, also: await also } : { out };
+  },
+});
+
+/** A site of "!throw" makes the row schema's transform throw; a row without an email, the key function. */
+const fragileRow = z.object({
+  id: z.string(),
+  email: z.string().optional(),
+  site: z
+    .string()
+    .optional()
+    .transform((site) => {
+      if (site === "!throw") throw new Error("site is not a URL");
+      return site;
+    }),
+});
+
+/** Rows on which the play's own code throws (its schema's transform, its key function): each fails alone. */
+export const testFragileRows = definePlay({
+  name: "test-fragile-rows",
+  description: "test only: a row schema and a key function that throw on some rows",
+  input: rowsInput(fragileRow),
+  async run(ctx, input) {
+    const email = (row: { email?: unknown }) => (row.email as string).toLowerCase();
+    const mapped = await ctx.map("fragile", input.rows, { lower: (row) => email(row) }, { key: (row) => email(row) });
+    return { completed: mapped.completed, failed: mapped.failed };
   },
 });

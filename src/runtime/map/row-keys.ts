@@ -1,5 +1,5 @@
 /** Turns a map's input rows into keyed rows: explicit keys deduped, else content hash plus index. */
-import { TerminalError } from "../../core/errors";
+import { messageOf, TerminalError } from "../../core/errors";
 import { canonicalJson, sha256Hex } from "../../core/hash";
 import type { PlannedRow } from "../../contracts/shards";
 import type { MapOptions, Row } from "../../play/types";
@@ -38,7 +38,13 @@ export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Pr
 /** Row `i`'s key by the map's explicit `key` option, or why it has none. */
 export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key"]>): string | { error: string } {
   // Own fields only: a row without the key field has no key, even when the field is named like an Object.prototype member.
-  const raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
+  let raw: unknown;
+  try {
+    raw = typeof key === "function" ? key(input, i) : Object.hasOwn(input, key) ? input[key] : undefined;
+  } catch (error) {
+    // The row's, not the map's: a key function reading a field the row lacks (`row.email.toLowerCase()`).
+    return { error: `has no key (the key function threw: ${messageOf(error).slice(0, 500)})` };
+  }
   if (raw === undefined || raw === null || raw === "")
     return { error: `has no key (${typeof key === "function" ? "key function" : `field ${JSON.stringify(key)}`} is empty)` };
   // A string, or a number or bigint written as one (7 and "7" are one row). Anything else written as a string collides:

@@ -7,7 +7,7 @@
  * `invalid` and fails alone, naming its line, while its chunk runs on.
  */
 import type { z } from "zod";
-import { TerminalError } from "../../core/errors";
+import { messageOf, TerminalError } from "../../core/errors";
 import type { PlannedRow, UploadSlice } from "../../contracts/shards";
 import type { FaultProbe } from "../../clients/faults";
 import type { MapOptions, Row } from "../../play/types";
@@ -61,13 +61,14 @@ export class UploadRows {
     return planned;
   }
 
+  /** A row that does not fit (or throws in the schema's transforms or the key function) fails on its own, not its chunk. */
   async #plan(raw: Row, index: number, line: number): Promise<PlannedRow> {
     const { key, schema } = this.#deps;
-    const parsed = schema ? schema.safeParse(raw) : { success: true as const, data: raw };
+    const parsed = checked(schema, raw);
     const input = parsed.success ? parsed.data : raw;
     const keyed = await rowKey(input, index, key);
     if (typeof keyed !== "string") return { key: `#line:${line}`, index, input: raw, invalid: `line ${line}: ${keyed.error}` };
-    if (!parsed.success) return { key: keyed, index, input: raw, invalid: `line ${line}: ${issuesOf(parsed.error)}` };
+    if (!parsed.success) return { key: keyed, index, input: raw, invalid: `line ${line}: ${parsed.error}` };
     return { key: keyed, index, input };
   }
 
@@ -86,10 +87,26 @@ export class UploadRows {
   }
 }
 
+/** The row as the schema makes it, or what is wrong with it (a transform that throws included). */
+function checked(schema: UploadRowsOptions["schema"], raw: Row): { success: true; data: Row } | { success: false; error: string } {
+  if (!schema) return { success: true, data: raw };
+  try {
+    const parsed = schema.safeParse(raw);
+    return parsed.success ? parsed : { success: false, error: issuesOf(parsed.error) };
+  } catch (error) {
+    return { success: false, error: `the row schema threw: ${messageOf(error).slice(0, 500)}` };
+  }
+}
+
 /** The row's key as `planRows` makes it for rows in hand, or why it has none. */
 async function rowKey(input: Row, index: number, key: MapOptions["key"]): Promise<string | { error: string }> {
-  if (key === undefined) return contentKey(input, index);
-  return keyOfRow(input, index, key);
+  if (key !== undefined) return keyOfRow(input, index, key);
+  try {
+    return await contentKey(input, index);
+  } catch (error) {
+    // A value JSON cannot hold (a transform's Map or cycle, say): canonicalJson refuses it.
+    return { error: `has no key (its content cannot be hashed: ${messageOf(error).slice(0, 500)})` };
+  }
 }
 
 function issuesOf(error: z.ZodError): string {
