@@ -157,12 +157,12 @@ export class ToolScheduler {
   #dedupe(call: OwnedCall): Promise<unknown> {
     const variant = `${call.key}#${call.options.force === true ? "force" : ""}#${call.staleBefore ?? ""}`;
     const owner = this.#inflight.get(variant);
-    if (owner) {
-      call.follows();
-      return this.#park(owner);
-    }
     const before = this.#lastOf.get(call.key);
-    const owned = before ? this.#park(before.catch(() => undefined)).then(() => this.#own(call)) : this.#own(call);
+    // Following, or waiting for the calls of its receipt before it: not on its way to the provider (until it owns).
+    if (owner || before) call.follows();
+    if (owner) return this.#park(owner);
+    const waited = before && this.#park(before.catch(() => undefined)).then(() => this.#own(call).finally(this.#queue.began()));
+    const owned = waited || this.#own(call);
     this.#inflight.set(variant, owned);
     this.#lastOf.set(call.key, owned);
     return owned;
