@@ -16,7 +16,7 @@ import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
 import { allotToChild } from "../runtime/tools/child-spend";
 import { toMicros } from "../stores/spend-store";
-import { cancelChildren, tellParents } from "../runtime/invocation/run-links";
+import { cancelChildren, stopChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal, type RunStatus } from "../core/statuses";
 import { RunStore, type RunRecord } from "../stores/run-store";
 import type { LedgerEvent } from "../stores/ledger-store";
@@ -271,6 +271,7 @@ export class RunCoordinator extends Server<Env> {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
+      await stopChildren({ env: this.env, store: this.#store, journal: this.#journal });
       // The org's list says so at once (the alarm that ends the run tells it again); a failure here is the alarm's to mend.
       await this.#syncDirectory().catch(() => {});
     }

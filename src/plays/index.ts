@@ -4,7 +4,7 @@ import { demoAccounts } from "./demo-accounts";
 import { demoApproval } from "./demo-approval";
 import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
-import { testFragileRows, testMutating, testPadded, testPlayCall, testResult, testStages } from "./testing-extra";
+import { testChildBesideCall, testFragileRows, testMutating, testPadded, testPlayCall, testResult, testStages } from "./testing-extra";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
 const demoPlays: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts as PlayDefinition, demoApproval as PlayDefinition];
@@ -17,7 +17,16 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
   const list = [
     ...(env.SIM_PROVIDER === "on" ? demoPlays : []),
     ...(env.TROUPE_TEST_MODE === "on"
-      ? ([...testPlays, testStages, testResult, testMutating, testPadded, testPlayCall, testFragileRows] as PlayDefinition[])
+      ? ([
+          ...testPlays,
+          testStages,
+          testResult,
+          testMutating,
+          testPadded,
+          testPlayCall,
+          testFragileRows,
+          testChildBesideCall,
+        ] as PlayDefinition[])
       : []),
   ];
   return new Map(list.map((p) => [p.name, p]));

@@ -134,3 +134,16 @@ export const testFragileRows = definePlay({
     return { completed: mapped.completed, failed: mapped.failed };
   },
 });
+
+/** Starts a child (`test-leaf`, waiting for a signal) and, while it runs, makes one play-level call. */
+export const testChildBesideCall = definePlay({
+  name: "test-child-beside-call",
+  description: "test only: a child play started beside a play-level call",
+  input: z.object({ tool: z.string(), input: z.unknown() }),
+  async run(ctx, input) {
+    const child = ctx.runPlay("test-leaf", { n: 1, waitForSignal: true });
+    child.catch(() => {});
+    const out = await ctx.tool(input.tool, input.input);
+    return { out, child: await child };
+  },
+});

@@ -277,9 +277,11 @@ export class ChildPlays {
           "play_cycle",
           `ctx.runPlay("${play.name}"): this run is that call's child (the same play, input and key): it would wait on itself`,
         );
-      const view = await this.#submits
-        .run<RunView>(() =>
-          this.#runs.start(childRunId, {
+      const view = await this.#submits.run<RunView>(() => {
+        // A turn that comes once the run was stopped (a cancel, its runtime limit) starts nothing: rows queue here.
+        this.#scope.signal.throwIfAborted();
+        return this.#runs
+          .start(childRunId, {
             runId: childRunId,
             org: run.org,
             play: play.name,
@@ -289,11 +291,11 @@ export class ChildPlays {
             parentRunId: run.runId,
             depth: run.depth + 1,
             spendFromParent: this.#deps.capped,
-          }),
-        )
-        .catch((error: unknown) => {
-          throw new InfraError(`could not start child play ${play.name} (${childRunId}): ${messageOf(error)}`, error);
-        });
+          })
+          .catch((error: unknown) => {
+            throw new InfraError(`could not start child play ${play.name} (${childRunId}): ${messageOf(error)}`, error);
+          });
+      });
       // A child this run started is its own, whatever became of it (a replay after a crash between start and bind).
       const owned = view.parentRunId === run.runId;
       const stale = options.staleAfterSeconds !== undefined && now() - Date.parse(view.updatedAt) > options.staleAfterSeconds * 1000;

@@ -85,3 +85,15 @@ export async function cancelChildren(o: RunLinksOptions): Promise<number> {
   );
   return failed;
 }
+
+/**
+ * A cancel's first step: the children this run waits on are cancelled at once, not once this run has wound down
+ * (its requests in flight may take minutes, and the children spend meanwhile). Best effort: `cancelChildren`
+ * settles their waits, and tries again, when the run has ended.
+ */
+export async function stopChildren(o: Pick<RunLinksOptions, "env" | "store" | "journal">): Promise<void> {
+  const run = o.store.run();
+  if (!run) return;
+  const runs = new RunClient({ env: o.env, org: run.org });
+  await Promise.all(o.journal.waitingChildren().map((child) => runs.cancel(child, run.runId).catch(() => {})));
+}

@@ -1,0 +1,80 @@
+/**
+ * A cancel stops a run's child plays from spending at once: rows queued to
+ * start children start none once the run is cancelled, and the children it
+ * waits on are cancelled as the cancel arrives, not once the run has wound
+ * down (its requests in flight can take minutes, and the children spend
+ * meanwhile).
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, expect, it } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers";
+
+const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
+
+afterEach(async () => {
+  await injector().release(0);
+  await clearFaults();
+});
+
+async function childrenOf(parentRunId: string): Promise<{ runId: string; status: string }[]> {
+  return (await apiJson("/v1/runs?limit=200")).body.runs.filter((r: { parentRunId: string | null }) => r.parentRunId === parentRunId);
+}
+
+async function cancel(runId: string): Promise<void> {
+  expect((await api(`/v1/runs/${runId}/cancel`, { method: "POST" })).status).toBe(202);
+}
+
+it("starts no child for rows still queued to start one when the run is cancelled", async () => {
+  // Each child's start is held (its first listing): the rows behind the first starts queue for their turn.
+  await setFaults([{ point: "directory.sync", play: "test-leaf", hold: true }]);
+  const rows = Array.from({ length: 40 }, (_, i) => ({ id: `q${i}`, n: i }));
+  const parent = await startRun("test-map-children", { rows });
+  await injector().held(0);
+  await cancel(parent);
+  // Let every held start go on, and any start made after them, until the run has ended.
+  const ended = await until(
+    async () => {
+      await injector().release(0);
+      return runView(parent);
+    },
+    (run) => run.status === "cancelled",
+    "the cancelled run to end",
+  );
+  expect(ended.status).toBe("cancelled");
+  await injector().release(0);
+  const children = await until(
+    () => childrenOf(parent),
+    (found) => found.length > 0,
+    "the children started before the cancel to be listed",
+  );
+  // Only those whose start was under way (the test policy starts 4 at once), not the 40 rows'.
+  expect(children.length).toBeLessThanOrEqual(4);
+});
+
+it("cancels the children it waits on as the cancel arrives, while its own call is still in flight", async () => {
+  await simReset();
+  // Held once the provider answered: sent, the call is waited for, so the run cannot end before it is released.
+  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true }]);
+  const parent = await startRun("test-child-beside-call", {
+    tool: "sim_find_email",
+    input: { name: "Beside Child", domain: "cancel.test" },
+  });
+  await injector().held(0);
+  const [child] = await until(
+    () => childrenOf(parent),
+    (found) => found.length === 1 && found[0]!.status === "waiting",
+    "the child to start and wait",
+  );
+  await cancel(parent);
+  // The parent's call is still held (its wind-down cannot end): the child is cancelled all the same.
+  await until(
+    () => runView(child!.runId),
+    (run) => run.status === "cancelled",
+    "the child to be cancelled",
+  );
+  expect((await runView(parent)).status).not.toBe("cancelled");
+  expect(await injector().release(0)).toBe(1);
+  expect((await waitForRun(parent)).status).toBe("cancelled");
+});
