@@ -78,3 +78,27 @@ it("cancels the children it waits on as the cancel arrives, while its own call i
   expect(await injector().release(0)).toBe(1);
   expect((await waitForRun(parent)).status).toBe("cancelled");
 });
+
+it("cancels the children it waits on as its runtime limit passes, while its own call is still in flight", async () => {
+  await simReset();
+  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true }]);
+  const input = { tool: "sim_find_email", input: { name: "Beside Child Limit", domain: "cancel.test" }, n: 2 };
+  // Long enough for the child to start first, however loaded the machine.
+  const parent = await startRun("test-child-beside-call", input, { timeoutSeconds: 5 });
+  await injector().held(0);
+  const [child] = await until(
+    () => childrenOf(parent),
+    (found) => found.length === 1 && found[0]!.status === "waiting",
+    "the child to start and wait",
+  );
+  await until(
+    () => runView(child!.runId),
+    (run) => run.status === "cancelled",
+    "the child to be cancelled",
+  );
+  expect((await runView(parent)).status).toBe("running");
+  expect(await injector().release(0)).toBe(1);
+  const run = await waitForRun(parent);
+  expect(run.status).toBe("failed");
+  expect(run.error.code).toBe("deadline_exceeded");
+});

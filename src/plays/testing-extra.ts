@@ -139,9 +139,9 @@ export const testFragileRows = definePlay({
 export const testChildBesideCall = definePlay({
   name: "test-child-beside-call",
   description: "test only: a child play started beside a play-level call",
-  input: z.object({ tool: z.string(), input: z.unknown() }),
+  input: z.object({ tool: z.string(), input: z.unknown(), n: z.number().default(1) }),
   async run(ctx, input) {
-    const child = ctx.runPlay("test-leaf", { n: 1, waitForSignal: true });
+    const child = ctx.runPlay("test-leaf", { n: input.n, waitForSignal: true });
     child.catch(() => {});
     const out = await ctx.tool(input.tool, input.input);
     return { out, child: await child };

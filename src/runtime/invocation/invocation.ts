@@ -26,6 +26,7 @@ import { capsItsChildren } from "../tools/child-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
 import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
 import { type PlayServices, playCalls, RunContext } from "./play-context";
+import { stopChildren } from "./run-links";
 import { PlayFetch, SecretValues } from "./play-fetch";
 import type { InvocationScope } from "./scope";
 import { WaitSignal, Waits, waitPolicyFor } from "./waits";
@@ -120,7 +121,11 @@ export class Invocation implements InvocationScope {
   /** Runs the play from the top, once; the invocation's pacers are released before it answers. */
   async play(play: PlayDefinition): Promise<InvocationEnd> {
     const timer = setTimeout(
-      () => this.#limit.abort(new TroupeError("deadline_exceeded", deadlineExceeded(this.run).message)),
+      () => {
+        this.#limit.abort(new TroupeError("deadline_exceeded", deadlineExceeded(this.run).message));
+        // The run ends failed: its children stop spending now, not once it has wound down (as a cancel's do).
+        stopChildren({ env: this.env, store: this.store, journal: this.journal }).catch(() => {});
+      },
       Math.max(0, this.run.deadlineAt - this.now()),
     );
     // Tells this invocation's play-level calls from those an earlier one left (owner-liveness.ts).
