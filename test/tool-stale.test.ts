@@ -38,7 +38,7 @@ it("replays a call across its stale-after time without paying again: the run tha
   await simReset();
   const input = { name: "Stale Replay", domain: "stale.test" };
   // The play sleeps past the call's staleAfterSeconds; when it wakes, it is replayed and makes the call again.
-  const run = await call(input, { staleAfterSeconds: 1, sleepMs: 1_500 });
+  const run = await call(input, { staleAfterSeconds: 1, sleepMs: 1_100 });
   expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   expect(run.usage.spend.total).toBe(1);
   const { receipt } = await receiptOf(input);
@@ -95,8 +95,8 @@ it("replays a call that reused another run's result as it first did, however old
   await simReset();
   const input = { name: "Stale Replay Reused", domain: "stale.test" };
   const first = await call(input);
-  // Fresh when this run starts (finished less than 3 s before it), stale by the time the play wakes and replays it.
-  const run = await call(input, { staleAfterSeconds: 3, sleepMs: 3_500 });
+  // Fresh when this run starts (finished less than 2 s before it), stale by the time the play wakes and replays it.
+  const run = await call(input, { staleAfterSeconds: 2, sleepMs: 2_100 });
   expect(run.usage.spend.total).toBe(0);
   expect(await simStats()).toMatchObject({ calls: 1, billed: 1 });
   expect((await receiptOf(input)).receipt).toMatchObject({ generation: 0, finishedByRun: first.runId });
