@@ -7,7 +7,7 @@
  * chunk failing on every try. The `test-fragile-rows` play has both.
  */
 import { expect, it } from "vitest";
-import { apiJson, datasetRows, startRun, waitForRun } from "./helpers";
+import { api, apiJson, datasetRows, startRun, waitForRun } from "./helpers";
 
 const play = "test-fragile-rows";
 
@@ -58,4 +58,22 @@ it("fails a run whose rows in hand have a row the key function throws on, naming
   expect(run.status).toBe("failed");
   expect(run.error.code).toBe("invalid_row_key");
   expect(run.error.message).toMatch(/row 1 has no key \(the key function threw: /);
+});
+
+it("stores a failed row's error with the deployment's secrets redacted, as pages and exports read it", async () => {
+  // What a tool's error may quote: its own credential (the test Worker's SIM_API_KEY), or an authorization header.
+  const rows = [
+    { id: "k1", message: "401 from the provider: key sim-secret-credential-7f3a9c was refused" },
+    { id: "k2", message: "sent Authorization: Bearer abc.def.ghi" },
+  ];
+  const run = await waitForRun(await startRun("test-throwing-rows", { rows }));
+  expect(run.result).toEqual({ failed: 2 });
+  const stored = await datasetRows(run.runId, "thrown");
+  expect(stored.map((row) => row._error)).toEqual([
+    "401 from the provider: key [REDACTED] was refused",
+    "sent Authorization: Bearer [REDACTED]",
+  ]);
+  // Exports read what was stored: the error as redacted (the input column holds what the test sent).
+  const ndjson = (await (await api(`/v1/runs/${run.runId}/datasets/thrown?format=ndjson`)).text()).trim().split("\n");
+  expect(ndjson.map((line) => JSON.parse(line)._error)).toEqual(stored.map((row) => row._error));
 });

@@ -4,7 +4,16 @@ import { demoAccounts } from "./demo-accounts";
 import { demoApproval } from "./demo-approval";
 import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
-import { testChildBesideCall, testFragileRows, testMutating, testPadded, testPlayCall, testResult, testStages } from "./testing-extra";
+import {
+  testChildBesideCall,
+  testFragileRows,
+  testMutating,
+  testPadded,
+  testPlayCall,
+  testResult,
+  testStages,
+  testThrowingRows,
+} from "./testing-extra";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
 const demoPlays: PlayDefinition[] = [demoEnrich as PlayDefinition, demoAccounts as PlayDefinition, demoApproval as PlayDefinition];
@@ -26,6 +35,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testPlayCall,
           testFragileRows,
           testChildBesideCall,
+          testThrowingRows,
         ] as PlayDefinition[])
       : []),
   ];

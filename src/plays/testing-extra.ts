@@ -147,3 +147,23 @@ export const testChildBesideCall = definePlay({
     return { out, child: await child };
   },
 });
+
+/** Each row's field throws the row's `message`: what a failed row stores of an error (a provider's, quoting its key). */
+export const testThrowingRows = definePlay({
+  name: "test-throwing-rows",
+  description: "test only: a map whose field throws each row's message",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), message: z.string() })).max(100) }),
+  async run(ctx, input) {
+    const thrown = await ctx.map(
+      "thrown",
+      input.rows,
+      {
+        out: (row) => {
+          throw new Error(String(row.message));
+        },
+      },
+      { key: "id" },
+    );
+    return { failed: thrown.failed };
+  },
+});

@@ -33,6 +33,7 @@ import { ToolScheduler } from "../tools/tool-scheduler";
 import type { AttemptReporter } from "./attempt-reporter";
 import { CaptureUnsupported, captureMap } from "./capture";
 import { ExecutorSpend } from "./executor-spend";
+import { redactorFor } from "../views/redact";
 
 /** How long the play may take to reach the map when replayed here. */
 const CAPTURE_TIMEOUT_MS = 30_000;
@@ -179,6 +180,7 @@ export async function runAttempt(
     windDown,
     recompute: run.force || run.forceToolRefresh,
     log,
+    redact: (text) => redactorFor(host.env).redact(text),
     now: host.now,
     scheduler: (attempt, workers, leases) =>
       new ToolScheduler({

@@ -36,6 +36,7 @@ describe("InProcessChunkExecutor", () => {
         throw new Error("a stale attempt must not schedule tool calls");
       },
       log: () => {},
+      redact: (text) => text,
       now: Date.now,
     });
     // An attempt of epoch 0 its executor held unstarted now starts.

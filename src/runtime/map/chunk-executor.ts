@@ -133,6 +133,8 @@ export interface InProcessExecutorOptions {
   /** Only {@link DRAIN_ROWS} rows of the attempt or fewer are left to settle or to gather in a batch (said once). */
   onDraining?(): void;
   log(line: string): void;
+  /** Secrets out of a failed row's error (a provider's 401 quoting its key): rows are read and exported as stored. */
+  redact(text: string): string;
   now(): number;
 }
 
@@ -421,7 +423,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (error instanceof SpendCapReached) latch.trip(error);
       if (signal.aborted || latch.tripped) return null;
       const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
-      return { key: planned.key, status: "failed", data: storable(row) ?? planned.input, error: message.slice(0, 8000) };
+      return { key: planned.key, status: "failed", data: storable(row) ?? planned.input, error: this.#deps.redact(message).slice(0, 8000) };
     }
   }
 }

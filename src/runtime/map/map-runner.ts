@@ -40,6 +40,7 @@ import { SheetClient } from "../../clients/shards";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
 import { chunkRowsFor, shardCountFor } from "../../core/policy";
+import { redactorFor } from "../views/redact";
 
 export interface MapRunnerOptions {
   /** The invocation the maps run in. */
@@ -213,6 +214,7 @@ export class MapRunner {
       windDown: windDown.signal,
       recompute: run.force || run.forceToolRefresh,
       log: this.#scope.log,
+      redact: (text) => redactorFor(this.#scope.env).redact(text),
       now: this.#scope.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
       readSlice: input.kind === "upload" ? (slice) => input.reader.read(slice) : undefined,

@@ -107,3 +107,15 @@ export class Redactor {
     return value;
   }
 }
+
+const redactors = new WeakMap<object, Redactor>();
+
+/** The redactor of an environment's secrets ({@link secretsFromEnv}), built once per environment object. */
+export function redactorFor(env: object): Redactor {
+  let redactor = redactors.get(env);
+  if (!redactor) {
+    redactor = new Redactor({ secrets: secretsFromEnv(env as Record<string, unknown>) });
+    redactors.set(env, redactor);
+  }
+  return redactor;
+}
