@@ -72,11 +72,13 @@ describe("deployed: no local development, no simulated provider", () => {
   });
 
   it("refuses a configuration with a token shorter than 16 characters, without naming it", async () => {
-    const res = await request("/v1/plays", deployed(JSON.stringify({ [PROD_TOKEN]: "prod", abcde: "short" })), { token: PROD_TOKEN });
+    const res = await request("/v1/plays", deployed(JSON.stringify({ [PROD_TOKEN]: "prod", abcde: "acme-weak" })), { token: PROD_TOKEN });
     expect(res.status).toBe(503);
     const body: any = await res.json();
     expectError(body, "server_misconfigured");
     expect(body.error.message).not.toContain("abcde");
+    // Nor its org: the answer goes to anyone, signed in or not.
+    expect(body.error.message).not.toContain("acme-weak");
   });
 
   it("authenticates long tokens, and neither lists nor starts demo plays", async () => {

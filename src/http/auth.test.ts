@@ -31,6 +31,8 @@ describe("tokenConfig", () => {
     if (config.status !== "misconfigured") return;
     expect(config.problem).toMatch(/shorter than 16 characters/);
     expect(config.problem).not.toContain("hunt2");
+    // Nor their orgs: every request, signed in or not, is answered this.
+    expect(config.problem).not.toMatch(/\bb\b/);
     expect(tokenConfig(local(JSON.stringify({ "dev-token": "dev", "other-token": "other" }))).status).toBe("ready");
   });
 

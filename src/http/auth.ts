@@ -48,10 +48,12 @@ function parseTokens(source: string | undefined, local: boolean): TokenConfig {
   if (tokens.size === 0) return { status: "misconfigured", problem: `API_TOKENS holds no tokens: ${SET_IT}` };
   const short = [...tokens].filter(([token]) => token.length < MIN_TOKEN_CHARS);
   if (!local && short.length > 0) {
+    // Answered to every request, signed in or not: the orgs are named in the Worker's log only.
     const orgs = [...new Set(short.map(([, org]) => org))].join(", ");
+    console.error(`API_TOKENS: the tokens of orgs ${orgs} are shorter than ${MIN_TOKEN_CHARS} characters`);
     return {
       status: "misconfigured",
-      problem: `API_TOKENS has ${short.length} token(s) shorter than ${MIN_TOKEN_CHARS} characters (orgs: ${orgs}); replace them with long random tokens`,
+      problem: `API_TOKENS has ${short.length} token(s) shorter than ${MIN_TOKEN_CHARS} characters (the Worker's log names their orgs); replace them with long random tokens`,
     };
   }
   return { status: "ready", tokens };
