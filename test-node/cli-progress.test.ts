@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { LiveMessage, RunView, TroupeClient } from "../src/client/index.ts";
 import { barFrame, barMapLine, formatDuration, RunProgress } from "../src/cli/progress.ts";
 import { TerminalView } from "../src/cli/TerminalView.ts";
-import { PlainView, type RunWatchView } from "../src/cli/views.ts";
+import { PlainView, type RunWatchView, summaryOf } from "../src/cli/views.ts";
 import { watchRun } from "../src/cli/watch.ts";
 
 const run = (status: RunView["status"], completed: number): RunView => ({
@@ -134,5 +134,20 @@ describe("watching a run", () => {
     expect(text).toContain("log: asked while paused\n");
     view.finish(progress, null);
     expect(text.split("asked while paused")).toHaveLength(2);
+  });
+});
+
+describe("text from the server", () => {
+  it("prints a log line's and an error's control characters as \\x escapes, never to the terminal", () => {
+    const progress = new RunProgress("run_1");
+    progress.apply({ type: "snapshot", run: run("running", 0), seq: 0 });
+    // An OSC 52 clipboard write and a cursor move, as a scraped page or a provider's answer could carry them.
+    const line = "row says \u001b]52;c;cm0gLXJm\u0007 then \u001b[2Aup\ttab";
+    expect(progress.apply({ seq: 1, type: "log.appended", at: "", line })).toEqual([
+      { kind: "log", line: "row says \\x1b]52;c;cm0gLXJm\\x07 then \\x1b[2Aup\ttab" },
+    ]);
+    const printed = summaryOf({ ...run("failed", 0), error: { code: "play_failed", message: "bad \u001b[31mred\u009b" } });
+    expect(printed).toContain("play_failed: bad \\x1b[31mred\\x9b");
+    expect(printed).not.toContain("\u001b");
   });
 });

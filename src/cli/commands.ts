@@ -10,6 +10,7 @@ import { pipeline } from "node:stream/promises";
 import { TroupeApiError, type RunStarted, type TroupeClient } from "../client/index.ts";
 import { CliError, EXIT, exitCodeOfStatus } from "./exit-codes.ts";
 import { formatCredits, plainMapLine, RunProgress } from "./progress.ts";
+import { printable } from "./printable.ts";
 import { discardUpload, parseJson, runInput, type InputOptions } from "./run-input.ts";
 import { PlainView, SilentView, type RunWatchView } from "./views.ts";
 import { watchRun, type InterruptMode } from "./watch.ts";
@@ -109,7 +110,7 @@ export async function statusCommand(client: TroupeClient, runId: string, options
   if (progress.spend !== null)
     out(`spend: ${formatCredits(progress.spend)} credits${run.maxSpend != null ? ` of at most ${formatCredits(run.maxSpend)}` : ""}`);
   if (run.status === "completed") out(`result: ${JSON.stringify(run.result)}`);
-  if (run.error) out(`error: ${run.error.code}: ${run.error.message}`);
+  if (run.error) out(`error: ${run.error.code}: ${printable(run.error.message)}`);
   return EXIT.ok;
 }
 

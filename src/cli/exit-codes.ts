@@ -1,5 +1,6 @@
 /** The CLI's exit codes (docs/cli.md) and the errors that carry them. */
 import { TroupeApiError } from "../client/index.ts";
+import { printable } from "./printable.ts";
 
 /** What the process exits with. */
 export const EXIT = {
@@ -57,7 +58,7 @@ export function describeError(error: unknown): string {
       ? error.details.filter((d): d is { path: string; message: string } => typeof d?.path === "string").map((d) => d.path)
       : [];
     const where = fields.length && !fields.every((f) => error.message.includes(f)) ? ` (${fields.join(", ")})` : "";
-    return `${error.code}: ${error.message}${where}`;
+    return `${error.code}: ${printable(error.message)}${where}`;
   }
   if (error instanceof Error) return error.message;
   return String(error);

@@ -4,6 +4,7 @@
  * Pure: no I/O, no clock of its own.
  */
 import type { LiveMessage, MapProgress, RunView, SnapshotMessage } from "../client/index.ts";
+import { printable } from "./printable.ts";
 
 /** One map as the CLI shows it. */
 export interface MapLine {
@@ -59,7 +60,7 @@ export class RunProgress {
       case "run.cancelled":
         return this.#setStatus("cancelled");
       case "log.appended":
-        return typeof event.line === "string" ? [{ kind: "log", line: event.line }] : [];
+        return typeof event.line === "string" ? [{ kind: "log", line: printable(event.line) }] : [];
       case "map.progress": {
         if (typeof event.map !== "string") return [];
         const map = this.#mapLine(event.map, event as Partial<MapProgress>);

@@ -6,6 +6,7 @@
 import type { Writable } from "node:stream";
 import { TERMINAL_STATUSES, type RunView } from "../client/index.ts";
 import { plainMapLine, type Change, type RunProgress } from "./progress.ts";
+import { printable } from "./printable.ts";
 
 /** A view of a watched run. */
 export interface RunWatchView {
@@ -95,6 +96,6 @@ export function summaryOf(run: RunView): string {
   const counts = maps.length ? ` (${maps.join("; ")}${spend})` : spend ? ` (${spend.slice(2)})` : "";
   if (run.status === "completed") return `${run.runId} completed${counts}: ${JSON.stringify(run.result)}`;
   if (run.status === "failed")
-    return `${run.runId} failed${counts}: ${run.error ? `${run.error.code}: ${run.error.message}` : "no error recorded"}`;
+    return `${run.runId} failed${counts}: ${run.error ? `${run.error.code}: ${printable(run.error.message)}` : "no error recorded"}`;
   return `${run.runId} ${run.status}${counts}`;
 }
