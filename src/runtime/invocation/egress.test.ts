@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { OutboundGate, withOutbound } from "../../core/outbound";
-import { blockedIpv6, checkEgressUrl, DEFAULT_EGRESS, redactSecrets, safeFetch } from "./egress";
+import { blockedIpv6, checkEgressUrl, DEFAULT_EGRESS, isSecretHeader, redactSecrets, safeFetch } from "./egress";
 
 const open = { allowHosts: null };
 
@@ -263,5 +263,23 @@ describe("safeFetch's timeout", () => {
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+describe("isSecretHeader", () => {
+  it("takes credential headers by name, common vendor spellings included, and leaves the others", () => {
+    for (const name of [
+      "Authorization",
+      "X-Auth",
+      "X-Api-Key",
+      "X-Api-Pass",
+      "X-Signature",
+      "X-Amz-Security-Token",
+      "Cookie",
+      "X-Session-Id",
+      "X-Client-Credential",
+    ])
+      expect(isSecretHeader(name), name).toBe(true);
+    for (const name of ["Accept", "Content-Type", "User-Agent", "X-Request-Id"]) expect(isSecretHeader(name), name).toBe(false);
   });
 });

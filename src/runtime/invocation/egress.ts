@@ -184,8 +184,11 @@ export function checkEgressUrl(raw: string, policy: Pick<EgressPolicy, "allowHos
   return url;
 }
 
-/** Header names whose values are credentials (`Authorization`, `Cookie`, `*token*`, `*key*`, `*secret*`). */
-const SECRET_HEADER = /authorization|token|key|secret|cookie/i;
+/**
+ * Header names whose values are credentials: `Authorization` and any `*auth*`, `Cookie`, `*token*`, `*key*`,
+ * `*secret*`, `*pass*` (password, passphrase), `*signature*`, `*credential*`, `*session*`.
+ */
+const SECRET_HEADER = /auth|token|key|secret|cookie|pass|signature|credential|session/i;
 
 /** Whether a request header carries a credential: redacted from messages and logs, dropped on a cross-origin redirect. */
 export function isSecretHeader(name: string): boolean {
