@@ -396,3 +396,22 @@ describe("A pacer holding slots whose start has passed", () => {
     }
   });
 });
+
+describe("a pause over unpaced grants", () => {
+  it("starts nothing unpaced while a 429's pause lasts, though the gate (never told of it) grants unpaced starts", () =>
+    onFakeClock(async () => {
+      // Nothing paces the provider: the gate grants unpaced starts. It is never told of the 429 (its report fails).
+      const policy: PacingPolicy = { requestsPerSecond: null, concurrency: null, batchParallelism: 1 };
+      const { gate: inner } = fakeGate(policy);
+      const gate: GateClient = { ...inner, report: async () => Promise.reject(new Error("the gate is unreachable")) };
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      (await p.slot(signal)).release();
+      await p.backpressure(5_000);
+      const pausedAt = Date.now();
+      // Once stack-deep: each unpaced start fell before the pause, was put back and handed out again, synchronously.
+      (await p.slot(signal)).release();
+      expect(Date.now() - pausedAt).toBeGreaterThanOrEqual(5_000);
+      await p.close();
+    }));
+});

@@ -218,7 +218,11 @@ export class Pacer {
       this.#idleTimer = null;
     }
     while (this.#waiters.length > 0) {
-      const unpaced = this.#deps.now() < this.#unpacedUntil;
+      const now = this.#deps.now();
+      // A pause the provider asked for (a 429) holds unpaced starts too (a grant the gate made before it heard of the
+      // 429, or when it could not be told, would start them at once): its end is the next time to ask.
+      const paused = now < this.#pausedUntil;
+      const unpaced = now < this.#unpacedUntil && !paused;
       if (this.#inFlight >= this.#usable()) {
         // Every unit is busy: a new slot is of no use before one of our requests ends (which pumps again),
         // unless the gate may grant more units than it did.
@@ -228,7 +232,7 @@ export class Pacer {
       }
       this.#dropLate();
       if (this.#stock.length === 0 && !unpaced) {
-        this.#lease(released && this.#inFlight > 0 ? this.#coalesceMs() : 0);
+        this.#lease(paused ? this.#pausedUntil - now : released && this.#inFlight > 0 ? this.#coalesceMs() : 0);
         return;
       }
       const leased = this.#stock.shift();
