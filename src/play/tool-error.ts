@@ -33,10 +33,11 @@ export interface ToolCallErrorOptions {
  * Thrown by a tool's `execute` (or a batch's `send`) to classify a failure.
  * `retryable` failures are retried in process and may be reclaimed by a later
  * run; permanent ones fail the row and are remembered in the receipt. A
- * failure is a rate limit when its `code` is `rate_limited`, its `status` is
- * 429, it carries a wait (`retryAfterMs` or a `Retry-After` header), or the
- * tool's `isRateLimit` hook says so: it is then retried after the wait, and
- * every caller of the provider slows down.
+ * failure is a rate limit when its `code` is `rate_limited` or its `status` is
+ * 429 (whatever `retryable` says), when a retryable one carries a wait
+ * (`retryAfterMs` or a `Retry-After` header), or when the tool's `isRateLimit`
+ * hook says so: it is then retried after the wait, and every caller of the
+ * provider slows down.
  *
  * @example
  * if (!res.ok) throw new ToolCallError({ code: `http_${res.status}`, message: await res.text(), retryable: res.status === 429 || res.status >= 500, status: res.status, headers: res.headers });

@@ -5,7 +5,7 @@ import { SubrequestMeter } from "../../core/meter";
 import { sendOutbound, withOutbound, withSendStop, OutboundGate } from "../../core/outbound";
 import { ToolCallError } from "../../play/tool-error";
 import type { Pacer } from "../pacing/pacer";
-import { callProvider, NotSent, type ProviderCallContext } from "./provider-call";
+import { callProvider, classifyFailure, NotSent, type ProviderCallContext } from "./provider-call";
 
 /** A pacer that hands a slot out at once, or holds every request until `open()`. */
 function pacer(held = false) {
@@ -102,5 +102,29 @@ describe("callProvider, stopped", () => {
     );
     const error = await outcome.catch((e: unknown) => e);
     expect(error).toBe(stop.signal.reason);
+  });
+});
+
+describe("classifyFailure", () => {
+  it("takes a 429 for a rate limit even when the tool called it not retryable, and leaves other failures as the tool said", () => {
+    // What `retryable: res.status >= 500` writes for a 429: the wait it asked for still paces every caller.
+    const limited = classifyFailure(
+      new ToolCallError({ code: "http_429", message: "slow down", retryable: false, status: 429, retryAfterMs: 2_000 }),
+    );
+    expect(limited).toMatchObject({ retryable: true, retry: { kind: "rate_limited", retryAfterMs: 2_000 } });
+    expect(classifyFailure(new ToolCallError({ code: "rate_limited", message: "", retryable: false }))).toMatchObject({
+      retry: { kind: "rate_limited", retryAfterMs: null },
+    });
+    expect(
+      classifyFailure(new ToolCallError({ code: "http_404", message: "", retryable: false, status: 404, retryAfterMs: 1_000 })),
+    ).toMatchObject({
+      retryable: false,
+      retry: { kind: "permanent" },
+    });
+    expect(
+      classifyFailure(new ToolCallError({ code: "http_503", message: "", retryable: true, status: 503, retryAfterMs: 1_000 })),
+    ).toMatchObject({
+      retry: { kind: "rate_limited", retryAfterMs: 1_000 },
+    });
   });
 });

@@ -73,9 +73,11 @@ export function classifyFailure(error: unknown, isRateLimit?: (error: unknown) =
     : null;
   const failure = { error: { code: known ? error.code : "tool_error", message: messageOf(error).slice(0, 8000) } };
   if (toolSaysRateLimit(error, isRateLimit)) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
-  if (!known || !error.retryable) return { ...failure, retryable: false, retry: { kind: "permanent" } };
-  if (error.code === "rate_limited" || error.status === 429 || retryAfterMs !== null)
+  // A 429 is a rate limit whatever the tool called it (`retryable: res.status >= 500`): else nothing would slow down.
+  if (known && (error.code === "rate_limited" || error.status === 429))
     return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
+  if (!known || !error.retryable) return { ...failure, retryable: false, retry: { kind: "permanent" } };
+  if (retryAfterMs !== null) return { ...failure, retryable: true, retry: { kind: "rate_limited", retryAfterMs } };
   return { ...failure, retryable: true, retry: { kind: "transient" } };
 }
 
