@@ -55,6 +55,27 @@ describe("GateLedger: rate", () => {
     expect(Math.max(...grant.startInMs)).toBeLessThan(100);
   });
 
+  it("paces from a reset on by the rate then in force: a slot far away under the rate before it does not hold it up", () => {
+    const gate = new GateLedger();
+    gate.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });
+    // DELETE /v1/pacing/<provider> (the override forgotten), then a rate declared again.
+    gate.forgetLearned();
+    const grant = gate.acquire(policy({ requestsPerSecond: 50 }), { caller: "a", slots: 3, inFlight: 0, now: 1_000 });
+    expect(grant.startInMs).toHaveLength(3);
+    expect(Math.max(...grant.startInMs)).toBeLessThan(100);
+
+    // Reset with nothing declared after it: the probe goes, and the quota its answer announces paces from it on.
+    const again = heardGate();
+    again.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });
+    again.forgetLearned();
+    const probe = again.acquire(policy(), { caller: "a", slots: 3, inFlight: 0, now: 1_000 });
+    expect(probe.startInMs).toEqual([0]);
+    again.report(policy(), { signal: signal({ probe: true, quota: { requests: 100, windowMs: 1_000 } }), now: 1_050 });
+    const paced = again.acquire(policy(), { caller: "a", slots: 3, inFlight: 0, now: 1_100 });
+    expect(paced.startInMs).toHaveLength(3);
+    expect(Math.max(...paced.startInMs)).toBeLessThan(200);
+  });
+
   it("never hands out more than the provider's limit in any second, however callers interleave", () => {
     const gate = new GateLedger();
     const p = policy({ requestsPerSecond: 20 });

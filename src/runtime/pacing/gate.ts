@@ -180,6 +180,8 @@ export class GateLedger {
   #rate = new ProviderRate();
   #history = new StartHistory();
   #nextSlotAt = 0;
+  /** What it learned was forgotten (`forgetLearned`) since the last acquire: the schedule goes on at the pace now. */
+  #forgotten = false;
   #pausedUntil = 0;
   #budget: { left: number; until: number } | null = null;
   #heard = false;
@@ -215,9 +217,12 @@ export class GateLedger {
     if (rps !== null && !this.#paced && last !== undefined) this.#nextSlotAt = Math.max(this.#nextSlotAt, last + 1000 / rps);
     // A declared rate changed (an org's override corrected): the schedule goes on at the new pace from now, not after
     // a slot the old pace put far away (one request per 100 s: the next slot 100 s out).
-    if (this.#declared !== undefined && policy.requestsPerSecond !== this.#declared && rps !== null)
-      this.#nextSlotAt = Math.min(this.#nextSlotAt, Math.max(now, this.#pausedUntil) + 1000 / rps);
+    // So does a reset (DELETE): what was declared before it is not known, and its schedule may be that far away.
+    const changed = this.#declared === undefined ? this.#forgotten : policy.requestsPerSecond !== this.#declared;
+    // (Without a rate now, no later than now: a rate the provider announces later paces from its own last start.)
+    if (changed) this.#nextSlotAt = Math.min(this.#nextSlotAt, Math.max(now, this.#pausedUntil) + (rps === null ? 0 : 1000 / rps));
     this.#declared = policy.requestsPerSecond;
+    this.#forgotten = false;
     this.#paced = rps !== null;
     const startInMs: number[] = [];
     const earliest = Math.max(now, this.#pausedUntil);
@@ -290,6 +295,7 @@ export class GateLedger {
     this.#reports = 0;
     this.#paced = false;
     this.#declared = undefined;
+    this.#forgotten = true;
   }
 
   snapshot(policy: PacingPolicy, now: number): GateSnapshot {
