@@ -13,7 +13,7 @@ import {
   UNPACED_LEASE_MS,
   type GateSignal,
 } from "./gate";
-import { DECLARED_RATE_DECREASE, LEARN_SETTLE_MS, MIN_RATE_FACTOR, RATE_DECREASE } from "./rate";
+import { DECLARED_RATE_DECREASE, LEARN_SETTLE_MS, MIN_RATE_FACTOR, RATE_DECREASE, RESET_MEMORY_MS } from "./rate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
 
 const policy = (p: Partial<PacingPolicy> = {}): PacingPolicy => ({ requestsPerSecond: null, concurrency: null, batchParallelism: 4, ...p });
@@ -176,6 +176,21 @@ describe("GateLedger: the provider's own signals", () => {
     expect(gate.snapshot(policy(), 0).announcedRequestsPerSecond).toBe(50);
     gate.report(policy(), { signal: signal({ remaining: { requests: 30, resetMs: 10_000, ageMs: 0 } }), now: 10 });
     expect(gate.snapshot(policy(), 10).announcedRequestsPerSecond).toBe(5);
+  });
+
+  it("forgets a long reset heard once (a penalty box's minute) after a while of shorter ones", () => {
+    const gate = new GateLedger();
+    const heard = (resetMs: number, now: number) =>
+      gate.report(policy(), {
+        signal: signal({ quota: { requests: 10, windowMs: null }, remaining: { requests: 5, resetMs, ageMs: 0 } }),
+        now,
+      });
+    heard(1_000, 0);
+    heard(60_000, 1_000);
+    expect(gate.snapshot(policy(), 1_000).announcedRequestsPerSecond).toBeCloseTo(10 / 60, 6);
+    // Answers go on saying the window resets within a second: once the long one is past memory, it paces at 10/s again.
+    for (let now = 2_000; now <= RESET_MEMORY_MS + 60_000; now += 30_000) heard(1_000, now);
+    expect(gate.snapshot(policy(), RESET_MEMORY_MS + 60_000).announcedRequestsPerSecond).toBe(10);
   });
 
   it("pauses every caller until the reset when nothing is left, without lowering the rate", () => {

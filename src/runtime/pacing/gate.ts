@@ -328,7 +328,7 @@ export class GateLedger {
       const first = now - Math.min(signal.unpacedSinceMs ?? 0, HISTORY_MS);
       this.#recordUnpaced(count, first, Math.max(first, now - (signal.unpacedLastMs ?? 0)));
     }
-    this.#rate.hear({ quota: signal.quota, resetMs: signal.remaining?.resetMs ?? null });
+    this.#rate.hear({ quota: signal.quota, resetMs: signal.remaining?.resetMs ?? null, now });
     if (signal.remaining) this.#remaining(signal.remaining, now);
     if (signal.limited > 0) {
       this.#reports++;

@@ -51,12 +51,18 @@ export const LEARN_SETTLE_MS = 1200;
 /** A learned rate above this is forgotten (the provider is unlimited again). */
 export const LEARNED_RATE_CEILING = 10_000;
 
+/**
+ * How long a reset heard counts toward the window of a quota that names none: one odd answer (a penalty box's
+ * minute, a clock a second ahead) would else slow the provider for good.
+ */
+export const RESET_MEMORY_MS = 10 * 60_000;
+
 /** The rate of one (org, provider); see the module comment. */
 export class ProviderRate {
   #factor = 1;
   #announced: Quota | null = null;
-  /** The longest reset heard: the window of a quota that does not name one is at least this. */
-  #longestResetMs = 0;
+  /** The longest reset heard in each minute of the last {@link RESET_MEMORY_MS}: a windowless quota's window is their longest. */
+  #resets = new Map<number, number>();
   #learned: number | null = null;
   /** A 429's limit measurement waits until `at`, counting the 429s that follow. */
   #measuring: { from: number; at: number } | null = null;
@@ -103,15 +109,19 @@ export class ProviderRate {
     return this.#announced && windowMs !== null ? (this.#announced.requests * 1000) / windowMs : null;
   }
 
-  /** The announced quota's window; one that names none is taken as the longest reset heard (at least a second). */
+  /** The announced quota's window; one that names none is taken as the longest reset heard lately (at least a second). */
   windowMs(): number | null {
     if (!this.#announced) return null;
-    return this.#announced.windowMs ?? Math.max(1000, this.#longestResetMs);
+    return this.#announced.windowMs ?? Math.max(1000, ...this.#resets.values());
   }
 
-  /** What an answer said of the quota and of when more is made available. */
-  hear({ quota, resetMs }: { quota: Quota | null; resetMs: number | null }): void {
-    if (resetMs !== null) this.#longestResetMs = Math.max(this.#longestResetMs, Math.ceil(resetMs / 1000) * 1000);
+  /** What an answer (heard at `now`) said of the quota and of when more is made available. */
+  hear({ quota, resetMs, now }: { quota: Quota | null; resetMs: number | null; now: number }): void {
+    if (resetMs !== null) {
+      const minute = Math.floor(now / 60_000);
+      for (const at of this.#resets.keys()) if ((minute - at) * 60_000 >= RESET_MEMORY_MS) this.#resets.delete(at);
+      this.#resets.set(minute, Math.max(this.#resets.get(minute) ?? 0, Math.ceil(resetMs / 1000) * 1000));
+    }
     if (quota) this.#announced = quota;
   }
 
