@@ -280,6 +280,16 @@ describe("isSecretHeader", () => {
       "X-Client-Credential",
     ])
       expect(isSecretHeader(name), name).toBe(true);
-    for (const name of ["Accept", "Content-Type", "User-Agent", "X-Request-Id"]) expect(isSecretHeader(name), name).toBe(false);
+    for (const name of [
+      "Accept",
+      "Content-Type",
+      "User-Agent",
+      "X-Request-Id",
+      "X-Author",
+      "X-Bypass-Cache",
+      "X-Passthrough",
+      "X-Session-Timezone",
+    ])
+      expect(isSecretHeader(name), name).toBe(false);
   });
 });

@@ -185,10 +185,12 @@ export function checkEgressUrl(raw: string, policy: Pick<EgressPolicy, "allowHos
 }
 
 /**
- * Header names whose values are credentials: `Authorization` and any `*auth*`, `Cookie`, `*token*`, `*key*`,
- * `*secret*`, `*pass*` (password, passphrase), `*signature*`, `*credential*`, `*session*`.
+ * Header names whose values are credentials: `*authorization*`, `*token*`, `*key*`, `*secret*`, `*cookie*`, and
+ * `auth`, `pass`/`password`/`passphrase`, `signature`, `credential(s)`, `session(-id)` as a word of the name
+ * (`X-Auth`, `X-Api-Pass`, `X-Signature`; not `X-Author`, `X-Bypass-Cache`, `X-Session-Timezone`).
  */
-const SECRET_HEADER = /auth|token|key|secret|cookie|pass|signature|credential|session/i;
+const SECRET_HEADER =
+  /authorization|token|key|secret|cookie|(?:^|[-_])(?:auth|pass|password|passwd|passphrase|signature|credentials?)(?:$|[-_])|(?:^|[-_])session(?:[-_]?id)?$/i;
 
 /** Whether a request header carries a credential: redacted from messages and logs, dropped on a cross-origin redirect. */
 export function isSecretHeader(name: string): boolean {

@@ -423,7 +423,12 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (error instanceof SpendCapReached) latch.trip(error);
       if (signal.aborted || latch.tripped) return null;
       const message = error instanceof ToolCallError ? `${error.code}: ${error.message}` : messageOf(error);
-      return { key: planned.key, status: "failed", data: storable(row) ?? planned.input, error: this.#deps.redact(message).slice(0, 8000) };
+      return {
+        key: planned.key,
+        status: "failed",
+        data: storable(row) ?? planned.input,
+        error: this.#deps.redact(message.slice(0, 16_000)).slice(0, 8000),
+      };
     }
   }
 }

@@ -64,6 +64,14 @@ describe("GateLedger: rate", () => {
     expect(grant.startInMs).toHaveLength(3);
     expect(Math.max(...grant.startInMs)).toBeLessThan(100);
 
+    // A reset with the same rate declared again hands out no slot over those already leased (3 s ahead at 10/s).
+    const leased = new GateLedger();
+    const ten = policy({ requestsPerSecond: 10 });
+    const first = starts(0, leased.acquire(ten, { caller: "a", slots: 100, inFlight: 0, now: 0 }));
+    leased.forgetLearned();
+    const more = starts(100, leased.acquire(ten, { caller: "b", slots: 100, inFlight: 0, now: 100 }));
+    expect(Math.min(...more)).toBeGreaterThan(Math.max(...first));
+
     // Reset with nothing declared after it: the probe goes, and the quota its answer announces paces from it on.
     const again = heardGate();
     again.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });

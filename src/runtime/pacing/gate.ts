@@ -219,8 +219,12 @@ export class GateLedger {
     // a slot the old pace put far away (one request per 100 s: the next slot 100 s out).
     // So does a reset (DELETE): what was declared before it is not known, and its schedule may be that far away.
     const changed = this.#declared === undefined ? this.#forgotten : policy.requestsPerSecond !== this.#declared;
-    // (Without a rate now, no later than now: a rate the provider announces later paces from its own last start.)
-    if (changed) this.#nextSlotAt = Math.min(this.#nextSlotAt, Math.max(now, this.#pausedUntil) + (rps === null ? 0 : 1000 / rps));
+    // Never before the slots already handed out, at the new pace: those go out as leased, and new ones over them would
+    // pass the rate. (Without a rate now, no later than now: a rate announced later paces from the last start.)
+    if (changed) {
+      const after = rps === null ? now : Math.max(now, (last ?? -Infinity) + 1000 / rps);
+      this.#nextSlotAt = Math.min(this.#nextSlotAt, Math.max(after, this.#pausedUntil));
+    }
     this.#declared = policy.requestsPerSecond;
     this.#forgotten = false;
     this.#paced = rps !== null;

@@ -40,14 +40,14 @@ async function peakInFlight(p: Pacer, count: number, holdMs: number): Promise<nu
  * waits: a pacer drops a slot whose timer fires late, and on a loaded machine
  * real timers do, which would add gate calls these tests count.
  */
-async function onFakeClock(body: () => Promise<void>): Promise<void> {
+async function onFakeClock(body: () => Promise<void>, stepMs = 1): Promise<void> {
   vi.useFakeTimers({ now: 1_000_000, toFake: ["setTimeout", "clearTimeout", "Date"] });
   try {
     let done = false;
     const running = body().finally(() => {
       done = true;
     });
-    for (let ms = 0; !done && ms < 60_000; ms++) await vi.advanceTimersByTimeAsync(1);
+    for (let ms = 0; !done && ms < 60_000; ms += stepMs) await vi.advanceTimersByTimeAsync(stepMs);
     await running;
   } finally {
     vi.useRealTimers();
@@ -413,5 +413,23 @@ describe("a pause over unpaced grants", () => {
       (await p.slot(signal)).release();
       expect(Date.now() - pausedAt).toBeGreaterThanOrEqual(5_000);
       await p.close();
-    }));
+    }, 50));
+
+  it("keeps the units of its requests in flight while a waiter waits out the pause", () =>
+    onFakeClock(async () => {
+      const policy: PacingPolicy = { requestsPerSecond: null, concurrency: 6, batchParallelism: 1 };
+      const { gate: inner, ledger } = fakeGate(policy);
+      const gate: GateClient = { ...inner, report: async () => Promise.reject(new Error("the gate is unreachable")) };
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      const held = await Promise.all([p.slot(signal), p.slot(signal), p.slot(signal)]);
+      await p.backpressure(50_000);
+      const waiting = p.slot(signal);
+      // Within the pause, past the gate's holder lease many times over: the three requests still out hold their units.
+      await new Promise((resolve) => setTimeout(resolve, 4 * HOLDER_TTL_MS));
+      expect(ledger.snapshot(policy, Date.now()).unitsHeld).toBeGreaterThanOrEqual(3);
+      for (const slot of held) slot.release();
+      (await waiting).release();
+      await p.close();
+    }, 50));
 });

@@ -233,6 +233,8 @@ export class Pacer {
       this.#dropLate();
       if (this.#stock.length === 0 && !unpaced) {
         this.#lease(paused ? this.#pausedUntil - now : released && this.#inFlight > 0 ? this.#coalesceMs() : 0);
+        // Waiting out the pause, it still holds the units of its requests in flight (else they lapse to other callers).
+        if (paused && this.#inFlight > 0) this.#armRenew();
         return;
       }
       const leased = this.#stock.shift();
