@@ -14,8 +14,10 @@ import { api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 
 afterEach(async () => {
-  await injector().release(0);
+  // Cleared first: a call of this test's runs still going (a child's later status sync) is held no more, and
+  // whatever is held is let go, so the next test's hold is its own.
   await clearFaults();
+  await injector().release(0);
 });
 
 async function childrenOf(parentRunId: string): Promise<{ runId: string; status: string }[]> {
@@ -27,8 +29,9 @@ async function cancel(runId: string): Promise<void> {
 }
 
 it("starts no child for rows still queued to start one when the run is cancelled", async () => {
-  // Each child's start is held (its first listing): the rows behind the first starts queue for their turn.
-  await setFaults([{ point: "directory.sync", play: "test-leaf", hold: true }]);
+  // The first starts are held (each child's first listing; the test policy starts 4 at once): the rows behind them
+  // queue for their turn. Only those: a child's later syncs held would outlive the test.
+  await setFaults([{ point: "directory.sync", play: "test-leaf", hold: true, times: 4 }]);
   const rows = Array.from({ length: 40 }, (_, i) => ({ id: `q${i}`, n: i }));
   const parent = await startRun("test-map-children", { rows });
   await injector().held(0);
