@@ -158,10 +158,11 @@ export class Invocation implements InvocationScope {
       await services.children.checkDue();
       return await this.#run(play, ctx, services, maps);
     } finally {
+      // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.
+      clearTimeout(timer);
       // No play-level call outlives its invocation: the next one's replay would take its receipt for a dead owner's.
       await calls.end();
       close();
-      clearTimeout(timer);
       await dispatch.pacers.closeAll();
     }
   }
