@@ -27,14 +27,13 @@ async function receiptOf(tool: string, input: unknown) {
 }
 
 /** Runs `test-play-call` whose one call crashes the coordinator once the provider has answered (and billed) it. */
-async function crashedAfterTheProvider(tool: string, input: { name: string; domain: string }) {
+async function crashedAfterTheProvider(tool: string, input: { name: string; domain: string }): Promise<any> {
   await simReset();
   await setFaults([{ point: "provider.after", tool, times: 1, crash: true }]);
   const runId = await startRun("test-play-call", { tool, input });
-  const run = await waitForRun(runId);
-  // The replay found the dead invocation's receipt running and took it over.
-  expect(await notices(runId)).toContain("receipt_taken_over");
-  return run;
+  // The replay takes the dead invocation's receipt over, found running or, on a slow machine, its lease already
+  // expired: which one is timing, so what the tests check is only what the provider was sent and billed.
+  return waitForRun(runId);
 }
 
 it("fails a call to a provider that ignores keys outcome_unknown after the crash, rather than paying for it twice", async () => {
