@@ -87,7 +87,7 @@ it("cancels the children it waits on as its runtime limit passes, while its own 
   await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true }]);
   const input = { tool: "sim_find_email", input: { name: "Beside Child Limit", domain: "cancel.test" }, n: 2 };
   // Long enough for the child to start first, however loaded the machine.
-  const parent = await startRun("test-child-beside-call", input, { timeoutSeconds: 3 });
+  const parent = await startRun("test-child-beside-call", input, { timeoutSeconds: 4 });
   await injector().held(0);
   const [child] = await until(
     () => childrenOf(parent),

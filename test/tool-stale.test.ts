@@ -95,8 +95,9 @@ it("replays a call that reused another run's result as it first did, however old
   await simReset();
   const input = { name: "Stale Replay Reused", domain: "stale.test" };
   const first = await call(input);
-  // Fresh when this run starts (finished less than 2 s before it), stale by the time the play wakes and replays it.
-  const run = await call(input, { staleAfterSeconds: 2, sleepMs: 2_100 });
+  // Fresh when this run starts (it finished less than 3 s before, however loaded the machine), stale by the time the
+  // play wakes and replays the call (3 s after its first pass, itself after the run's start).
+  const run = await call(input, { staleAfterSeconds: 3, sleepMs: 3_000 });
   expect(run.usage.spend.total).toBe(0);
   expect(await simStats()).toMatchObject({ calls: 1, billed: 1 });
   expect((await receiptOf(input)).receipt).toMatchObject({ generation: 0, finishedByRun: first.runId });
