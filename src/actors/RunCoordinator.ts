@@ -11,7 +11,7 @@ import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
 import { afterOf, LiveFeed, type LiveState, replayEnded } from "../runtime/views/live-feed";
-import { Redactor, secretsFromEnv } from "../runtime/views/redact";
+import { type Redactor, redactorFor } from "../runtime/views/redact";
 import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
 import { allotToChild } from "../runtime/tools/child-spend";
@@ -121,7 +121,7 @@ export class RunCoordinator extends Server<Env> {
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
-    this.#redactor = new Redactor({ secrets: secretsFromEnv(env as unknown as Record<string, unknown>) });
+    this.#redactor = redactorFor(env);
     this.#feed = new LiveFeed({
       events: (after, limit) => this.#store.ledger.events(after, limit),
       snapshot: () => ({ run: this.#view()!, seq: this.#store.ledger.lastSeq() }),
