@@ -82,12 +82,35 @@ it("cancels the children it waits on as the cancel arrives, while its own call i
   expect((await waitForRun(parent)).status).toBe("cancelled");
 });
 
+it("allots its children no more of its cap once it is cancelling", async () => {
+  await simReset();
+  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true }]);
+  const input = { tool: "sim_find_email", input: { name: "Beside Child Capped", domain: "cancel.test" } };
+  const parent = await startRun("test-child-beside-call", input, { maxSpend: 10 });
+  await injector().held(0);
+  const [child] = await until(
+    () => childrenOf(parent),
+    (found) => found.length === 1 && found[0]!.status === "waiting",
+    "the child to start and wait",
+  );
+  const coordinator = env.RUN_COORDINATOR.getByName(parent);
+  const micros = 1_000_000;
+  // Asked while the parent runs, the child gets room: the ask itself is sound.
+  expect((await coordinator.allotChildSpend("dev", child!.runId, micros, micros)).micros).toBe(micros);
+  await cancel(parent);
+  // Cancelling (its call still held, so not yet cancelled): a child whose cancel failed, asking again, gets nothing more.
+  expect((await runView(parent)).status).toBe("cancelling");
+  expect(await coordinator.allotChildSpend("dev", child!.runId, micros, micros)).toEqual({ micros, wait: false });
+  expect(await injector().release(0)).toBe(1);
+  expect((await waitForRun(parent)).status).toBe("cancelled");
+});
+
 it("cancels the children it waits on as its runtime limit passes, while its own call is still in flight", async () => {
   await simReset();
   await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true }]);
   const input = { tool: "sim_find_email", input: { name: "Beside Child Limit", domain: "cancel.test" }, n: 2 };
   // Long enough for the child to start first, however loaded the machine.
-  const parent = await startRun("test-child-beside-call", input, { timeoutSeconds: 4 });
+  const parent = await startRun("test-child-beside-call", input, { timeoutSeconds: 4, maxSpend: 10 });
   await injector().held(0);
   const [child] = await until(
     () => childrenOf(parent),
@@ -100,6 +123,8 @@ it("cancels the children it waits on as its runtime limit passes, while its own 
     "the child to be cancelled",
   );
   expect((await runView(parent)).status).toBe("running");
+  // Past its limit, a child whose cancel failed gets none of the parent's cap.
+  expect(await env.RUN_COORDINATOR.getByName(parent).allotChildSpend("dev", child!.runId, 1, 1)).toEqual({ micros: 0, wait: false });
   expect(await injector().release(0)).toBe(1);
   const run = await waitForRun(parent);
   expect(run.status).toBe("failed");

@@ -8,7 +8,9 @@
  * its allotment. A run and all its descendants never bill past its cap.
  *
  * A child another parent's same call reuses spends from the cap of the
- * parent that started it.
+ * parent that started it. A run that is ending (cancelled, past its runtime
+ * limit, or carrying out an end it decided) allots no more: a child whose
+ * cancel failed spends only what it already holds.
  */
 import { RunClient } from "../../clients/runs";
 import { isTerminal } from "../../core/statuses";
@@ -40,7 +42,7 @@ const WAITING_FOR_MS = 1_000;
  * A child of this run asks for `wantedMicros` more of the run's cap (at least `needMicros`, else nothing): answers
  * what the child may spend in all. Past what it needs, a child gets at most half of what the cap leaves, so that
  * its siblings find room too. A run spending from its own parent's cap asks that parent first when short. An ended
- * run allots no more (what it had left went back to its own parent). A child refused waits while siblings not
+ * run, or one ending, allots no more (what an ended one had left went back to its own parent). A child refused waits while siblings not
  * themselves waiting hold allotments (`waiting`: when each child refused last asked; kept by the caller).
  */
 export async function allotToChild(
@@ -53,7 +55,9 @@ export async function allotToChild(
   now: number,
 ): Promise<ChildAllotment> {
   const held = store.spend.childAllotment(childRunId);
-  if (held?.ended || isTerminal(store.run()!.status)) return { micros: held?.micros ?? 0, wait: false };
+  const run = store.run()!;
+  const ending = run.cancelRequested || run.deadlineAt <= now || store.ending() !== null;
+  if (held?.ended || isTerminal(run.status) || ending) return { micros: held?.micros ?? 0, wait: false };
   const before = capRoom(store);
   let above = { grew: false, wait: false };
   if (before !== null && before < needMicros) above = await askParent(env, store, wantedMicros - before, needMicros - before);
