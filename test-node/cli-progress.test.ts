@@ -2,6 +2,8 @@
 import { PassThrough } from "node:stream";
 import { describe, expect, it } from "vitest";
 import type { LiveMessage, RunView, TroupeClient } from "../src/client/index.ts";
+import { TroupeApiError } from "../src/client/errors.ts";
+import { describeError } from "../src/cli/exit-codes.ts";
 import { barFrame, barMapLine, formatDuration, RunProgress } from "../src/cli/progress.ts";
 import { TerminalView } from "../src/cli/TerminalView.ts";
 import { PlainView, type RunWatchView, summaryOf } from "../src/cli/views.ts";
@@ -149,5 +151,24 @@ describe("text from the server", () => {
     const printed = summaryOf({ ...run("failed", 0), error: { code: "play_failed", message: "bad \u001b[31mred\u009b" } });
     expect(printed).toContain("play_failed: bad \\x1b[31mred\\x9b");
     expect(printed).not.toContain("\u001b");
+  });
+
+  it("prints an error's code and fields, and a note quoting the server, with control characters escaped", () => {
+    const error = new TroupeApiError({
+      status: 400,
+      code: "bad\u001b[2J",
+      message: "refused",
+      details: [{ path: "input.\u001b]52;c;eA==\u0007", message: "no" }],
+    });
+    const described = describeError(error);
+    expect(described).toBe("bad\\x1b[2J: refused (input.\\x1b]52;c;eA==\\x07)");
+    let text = "";
+    const out = Object.assign(new PassThrough(), { columns: 120 });
+    out.on("data", (d: Buffer) => (text += d.toString()));
+    new PlainView(out).note("the cancel was not accepted (\u001b[31mno\u009b)");
+    new TerminalView(out).note("paused? \u001b[2A");
+    expect(text).toContain("the cancel was not accepted (\\x1b[31mno\\x9b)");
+    expect(text).not.toContain("\u001b[31m");
+    expect(text).not.toContain("\u001b[2A");
   });
 });

@@ -3,6 +3,7 @@ import type { Writable } from "node:stream";
 import { createLogUpdate } from "log-update";
 import type { RunView } from "../client/index.ts";
 import { barFrame, type Change, type RunProgress } from "./progress.ts";
+import { printable } from "./printable.ts";
 import { summaryOf, type RunWatchView } from "./views.ts";
 
 /** Redraws at most this often: the feed may bring dozens of events a second. */
@@ -48,8 +49,10 @@ export class TerminalView implements RunWatchView {
   }
 
   note(line: string): void {
-    if (this.#paused) this.#out.write(`${line}\n`);
-    else this.#log.persist(line);
+    // Notes quote server text (a refused cancel's message).
+    const text = printable(line);
+    if (this.#paused) this.#out.write(`${text}\n`);
+    else this.#log.persist(text);
   }
 
   finish(progress: RunProgress, run: RunView | null): void {

@@ -110,7 +110,7 @@ export async function statusCommand(client: TroupeClient, runId: string, options
   if (progress.spend !== null)
     out(`spend: ${formatCredits(progress.spend)} credits${run.maxSpend != null ? ` of at most ${formatCredits(run.maxSpend)}` : ""}`);
   if (run.status === "completed") out(`result: ${JSON.stringify(run.result)}`);
-  if (run.error) out(`error: ${run.error.code}: ${printable(run.error.message)}`);
+  if (run.error) out(`error: ${printable(`${run.error.code}: ${run.error.message}`)}`);
   return EXIT.ok;
 }
 
@@ -214,6 +214,6 @@ export async function estimateCommand(client: TroupeClient, play: string, option
     out(
       `spend: ${formatCredits(expected)} credits expected (${high === null ? `at least ${formatCredits(low)}, no known upper bound` : `${formatCredits(low)} to ${formatCredits(high)}`})`,
     );
-  for (const note of estimate.notes ?? []) out(`note: ${note}`);
+  for (const note of estimate.notes ?? []) out(`note: ${printable(note)}`);
   return EXIT.ok;
 }

@@ -57,8 +57,8 @@ export function describeError(error: unknown): string {
     const fields = Array.isArray(error.details)
       ? error.details.filter((d): d is { path: string; message: string } => typeof d?.path === "string").map((d) => d.path)
       : [];
-    const where = fields.length && !fields.every((f) => error.message.includes(f)) ? ` (${fields.join(", ")})` : "";
-    return `${error.code}: ${printable(error.message)}${where}`;
+    const where = fields.length && !fields.every((f) => error.message.includes(f)) ? ` (${printable(fields.join(", "))})` : "";
+    return `${printable(error.code)}: ${printable(error.message)}${where}`;
   }
   if (error instanceof Error) return error.message;
   return String(error);

@@ -55,7 +55,7 @@ export class PlainView implements RunWatchView {
   resume(): void {}
 
   note(line: string): void {
-    this.#out.write(`${line}\n`);
+    this.#out.write(`${printable(line)}\n`);
   }
 
   /** Each map's final line, unless its done line was printed already, then the summary. */
@@ -96,6 +96,6 @@ export function summaryOf(run: RunView): string {
   const counts = maps.length ? ` (${maps.join("; ")}${spend})` : spend ? ` (${spend.slice(2)})` : "";
   if (run.status === "completed") return `${run.runId} completed${counts}: ${JSON.stringify(run.result)}`;
   if (run.status === "failed")
-    return `${run.runId} failed${counts}: ${run.error ? `${run.error.code}: ${printable(run.error.message)}` : "no error recorded"}`;
+    return `${run.runId} failed${counts}: ${run.error ? printable(`${run.error.code}: ${run.error.message}`) : "no error recorded"}`;
   return `${run.runId} ${run.status}${counts}`;
 }
