@@ -87,6 +87,24 @@ describe("ctx.fetch", () => {
     expect(stored).not.toContain(bearer);
     expect(stored).not.toContain(apiKey);
   });
+
+  it.each([
+    ["in executors", {}],
+    ["in the coordinator", { testPolicy: { maxExecutors: 0 } }],
+  ])("keeps them out of a failed row's stored error (%s)", async (_where, options) => {
+    // Values only the fetch knows are secret: no pattern of the deployment's redactor matches them.
+    const signature = `sig-${id()}`;
+    const session = `sess-${id()}`;
+    const headers = { "X-Partner-Signature": signature, "X-Session-Id": session };
+    const rows = [{ id: id(), url: "http://[::1]/admin" }];
+    const run = await waitForRun(await startRun("test-fetch", { rows, headers, throwHeaders: true }, options));
+    expect(run.result).toMatchObject({ failed: 1 });
+    const [row] = await datasetRows(run.runId, "fetches");
+    expect(row._error).toMatch(/^refused with headers /);
+    expect(row._error).toContain("[REDACTED]");
+    expect(row._error).not.toContain(signature);
+    expect(row._error).not.toContain(session);
+  });
 });
 
 describe("a map over rows a play-level ctx.fetch returned", () => {

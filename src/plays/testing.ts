@@ -228,7 +228,8 @@ export const testSleep = definePlay({
 /**
  * ctx.fetch of each row's URL (and of `playUrl` at play level), with the given
  * headers; each outcome is `{ ok, status }` or the error's `{ code, message }`.
- * `logHeaders` logs the headers, to check that their secret values are redacted.
+ * `logHeaders` logs the headers, to check that their secret values are redacted;
+ * `throwHeaders` fails each row after its fetch with an error quoting them.
  */
 export const testFetch = definePlay({
   name: "test-fetch",
@@ -238,6 +239,7 @@ export const testFetch = definePlay({
     headers: z.record(z.string(), z.string()).default({}),
     playUrl: z.string().optional(),
     logHeaders: z.boolean().default(false),
+    throwHeaders: z.boolean().default(false),
   }),
   async run(ctx, input) {
     const attempt = async (
@@ -257,7 +259,13 @@ export const testFetch = definePlay({
     const fetched = await ctx.map(
       "fetches",
       input.rows,
-      { outcome: (row, c) => attempt(c, String(row.url), (...a) => c.log(...a)) },
+      {
+        outcome: async (row, c) => {
+          const outcome = await attempt(c, String(row.url), (...a) => c.log(...a));
+          if (input.throwHeaders) throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
+          return outcome;
+        },
+      },
       { key: "id" },
     );
     return { playLevel, completed: fetched.completed, failed: fetched.failed };

@@ -180,7 +180,7 @@ export async function runAttempt(
     windDown,
     recompute: run.force || run.forceToolRefresh,
     log,
-    redact: (text) => redactorFor(host.env).redact(text),
+    redact: (text) => redactorFor(host.env).redact(secrets.redact(text)),
     now: host.now,
     scheduler: (attempt, workers, leases) =>
       new ToolScheduler({

@@ -137,6 +137,7 @@ export class Invocation implements InvocationScope {
       salvage: (entry) => this.store.salvage.add(entry),
       spend: spendLedger(this.store, this.#start.spend),
     });
+    const services = this.#playServices();
     const maps = new MapRunner({
       scope: this,
       store: this.store,
@@ -145,8 +146,8 @@ export class Invocation implements InvocationScope {
       live: this.host.live,
       executors: this.host.executors,
       rowSchema: rowSchemaOf(play.input),
+      secrets: services.secrets,
     });
-    const services = this.#playServices();
     const trace = new EffectTrace();
     const calls = playCalls(this, maps, () => this.store.run()!.runAttempt, invocation);
     const ctx = new RunContext({ scope: this, maps, calls, services, trace });

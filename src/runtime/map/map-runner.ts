@@ -41,6 +41,7 @@ import { ToolScheduler } from "../tools/tool-scheduler";
 import type { InvocationScope } from "../invocation/scope";
 import { chunkRowsFor, shardCountFor } from "../../core/policy";
 import { redactorFor } from "../views/redact";
+import type { SecretValues } from "../invocation/play-fetch";
 
 export interface MapRunnerOptions {
   /** The invocation the maps run in. */
@@ -56,6 +57,8 @@ export interface MapRunnerOptions {
   executors: ExecutorAttempts | null;
   /** The play's row schema (`rowsInput`): rows read from an upload are checked against it. */
   rowSchema: z.ZodType<Row, unknown> | null;
+  /** Secret header values the invocation's fetches sent: redacted from failed rows' errors too. */
+  secrets: SecretValues;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -214,7 +217,7 @@ export class MapRunner {
       windDown: windDown.signal,
       recompute: run.force || run.forceToolRefresh,
       log: this.#scope.log,
-      redact: (text) => redactorFor(this.#scope.env).redact(text),
+      redact: (text) => redactorFor(this.#scope.env).redact(this.#deps.secrets.redact(text)),
       now: this.#scope.now,
       scheduler: (attempt, workers, leases) => this.scheduler(attempt, guards, workers, leases),
       readSlice: input.kind === "upload" ? (slice) => input.reader.read(slice) : undefined,
