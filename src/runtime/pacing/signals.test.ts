@@ -16,6 +16,15 @@ describe("Retry-After", () => {
     for (const value of ["soon", "-1", "5s", "", "5, 6"]) expect(read({ "Retry-After": value }).retryAfterMs).toBeNull();
     expect(read({ "Retry-After-Ms": "x", "Retry-After": "2" }).retryAfterMs).toBe(2000);
   });
+
+  it("reads a header repeated with one value (joined by a proxy) as that value", () => {
+    const headers = new Headers();
+    headers.append("Retry-After", "120");
+    headers.append("Retry-After", "120");
+    expect(headers.get("Retry-After")).toBe("120, 120");
+    expect(readRateLimitSignals(headers, NOW).retryAfterMs).toBe(120_000);
+    expect(read({ "Retry-After-Ms": "250, 250" }).retryAfterMs).toBe(250);
+  });
 });
 
 describe("values past what pacing can take", () => {

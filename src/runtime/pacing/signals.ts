@@ -118,10 +118,19 @@ function quotaPerSecond(quota: Quota): number | null {
   return quota.windowMs === null ? null : (quota.requests * 1000) / quota.windowMs;
 }
 
+/** A field a proxy repeated with one value reads `"120, 120"`: that value; differing values say nothing. */
+function single(value: string | null): string | null {
+  if (value === null || !value.includes(",")) return value;
+  const values = new Set(value.split(",").map((v) => v.trim()));
+  return values.size === 1 ? [...values][0]! : null;
+}
+
 function retryAfterMs(h: Headers, now: number): number | null {
-  const precise = nonNegative(h.get("retry-after-ms"));
+  const precise = nonNegative(single(h.get("retry-after-ms")));
   if (precise !== null) return precise;
-  const value = h.get("retry-after")?.trim();
+  const joined = h.get("retry-after")?.trim();
+  // An HTTP date has a comma of its own (`Wed, 21 Oct 2015 ...`): only a list of numbers is read as repeated.
+  const value = joined && /^[\d\s,.]+$/.test(joined) ? single(joined) : joined;
   if (!value) return null;
   const seconds = nonNegative(value);
   if (seconds !== null) return seconds * 1000;
