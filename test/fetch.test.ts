@@ -97,13 +97,24 @@ describe("ctx.fetch", () => {
     const session = `sess-${id()}`;
     const headers = { "X-Partner-Signature": signature, "X-Session-Id": session };
     const rows = [{ id: id(), url: "http://[::1]/admin" }];
-    const run = await waitForRun(await startRun("test-fetch", { rows, headers, throwHeaders: true }, options));
+    const run = await waitForRun(await startRun("test-fetch", { rows, headers, throwHeaders: "rows" }, options));
     expect(run.result).toMatchObject({ failed: 1 });
     const [row] = await datasetRows(run.runId, "fetches");
     expect(row._error).toMatch(/^refused with headers /);
     expect(row._error).toContain("[REDACTED]");
     expect(row._error).not.toContain(signature);
     expect(row._error).not.toContain(session);
+  });
+
+  it("keeps them out of the run's error when the play throws one quoting them", async () => {
+    const signature = `sig-${id()}`;
+    const headers = { "X-Partner-Signature": signature };
+    const run = await waitForRun(await startRun("test-fetch", { rows: [], headers, playUrl: "http://127.0.0.1/", throwHeaders: "play" }));
+    expect(run.status).toBe("failed");
+    expect(run.error.message).toContain("refused with headers [REDACTED]");
+    const ended = (await allEvents(run.runId)).find((e) => e.type === "run.failed");
+    expect(JSON.stringify(ended)).toContain("refused with headers [REDACTED]");
+    expect(JSON.stringify(ended)).not.toContain(signature);
   });
 });
 

@@ -229,7 +229,8 @@ export const testSleep = definePlay({
  * ctx.fetch of each row's URL (and of `playUrl` at play level), with the given
  * headers; each outcome is `{ ok, status }` or the error's `{ code, message }`.
  * `logHeaders` logs the headers, to check that their secret values are redacted;
- * `throwHeaders` fails each row after its fetch with an error quoting them.
+ * `throwHeaders` fails each row (`rows`), or the play once its play-level fetch
+ * is made (`play`), with an error quoting them.
  */
 export const testFetch = definePlay({
   name: "test-fetch",
@@ -239,7 +240,7 @@ export const testFetch = definePlay({
     headers: z.record(z.string(), z.string()).default({}),
     playUrl: z.string().optional(),
     logHeaders: z.boolean().default(false),
-    throwHeaders: z.boolean().default(false),
+    throwHeaders: z.enum(["rows", "play"]).optional(),
   }),
   async run(ctx, input) {
     const attempt = async (
@@ -256,13 +257,14 @@ export const testFetch = definePlay({
       }
     };
     const playLevel = input.playUrl ? await attempt(ctx, input.playUrl, (...a) => ctx.log(...a)) : null;
+    if (input.throwHeaders === "play") throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
     const fetched = await ctx.map(
       "fetches",
       input.rows,
       {
         outcome: async (row, c) => {
           const outcome = await attempt(c, String(row.url), (...a) => c.log(...a));
-          if (input.throwHeaders) throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
+          if (input.throwHeaders === "rows") throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
           return outcome;
         },
       },

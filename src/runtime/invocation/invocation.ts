@@ -87,6 +87,8 @@ export class Invocation implements InvocationScope {
   readonly emit: Emit;
   readonly now: () => number;
   readonly signal: AbortSignal;
+  /** The secret header values this invocation's fetches sent: redacted from its log lines, rows' errors and its own. */
+  readonly secrets = new SecretValues();
   readonly #start: InvocationStart;
   /** A row whose child runs long stops this invocation the way a cancel would, except that the run goes on (waiting). */
   readonly #suspension = new AbortController();
@@ -230,7 +232,7 @@ export class Invocation implements InvocationScope {
   /** Child plays, waits and fetch for this invocation. */
   #playServices(): PlayServices {
     const waits = new Waits({ journal: this.journal, now: this.now, emit: this.emit, deadlineAt: this.run.deadlineAt });
-    const secrets = new SecretValues();
+    const secrets = this.secrets;
     const children = new ChildPlays({
       scope: this,
       journal: this.journal,

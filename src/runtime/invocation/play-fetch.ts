@@ -67,6 +67,16 @@ export class SecretValues {
     return out;
   }
 
+  /** A copy of a JSON value (a run's error) with every string in it redacted. */
+  redactDeep<T>(value: T): T {
+    if (typeof value === "string") return this.redact(value) as T;
+    if (Array.isArray(value)) return value.map((v) => this.redactDeep(v)) as T;
+    if (value && typeof value === "object") {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, this.redactDeep(v)])) as T;
+    }
+    return value;
+  }
+
   #add(value: string): void {
     if (value.length >= MIN_SECRET_CHARS) this.#values.add(value);
   }

@@ -100,7 +100,7 @@ async function finish(
   const restore = store.salvage.pendingCount() > 0 ? await restoreSalvage(store.salvage, receiptClient(inv)) : null;
   if (status !== "completed") await releaseLeases(inv, { ended: true });
   const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
-  const redacted = raw && inv.host.redact(raw);
+  const redacted = raw && inv.host.redact(inv.secrets.redactDeep(raw));
   // Salvage is attached after redaction: it holds the exact billed outputs.
   const salvage = store.salvage.record();
   const error = redacted && salvage ? { ...redacted, message: `${redacted.message}; ${salvageSummary(salvage)}`, salvage } : redacted;
