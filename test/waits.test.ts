@@ -176,6 +176,47 @@ describe("a run that is ending", () => {
     expect((await allEvents(runId)).some((e) => e.type === "signal.received")).toBe(false);
   });
 
+  it("refuses a signal (409) once past its runtime limit, though the alarm that fails it comes late", async () => {
+    const key = tag("past-limit");
+    const runId = await startRun("test-waits", { keys: [key] }, { timeoutSeconds: 1 });
+    await waitForStatus(runId, "waiting");
+    const coordinator = env.RUN_COORDINATOR.getByName(runId);
+    const { deadlineAt } = await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) =>
+      state.storage.sql.exec<{ deadlineAt: number }>("SELECT deadline_at AS deadlineAt FROM run").one(),
+    );
+    // Its alarm at the limit comes late (a busy machine, alarm retries): the signal arrives first, past the limit.
+    await parkedAlarmOf(runId, deadlineAt - 1);
+    await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.deleteAlarm());
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, deadlineAt - Date.now()) + 200));
+    const sent = await signal(runId, key, { data: "too late" });
+    expect(sent.status).toBe(409);
+    expect(sent.body.error).toMatchObject({ code: "run_finished" });
+    await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.setAlarm(Date.now()));
+    expect((await waitForRun(runId)).error).toMatchObject({ code: "deadline_exceeded" });
+    expect((await allEvents(runId)).some((e) => e.type === "signal.received")).toBe(false);
+  });
+
+  it("ends as it decided when a cancel comes while it carries out that end, and the cancel says so", async () => {
+    const runId = await startRun("demo-approval", { message: tag("approved then cancelled") });
+    await waitForWaitOn(runId, "approve");
+    // Hold the run between the end its play decided (completed) and the end itself.
+    await setFaults([{ point: "run.finish", hold: true, times: 1, play: "demo-approval" }]);
+    const faults = env.FAULTS!.getByName("faults");
+    let cancelled: { status: number; body: any };
+    try {
+      expect((await signal(runId, "approve", { data: { ok: true } })).status).toBe(202);
+      await faults.held(0);
+      cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+      expect((await apiJson(`/v1/runs/${runId}`)).body.status).not.toBe("cancelling");
+    } finally {
+      await faults.release(0);
+      await clearFaults();
+    }
+    expect(cancelled.status).toBe(202);
+    expect(cancelled.body.status).not.toBe("cancelling");
+    expect((await waitForRun(runId)).status).toBe("completed");
+  });
+
   it("is rerun under its runtime limit, not the default day", async () => {
     const runId = await startRun("demo-approval", { message: tag("limited") }, { timeoutSeconds: 1 });
     const first = await waitForRun(runId);

@@ -43,9 +43,8 @@ export type SignalResult =
   | { outcome: "accepted"; status: RunView["status"]; consumed: boolean; duplicate: boolean };
 
 /**
- * Set by the Worker on a live (WebSocket) request it forwards: the org whose
- * token it verified. The coordinator trusts it because only the Worker can
- * reach the coordinator; the Worker overwrites whatever a client sent.
+ * Set by the Worker on a live (WebSocket) request it forwards: the org whose token it verified. The coordinator
+ * trusts it because only the Worker can reach the coordinator; the Worker overwrites whatever a client sent.
  */
 export const VERIFIED_ORG_HEADER = "X-Troupe-Verified-Org";
 
@@ -190,8 +189,9 @@ export class RunCoordinator extends Server<Env> {
     if (earlier && (earlier.eventKey !== eventKey || earlier.dataJson !== JSON.stringify(data ?? null)))
       return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
-    // A run being cancelled (or carrying out an end it decided) would take the signal and end without it.
-    if (isTerminal(run.status) || run.cancelRequested || this.#store.ending()) return { outcome: "finished", status: shownStatus(run) };
+    // A run being cancelled (or carrying out an end it decided, or past its runtime limit) would take the signal and end without it.
+    if (isTerminal(run.status) || run.cancelRequested || this.#store.ending() || run.deadlineAt <= Date.now())
+      return { outcome: "finished", status: shownStatus(run) };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     // Each is kept (up to 64 KiB) until a wait takes it: a sender posting to a key the play never waits on stops here.
     const open = this.#journal.openSignals();
@@ -255,10 +255,11 @@ export class RunCoordinator extends Server<Env> {
     return this.#view();
   }
 
-  /** Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases). */
   /**
-   * `parentRunId`: a parent that started this run cancels it (it failed, was cancelled, or stopped waiting): it is
-   * told nothing more, and the run goes on while another parent still waits on it (the same call of theirs).
+   * Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases); a run carrying
+   * out an end it decided (its play returned, or failed) ends so. `parentRunId`: a parent that started this run cancels
+   * it (it failed, was cancelled, or stopped waiting): it is told nothing more, and the run goes on while another parent
+   * still waits on it (the same call of theirs).
    */
   async cancel(org: string, parentRunId?: string): Promise<RunView | null> {
     const run = this.#runOf(org);
@@ -267,7 +268,7 @@ export class RunCoordinator extends Server<Env> {
       this.#journal.markNotified(parentRunId);
       if (this.#journal.unnotifiedWatchers().length > 0) return this.#view();
     }
-    if (!isTerminal(run.status)) {
+    if (!isTerminal(run.status) && !this.#store.ending()) {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
@@ -288,7 +289,7 @@ export class RunCoordinator extends Server<Env> {
       force: run.force,
       forceToolRefresh: run.forceToolRefresh,
       timeoutSeconds: Math.min(MAX_RUN_TIMEOUT_SECONDS, Math.max(1, Math.round((run.deadlineAt - run.createdAt) / 1000))),
-      status: (run.status === "cancelled" || run.status === "failed") && this.#cancellingChildren() ? "cancelling" : run.status,
+      status: (run.status === "cancelled" || run.status === "failed") && this.#cancellingChildren() ? "cancelling" : shownStatus(run),
     };
   }
 
