@@ -2,6 +2,8 @@ import { abortAllDurableObjects, evictDurableObject, runInDurableObject } from "
 import { env } from "cloudflare:workers";
 import { MAX_OPEN_SIGNALS, type RunCoordinator } from "../src/actors/RunCoordinator";
 import { describe, expect, it } from "vitest";
+import type { LiveMessage } from "../src/client/index";
+import { RunProgress } from "../src/cli/progress";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
 import { allEvents, api, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
 
@@ -273,6 +275,36 @@ describe("a signal's wait", () => {
     await waitForStatus(runId, "waiting");
     for (let n = 0; n < 12; n++) expect((await signal(runId, key, { data: n })).body).toMatchObject({ consumed: true });
     expect((await waitForRun(runId)).result).toEqual({ got: [...Array(12).keys()] });
+  });
+});
+
+describe("the CLI watching a run that waits on two keys", () => {
+  it("shows it waiting while one wait is still open after the other took its signal, from a snapshot at any point", async () => {
+    const [a, b] = [tag("cli-a"), tag("cli-b")];
+    const runId = await startRun("test-waits", { keys: [a, b], parallel: true });
+    await until(
+      () => allEvents(runId),
+      (events) => eventsOfType(events, "wait.started").length === 2,
+      "both waits to start",
+    );
+    expect((await signal(runId, a, { data: 1 })).body).toMatchObject({ consumed: true });
+    // The run wakes, replays, and parks again on b (no event says so).
+    const events = await allEvents(runId);
+    const run = (await apiJson(`/v1/runs/${runId}`)).body;
+    // A watch gets the snapshot first, then the ledger from its start: the snapshot taken before any event, or after
+    // the waits started.
+    for (const at of [0, eventsOfType(events, "wait.started")[1]!.seq]) {
+      const progress = new RunProgress(runId);
+      progress.apply({ type: "snapshot", run: { ...run, status: at === 0 ? "queued" : "waiting" }, seq: at });
+      for (const event of events) progress.apply(event as LiveMessage);
+      expect(progress.status).toBe("waiting");
+    }
+    expect((await signal(runId, b, { data: 2 })).body).toMatchObject({ consumed: true });
+    const progress = new RunProgress(runId);
+    progress.apply({ type: "snapshot", run: { ...run, status: "queued" }, seq: 0 });
+    for (const event of await allEvents(runId)) progress.apply(event as LiveMessage);
+    expect(["running", "completed"]).toContain(progress.status);
+    expect((await waitForRun(runId)).result).toEqual({ got: [1, 2] });
   });
 });
 

@@ -35,6 +35,11 @@ export class RunProgress {
 
   /** The ledger position of the last snapshot: events up to it are history it already reflects. */
   #snapshotSeq = 0;
+  /**
+   * The waits started and not finished, by key, from every event seen (a watch replays the ledger from its start):
+   * a run that finished one wait and parked again on another is still waiting (parking appends no event).
+   */
+  #openWaits = new Set<string>();
 
   /** Folds one live message in and says what changed. */
   apply(message: LiveMessage): Change[] {
@@ -44,6 +49,8 @@ export class RunProgress {
       return this.#snapshot(snapshot.run);
     }
     const event = message as Record<string, unknown> & { type: string };
+    if (event.type === "wait.started" && typeof event.key === "string") this.#openWaits.add(event.key);
+    if (event.type === "wait.finished" && typeof event.key === "string") this.#openWaits.delete(event.key);
     // A replayed event older than the snapshot would move the status and counts back: only its log line is news.
     if (typeof event.seq === "number" && event.seq <= this.#snapshotSeq && event.type !== "log.appended") return [];
     switch (event.type) {
@@ -52,7 +59,7 @@ export class RunProgress {
       case "wait.started":
         return this.#setStatus("waiting");
       case "wait.finished":
-        return this.#setStatus("running");
+        return this.#setStatus(this.#openWaits.size > 0 ? "waiting" : "running");
       case "run.completed":
         return this.#setStatus("completed");
       case "run.failed":
