@@ -137,6 +137,33 @@ describe("the coordinator dies while its executors run", () => {
   });
 });
 
+describe("the coordinator dies between a chunk's end and its event", () => {
+  it("tells that chunk's completion in the next invocation: the ledger has every chunk once", async () => {
+    await simReset();
+    await setSim({ latencyMs: 40 });
+    const rows = callRows("Untold", 600);
+    // In the coordinator, with the map's progress held back for a minute: a chunk that ends is stored done, and its
+    // chunks.completed waits for the drain's end.
+    const testPolicy = { maxExecutors: 0, progressIntervalMs: 60_000 };
+    const runId = await startRun("test-calls", { rows, dataset: "untold" }, { testPolicy });
+    const doneChunks = () =>
+      runInDurableObject(
+        coordinator(runId),
+        (_object: unknown, state: DurableObjectState) =>
+          state.storage.sql.exec<{ n: number }>("SELECT count(*) AS n FROM chunks WHERE state = 'done'").one().n,
+      );
+    await until(doneChunks, (n) => n > 0, "a chunk to be done");
+    expect(chunkCompletions(await allEvents(runId))).toEqual([]);
+    await crash(coordinator(runId));
+
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.status).toBe("completed");
+    const told = chunkCompletions(await allEvents(runId)).map((c) => c.chunk);
+    expect(told.sort((a, b) => a - b)).toEqual(Array.from({ length: 12 }, (_, i) => i));
+    await expectExactlyOnce(runId, "untold", rows);
+  });
+});
+
 describe("a stale coordinator", () => {
   it("gives a chunk that newer executors own to two more executors: neither runs it, nor stops the current attempt", async () => {
     await simReset();

@@ -262,6 +262,8 @@ export const TestPolicyOverrides = z
     maxExecutors: z.number().int().min(0).max(64),
     minExecutors: z.number().int().min(1).max(64),
     maxExecutorsPerOrg: z.number().int().min(1).max(1000),
+    /** How often a map's progress (and the chunks it completed) goes to the ledger: a test holds its events back. */
+    progressIntervalMs: z.number().int().min(10).max(600_000),
     /** Lets a few hundred rows spread over many shards, as millions would. */
     sheetRowsPerShard: z.number().int().min(1).max(10_000_000),
     /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */

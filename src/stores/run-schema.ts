@@ -173,4 +173,10 @@ export const runMigrations = [
   // What each parent was last told this run spent (null: told nothing, or it gave this run up): bills that reach the
   // run after its end are told again, so a capped parent does not spend that room twice.
   `ALTER TABLE watchers ADD COLUMN told_micros INTEGER;`,
+  // Whether a done chunk's completion is in the ledger (`chunks.completed`): one done whose invocation died before
+  // the event went out is told by the next (src/runtime/map/map-progress.ts). Chunks done before this are told.
+  `
+  ALTER TABLE chunks ADD COLUMN told INTEGER NOT NULL DEFAULT 1;
+  CREATE INDEX chunks_untold ON chunks (map, idx) WHERE told = 0;
+  `,
 ];

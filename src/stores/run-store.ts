@@ -268,12 +268,24 @@ export class RunStore {
     const until = outcome.blocked.length ? Math.max(...outcome.blocked.map((b) => b.leaseExpiresAt)) : null;
     this.#sql
       .write`UPDATE chunks SET state = ${state}, completed = ${outcome.completed}, failed = ${outcome.failed}, reused = ${outcome.reused},
-      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry}, resume = NULL
-      WHERE map = ${map} AND idx = ${idx}`;
+      blocked = ${outcome.blocked.length}, blocked_by = ${by}, blocked_until = ${until}, retries = retries + ${retry}, resume = NULL,
+      told = ${outcome.done ? 0 : 1} WHERE map = ${map} AND idx = ${idx}`;
     for (const sample of outcome.failureSamples) {
       this.#sql.write`INSERT OR IGNORE INTO failure_samples (map, key, error) SELECT ${map}, ${sample.key}, ${sample.error}
         WHERE (SELECT count(*) FROM failure_samples WHERE map = ${map}) < 20`;
     }
+  }
+
+  /** Chunks of `map` done and not yet told to watchers (`chunks.completed`), by index, at most `limit`. */
+  untoldChunks(map: string, limit: number): { chunk: number; completed: number; failed: number; reused: number; attemptSeq: number }[] {
+    return this.#sql<{ chunk: number; completed: number; failed: number; reused: number; attemptSeq: number }>`
+      SELECT idx AS chunk, completed, failed, reused, attempt_seq AS attemptSeq FROM chunks
+      WHERE map = ${map} AND told = 0 ORDER BY idx LIMIT ${limit}`;
+  }
+
+  /** The done chunks of `map` up to index `upTo` are told. */
+  markChunksTold(map: string, upTo: number): void {
+    this.#sql.write`UPDATE chunks SET told = 1 WHERE map = ${map} AND told = 0 AND idx <= ${upTo}`;
   }
 
   /**

@@ -81,13 +81,7 @@ export class ChunkResults {
     });
     if (!done && chunk.retries + 1 > scope.policy.blockedRetries) outcome.failed(blockedTooLong(map, idx, chunk.retries + 1, byOthers));
     if (done && computed === 0 && summary.reused > 0) this.#deps.reusedOnly();
-    if (done)
-      feed.chunkDone(
-        map,
-        { chunk: idx, completed: summary.completed, failed: summary.failed, reused: summary.reused, attemptSeq },
-        computed,
-      );
-    else feed.computed(map, computed);
+    feed.computed(map, computed);
     this.#rowFailures(summary);
     feed.tell(map, false);
   }
@@ -99,7 +93,6 @@ export class ChunkResults {
     for (const { idx, rows } of group.filter((chunk) => wholly.has(chunk.idx))) {
       store.startChunk(map, idx, attemptSeq);
       store.finishChunk(map, idx, { done: true, completed: rows, failed: 0, reused: rows, blocked: [], failureSamples: [] });
-      feed.chunkDone(map, { chunk: idx, completed: rows, failed: 0, reused: rows, attemptSeq }, 0);
     }
     feed.tell(map, false);
   }

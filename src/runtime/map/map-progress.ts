@@ -5,7 +5,9 @@
  * since, which go out with it. A rerun sweeps a thousand chunks in a few
  * seconds, and a first run at low latency completes tens a second: an event
  * each was hundreds a second to every watcher (and ten thousand ledger rows
- * for a million-row rerun).
+ * for a million-row rerun). Which chunks are still to tell is kept with the
+ * chunks (`told`), so a completion whose invocation died before its event
+ * went out is told by the next.
  */
 import type { ChunkCompletion } from "../../api/responses";
 import type { RunStore } from "../../stores/run-store";
@@ -25,7 +27,6 @@ export class MapProgressFeed {
   #lastAt = new Map<string, number>();
   #lastCounts = new Map<string, string>();
   #computed = new Map<string, number>();
-  #completed = new Map<string, ChunkCompletion[]>();
 
   constructor(options: { scope: Pick<InvocationScope, "now" | "emit" | "policy">; store: RunStore; live: LiveRows }) {
     this.#scope = options.scope;
@@ -34,15 +35,7 @@ export class MapProgressFeed {
     this.startedAt = options.scope.now();
   }
 
-  /** A chunk of `map` ended done, having computed `computed` of its rows in this invocation. */
-  chunkDone(map: string, completion: ChunkCompletion, computed: number): void {
-    this.#computed.set(map, (this.#computed.get(map) ?? 0) + computed);
-    const pending = this.#completed.get(map);
-    if (pending) pending.push(completion);
-    else this.#completed.set(map, [completion]);
-  }
-
-  /** Rows of `map` computed in this invocation by a chunk that did not end done (counted in its rate all the same). */
+  /** Rows of `map` computed in this invocation by a chunk (done or not: counted in its rate all the same). */
   computed(map: string, rows: number): void {
     this.#computed.set(map, (this.#computed.get(map) ?? 0) + rows);
   }
@@ -67,12 +60,17 @@ export class MapProgressFeed {
     this.#scope.emit("map.progress", { map, ...progress, rowsPerSecond, etaSeconds, spend });
   }
 
-  /** Emits the chunks `map` completed since its last event, at most {@link MAX_CHUNKS_PER_EVENT} an event. */
+  /**
+   * Emits the chunks `map` completed since its last event (its chunks stored done and not yet told), at most
+   * {@link MAX_CHUNKS_PER_EVENT} an event. Each event and its chunks' mark are written in one synchronous step.
+   */
   flushChunks(map: string): void {
-    const pending = this.#completed.get(map);
-    if (!pending) return;
-    this.#completed.delete(map);
-    for (let at = 0; at < pending.length; at += MAX_CHUNKS_PER_EVENT)
-      this.#scope.emit("chunks.completed", { map, chunks: pending.slice(at, at + MAX_CHUNKS_PER_EVENT) });
+    for (;;) {
+      const chunks: ChunkCompletion[] = this.#store.untoldChunks(map, MAX_CHUNKS_PER_EVENT);
+      if (!chunks.length) return;
+      this.#scope.emit("chunks.completed", { map, chunks });
+      this.#store.markChunksTold(map, chunks[chunks.length - 1]!.chunk);
+      if (chunks.length < MAX_CHUNKS_PER_EVENT) return;
+    }
   }
 }
