@@ -25,7 +25,7 @@ export type PeekReceiptsRequest = z.infer<typeof PeekReceiptsRequest>;
 /** `PeekedReceipt` as its RPC type: workerd's `Rpc` types cannot carry `unknown`, so the JSON output is `{} | null` here. */
 type PeekedReceiptOverRpc =
   | { key: string; state: "reused"; output: {} | null; finishedAt: number }
-  | { key: string; state: "failed"; finishedAt: number }
+  | { key: string; state: "failed" | "unknown"; finishedAt: number }
   | { key: string; state: "new" };
 
 /**
@@ -107,8 +107,8 @@ export class ReceiptShard extends DurableObject<Env> {
         const receipt = found.get(key);
         if (receipt?.status === "completed")
           return { key, state: "reused", output: receipt.output as {} | null, finishedAt: receipt.updatedAt };
-        if (receipt?.status === "failed" && !receipt.retryable && receipt.error?.code !== OUTCOME_UNKNOWN)
-          return { key, state: "failed", finishedAt: receipt.updatedAt };
+        if (receipt?.status === "failed" && !receipt.retryable)
+          return { key, state: receipt.error?.code === OUTCOME_UNKNOWN ? "unknown" : "failed", finishedAt: receipt.updatedAt };
         return { key, state: "new" };
       }),
     };

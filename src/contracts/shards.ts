@@ -240,6 +240,8 @@ export interface ReceiptWriteResult {
 export type PeekedReceipt =
   | { key: string; state: "reused"; output: unknown; finishedAt: number }
   | { key: string; state: "failed"; finishedAt: number }
+  /** Failed `outcome_unknown`: the request may have reached the provider; a claim sends it again only under `retryUnknown`. */
+  | { key: string; state: "unknown"; finishedAt: number }
   | { key: string; state: "new" };
 
 /** A map's input row with its key and its place in the run's view of the dataset. */

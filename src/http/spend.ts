@@ -64,6 +64,7 @@ spendRoutes.post("/runs/estimate", async (c) => {
     input,
     force: body.force,
     forceToolRefresh: body.forceToolRefresh,
+    retryUnknown: body.retryUnknown === true,
     tools: toolRegistry(c.env),
     policy: policyFor(c.env),
     history,

@@ -13,6 +13,7 @@ import {
   testResult,
   testStages,
   testThrowingRows,
+  testOuterFields,
 } from "./testing-extra";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
@@ -36,6 +37,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testFragileRows,
           testChildBesideCall,
           testThrowingRows,
+          testOuterFields,
         ] as PlayDefinition[])
       : []),
   ];

@@ -167,3 +167,22 @@ export const testThrowingRows = definePlay({
     return { failed: thrown.failed };
   },
 });
+
+/** demo-enrich's two fields calling the play's own `ctx` (a closure) instead of the row's: the calls are the row's. */
+export const testOuterFields = definePlay({
+  name: "test-outer-fields",
+  description: "test only: a find and a verify made through the play's ctx from the map's fields",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    const leads = await ctx.map(
+      "outer-fields",
+      input.rows,
+      {
+        email: async (row) => (await ctx.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
+        verdict: async (row) => (await ctx.tool<{ verdict: string }>("sim_verify_email", { email: row.email })).verdict,
+      },
+      { key: "id" },
+    );
+    return { completed: leads.completed, failed: leads.failed };
+  },
+});

@@ -51,6 +51,32 @@ export class UploadRows {
     return { rows: index.rows, bytes: index.bytes };
   }
 
+  /**
+   * How many of the upload's first rows (at most `maxRows`, at least one of a non-empty file) its first `maxBytes` of
+   * rows hold, from its index: whole blocks between indexed positions, then part of the next at that block's own
+   * average row size (wide rows at the start of a file of narrow ones are not taken at the file's average).
+   */
+  async rowsWithin(upload: string, maxRows: number, maxBytes: number): Promise<number> {
+    const { index } = await this.#opened(upload);
+    const limit = Math.min(maxRows, index.rows);
+    const start = index.positions.at(0)?.offset ?? 0;
+    let rows = 0;
+    for (let i = 0; rows < limit; i++) {
+      const from = index.positions.at(i);
+      if (!from) break;
+      const blockRows = Math.min(index.every, index.rows - i * index.every);
+      const end = index.positions.at(i + 1)?.offset ?? index.bytes;
+      if (end - start <= maxBytes) {
+        rows = Math.min(limit, i * index.every + blockRows);
+        continue;
+      }
+      const perRow = (end - from.offset) / Math.max(1, blockRows);
+      rows = Math.min(limit, i * index.every + Math.floor((maxBytes - (from.offset - start)) / perRow));
+      break;
+    }
+    return limit > 0 ? Math.max(1, rows) : 0;
+  }
+
   /** Rows `[from, to)` of the upload, keyed; `index` is the row's place in the file (0-based, header excluded). */
   async read(slice: UploadSlice): Promise<PlannedRow[]> {
     const { index, source } = await this.#opened(slice.upload);

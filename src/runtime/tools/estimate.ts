@@ -16,6 +16,7 @@
  * end the estimate of the play where they are called; in a row, a child play
  * or a fetch ends the row's (a child's cost is not estimated: no upper bound).
  */
+import { AsyncLocalStorage } from "node:async_hooks";
 import { AuthScopes } from "./auth-scope";
 import { priceOf } from "./spend";
 import type {
@@ -63,6 +64,8 @@ export interface EstimateOptions {
   input: unknown;
   force: boolean;
   forceToolRefresh: boolean;
+  /** The run would send again calls whose outcome is unknown (`retryUnknown`); else they fail without a request. */
+  retryUnknown: boolean;
   tools: ReadonlyMap<string, AnyTool>;
   policy: RuntimePolicy;
   /** The play's past completed runs (from the org's directory). */
@@ -139,6 +142,8 @@ class Estimator {
   /** Receipt lookups waiting to go out together. */
   #lookups: { key: string; resolve(receipt: PeekedReceipt): void; reject(error: unknown): void }[] = [];
   #flush: ReturnType<typeof setTimeout> | null = null;
+  /** The row whose field is running: the play's own `ctx` called from a field makes the row's call, as in a run. */
+  #rowScope = new AsyncLocalStorage<RowContext>();
 
   constructor(options: EstimateOptions) {
     this.#deps = options;
@@ -165,16 +170,19 @@ class Estimator {
   context(): PlayContext {
     const stop = (what: string) => () =>
       Promise.reject(new PlayStopped(`${what} is not estimated: the play's estimate ends where it is called`));
+    // Called from a field function, the play's own ctx makes the row's call (a wait or a sleep fails the row, as in a run).
+    const row = this.#rowScope;
     return {
       runId: "estimate",
       org: this.#deps.org,
       map: (name, rows, fields, options) => this.#map(name, rows, fields, options),
-      tool: <T>(toolId: string, input: unknown, options?: ToolCallOptions) => this.#playTool(toolId, input, options) as Promise<T>,
+      tool: <T>(toolId: string, input: unknown, options?: ToolCallOptions) =>
+        (row.getStore()?.tool(toolId, input, options) ?? this.#playTool(toolId, input, options)) as Promise<T>,
       log: () => {},
-      runPlay: stop("ctx.runPlay"),
-      waitForEvent: stop("ctx.waitForEvent"),
-      sleep: stop("ctx.sleep"),
-      fetch: stop("ctx.fetch"),
+      runPlay: (...args: Parameters<RowContext["runPlay"]>) => row.getStore()?.runPlay(...args) ?? stop("ctx.runPlay")(),
+      waitForEvent: () => (row.getStore() ? Promise.reject(new Error("a wait in a field fails its row")) : stop("ctx.waitForEvent")()),
+      sleep: () => (row.getStore() ? Promise.reject(new Error("a sleep in a field fails its row")) : stop("ctx.sleep")()),
+      fetch: (...args: Parameters<RowContext["fetch"]>) => row.getStore()?.fetch(...args) ?? stop("ctx.fetch")(),
     } as PlayContext;
   }
 
@@ -204,17 +212,16 @@ class Estimator {
 
   /**
    * A map over an upload's rows: estimated from its first
-   * {@link UPLOAD_SAMPLE_ROWS} rows, or fewer when they would pass
-   * {@link UPLOAD_SAMPLE_BYTES} at the file's average row size (read, checked
-   * and keyed as a run would), scaled to the whole upload. Exact when the
-   * sample is the whole upload.
+   * {@link UPLOAD_SAMPLE_ROWS} rows, or fewer when they pass
+   * {@link UPLOAD_SAMPLE_BYTES} of the file (read, checked and keyed as a run
+   * would), scaled to the whole upload. Exact when the sample is the whole
+   * upload.
    */
   async #uploadMap(name: string, upload: string, fields: FieldSet, options: MapOptions): Promise<DatasetHandle> {
     const { env, org, play } = this.#deps;
     const reader = new UploadRows({ bucket: env.UPLOADS, org, key: options.key, schema: rowSchemaOf(play.input) });
-    const { rows: total, bytes } = await reader.size(upload);
-    const rowBytes = bytes / Math.max(1, total);
-    const sampled = Math.min(total, UPLOAD_SAMPLE_ROWS, Math.max(1, Math.floor(UPLOAD_SAMPLE_BYTES / rowBytes)));
+    const { rows: total } = await reader.size(upload);
+    const sampled = await reader.rowsWithin(upload, UPLOAD_SAMPLE_ROWS, UPLOAD_SAMPLE_BYTES);
     const rows = sampled ? await reader.read({ upload, from: 0, to: sampled }) : [];
     const before = this.#tally();
     const handle = await this.#plannedMap(name, { rows, duplicatesDropped: 0 }, fields, total);
@@ -310,7 +317,7 @@ class Estimator {
     } as unknown as RowContext;
     for (let i = 0; i < names.length; i++) {
       try {
-        const value = await fields[names[i]!]!(row, ctx);
+        const value = await this.#rowScope.run(ctx, () => fields[names[i]!]!(row, ctx));
         row[names[i]!] = value === undefined ? null : value;
       } catch (error) {
         if (error instanceof EstimateUnavailable) throw error;
@@ -390,15 +397,17 @@ class Estimator {
     const staleBefore = staleBeforeOf(options.staleAfterSeconds, this.#deps.now());
     const stale = found !== null && found.state !== "new" && staleBefore !== undefined && found.finishedAt < staleBefore;
     const receipt = stale ? null : found;
-    if (receipt === null || receipt.state === "new") {
+    // A call whose outcome is unknown (it may have reached the provider) is sent again only under `retryUnknown`.
+    const resend = receipt?.state === "unknown" && this.#deps.retryUnknown;
+    if (receipt === null || receipt.state === "new" || resend) {
       // Checked after the lookup: rows of a wave look up at once.
       if (this.#newKeys.has(key)) throw new RowUnknown(toolId);
       this.#newKeys.add(key);
       throw fresh();
     }
     counts.reused++;
-    // A failure the receipt remembers fails the row again, without a request.
-    if (receipt.state === "failed") throw new Error(`${toolId} failed before`);
+    // A failure the receipt remembers (an unknown outcome too) fails the row again, without a request.
+    if (receipt.state === "failed" || receipt.state === "unknown") throw new Error(`${toolId} failed before`);
     return receipt.output;
   }
 
