@@ -141,8 +141,9 @@ describe("SpendStore", () => {
       state.storage.sql.exec(
         `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
-        DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; UPDATE _schema SET version = ?`,
-        runMigrations.length - 7,
+        DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold;
+        ALTER TABLE chunks DROP COLUMN told; UPDATE _schema SET version = ?`,
+        runMigrations.length - 8,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -163,8 +164,9 @@ describe("SpendStore", () => {
         `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
         DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
-        ALTER TABLE watchers DROP COLUMN told_micros; UPDATE _schema SET version = ?`,
-        runMigrations.length - 6,
+        ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold; ALTER TABLE chunks DROP COLUMN told;
+        UPDATE _schema SET version = ?`,
+        runMigrations.length - 7,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES
