@@ -1,4 +1,7 @@
+import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
+import { clearFaults, crash, setFaults } from "./chaos-helpers";
 import { allEvents, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
@@ -115,6 +118,26 @@ describe("ctx.fetch", () => {
     const ended = (await allEvents(run.runId)).find((e) => e.type === "run.failed");
     expect(JSON.stringify(ended)).toContain("refused with headers [REDACTED]");
     expect(JSON.stringify(ended)).not.toContain(signature);
+  });
+
+  it("keeps them out of the run's error when the next invocation carries out the end the play decided", async () => {
+    const signature = `sig-${id()}`;
+    // Held once the failed end is decided (and kept): the invocation dies there, and the next one ends the run.
+    await setFaults([{ point: "run.finish", hold: true, times: 1, play: "test-fetch" }]);
+    const faults = env.FAULTS!.getByName(FAULT_OBJECT_NAME);
+    const input = { rows: [], headers: { "X-Partner-Signature": signature }, playUrl: "http://127.0.0.1/", throwHeaders: "play" };
+    const runId = await startRun("test-fetch", input);
+    try {
+      await faults.held(0);
+      await crash(env.RUN_COORDINATOR.getByName(runId));
+    } finally {
+      await clearFaults();
+      await faults.release(0);
+    }
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.message).toContain("refused with headers [REDACTED]");
+    expect(JSON.stringify((await allEvents(runId)).find((e) => e.type === "run.failed"))).not.toContain(signature);
   });
 });
 

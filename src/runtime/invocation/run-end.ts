@@ -85,9 +85,11 @@ async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; 
 async function finish(
   inv: Invocation,
   status: "completed" | "failed" | "cancelled",
-  outcome: { result?: unknown; error?: RunError },
+  decided: { result?: unknown; error?: RunError },
 ): Promise<number | null> {
   const { store, meter } = inv;
+  // Redacted of the headers this invocation's fetches sent before it is kept: a next invocation carrying it out knows none.
+  const outcome = decided.error ? { ...decided, error: inv.secrets.redactDeep(decided.error) } : decided;
   // Decided: an invocation that dies from here on (its leases released and fenced, say) leaves this end to the next.
   store.setEnding(
     status === "completed"
@@ -100,7 +102,7 @@ async function finish(
   const restore = store.salvage.pendingCount() > 0 ? await restoreSalvage(store.salvage, receiptClient(inv)) : null;
   if (status !== "completed") await releaseLeases(inv, { ended: true });
   const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
-  const redacted = raw && inv.host.redact(inv.secrets.redactDeep(raw));
+  const redacted = raw && inv.host.redact(raw);
   // Salvage is attached after redaction: it holds the exact billed outputs.
   const salvage = store.salvage.record();
   const error = redacted && salvage ? { ...redacted, message: `${redacted.message}; ${salvageSummary(salvage)}`, salvage } : redacted;
