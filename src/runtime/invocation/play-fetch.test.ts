@@ -29,6 +29,14 @@ describe("SecretValues", () => {
       "sent [REDACTED], then [REDACTED] and [REDACTED] as application/json with s=1",
     );
   });
+
+  it("redacts values with pattern characters literally, the longest first, and values added after a redaction", () => {
+    const secrets = new SecretValues();
+    secrets.addHeaders({ "X-Signature": "a+b.c*d$1", "X-Session-Id": "a+b.c*d$1-long" });
+    expect(secrets.redact("a+b.c*d$1-long and a+b.c*d$1 but not aXb.c*d$1")).toBe("[REDACTED] and [REDACTED] but not aXb.c*d$1");
+    secrets.addHeaders({ "X-Api-Key": "later-key-1" });
+    expect(secrets.redact("later-key-1 a+b.c*d$1")).toBe("[REDACTED] [REDACTED]");
+  });
 });
 
 describe("PlayFetch", () => {

@@ -50,6 +50,8 @@ const MIN_SECRET_CHARS = 6;
 /** The secret header values this invocation's fetches sent: redacted wherever text leaves the run. */
 export class SecretValues {
   #values = new Set<string>();
+  /** Every value, longest first, in one pattern: built again only when a value was added since. */
+  #pattern: RegExp | null = null;
 
   addHeaders(headers: HeadersInit | undefined): void {
     for (const [name, value] of new Headers(headers).entries()) {
@@ -62,9 +64,15 @@ export class SecretValues {
   }
 
   redact(text: string): string {
-    let out = text;
-    for (const value of [...this.#values].sort((a, b) => b.length - a.length)) out = out.split(value).join("[REDACTED]");
-    return out;
+    if (this.#values.size === 0) return text;
+    this.#pattern ??= new RegExp(
+      [...this.#values]
+        .sort((a, b) => b.length - a.length)
+        .map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
+        .join("|"),
+      "g",
+    );
+    return text.replace(this.#pattern, "[REDACTED]");
   }
 
   /** A copy of a JSON value (a run's error) with every string in it redacted. */
@@ -78,7 +86,9 @@ export class SecretValues {
   }
 
   #add(value: string): void {
-    if (value.length >= MIN_SECRET_CHARS) this.#values.add(value);
+    if (value.length < MIN_SECRET_CHARS || this.#values.has(value)) return;
+    this.#values.add(value);
+    this.#pattern = null;
   }
 }
 
