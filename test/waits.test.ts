@@ -180,7 +180,8 @@ describe("a run that is ending", () => {
 
   it("refuses a signal (409) once past its runtime limit, though the alarm that fails it comes late", async () => {
     const key = tag("past-limit");
-    const runId = await startRun("test-waits", { keys: [key] }, { timeoutSeconds: 1 });
+    // Long enough for the run to park and its alarm to be taken away before the limit, however loaded the machine.
+    const runId = await startRun("test-waits", { keys: [key] }, { timeoutSeconds: 3 });
     await waitForStatus(runId, "waiting");
     const coordinator = env.RUN_COORDINATOR.getByName(runId);
     const { deadlineAt } = await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) =>

@@ -24,6 +24,23 @@ describe("Retry-After", () => {
     expect(headers.get("Retry-After")).toBe("120, 120");
     expect(readRateLimitSignals(headers, NOW).retryAfterMs).toBe(120_000);
     expect(read({ "Retry-After-Ms": "250, 250" }).retryAfterMs).toBe(250);
+    const date = new Headers();
+    const at = new Date(NOW + 120_000).toUTCString();
+    date.append("Retry-After", at);
+    date.append("Retry-After", at);
+    expect(readRateLimitSignals(date, NOW).retryAfterMs).toBe(120_000);
+    const fields = new Headers();
+    for (const [name, value] of [
+      ["X-RateLimit-Limit", "100"],
+      ["X-RateLimit-Remaining", "0"],
+      ["X-RateLimit-Reset", "30"],
+    ] as const) {
+      fields.append(name, value);
+      fields.append(name, value);
+    }
+    expect(readRateLimitSignals(fields, NOW).remaining).toEqual({ requests: 0, resetMs: 30_000 });
+    // Differing values say nothing.
+    expect(read({ "Retry-After": "5, 6" }).retryAfterMs).toBeNull();
   });
 });
 

@@ -118,19 +118,26 @@ function quotaPerSecond(quota: Quota): number | null {
   return quota.windowMs === null ? null : (quota.requests * 1000) / quota.windowMs;
 }
 
-/** A field a proxy repeated with one value reads `"120, 120"`: that value; differing values say nothing. */
-function single(value: string | null): string | null {
-  if (value === null || !value.includes(",")) return value;
-  const values = new Set(value.split(",").map((v) => v.trim()));
-  return values.size === 1 ? [...values][0]! : null;
+/**
+ * A field as sent once: a proxy repeating a header with one value joins the copies (`"120, 120"`, an HTTP date
+ * twice, commas of its own and all). Anything else as it is (differing values then parse as nothing).
+ */
+function unrepeated(value: string | null): string | null {
+  if (value === null) return null;
+  const text = value.trim();
+  for (let copies = 2; copies <= 8; copies++) {
+    const length = (text.length - 2 * (copies - 1)) / copies;
+    if (!Number.isInteger(length) || length <= 0) continue;
+    const one = text.slice(0, length);
+    if (Array(copies).fill(one).join(", ") === text) return one;
+  }
+  return text;
 }
 
 function retryAfterMs(h: Headers, now: number): number | null {
-  const precise = nonNegative(single(h.get("retry-after-ms")));
+  const precise = nonNegative(unrepeated(h.get("retry-after-ms")));
   if (precise !== null) return precise;
-  const joined = h.get("retry-after")?.trim();
-  // An HTTP date has a comma of its own (`Wed, 21 Oct 2015 ...`): only a list of numbers is read as repeated.
-  const value = joined && /^[\d\s,.]+$/.test(joined) ? single(joined) : joined;
+  const value = unrepeated(h.get("retry-after"));
   if (!value) return null;
   const seconds = nonNegative(value);
   if (seconds !== null) return seconds * 1000;
@@ -147,10 +154,10 @@ function numericFields(h: Headers, prefix: string, now: number): { quota: Quota 
   const leading = /^\s*(\d+)\s*(?:[,;]|$)/.exec(limitField)?.[1];
   const limit = leading === undefined ? null : Number(leading);
   const window = /;\s*w=(\d+)/.exec(limitField)?.[1];
-  const remaining = count(h.get(`${prefix}-remaining`));
+  const remaining = count(unrepeated(h.get(`${prefix}-remaining`)));
   return {
     quota: limit !== null && limit > 0 ? { requests: limit, windowMs: window ? Number(window) * 1000 : null } : null,
-    remaining: remaining === null ? null : { requests: remaining, resetMs: resetMs(h.get(`${prefix}-reset`), now) },
+    remaining: remaining === null ? null : { requests: remaining, resetMs: resetMs(unrepeated(h.get(`${prefix}-reset`)), now) },
   };
 }
 
