@@ -1,6 +1,6 @@
 /** The `troupe` command as a user runs it: a child process against a real local server, judged by its output and exit code. */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -49,17 +49,21 @@ const troupe = (...args: string[]) => finished(start(args));
 
 /**
  * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
- * uploads), and with `refuseDeletes` answers every DELETE 503 itself.
+ * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT).
  */
 async function uploadRecorder(
-  options: { refuseDeletes?: boolean } = {},
+  options: { refuseDeletes?: boolean; refuseParts?: boolean } = {},
 ): Promise<{ url: string; uploadIds: string[]; close(): Promise<void> }> {
   const uploadIds: string[] = [];
   const target = new URL(server.baseUrl);
   const proxy: Server = createServer((req, res) => {
-    if (options.refuseDeletes && req.method === "DELETE") {
-      res.writeHead(503, { "Content-Type": "application/json" });
-      res.end(JSON.stringify({ error: { code: "unavailable", message: "the test's proxy refuses deletes" } }));
+    const refused = (options.refuseDeletes && req.method === "DELETE") || (options.refuseParts && req.method === "PUT");
+    if (refused) {
+      req.resume();
+      req.on("end", () => {
+        res.writeHead(503, { "Content-Type": "application/json" });
+        res.end(JSON.stringify({ error: { code: "unavailable", message: `the test's proxy refuses ${req.method}s` } }));
+      });
       return;
     }
     // Without accept-encoding the server answers uncompressed, so the proxy can read the upload's id.
@@ -172,6 +176,8 @@ describe("troupe", () => {
       ["run", "demo-enrich", "--csv", csvFile, "--max-spend", "lots"],
       ["runs", "--limit", "0"],
       ["no-such-command"],
+      // Not a regular file: read as it is sent, it failed mid-request as "unreachable" (exit 1).
+      ["run", "demo-enrich", "--csv", dir],
     ];
     const results = await Promise.all(cases.map((args) => troupe(...args)));
     results.forEach(({ code, stdout, stderr }, i) => {
@@ -184,6 +190,7 @@ describe("troupe", () => {
     });
     expect(results[2]!.stderr).toBe(`troupe: cannot read ${join(dir, "missing.csv")}: no such file\n`);
     expect(results[4]!.stderr).toMatch(/^troupe: invalid_request: /);
+    expect(results.at(-1)!.stderr).toBe(`troupe: cannot read ${dir}: not a regular file (a directory or a pipe); give a file\n`);
     expect((await client.list({ limit: 200 })).runs.length).toBe(before);
   });
 
@@ -328,13 +335,42 @@ describe("troupe", () => {
       expect(refused.stdout).toBe(direct.stdout);
       const [uploadId] = proxy.uploadIds;
       expect(refused.stderr).toBe(
-        `troupe: warning: could not delete upload ${uploadId} (unavailable: the test's proxy refuses deletes); it stays on the server: DELETE /v1/uploads/${uploadId}\n`,
+        `troupe: warning: could not delete upload ${uploadId} (unavailable: the test's proxy refuses DELETEs); it stays on the server: DELETE /v1/uploads/${uploadId}\n`,
       );
       expect(await uploadStatus(uploadId!)).toBe(200);
       await client.deleteUpload(uploadId!);
     } finally {
       await proxy.close();
     }
+  });
+
+  it("a file sent in parts whose part fails is deleted from the server, not left there for good", async () => {
+    const big = join(dir, "big.csv");
+    writeFileSync(big, "id,name,domain\n");
+    // Past one request's 95 MB: sent in parts (the first is refused, so only it travels).
+    truncateSync(big, 96_000_000);
+    const proxy = await uploadRecorder({ refuseParts: true });
+    try {
+      const { code, stderr } = await finished(start(["run", "demo-enrich", "--csv", big], proxy.url));
+      expect(code).toBe(1);
+      expect(stderr).toMatch(/unavailable: the test's proxy refuses PUTs/);
+      expect(proxy.uploadIds).toHaveLength(1);
+      expect(await uploadStatus(proxy.uploadIds[0]!)).toBe(404);
+    } finally {
+      await proxy.close();
+      rmSync(big, { force: true });
+    }
+  });
+
+  it("never prints a token it could not send, and calls that a usage error", async () => {
+    const child = spawn(process.execPath, [BIN, "runs"], {
+      env: { ...process.env, TROUPE_URL: server.baseUrl, TROUPE_TOKEN: "s3cr3t-token-4f9a\nsecond-line" },
+    });
+    const { code, stderr } = await finished(child);
+    expect(stderr).toMatch(/^troupe: invalid_request: could not send GET \/v1\/runs/);
+    expect(stderr).not.toContain("s3cr3t-token-4f9a");
+    expect(stderr).not.toContain("second-line");
+    expect(code).toBe(2);
   });
 
   it("estimate answers what the run would bill, or says clearly that the server cannot estimate", async () => {

@@ -48,6 +48,8 @@ export function exitCodeOfStatus(status: string): number {
 export function exitCodeOfError(error: unknown): number {
   if (error instanceof CliError) return error.exitCode;
   if (error instanceof TroupeApiError && (error.status === 400 || error.status === 413 || error.code === "unknown_play")) return EXIT.usage;
+  // A request the client could not even send (a token with a newline in it): the configuration is wrong.
+  if (error instanceof TroupeApiError && error.status === 0 && error.code === "invalid_request") return EXIT.usage;
   return EXIT.failed;
 }
 

@@ -8,8 +8,8 @@
  * lists them: one that no run will read (an estimate's, a refused run's) is
  * deleted with {@link discardUpload}.
  */
-import { openAsBlob } from "node:fs";
-import { stat } from "node:fs/promises";
+import { constants, openAsBlob } from "node:fs";
+import { access, stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
 import { describeError, UsageError } from "./exit-codes.ts";
 
@@ -61,10 +61,16 @@ export async function runInput(options: InputOptions, client: TroupeClient): Pro
     return { input: { upload: uploadId }, uploadId };
   }
   const { uploadId } = await client.startMultipartUpload({ format });
-  for (let part = 1, at = 0; at < size; part++, at += PART_BYTES) {
-    await client.uploadPart(uploadId, part, blob.slice(at, Math.min(size, at + PART_BYTES)));
+  try {
+    for (let part = 1, at = 0; at < size; part++, at += PART_BYTES) {
+      await client.uploadPart(uploadId, part, blob.slice(at, Math.min(size, at + PART_BYTES)));
+    }
+    await client.completeUpload(uploadId);
+  } catch (error) {
+    // Nothing lists uploads: one left half sent would stay on the server for good.
+    await discardUpload(client, uploadId);
+    throw error;
   }
-  await client.completeUpload(uploadId);
   return { input: { upload: uploadId }, uploadId };
 }
 
@@ -93,13 +99,20 @@ export function parseJson(text: string, what: string): unknown {
   }
 }
 
-/** The file's size, or a usage error saying why it cannot be read. */
+/**
+ * The file's size, or a usage error saying why it cannot be read. A file is read as it is sent: one that is not a
+ * regular file (a directory; a pipe, whose size says nothing) would fail mid-request, looking like the server's fault.
+ */
 async function sizeOf(file: string): Promise<number> {
+  let stats: Awaited<ReturnType<typeof stat>>;
   try {
-    return (await stat(file)).size;
+    stats = await stat(file);
+    await access(file, constants.R_OK);
   } catch (error) {
     throw new UsageError(
       `cannot read ${file}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`,
     );
   }
+  if (!stats.isFile()) throw new UsageError(`cannot read ${file}: not a regular file (a directory or a pipe); give a file`);
+  return stats.size;
 }

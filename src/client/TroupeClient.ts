@@ -252,6 +252,12 @@ export class TroupeClient {
     return (await response.json()) as T;
   }
 
+  /** `text` with the token, and each of its words, replaced. */
+  #withoutToken(text: string): string {
+    const parts = [this.#token, ...this.#token.split(/\s+/)].filter((part) => part.length >= 4).sort((a, b) => b.length - a.length);
+    return parts.reduce((out, part) => out.split(part).join("[token]"), text);
+  }
+
   async #send(method: string, path: string, request: JsonRequest): Promise<Response> {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.#token}`, ...request.headers };
     let body = request.body;
@@ -268,7 +274,17 @@ export class TroupeClient {
     } catch (error) {
       // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad port) in `cause`.
       const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
-      const reason = cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error);
+      // The message can quote the request: a token fetch refused as a header value (a newline in it) is never shown.
+      const reason = this.#withoutToken(cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error));
+      // No cause: the request was never sent (it could not be built), the server is not to blame.
+      if (cause === undefined && error instanceof TypeError) {
+        throw new TroupeApiError({
+          status: 0,
+          code: "invalid_request",
+          message: `could not send ${method} ${path} (${reason}); check the token and the URL`,
+          cause: error,
+        });
+      }
       const local = /^https?:\/\/(127\.0\.0\.1|localhost)[:/]/.test(`${this.baseUrl}/`);
       throw new TroupeApiError({
         status: 0,
