@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import type { MapProgress, RunList, RunStatus } from "../src/client/index.ts";
 import { MAX_RUNS_PER_PAGE, readNewestRuns } from "../src/dashboard/newest-runs.ts";
-import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo } from "../src/dashboard/run-state.ts";
+import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo, signalKeyToShow } from "../src/dashboard/run-state.ts";
 
 /** The map "leads" of 10 rows, as `GET /v1/runs/<id>` counts it. */
 const leads = (completed: number, failed: number, inFlight = 0): MapProgress => ({
@@ -140,5 +140,18 @@ describe("the runs page's list", () => {
     expect(first).toMatchObject({ more: true, runs: { length: 50 } });
     expect(first.runs[0]?.runId).toBe("run_0120");
     expect(await readNewestRuns(listOf(100), 100)).toMatchObject({ more: false, runs: { length: 100 } });
+  });
+});
+
+describe("the signal form's key", () => {
+  it("follows the play's current wait, unless the user typed a key of their own", () => {
+    // Empty: the open wait's key.
+    expect(signalKeyToShow("", null, "approve")).toBe("approve");
+    // Filled with the last wait's key, which finished: the next wait's (it stayed on approve).
+    expect(signalKeyToShow("approve", "approve", "confirm")).toBe("confirm");
+    // Typed by the user: kept.
+    expect(signalKeyToShow("mine", "approve", "confirm")).toBe("mine");
+    // No wait open: whatever the field holds.
+    expect(signalKeyToShow("approve", "approve", null)).toBe("approve");
   });
 });

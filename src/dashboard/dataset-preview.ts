@@ -8,6 +8,9 @@ import { cellText, h, replaceChildren } from "./dom";
 
 type Row = Record<string, unknown>;
 
+/** A dataset shown empty is read again at most this often while its run makes progress. */
+const EMPTY_REREAD_MS = 5_000;
+
 /** Columns every row has, shown after the row's own fields. */
 const META_COLUMNS = ["_key", "_status", "_error"];
 
@@ -66,6 +69,9 @@ export class DatasetPreview {
   #selected: string | null = null;
   #pages: DatasetPages | null = null;
   #index = 0;
+  /** The shown dataset had no rows when last read, and when that read was asked (see {@link refreshIfEmpty}). */
+  #empty = false;
+  #emptyReadAt = 0;
   #tabs = h("div", { class: "tabs", role: "tablist" });
   #body = h("div", { class: "table-scroll" });
   #position = h("span", { class: "muted", "data-testid": "dataset-position" });
@@ -117,6 +123,15 @@ export class DatasetPreview {
     this.#select(this.#selected, this.#index);
   }
 
+  /**
+   * Reads the shown dataset again if it had no rows, at most every few seconds: a run opened before its map started
+   * shows the rows once there are some (a play that then waits for hours would show none until it ended).
+   */
+  refreshIfEmpty(now = Date.now()): void {
+    if (!this.#empty || now - this.#emptyReadAt < EMPTY_REREAD_MS) return;
+    this.reload();
+  }
+
   dispose(): void {
     this.#pages?.close();
   }
@@ -127,6 +142,7 @@ export class DatasetPreview {
     this.#selected = name;
     for (const tab of this.#tabs.querySelectorAll("button")) tab.setAttribute("aria-selected", String(tab.dataset.dataset === name));
     this.#pages = new DatasetPages(this.#client.rows(this.#runId, name, { pageSize: this.#pageSize }), this.#pageSize);
+    this.#emptyReadAt = Date.now();
     void this.#show(index);
   }
 
@@ -138,12 +154,16 @@ export class DatasetPreview {
       const rows = await pages.page(index);
       if (pages !== this.#pages) return;
       if (rows === null) {
-        if (index === 0) this.#renderEmpty("No rows yet.");
+        if (index === 0) {
+          this.#renderEmpty("No rows yet.");
+          this.#empty = true;
+        }
         this.#nextButton.disabled = true;
         this.#prev.disabled = this.#index === 0;
         return;
       }
       this.#index = index;
+      this.#empty = false;
       this.#renderRows(rows);
       const first = index * pages.pageSize + 1;
       replaceChildren(this.#position, `rows ${first}–${first + rows.length - 1}`);

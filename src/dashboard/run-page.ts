@@ -11,7 +11,7 @@ import { TERMINAL_STATUSES, TroupeApiError, type LedgerEvent } from "../client";
 import { cellText, formatTime, h, replaceChildren } from "./dom";
 import { DatasetPreview } from "./dataset-preview";
 import { eventItem, progressSection, spendSection, throughputSection } from "./run-sections";
-import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo } from "./run-state";
+import { applyEnd, applyMapProgress, mergeRead, mergeSnapshot, type RunInfo, signalKeyToShow } from "./run-state";
 import type { Page, Shell } from "./shell";
 import { ThroughputSeries } from "./throughput";
 
@@ -19,6 +19,8 @@ import { ThroughputSeries } from "./throughput";
 const REFRESH_INTERVAL_MS = 3_000;
 /** Event log lines kept on the page; older ones scroll away. */
 const MAX_LOG_LINES = 1_000;
+/** A live feed given up on (the server away longer than its reconnections) is started again this much later. */
+const FEED_RETRY_MS = 5_000;
 
 /** The page of run `runId`. */
 export function runPage(shell: Shell, runId: string): Page {
@@ -37,6 +39,11 @@ class RunPage implements Page {
   #liveSpend: number | null = null;
   /** The event key of the latest wait for a signal that has not finished, to prefill the signal form. */
   #awaitedKey: string | null = null;
+  /** The key the form was last prefilled with: replaced by the next wait's unless the user typed another. */
+  #prefilledKey: string | null = null;
+  /** Events not yet drawn in the log (at most its length): drawn once a frame, not each as it arrives. */
+  #pendingLog: LedgerEvent[] = [];
+  #feedRetry: ReturnType<typeof setTimeout> | undefined;
   #live: "connecting" | "live" | "ended" | "lost" = "connecting";
   #refreshTimer: ReturnType<typeof setTimeout> | undefined;
   #frame = 0;
@@ -120,15 +127,19 @@ class RunPage implements Page {
   dispose(): void {
     this.#abort.abort();
     clearTimeout(this.#refreshTimer);
+    clearTimeout(this.#feedRetry);
     cancelAnimationFrame(this.#frame);
     this.#preview.dispose();
   }
 
-  /** The live feed: a snapshot, then every event from the first; it ends after the run's last. */
+  /**
+   * The live feed: a snapshot, then every event from the first; it ends after the run's last. One the client gave up
+   * on (the server away for longer than its reconnections) is started again, from the last event shown.
+   */
   async #follow(): Promise<void> {
     const { signal } = this.#abort;
     try {
-      for await (const message of this.#shell.client.events(this.#runId, { after: 0, signal })) {
+      for await (const message of this.#shell.client.events(this.#runId, { after: this.#lastSeq, signal })) {
         if (signal.aborted) return;
         this.#live = "live";
         if (message.type === "snapshot" && "run" in message) this.#show(mergeSnapshot(this.#run, message.run, message.seq));
@@ -143,6 +154,9 @@ class RunPage implements Page {
       this.#live = "lost";
       this.#schedule();
       this.#fail(error);
+      if (!signal.aborted && !TERMINAL_STATUSES.has(this.#run?.status ?? "")) {
+        this.#feedRetry = setTimeout(() => void this.#follow(), FEED_RETRY_MS);
+      }
     }
   }
 
@@ -200,13 +214,22 @@ class RunPage implements Page {
   #onEvent(event: LedgerEvent): void {
     if (event.seq <= this.#lastSeq) return;
     this.#lastSeq = event.seq;
-    this.#appendLog(event);
+    this.#pendingLog.push(event);
+    if (this.#pendingLog.length > 2 * MAX_LOG_LINES) this.#pendingLog.splice(0, this.#pendingLog.length - MAX_LOG_LINES);
     const run = this.#run;
     const e = event as Record<string, any>;
     if (event.type === "map.progress" && typeof e.map === "string") {
-      this.#series.add({ at: event.at, map: e.map, completed: e.completed, failed: e.failed, rowsPerSecond: e.rowsPerSecond });
+      this.#series.add({
+        at: event.at,
+        map: e.map,
+        completed: e.completed,
+        failed: e.failed,
+        total: e.total,
+        rowsPerSecond: e.rowsPerSecond,
+      });
       if (typeof e.spend === "number") this.#liveSpend = e.spend;
       if (run) this.#run = applyMapProgress(run, event);
+      this.#preview.refreshIfEmpty();
     } else if (event.type === "wait.started" && e.kind === "event" && typeof e.eventKey === "string") {
       this.#awaitedKey = e.eventKey;
     } else if (event.type === "wait.finished" && e.kind === "event") {
@@ -218,9 +241,18 @@ class RunPage implements Page {
     }
   }
 
-  #appendLog(event: LedgerEvent): void {
+  /**
+   * Draws the events that arrived since the last frame: one layout read for them all (a run's whole history
+   * replayed is thousands of events; a read after each append laid the log out again each time).
+   */
+  #drawLog(): void {
+    if (!this.#pendingLog.length) return;
+    const events = this.#pendingLog.slice(-MAX_LOG_LINES);
+    this.#pendingLog = [];
     const nearBottom = this.#logScroll.scrollTop + this.#logScroll.clientHeight >= this.#logScroll.scrollHeight - 24;
-    this.#log.append(eventItem(event));
+    const items = document.createDocumentFragment();
+    for (const event of events) items.append(eventItem(event));
+    this.#log.append(items);
     while (this.#log.childElementCount > MAX_LOG_LINES) this.#log.firstElementChild!.remove();
     replaceChildren(this.#logCount, `${this.#lastSeq} events`);
     // Follow new lines unless the reader scrolled up to read older ones.
@@ -237,6 +269,7 @@ class RunPage implements Page {
   }
 
   #render(): void {
+    this.#drawLog();
     const run = this.#run;
     if (!run) return;
     const terminal = TERMINAL_STATUSES.has(run.status);
@@ -264,7 +297,9 @@ class RunPage implements Page {
     this.#signalForm.hidden = terminal;
     this.#cancel.disabled = terminal || run.status === "cancelling";
     this.#rerun.disabled = !terminal;
-    if (!this.#signalKey.value && this.#awaitedKey && document.activeElement !== this.#signalKey) this.#signalKey.value = this.#awaitedKey;
+    // The current wait's key, unless the user is typing or typed a key of their own.
+    const key = signalKeyToShow(this.#signalKey.value, this.#prefilledKey, this.#awaitedKey);
+    if (key !== this.#signalKey.value && document.activeElement !== this.#signalKey) this.#signalKey.value = this.#prefilledKey = key;
 
     replaceChildren(
       this.#errorBox,

@@ -93,3 +93,12 @@ export function applyEnd(run: RunInfo, event: RunEnd): RunInfo {
   if (event.progress && typeof event.progress === "object") ended.progress = { maps: event.progress };
   return ended;
 }
+
+/**
+ * The signal form's key after the run's waits changed: the key of the wait now open (`awaited`), unless the field
+ * holds a key the user typed (one that is neither empty nor what the form was last filled with, `prefilled`).
+ */
+export function signalKeyToShow(field: string, prefilled: string | null, awaited: string | null): string {
+  if (awaited === null) return field;
+  return field === "" || field === prefilled ? awaited : field;
+}

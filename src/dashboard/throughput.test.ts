@@ -19,6 +19,14 @@ describe("the dashboard's throughput series", () => {
     expect(series.samples.map((s) => s.rowsPerSecond)).toEqual([0, 20]);
   });
 
+  it("counts nothing of a map whose rows are all done: a later map's rate is the run's", () => {
+    const series = new ThroughputSeries();
+    series.add({ at: at(0), map: "people", completed: 50, failed: 0, total: 100, rowsPerSecond: 100 });
+    series.add({ at: at(500), map: "people", completed: 90, failed: 10, total: 100, rowsPerSecond: 100 });
+    series.add({ at: at(10_000), map: "companies", completed: 5, failed: 0, total: 20, rowsPerSecond: 5 });
+    expect(series.samples.map((s) => s.rowsPerSecond)).toEqual([100, 0, 5]);
+  });
+
   it("keeps only the latest samples", () => {
     const series = new ThroughputSeries({ maxSamples: 2 });
     for (const [ms, rate] of [

@@ -10,6 +10,8 @@ export interface ProgressEvent {
   map: string;
   completed?: number;
   failed?: number;
+  /** The map's rows: one with all of them done adds nothing to the run's rate from then on. */
+  total?: number;
   rowsPerSecond?: number | null;
 }
 
@@ -22,7 +24,8 @@ export interface ThroughputSample {
 /**
  * Accumulates samples. Each map's rate is the event's `rowsPerSecond` when it
  * has one, otherwise the rows it finished since its previous event divided by
- * the time between them; the run's rate is the sum of its maps' latest rates.
+ * the time between them; the run's rate is the sum of its maps' latest rates
+ * (a map whose rows are all done counts none: its last rate is its past).
  */
 export class ThroughputSeries {
   readonly #maps = new Map<string, { atMs: number; done: number; rate: number }>();
@@ -42,7 +45,8 @@ export class ThroughputSeries {
     const previous = this.#maps.get(event.map);
     let rate = typeof event.rowsPerSecond === "number" && Number.isFinite(event.rowsPerSecond) ? event.rowsPerSecond : null;
     if (rate === null) rate = previous && atMs > previous.atMs ? ((done - previous.done) * 1000) / (atMs - previous.atMs) : 0;
-    this.#maps.set(event.map, { atMs, done, rate: Math.max(0, rate) });
+    const finished = typeof event.total === "number" && event.total > 0 && done >= event.total;
+    this.#maps.set(event.map, { atMs, done, rate: finished ? 0 : Math.max(0, rate) });
     let total = 0;
     for (const m of this.#maps.values()) total += m.rate;
     this.#samples.push({ atMs, rowsPerSecond: total });
