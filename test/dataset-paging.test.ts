@@ -196,3 +196,14 @@ describe("a page costs the same at any depth", () => {
     expect(meter.rpc).toBeLessThanOrEqual(Math.ceil(20_000 / 999) + 2 * 4);
   });
 });
+
+describe("an offset far past the end", () => {
+  it("is an empty last page, not a 400 about the index a shard reads to", async () => {
+    const p = `far-${Date.now().toString(36)}`;
+    const runId = await startRun("test-map", { rows: [{ id: `${p}-0`, name: "N", domain: "p.test" }] });
+    expect((await waitForRun(runId)).status).toBe("completed");
+    const page = await apiJson(`/v1/runs/${runId}/datasets/items?offset=${Number.MAX_SAFE_INTEGER - 10}&limit=100`);
+    expect(page.status, JSON.stringify(page.body)).toBe(200);
+    expect(page.body).toMatchObject({ rows: [], total: 1, nextCursor: null });
+  });
+});

@@ -60,6 +60,35 @@ it("fails a run whose rows in hand have a row the key function throws on, naming
   expect(run.error.message).toMatch(/row 1 has no key \(the key function threw: /);
 });
 
+it("fails a row whose key is not well-formed Unicode on its own in an upload, and names it in hand", async () => {
+  // `\ud800` is valid JSON and parses to a lone surrogate, which storage would write as U+FFFD: another key.
+  const ndjson = '{"id":"1","email":"a@x.test"}\n{"id":"2","email":"b\\ud800@x.test"}\n{"id":"3","email":"c@x.test"}\n';
+  const uploaded = await apiJson("/v1/uploads", { method: "POST", body: ndjson, headers: { "Content-Type": "application/x-ndjson" } });
+  expect(uploaded.status).toBe(201);
+  const run = await waitForRun(await startRun(play, { upload: uploaded.body.uploadId }));
+  expect(run.status, JSON.stringify(run.error)).toBe("completed");
+  expect(run.result).toEqual({ completed: 2, failed: 1 });
+  const rows = await datasetRows(run.runId, "fragile");
+  expect(rows.map((row) => [row._key, row._status])).toEqual([
+    ["a@x.test", "completed"],
+    ["#line:2", "failed"],
+    ["c@x.test", "completed"],
+  ]);
+  expect(rows[1]!._error).toMatch(/^invalid_row: line 2: has a key that is not well-formed Unicode/);
+  const inHand = await waitForRun(
+    await startRun(play, {
+      rows: [
+        { id: "1", email: "a@x.test" },
+        { id: "2", email: "b\ud800@x.test" },
+      ],
+    }),
+  );
+  expect(inHand.error).toMatchObject({
+    code: "invalid_row_key",
+    message: expect.stringMatching(/^row 1 has a key that is not well-formed/),
+  });
+});
+
 it("stores a failed row's error with the deployment's secrets redacted, as pages and exports read it", async () => {
   // What a tool's error may quote: its own credential (the test Worker's SIM_API_KEY), or an authorization header.
   const rows = [

@@ -63,7 +63,8 @@ export async function readPage(
   limit: number,
 ): Promise<{ rows: Row[]; nextIndex: number }> {
   const shardCount = sheets.location.shardCount;
-  let nextIndex = offset + Math.min(limit, MAX_PAGE_ROWS);
+  // An offset far past the end (any safe integer is one) reads nothing, not past the indexes a shard takes.
+  let nextIndex = Math.min(Number.MAX_SAFE_INTEGER, offset + Math.min(limit, MAX_PAGE_ROWS));
   const reads = await Promise.all(
     shardIndexes(shardCount).map((shard) =>
       sheets.readShardRunRows(shard, {

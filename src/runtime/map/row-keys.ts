@@ -10,6 +10,8 @@ export interface RowPlan {
 }
 
 const MAX_KEY_LENGTH = 512;
+/** A UTF-16 surrogate without its pair: storage writes it as U+FFFD, so the stored key would not be the row's. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Promise<RowPlan> {
   const planned: PlannedRow[] = [];
@@ -57,6 +59,7 @@ export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key
   }
   const k = String(raw);
   if (k.length > MAX_KEY_LENGTH) return { error: `has a key longer than ${MAX_KEY_LENGTH} characters` };
+  if (LONE_SURROGATE.test(k)) return { error: "has a key that is not well-formed Unicode (a lone surrogate, as `\\ud800` in JSON)" };
   return k;
 }
 
