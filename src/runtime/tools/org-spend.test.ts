@@ -45,6 +45,28 @@ describe("a run's spend in its org's day", () => {
     });
   });
 
+  it("stays held, at the invocation's end, for bills that landed after its report", async () => {
+    const org = `org-${crypto.randomUUID()}`;
+    const runId = "run-late-bill";
+    const stub = env.RUN_COORDINATOR.getByName(`spend-release-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, async (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      store.create(
+        { runId, org, play: "demo-enrich", parentRunId: null, force: false, forceToolRefresh: false, deadlineAt: Date.now() + 60_000 },
+        {},
+      );
+      store.spend.recordBilled(bill("a", 1));
+      expect(await reportSpend(env, store)).toBe(true);
+      // An executor's bill lands while the report was on its way: not in the org's total yet.
+      store.spend.recordBilled(bill("b", 2));
+      await new InvocationSpendCap({ store, maxSpend: null, dailyLimit: null }).release(env, runId, org);
+    });
+    const held = await runInDurableObject(env.ORG_DIRECTORY.getByName(org), (_object: unknown, state: DurableObjectState) =>
+      state.storage.sql.exec<{ micros: number }>("SELECT micros FROM daily_holds WHERE run_id = ?", runId).toArray(),
+    );
+    expect(held).toEqual([{ micros: toMicros(2) }]);
+  });
+
   it("counts a repeated or overlapping report once, and answers how far it has counted", async () => {
     const orgs = new OrgClient({ env, org: `org-${crypto.randomUUID()}` });
     const day = new Date().toISOString().slice(0, 10);

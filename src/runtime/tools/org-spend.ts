@@ -196,7 +196,9 @@ export class InvocationSpendCap {
 
   /** The run's spend is reported: its hold of the org's day shrinks to what it still has reserved. */
   async release(env: DirectoryEnv, runId: string, org: string): Promise<void> {
-    await new OrgClient({ env, org }).resetDailySpend(runId, this.#store.spend.reservedMicros());
+    // Bills that landed after the report (an executor's, while it was sent) are not in the day's total yet: still held.
+    const spend = this.#store.spend;
+    await new OrgClient({ env, org }).resetDailySpend(runId, spend.reservedMicros() + spend.unreportedMicros());
     this.#heldMicros = 0;
     this.#baseMicros = this.#ownCommitted();
   }
