@@ -344,6 +344,25 @@ describe("troupe", () => {
     }
   });
 
+  it("run --csv with --idempotency-key again: the same run, and the file uploaded again deleted", async () => {
+    const key = `cli-csv-${Date.now()}`;
+    const proxy = await uploadRecorder();
+    try {
+      const args = ["run", "demo-enrich", "--csv", csvFile, "--idempotency-key", key, "--detach", "--json"];
+      const first = await finished(start(args, proxy.url));
+      expect(first.code).toBe(0);
+      const again = await finished(start(args, proxy.url));
+      expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
+      expect(JSON.parse(again.stdout)).toMatchObject({ runId: JSON.parse(first.stdout).runId, duplicate: true });
+      expect(proxy.uploadIds).toHaveLength(2);
+      expect(await uploadStatus(proxy.uploadIds[0]!)).toBe(200);
+      expect(await uploadStatus(proxy.uploadIds[1]!)).toBe(404);
+      await untilStatus(JSON.parse(first.stdout).runId, "completed");
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it("a file sent in parts whose part fails is deleted from the server, not left there for good", async () => {
     const big = join(dir, "big.csv");
     writeFileSync(big, "id,name,domain\n");

@@ -171,6 +171,37 @@ describe("Idempotency-Key on POST /v1/runs", () => {
     expect(await claim("run_c", t0 + 8 * day)).toMatchObject({ runId: "run_c", created: true });
   });
 
+  it("takes the same file uploaded again as the same request: the run it started, said to be a duplicate", async () => {
+    const p = crypto.randomUUID().slice(0, 8);
+    const file = `id,name,domain\n${p}-1,Ada ${p},example.com\n${p}-2,Grace ${p},example.com\n`;
+    const upload = async (text: string) => {
+      const answer = await api("/v1/uploads", { method: "POST", body: text, headers: { "Content-Type": "text/csv" } });
+      expect(answer.status).toBe(201);
+      return (await answer.json()) as { uploadId: string; sha256: string };
+    };
+    const [a, b] = [await upload(file), await upload(file)];
+    expect(a.uploadId).not.toBe(b.uploadId);
+    expect(a.sha256).toMatch(/^[0-9a-f]{64}$/);
+    expect(b.sha256).toBe(a.sha256);
+    const submit = (uploadId: string) =>
+      apiJson("/v1/runs", {
+        method: "POST",
+        json: { play: "demo-enrich", input: { rows: { upload: uploadId } } },
+        headers: { "Idempotency-Key": `file-${p}` },
+      });
+    const first = await submit(a.uploadId);
+    expect(first.status).toBe(202);
+    expect(first.body.duplicate).toBeUndefined();
+    const again = await submit(b.uploadId);
+    expect(again.status).toBe(202);
+    expect(again.body).toMatchObject({ runId: first.body.runId, duplicate: true });
+    // Another file under the key is another request.
+    const other = await submit((await upload(file.replace("Ada", "Alan"))).uploadId);
+    expect(other.status).toBe(409);
+    expect(other.body.error.code).toBe("idempotency_key_reused");
+    expect((await waitForRun(first.body.runId)).status).toBe("completed");
+  });
+
   it("refuses a key reused for a different request with 409", async () => {
     const first = await submitKeyed("reused-key", { rows: rowsOf("r1", 1) });
     expect(first.status).toBe(202);

@@ -100,6 +100,8 @@ export interface RunStarted {
   runId: string;
   status: string;
   links: RunLinks;
+  /** Present when the Idempotency-Key answered the run an earlier request started (its input is that request's). */
+  duplicate?: true;
 }
 
 /** `202` of `POST /v1/runs/<runId>/rerun`. */
@@ -251,6 +253,8 @@ export interface Upload {
 /** An upload checked, indexed and ready for a run: the `201` of `POST /v1/uploads` and of `complete`, and `GET /v1/uploads/<uploadId>`. */
 export interface ReadyUpload extends Upload {
   status: "ready";
+  /** The file's SHA-256, hex (uploads made before it was kept have none). */
+  sha256?: string;
   createdAt: string;
 }
 

@@ -43,6 +43,8 @@ export async function runCommand(
     if (error instanceof TroupeApiError && error.status >= 400 && error.status < 500) await discardUpload(client, uploadId);
     throw error;
   }
+  // The key answered the run an earlier command started (the same file, uploaded then): it reads that upload, not this.
+  if (started.duplicate) await discardUpload(client, uploadId);
   return startedThenWatch(client, started, options);
 }
 

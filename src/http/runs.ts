@@ -69,9 +69,23 @@ export function playByName(env: Env, name: string): PlayDefinition {
  * 404 otherwise, or a 409 while its parts are still arriving.
  */
 export async function playInput(env: Env, org: string, play: PlayDefinition, raw: unknown, what: string): Promise<unknown> {
+  return (await checkedInput(env, org, play, raw, what)).input;
+}
+
+/**
+ * The play's input, checked, and the SHA-256 of the upload it reads (null for rows in hand, or an upload stored
+ * before its hash was kept): a keyed submit fingerprints the file's content, not the id of one upload of it.
+ */
+async function checkedInput(
+  env: Env,
+  org: string,
+  play: PlayDefinition,
+  raw: unknown,
+  what: string,
+): Promise<{ input: unknown; uploadSha256: string | null }> {
   const input = validate(play.input, raw, what, ["input"]);
   const rows = typeof input === "object" && input !== null ? (input as { rows?: unknown }).rows : undefined;
-  if (!isUploadedRows(rows)) return input;
+  if (!isUploadedRows(rows)) return { input, uploadSha256: null };
   const upload = await new Uploads({ bucket: env.UPLOADS, org }).describe(rows.upload);
   if (!upload) throw uploadNotFound(rows.upload);
   if (upload.status !== "ready") {
@@ -83,7 +97,7 @@ export async function playInput(env: Env, org: string, play: PlayDefinition, raw
       },
     );
   }
-  return input;
+  return { input, uploadSha256: upload.sha256 ?? null };
 }
 
 /** A run to start, as the routes pass it to {@link submitRun}. */
@@ -95,6 +109,8 @@ type Submit = {
   forceToolRefresh: boolean;
   idempotencyKey: string | null;
   rerunOf?: string;
+  /** The SHA-256 of the upload the input reads (see {@link checkedInput}). */
+  uploadSha256?: string | null;
 } & RunLimits;
 
 /**
@@ -103,7 +119,9 @@ type Submit = {
  * as its play, input and flags alone, as keys already stored hold it.
  */
 function fingerprintOf(request: Submit): Promise<string> {
-  const { play, input, force, forceToolRefresh, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
+  const { play, force, forceToolRefresh, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
+  // The upload's content, not its id: the same file uploaded again is the same request.
+  const input = request.uploadSha256 ? { ...(request.input as object), rows: { uploadSha256: request.uploadSha256 } } : request.input;
   const spend =
     maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
   const limits =
@@ -140,21 +158,24 @@ function withoutDefaults(request: Submit): Submit {
  * start is refused past it. `rerunOf` keeps a rerun's key apart from the
  * submit that used it first (the same play and input).
  */
-async function submitRun(env: Env, request: Submit): Promise<{ runId: string; status: string }> {
+async function submitRun(env: Env, request: Submit): Promise<{ runId: string; status: string; duplicate?: true }> {
   const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
     const fingerprint = await fingerprintOf(withoutDefaults(request));
     // A key claimed by a server that did not leave defaults out (within IDEMPOTENCY_KEY_TTL_MS) holds the request's
-    // fingerprint as sent: a retry sent the same way still matches it.
-    const asSent = await fingerprintOf(request);
+    // fingerprint as sent, and one claimed before uploads were hashed holds the upload's id: a retry sent the same
+    // way still matches it.
+    const earlier = new Set([fingerprint, await fingerprintOf(request)]);
+    if (request.uploadSha256)
+      for (const r of [withoutDefaults(request), request]) earlier.add(await fingerprintOf({ ...r, uploadSha256: null }));
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({
       key: idempotencyKey,
       fingerprint,
       runId,
       now: Date.now(),
     });
-    if (claimed.fingerprint !== fingerprint && claimed.fingerprint !== asSent) {
+    if (!earlier.has(claimed.fingerprint)) {
       throw new TroupeError(
         "idempotency_key_reused",
         `this Idempotency-Key was already used for a different request (run ${claimed.runId}); send a new key for a new request`,
@@ -164,7 +185,7 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
     if (claimed.runId !== runId) {
       // A retry: its run, if the first submit got as far as starting it.
       const started = await env.RUN_COORDINATOR.getByName(claimed.runId).getRun(org);
-      if (started) return { runId: claimed.runId, status: started.status };
+      if (started) return { runId: claimed.runId, status: started.status, duplicate: true };
       runId = claimed.runId;
     }
   }
@@ -219,11 +240,12 @@ runRoutes.post("/runs", async (c) => {
     throw new ValidationError("testPolicy is accepted only by the test runner", [{ path: "testPolicy", message: "not accepted here" }]);
   }
   const play = playByName(c.env, body.play);
-  const input = await playInput(c.env, c.get("org"), play, body.input, `input for play ${body.play}`);
-  const { runId, status } = await submitRun(c.env, {
+  const { input, uploadSha256 } = await checkedInput(c.env, c.get("org"), play, body.input, `input for play ${body.play}`);
+  const { runId, status, duplicate } = await submitRun(c.env, {
     org: c.get("org"),
     play: play.name,
     input,
+    uploadSha256,
     force: body.force,
     forceToolRefresh: body.forceToolRefresh,
     idempotencyKey,
@@ -232,7 +254,8 @@ runRoutes.post("/runs", async (c) => {
     maxSpend: body.maxSpend,
     retryUnknown: body.retryUnknown,
   });
-  return c.json(submitted(runId, status, play), 202);
+  // `duplicate`: the Idempotency-Key answered the run an earlier request started (which reads its own upload).
+  return c.json({ ...submitted(runId, status, play), ...(duplicate ? { duplicate } : {}) }, 202);
 });
 
 runRoutes.post("/runs/:runId/rerun", async (c) => {

@@ -14,6 +14,8 @@ export interface UploadIndex {
   columns: string[];
   rows: number;
   bytes: number;
+  /** The file's SHA-256, hex (absent from indexes stored before it was kept). */
+  sha256?: string;
   /** Rows between two positions. */
   every: number;
   /** `positions.at(i)` is where row `i * every` may be read from: just past the row before it. */
@@ -58,6 +60,7 @@ const StoredIndex = z.object({
   columns: z.array(z.string()),
   rows: z.number().int().min(0),
   bytes: z.number().int().min(0),
+  sha256: z.string().optional(),
   every: z.number().int().min(1),
   positions: z.array(z.tuple([z.number().int().min(0), z.number().int().min(1)])),
 });

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { sha256Hex } from "../core/hash";
 import { CsvScanner, MAX_PENDING_BREAKS } from "./csv-scanner";
 import { MalformedUploadError } from "./errors";
 import { MAX_CSV_RECORD_BYTES, MAX_ROW_LINE_BYTES, type UploadFormat } from "./limits";
@@ -44,6 +45,8 @@ describe("UploadScan: CSV", () => {
         columns: ["id", "note"],
         rows: 3,
         bytes: encode(text).length,
+        // The same hash however the bytes were split.
+        sha256: await sha256Hex(text),
         every: 1,
         // Each row may be read from just past the one before it: row 1 from the blank line (line 4) before it.
         positions: [
@@ -159,6 +162,8 @@ describe("UploadScan: NDJSON", () => {
         columns: ["a", "b", "c"],
         rows: 3,
         bytes: encode(text).length,
+        // The same hash however the bytes were split.
+        sha256: await sha256Hex(text),
         every: 2,
         positions: [
           { offset: 0, line: 1 },

@@ -1,7 +1,8 @@
 /**
  * One pass over an uploaded file as it streams in: checks that it is what
- * its format says, counts its rows and bytes, and builds its index. Holds the
- * columns and the index, never the rows.
+ * its format says, counts its rows and bytes, builds its index and hashes its
+ * bytes (SHA-256: two uploads of one file are one run's input to an
+ * Idempotency-Key). Holds the columns and the index, never the rows.
  */
 import { MalformedUploadError, UploadTooLargeError } from "./errors";
 import { CsvScanner } from "./csv-scanner";
@@ -26,6 +27,8 @@ export class UploadScan {
   #positions: FilePosition[] = [];
   /** The first bytes, until there are enough to tell a UTF-16 file. */
   #head: number[] = [];
+  #digest = new crypto.DigestStream("SHA-256");
+  #hashing = this.#digest.getWriter();
 
   /**
    * `every`: rows between two indexed positions to start with; `maxPositions`: the most the index keeps, past
@@ -46,6 +49,8 @@ export class UploadScan {
   async write(bytes: Uint8Array): Promise<void> {
     if (this.#head.length < 2) this.#refuseUtf16(bytes);
     this.#bytes += bytes.length;
+    // A copy: the caller sends these same bytes on to storage.
+    await this.#hashing.write(bytes.slice());
     await this.#scanner.write(bytes);
   }
 
@@ -58,11 +63,14 @@ export class UploadScan {
     if (this.#format === "ndjson" && this.#rows === 0) {
       throw new MalformedUploadError(1, "the file has no rows: an NDJSON upload holds one JSON object per line");
     }
+    await this.#hashing.close();
+    const sha256 = Array.from(new Uint8Array(await this.#digest.digest), (b) => b.toString(16).padStart(2, "0")).join("");
     return {
       format: this.#format,
       columns: this.#columns ?? [...this.#seenColumns],
       rows: this.#rows,
       bytes: this.#bytes,
+      sha256,
       every: this.#every,
       positions: this.#positions,
     };

@@ -22,6 +22,8 @@ const UploadRecord = z.object({
   rows: z.number().int().min(0),
   bytes: z.number().int().min(0),
   columns: z.array(z.string()),
+  /** The file's SHA-256 (absent from uploads stored before it was kept). */
+  sha256: z.string().optional(),
   createdAt: z.number().int(),
 });
 export type UploadRecord = z.infer<typeof UploadRecord>;

@@ -199,6 +199,7 @@ export class Uploads {
         rows: index.rows,
         bytes: index.bytes,
         columns: index.columns,
+        ...(index.sha256 ? { sha256: index.sha256 } : {}),
         createdAt,
       };
       await this.#store.commit(record, index);
@@ -239,6 +240,15 @@ function newUploadId(): string {
 }
 
 function viewOf(record: UploadRecord): ReadyUpload {
-  const { uploadId, rows, bytes, columns, format, createdAt } = record;
-  return { uploadId, rows, bytes, columns, format, status: "ready", createdAt: new Date(createdAt).toISOString() };
+  const { uploadId, rows, bytes, columns, format, sha256, createdAt } = record;
+  return {
+    uploadId,
+    rows,
+    bytes,
+    columns,
+    format,
+    ...(sha256 ? { sha256 } : {}),
+    status: "ready",
+    createdAt: new Date(createdAt).toISOString(),
+  };
 }
