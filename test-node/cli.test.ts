@@ -353,7 +353,7 @@ describe("troupe", () => {
       expect(first.code).toBe(0);
       const again = await finished(start(args, proxy.url));
       expect({ code: again.code, stderr: again.stderr }).toEqual({ code: 0, stderr: "" });
-      expect(JSON.parse(again.stdout)).toMatchObject({ runId: JSON.parse(first.stdout).runId, duplicate: true });
+      expect(JSON.parse(again.stdout)).toMatchObject({ runId: JSON.parse(first.stdout).runId, unusedUpload: proxy.uploadIds[1] });
       expect(proxy.uploadIds).toHaveLength(2);
       expect(await uploadStatus(proxy.uploadIds[0]!)).toBe(200);
       expect(await uploadStatus(proxy.uploadIds[1]!)).toBe(404);

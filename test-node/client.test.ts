@@ -1,4 +1,6 @@
 /** `troupe/client` against a real local server: the calls the CLI and the dashboard make. */
+import { createHash } from "node:crypto";
+import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TroupeApiError, TroupeClient, type LedgerEvent, type LiveMessage, type RunView } from "troupe/client";
 import { localServer, until } from "./helpers.ts";
@@ -112,6 +114,11 @@ describe("TroupeClient", () => {
     // A port of this machine nothing listens on (the node tests use 8811 to 8813 one file at a time).
     const unreachable = await new TroupeClient({ baseUrl: "http://127.0.0.1:8819" }).list().catch((e: unknown) => e);
     expect(unreachable).toMatchObject({ status: 0, code: "unreachable", message: expect.stringContaining("ECONNREFUSED") });
+
+    // A token fetch cannot send (a newline in it): never quoted, in the error or anything it holds.
+    const unsendable = await new TroupeClient({ baseUrl: server.baseUrl, token: "secretTOKEN123\nxyz" }).list().catch((e: unknown) => e);
+    expect(unsendable).toMatchObject({ status: 0, code: "invalid_request" });
+    expect(inspect(unsendable, { depth: 10 })).not.toContain("secretTOKEN123");
   });
 
   it("upload sends the file as it is, typed by its format", async () => {
@@ -148,6 +155,7 @@ describe("TroupeClient", () => {
       bytes: csv.length,
       columns: ["id", "name"],
       format: "csv",
+      sha256: createHash("sha256").update(csv).digest("hex"),
       status: "ready",
       createdAt: expect.any(String),
     });

@@ -171,7 +171,7 @@ describe("Idempotency-Key on POST /v1/runs", () => {
     expect(await claim("run_c", t0 + 8 * day)).toMatchObject({ runId: "run_c", created: true });
   });
 
-  it("takes the same file uploaded again as the same request: the run it started, said to be a duplicate", async () => {
+  it("takes the same file uploaded again as the same request: the run it started, the new upload named unused", async () => {
     const p = crypto.randomUUID().slice(0, 8);
     const file = `id,name,domain\n${p}-1,Ada ${p},example.com\n${p}-2,Grace ${p},example.com\n`;
     const upload = async (text: string) => {
@@ -191,14 +191,29 @@ describe("Idempotency-Key on POST /v1/runs", () => {
       });
     const first = await submit(a.uploadId);
     expect(first.status).toBe(202);
-    expect(first.body.duplicate).toBeUndefined();
+    expect(first.body.unusedUpload).toBeUndefined();
     const again = await submit(b.uploadId);
     expect(again.status).toBe(202);
-    expect(again.body).toMatchObject({ runId: first.body.runId, duplicate: true });
-    // Another file under the key is another request.
+    expect(again.body).toMatchObject({ runId: first.body.runId, unusedUpload: b.uploadId });
+    // A plain retry, with the run's own upload: told nothing (deleting it would fail the run).
+    const retry = await submit(a.uploadId);
+    expect(retry.body.runId).toBe(first.body.runId);
+    expect(retry.body.unusedUpload).toBeUndefined();
+    // Another file under the key is another request; so are the same bytes read as another format.
     const other = await submit((await upload(file.replace("Ada", "Alan"))).uploadId);
     expect(other.status).toBe(409);
     expect(other.body.error.code).toBe("idempotency_key_reused");
+    const both = "{}\n{}\n";
+    const asCsv = await api("/v1/uploads", { method: "POST", body: both, headers: { "Content-Type": "text/csv" } });
+    const asNdjson = await api("/v1/uploads", { method: "POST", body: both, headers: { "Content-Type": "application/x-ndjson" } });
+    const keyed = async (answer: Response, key: string) =>
+      apiJson("/v1/runs", {
+        method: "POST",
+        json: { play: "demo-enrich", input: { rows: { upload: ((await answer.json()) as { uploadId: string }).uploadId } } },
+        headers: { "Idempotency-Key": key },
+      });
+    expect((await keyed(asCsv, `format-${p}`)).status).toBe(202);
+    expect((await keyed(asNdjson, `format-${p}`)).status).toBe(409);
     expect((await waitForRun(first.body.runId)).status).toBe("completed");
   });
 

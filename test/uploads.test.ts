@@ -9,6 +9,7 @@ import { describe, expect, it } from "vitest";
 import { MAX_ROW_LINE_BYTES, MIN_PART_BYTES } from "../src/uploads/limits";
 import { readRows } from "../src/uploads/range-reader";
 import { Uploads } from "../src/uploads/uploads";
+import { sha256Hex } from "../src/core/hash";
 import { api, apiJson } from "./helpers";
 
 const CSV = "text/csv";
@@ -89,6 +90,7 @@ describe("POST /v1/uploads", () => {
       bytes: encode(csvFile).length,
       columns: ["id", "name", "note"],
       format: "csv",
+      sha256: await sha256Hex(csvFile),
       status: "ready",
       createdAt: expect.any(String),
     });

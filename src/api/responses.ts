@@ -100,8 +100,11 @@ export interface RunStarted {
   runId: string;
   status: string;
   links: RunLinks;
-  /** Present when the Idempotency-Key answered the run an earlier request started (its input is that request's). */
-  duplicate?: true;
+  /**
+   * A keyed retry sent the same file in another upload: the run an earlier upload of it started is answered, and
+   * this upload is read by no run (delete it).
+   */
+  unusedUpload?: string;
 }
 
 /** `202` of `POST /v1/runs/<runId>/rerun`. */

@@ -44,7 +44,7 @@ export async function runCommand(
     throw error;
   }
   // The key answered the run an earlier command started (the same file, uploaded then): it reads that upload, not this.
-  if (started.duplicate) await discardUpload(client, uploadId);
+  if (uploadId !== null && started.unusedUpload === uploadId) await discardUpload(client, uploadId);
   return startedThenWatch(client, started, options);
 }
 

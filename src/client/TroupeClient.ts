@@ -281,8 +281,8 @@ export class TroupeClient {
         throw new TroupeApiError({
           status: 0,
           code: "invalid_request",
+          // Not the error itself as the cause: its message quotes the header (the token) it refused.
           message: `could not send ${method} ${path} (${reason}); check the token and the URL`,
-          cause: error,
         });
       }
       const local = /^https?:\/\/(127\.0\.0\.1|localhost)[:/]/.test(`${this.baseUrl}/`);

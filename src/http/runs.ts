@@ -73,8 +73,8 @@ export async function playInput(env: Env, org: string, play: PlayDefinition, raw
 }
 
 /**
- * The play's input, checked, and the SHA-256 of the upload it reads (null for rows in hand, or an upload stored
- * before its hash was kept): a keyed submit fingerprints the file's content, not the id of one upload of it.
+ * The play's input, checked, and the content of the upload it reads (its format and SHA-256; null for rows in hand,
+ * or an upload stored before its hash was kept): a keyed submit fingerprints the file, not one upload of it.
  */
 async function checkedInput(
   env: Env,
@@ -82,10 +82,10 @@ async function checkedInput(
   play: PlayDefinition,
   raw: unknown,
   what: string,
-): Promise<{ input: unknown; uploadSha256: string | null }> {
+): Promise<{ input: unknown; uploadContent: string | null }> {
   const input = validate(play.input, raw, what, ["input"]);
   const rows = typeof input === "object" && input !== null ? (input as { rows?: unknown }).rows : undefined;
-  if (!isUploadedRows(rows)) return { input, uploadSha256: null };
+  if (!isUploadedRows(rows)) return { input, uploadContent: null };
   const upload = await new Uploads({ bucket: env.UPLOADS, org }).describe(rows.upload);
   if (!upload) throw uploadNotFound(rows.upload);
   if (upload.status !== "ready") {
@@ -97,7 +97,7 @@ async function checkedInput(
       },
     );
   }
-  return { input, uploadSha256: upload.sha256 ?? null };
+  return { input, uploadContent: upload.status === "ready" && upload.sha256 ? `${upload.format}:${upload.sha256}` : null };
 }
 
 /** A run to start, as the routes pass it to {@link submitRun}. */
@@ -109,8 +109,8 @@ type Submit = {
   forceToolRefresh: boolean;
   idempotencyKey: string | null;
   rerunOf?: string;
-  /** The SHA-256 of the upload the input reads (see {@link checkedInput}). */
-  uploadSha256?: string | null;
+  /** The format and SHA-256 of the upload the input reads (see {@link checkedInput}). */
+  uploadContent?: string | null;
 } & RunLimits;
 
 /**
@@ -121,7 +121,7 @@ type Submit = {
 function fingerprintOf(request: Submit): Promise<string> {
   const { play, force, forceToolRefresh, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
   // The upload's content, not its id: the same file uploaded again is the same request.
-  const input = request.uploadSha256 ? { ...(request.input as object), rows: { uploadSha256: request.uploadSha256 } } : request.input;
+  const input = request.uploadContent ? { ...(request.input as object), rows: { uploadContent: request.uploadContent } } : request.input;
   const spend =
     maxSpend === undefined && retryUnknown === undefined ? [] : [{ maxSpend: maxSpend ?? null, retryUnknown: retryUnknown ?? false }];
   const limits =
@@ -158,7 +158,7 @@ function withoutDefaults(request: Submit): Submit {
  * start is refused past it. `rerunOf` keeps a rerun's key apart from the
  * submit that used it first (the same play and input).
  */
-async function submitRun(env: Env, request: Submit): Promise<{ runId: string; status: string; duplicate?: true }> {
+async function submitRun(env: Env, request: Submit): Promise<{ runId: string; status: string; unusedUpload?: string }> {
   const { org, play, input, force, forceToolRefresh, idempotencyKey, timeoutSeconds, testPolicy, maxSpend, retryUnknown } = request;
   let runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
   if (idempotencyKey !== null) {
@@ -167,8 +167,8 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
     // fingerprint as sent, and one claimed before uploads were hashed holds the upload's id: a retry sent the same
     // way still matches it.
     const earlier = new Set([fingerprint, await fingerprintOf(request)]);
-    if (request.uploadSha256)
-      for (const r of [withoutDefaults(request), request]) earlier.add(await fingerprintOf({ ...r, uploadSha256: null }));
+    if (request.uploadContent)
+      for (const r of [withoutDefaults(request), request]) earlier.add(await fingerprintOf({ ...r, uploadContent: null }));
     const claimed = await env.ORG_DIRECTORY.getByName(org).claimIdempotencyKey({
       key: idempotencyKey,
       fingerprint,
@@ -184,8 +184,9 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
     }
     if (claimed.runId !== runId) {
       // A retry: its run, if the first submit got as far as starting it.
-      const started = await env.RUN_COORDINATOR.getByName(claimed.runId).getRun(org);
-      if (started) return { runId: claimed.runId, status: started.status, duplicate: true };
+      const coordinator = env.RUN_COORDINATOR.getByName(claimed.runId);
+      const started = await coordinator.getRun(org);
+      if (started) return { runId: claimed.runId, status: started.status, ...(await unusedUpload(coordinator, request)) };
       runId = claimed.runId;
     }
   }
@@ -204,6 +205,23 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
     retryUnknown,
   });
   return { runId, status: run.status };
+}
+
+/**
+ * The upload of a keyed retry that its run does not read: the same file uploaded again answered the run an earlier
+ * upload of it started. The client may delete it (`troupe run` does); a retry with the run's own upload is told nothing.
+ */
+async function unusedUpload(coordinator: ReturnType<typeof coordinatorOf>, request: Submit): Promise<{ unusedUpload?: string }> {
+  const sent = uploadOf(request.input);
+  if (!request.uploadContent || sent === null) return {};
+  const source = await coordinator.source(request.org);
+  if (!source || uploadOf(JSON.parse(source.inputJson)) === sent) return {};
+  return { unusedUpload: sent };
+}
+
+function uploadOf(input: unknown): string | null {
+  const rows = typeof input === "object" && input !== null ? (input as { rows?: unknown }).rows : undefined;
+  return isUploadedRows(rows) ? rows.upload : null;
 }
 
 /** An org past its daily spend limit starts no run (API.md "Spend"): the refusal says how much and until when. */
@@ -240,12 +258,12 @@ runRoutes.post("/runs", async (c) => {
     throw new ValidationError("testPolicy is accepted only by the test runner", [{ path: "testPolicy", message: "not accepted here" }]);
   }
   const play = playByName(c.env, body.play);
-  const { input, uploadSha256 } = await checkedInput(c.env, c.get("org"), play, body.input, `input for play ${body.play}`);
-  const { runId, status, duplicate } = await submitRun(c.env, {
+  const { input, uploadContent } = await checkedInput(c.env, c.get("org"), play, body.input, `input for play ${body.play}`);
+  const { runId, status, unusedUpload } = await submitRun(c.env, {
     org: c.get("org"),
     play: play.name,
     input,
-    uploadSha256,
+    uploadContent,
     force: body.force,
     forceToolRefresh: body.forceToolRefresh,
     idempotencyKey,
@@ -254,8 +272,7 @@ runRoutes.post("/runs", async (c) => {
     maxSpend: body.maxSpend,
     retryUnknown: body.retryUnknown,
   });
-  // `duplicate`: the Idempotency-Key answered the run an earlier request started (which reads its own upload).
-  return c.json({ ...submitted(runId, status, play), ...(duplicate ? { duplicate } : {}) }, 202);
+  return c.json({ ...submitted(runId, status, play), ...(unusedUpload ? { unusedUpload } : {}) }, 202);
 });
 
 runRoutes.post("/runs/:runId/rerun", async (c) => {
