@@ -37,6 +37,16 @@ describe("SecretValues", () => {
     secrets.addHeaders({ "X-Api-Key": "later-key-1" });
     expect(secrets.redact("later-key-1 a+b.c*d$1")).toBe("[REDACTED] [REDACTED]");
   });
+
+  it("redacts every value of a run that adds one per row, between and across its pattern's rebuilds", () => {
+    const secrets = new SecretValues();
+    for (let row = 0; row < 500; row++) {
+      secrets.addHeaders({ "X-Request-Signature": `sig-${row}-${"x".repeat(row % 7)}` });
+      // Each row's line quotes its own signature and the first row's.
+      const line = `row ${row} sent sig-${row}-${"x".repeat(row % 7)} after sig-0-`;
+      expect(secrets.redact(line)).toBe(`row ${row} sent [REDACTED] after [REDACTED]`);
+    }
+  });
 });
 
 describe("PlayFetch", () => {

@@ -50,8 +50,13 @@ const MIN_SECRET_CHARS = 6;
 /** The secret header values this invocation's fetches sent: redacted wherever text leaves the run. */
 export class SecretValues {
   #values = new Set<string>();
-  /** Every value, longest first, in one pattern: built again only when a value was added since. */
+  /**
+   * The values, longest first, in one pattern, and those added since it was built (checked one by one): it is built
+   * again once they are a quarter of it, so a value per row (a signature per request) costs no rebuild per row.
+   */
   #pattern: RegExp | null = null;
+  #inPattern = 0;
+  #recent: string[] = [];
 
   addHeaders(headers: HeadersInit | undefined): void {
     for (const [name, value] of new Headers(headers).entries()) {
@@ -65,14 +70,20 @@ export class SecretValues {
 
   redact(text: string): string {
     if (this.#values.size === 0) return text;
-    this.#pattern ??= new RegExp(
-      [...this.#values]
-        .sort((a, b) => b.length - a.length)
-        .map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
-        .join("|"),
-      "g",
-    );
-    return text.replace(this.#pattern, "[REDACTED]");
+    if (this.#pattern === null || this.#recent.length > Math.max(32, this.#inPattern / 4)) {
+      this.#pattern = new RegExp(
+        [...this.#values]
+          .sort((a, b) => b.length - a.length)
+          .map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"))
+          .join("|"),
+        "g",
+      );
+      this.#inPattern = this.#values.size;
+      this.#recent = [];
+    }
+    let out = text;
+    for (const value of this.#recent) if (out.includes(value)) out = out.split(value).join("[REDACTED]");
+    return out.replace(this.#pattern, "[REDACTED]");
   }
 
   /** A copy of a JSON value (a run's error) with every string in it redacted. */
@@ -88,7 +99,10 @@ export class SecretValues {
   #add(value: string): void {
     if (value.length < MIN_SECRET_CHARS || this.#values.has(value)) return;
     this.#values.add(value);
-    this.#pattern = null;
+    if (this.#pattern === null) return;
+    // Longest first, as in the pattern.
+    const at = this.#recent.findIndex((v) => v.length < value.length);
+    this.#recent.splice(at === -1 ? this.#recent.length : at, 0, value);
   }
 }
 
