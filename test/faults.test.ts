@@ -16,12 +16,13 @@ import {
   eventsOfType,
   expectedEmail,
   notices,
+  runView,
   simReset,
   simStats,
   startRun,
   waitForRun,
 } from "./helpers";
-import { setFaults, until } from "./chaos-helpers";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
 
 /** The test policy's dispatch window (src/core/policy.ts): what a broken store may cost at most. */
 const WAVE = 25;
@@ -300,6 +301,82 @@ describe("salvage that reaches a run after its end", () => {
       "the late salvage to be written back",
     );
     expect(events.find((e) => e.type === "salvage.restored")).toMatchObject({ total: 1 });
+  });
+});
+
+describe("salvage that reaches a run while it carries out its end", () => {
+  it("is written into its receipt by the ended run's alarm", async () => {
+    // Held before the end's spend report: the run has decided its end and is not ended yet.
+    await setFaults([{ point: "run.report", play: "test-calls", hold: true, times: 1 }]);
+    const faults = env.FAULTS!.getByName(FAULT_OBJECT_NAME);
+    const runId = await startRun("test-calls", { rows: findRows("Ending", 2), dataset: "ending-salvage" });
+    try {
+      await faults.held(0);
+      expect((await runView(runId)).status).toBe("running");
+      const attempt = { attemptId: "ending-attempt", runId, attemptSeq: 1 };
+      const usage = { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} };
+      const entry = { receiptKey: "ending-receipt", toolId: "sim_find_email", attempt, output: { email: "ending@faults.test" } };
+      await env.RUN_COORDINATOR.getByName(runId).attemptReport({
+        executor: "ending-executor",
+        attemptId: attempt.attemptId,
+        map: "ending-salvage",
+        chunk: 0,
+        rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
+        logs: [],
+        bills: [],
+        salvage: [{ ...entry, completeAttempts: 3, error: "receipt shard overloaded", at: Date.now() }],
+        usage,
+        latency: [],
+        waiting: [],
+        draining: false,
+        end: null,
+      });
+    } finally {
+      await clearFaults();
+      await faults.release(0);
+    }
+    expect((await waitForRun(runId)).status).toBe("completed");
+    const events = await until(
+      () => allEvents(runId),
+      (all) => all.some((e) => e.type === "salvage.restored"),
+      "the salvage to be written back",
+    );
+    expect(events.find((e) => e.type === "salvage.restored")).toMatchObject({ total: 1 });
+  });
+});
+
+describe("a run that cannot tell its directory of its end", () => {
+  it("still cancels the child it waited on, and is listed once the directory can be told", async () => {
+    // A rule that matches nothing, set first: the coordinator's directory probe asks once whether any rule is set.
+    await setFaults([{ point: "export.part", play: "no-such-play" }]);
+    const parent = await startRun("test-parent", { leaf: { n: 1, waitForSignal: true } }, { timeoutSeconds: 3 });
+    const childOf = async () =>
+      (await apiJson("/v1/runs?limit=200")).body.runs.filter((r: { parentRunId: string | null }) => r.parentRunId === parent);
+    const [child] = await until(childOf, (found) => found.length === 1 && found[0].status === "waiting", "the child to wait");
+    await until(
+      () => runView(parent),
+      (run) => run.status === "waiting",
+      "the parent to park",
+    );
+    // Its limit fails the run; every listing of it fails until the child is seen cancelled.
+    await setFaults([{ point: "directory.sync", play: "test-parent", times: 100 }]);
+    const failed = await until(
+      () => runView(parent),
+      (run) => run.status === "failed",
+      "the parent to fail at its limit",
+    );
+    expect(failed.error.code).toBe("deadline_exceeded");
+    await until(
+      () => runView(child!.runId),
+      (run) => run.status === "cancelled",
+      "the child to be cancelled",
+    );
+    await clearFaults();
+    await until(
+      async () => (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === parent),
+      (listed) => listed?.status === "failed",
+      "the parent to be listed failed",
+    );
   });
 });
 

@@ -388,7 +388,6 @@ export class RunCoordinator extends Server<Env> {
 
   /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
   async #invoke(signal: AbortSignal): Promise<number | null> {
-    const wasTerminal = isTerminal(this.#store.run()?.status ?? "queued");
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
@@ -422,8 +421,6 @@ export class RunCoordinator extends Server<Env> {
       await recordPlayHistory(this.env, this.#store);
       this.#journal.bump("play_history");
     }
-    // An alarm of a run that had already ended is a retry (after a crash, say, mid-way through its end): tell the directory again.
-    if (wasTerminal && this.#listed !== shownStatus(this.#store.run()!)) await this.#syncDirectory();
     // Whether or not this alarm ended the run: one that died mid-way through its end, or a child's cancel that failed, left
     // children running, and they would run to their own limits.
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
@@ -436,6 +433,9 @@ export class RunCoordinator extends Server<Env> {
     // invocation held of the org's daily limit is in the day's total: the hold ends.
     if (!(await reportSpend(this.env, this.#store))) next = Math.min(next ?? Infinity, Date.now() + SPEND_REPORT_RETRY_MS);
     else if (run) await start.spend.release(this.env, run.runId, run.org).catch(() => {});
+    // Last, after children, parents and spend: an ended run's listing that failed fails the alarm, whose retry tells it.
+    const ended = this.#store.run()!;
+    if (isTerminal(ended.status) && this.#listed !== shownStatus(ended)) await this.#syncDirectory();
     return next;
   }
 

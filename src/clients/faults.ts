@@ -56,6 +56,7 @@ export const FAULT_POINTS = [
   "executor.ended",
   "directory.sync",
   "run.finish",
+  "run.report",
   "export.part",
   "child.finished",
 ] as const;

@@ -54,7 +54,8 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
       // Counted as an infrastructure failure already: the chunks it left running go back under a new epoch now, so
       // the next invocation does not count it again as one that died with chunks in flight.
       inv.store.redispatchRunning();
-      return end.at;
+      // Not past the run's limit: the alarm then fails it, on time.
+      return Math.min(end.at, inv.store.run()!.deadlineAt);
   }
 }
 
@@ -114,6 +115,7 @@ async function finish(
   // requests reserved but never answered are not this run's spend (a run that completes them pays).
   store.resetRunningChunks();
   store.spend.releaseAll();
+  await inv.faults.check("run.report");
   await inv.host.reportSpend();
   store.setStatus(status, { result: outcome.result, error });
   store.setEnding(null);
@@ -122,8 +124,13 @@ async function finish(
   // A failed run always ends with an error (every failed end carries one).
   else if (status === "failed") inv.emit("run.failed", { error: error!, progress });
   else inv.emit("run.cancelled", { progress });
-  await inv.host.onStatus();
-  return restore && restore.pending > 0 ? inv.now() + restoreDelayMs(inv, 0) : null;
+  // Salvage an executor reported while the end was carried out (the run not ended yet, nothing woke for it) is
+  // written back by the ended run's alarm, as salvage reported after the end is.
+  const salvagePending = store.salvage.pendingCount() > 0;
+  // The directory is told by this alarm's last step too (RunCoordinator): its failure must not skip telling children
+  // and parents, or the spend report.
+  await inv.host.onStatus().catch(() => {});
+  return salvagePending ? inv.now() + restoreDelayMs(inv, 0) : null;
 }
 
 /** A finished run with salvage still pending: try to write it into its receipts again (by alarm, with backoff). */
