@@ -349,7 +349,8 @@ describe("a run that cannot tell its directory of its end", () => {
   it("still cancels the child it waited on, and is listed once the directory can be told", async () => {
     // A rule that matches nothing, set first: the coordinator's directory probe asks once whether any rule is set.
     await setFaults([{ point: "export.part", play: "no-such-play" }]);
-    const parent = await startRun("test-parent", { leaf: { n: 1, waitForSignal: true } }, { timeoutSeconds: 3 });
+    // Its limit leaves time for the child to start and the parent to park, however loaded the machine.
+    const parent = await startRun("test-parent", { leaf: { n: 1, waitForSignal: true } }, { timeoutSeconds: 6 });
     const childOf = async () =>
       (await apiJson("/v1/runs?limit=200")).body.runs.filter((r: { parentRunId: string | null }) => r.parentRunId === parent);
     const [child] = await until(childOf, (found) => found.length === 1 && found[0].status === "waiting", "the child to wait");

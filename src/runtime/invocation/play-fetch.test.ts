@@ -38,6 +38,14 @@ describe("SecretValues", () => {
     expect(secrets.redact("later-key-1 a+b.c*d$1")).toBe("[REDACTED] [REDACTED]");
   });
 
+  it("redacts all of an earlier value that contains a value added since its pattern was built", () => {
+    const secrets = new SecretValues();
+    secrets.addHeaders({ Cookie: "session=abc123456; csrf=xyz987654" });
+    expect(secrets.redact("nothing secret")).toBe("nothing secret");
+    secrets.addHeaders({ "X-CSRF-Token": "xyz987654" });
+    expect(secrets.redact("sent session=abc123456; csrf=xyz987654 and xyz987654")).toBe("sent [REDACTED] and [REDACTED]");
+  });
+
   it("redacts every value of a run that adds one per row, between and across its pattern's rebuilds", () => {
     const secrets = new SecretValues();
     for (let row = 0; row < 500; row++) {

@@ -100,6 +100,13 @@ export class SecretValues {
     if (value.length < MIN_SECRET_CHARS || this.#values.has(value)) return;
     this.#values.add(value);
     if (this.#pattern === null) return;
+    // Inside a value the pattern holds, it would be replaced first and break that one's match: built again instead.
+    for (const held of this.#values) {
+      if (held !== value && held.includes(value)) {
+        this.#pattern = null;
+        return;
+      }
+    }
     // Longest first, as in the pattern.
     const at = this.#recent.findIndex((v) => v.length < value.length);
     this.#recent.splice(at === -1 ? this.#recent.length : at, 0, value);
