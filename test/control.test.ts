@@ -1,7 +1,9 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { sheetShardName } from "../src/clients/shards";
 import { canonicalJson, sha256Hex } from "../src/core/hash";
+import { clearFaults, setFaults } from "./chaos-helpers";
 import { api, apiJson, datasetRows, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const rowsOf = (prefix: string, count: number) =>
@@ -79,6 +81,30 @@ describe("cancel and rerun over HTTP", () => {
     expect(stats.billed).toBe(1200);
     const stored = await datasetRows(rerun.body.runId, "items");
     expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
+  });
+
+  it("buys each call once for two forceToolRefresh reruns started together: each takes a result bought since it started", async () => {
+    const runId = await startRun("test-map", { rows: rowsOf("together", 3) });
+    await waitForRun(runId);
+    await simReset();
+    // The refreshed calls are held once answered: both reruns have started before any result is stored.
+    await setFaults([{ point: "provider.after", play: "test-map", hold: true, times: 20 }]);
+    const injector = env.FAULTS!.getByName(FAULT_OBJECT_NAME);
+    try {
+      const rerun = () => apiJson(`/v1/runs/${runId}/rerun`, { method: "POST", json: { forceToolRefresh: true } });
+      const [first, second] = [await rerun(), await rerun()];
+      await injector.held(0);
+      await until(async () => {
+        await injector.release(0);
+        const runs = await Promise.all([first, second].map((r) => apiJson(`/v1/runs/${r.body.runId}`)));
+        return runs.every((r) => r.body.status === "completed");
+      }, "both reruns to complete");
+    } finally {
+      await clearFaults();
+      await injector.release(0);
+    }
+    // Before, the rerun that waited for the other's receipt bought it again (another generation): six.
+    expect((await simStats()).billed).toBe(3);
   });
 
   it("reruns with the flags given, hides another org's run, and validates the body", async () => {

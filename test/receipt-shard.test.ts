@@ -437,6 +437,56 @@ describe("staleBefore (a call's staleAfterSeconds, reckoned from its run's start
   });
 });
 
+describe("a refresh (forceToolRefresh, force), which carries its run's start as staleBefore", () => {
+  const refresh = (stub: Shard, who: AttemptRef, startedAt: number, takeover = false) =>
+    stub.claim({
+      attempt: who,
+      leaseTtlMs: LONG_LEASE_MS,
+      refresh: true,
+      items: [{ key: "k", toolId: "email.find", takeover, staleBefore: startedAt }],
+    });
+
+  it("reuses the generation its run bought when another run finished it (its dead attempt's, taken over)", async () => {
+    const stub = shard();
+    const q = attempt("run-q");
+    await claim(stub, q, ["k"]);
+    await stub.complete({ attempt: q, items: [{ key: "k", output: "q" }] });
+    await sleep(5);
+    const startedAt = Date.now();
+    expect((await refresh(stub, attempt("run-r", 0), startedAt)).results).toEqual([{ key: "k", disposition: "claimed", generation: 1 }]);
+    // Run r's attempt died after its request was billed; run s takes the receipt over, recovers that answer, completes it.
+    const s = attempt("run-s");
+    const { results } = await stub.claim({
+      attempt: s,
+      leaseTtlMs: LONG_LEASE_MS,
+      refresh: false,
+      items: [{ key: "k", toolId: "email.find", takeover: true }],
+    });
+    expect(results).toEqual([{ key: "k", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true }]);
+    await stub.complete({ attempt: s, items: [{ key: "k", output: "r's answer" }] });
+    // Run r's redispatched attempt: what its first attempt bought, not a second bill.
+    expect((await refresh(stub, attempt("run-r", 1), startedAt)).results).toEqual([
+      { key: "k", disposition: "reused", output: "r's answer", generation: 1, finishedByRun: "run-s" },
+    ]);
+  });
+
+  it("pays once per run: a result another refresh bought after this run started is reused", async () => {
+    const stub = shard();
+    const q = attempt("run-q");
+    await claim(stub, q, ["k"]);
+    await stub.complete({ attempt: q, items: [{ key: "k", output: "q" }] });
+    await sleep(5);
+    const rStarted = Date.now();
+    expect((await refresh(stub, attempt("run-r", 0), rStarted)).results).toMatchObject([{ disposition: "claimed", generation: 1 }]);
+    await stub.complete({ attempt: attempt("run-r", 0), items: [{ key: "k", output: "r" }] });
+    await sleep(5);
+    const sStarted = Date.now();
+    expect((await refresh(stub, attempt("run-s"), sStarted)).results).toMatchObject([{ disposition: "claimed", generation: 2 }]);
+    await stub.complete({ attempt: attempt("run-s"), items: [{ key: "k", output: "s" }] });
+    expect((await refresh(stub, attempt("run-r", 1), rStarted)).results).toMatchObject([{ disposition: "reused", generation: 2 }]);
+  });
+});
+
 describe("write: completions, failures and claims in one call", () => {
   it("writes them in that order in one transaction, answering each part, the claims per refresh group", async () => {
     const stub = shard();

@@ -386,9 +386,10 @@ function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
 /**
  * The disposition of one claim, and the receipt to store when it changes:
  * - none → `claimed`, generation 0;
- * - `completed` → `reused`, unless another run finished it and `refresh` is set or it finished before the item's
- *   `staleBefore`: `claimed`, generation + 1 (the run that finished it reuses it whatever its age: a redispatch or a
- *   replay of the call never pays again);
+ * - `completed` → `reused`, unless another run finished it before the item's `staleBefore` (or, an item without
+ *   one, `refresh` is set): `claimed`, generation + 1 (the run that finished it reuses it whatever its age: a
+ *   redispatch or a replay of the call never pays again; a refresh carries its run's start as `staleBefore`, so a
+ *   result another run bought since, its own dead attempt's taken over say, is reused too);
  * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, anyone once
  *   the lease has passed, or a caller asking to `takeover`; else `running` with its owner;
  * - `failed` → retryable: `claimed` (same generation); else like `completed` but `failed` with the error.
@@ -431,7 +432,7 @@ function decideClaim(
   if (!existing) return own(0);
   // `updatedAt` of a finished receipt is when it finished: nothing writes it after that.
   const stale = item.staleBefore !== undefined && existing.status !== "running" && existing.updatedAt < item.staleBefore;
-  const rebill = (request.refresh || stale) && existing.finishedByRun !== attempt.runId;
+  const rebill = (stale || (request.refresh && item.staleBefore === undefined)) && existing.finishedByRun !== attempt.runId;
   switch (existing.status) {
     case "completed":
       if (rebill) return own(existing.generation + 1);

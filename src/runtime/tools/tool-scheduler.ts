@@ -45,7 +45,7 @@ interface OwnedCall {
   input: unknown;
   scope: string;
   options: ToolCallOptions;
-  /** Results another run finished before this time (ms) are stale: `staleAfterSeconds` before the run started. */
+  /** Results another run finished before this (ms) are stale: `staleAfterSeconds` before the run's start; a refresh's, its start. */
   staleBefore?: number;
   /** Already re-claimed once under a new auth scope. */
   rescoped: boolean;
@@ -187,6 +187,7 @@ export class ToolScheduler {
     const { policy, signal, receipts } = this.#services;
     const shard = receipts.shardOf(call.key);
     const refresh = this.#deps.refresh || call.options.force === true;
+    const staleBefore = refresh ? Math.max(call.staleBefore ?? 0, this.#services.run.createdAt) : call.staleBefore;
     const waitUntil = this.#services.now() + (call.options.receiptWaitMs ?? policy.receiptWaitMs);
     let takeover = false;
     for (let poll = 0; ; poll++) {
@@ -194,7 +195,7 @@ export class ToolScheduler {
       // Gated before the claim: a call prevented here gets no receipt, so a rerun executes it once.
       this.#deps.guards.latch.guard();
       const claim = await this.#writes
-        .claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover, staleBefore: call.staleBefore })
+        .claim(shard, refresh, { key: call.key, toolId: call.tool.id, takeover, staleBefore })
         .catch((error: unknown) => {
           throw this.#fatal(new ReceiptStoreError("claim", error));
         });
