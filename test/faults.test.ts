@@ -271,30 +271,35 @@ describe("a provider that does not answer in time", () => {
   });
 });
 
+/**
+ * What an attempt the coordinator gave up on (its end waited past the stop's grace) reports at last: the salvage of
+ * one billed output (`name`, in map `map`), and nothing else: no bill (that went out in an earlier heartbeat).
+ */
+function salvageReport(runId: string, name: string, map: string) {
+  const attempt = { attemptId: `${name}-attempt`, runId, attemptSeq: 1 };
+  const entry = { receiptKey: `${name}-receipt`, toolId: "sim_find_email", attempt, output: { email: `${name}@faults.test` } };
+  return env.RUN_COORDINATOR.getByName(runId).attemptReport({
+    executor: `${name}-executor`,
+    attemptId: attempt.attemptId,
+    map,
+    chunk: 0,
+    rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
+    logs: [],
+    bills: [],
+    salvage: [{ ...entry, completeAttempts: 3, error: "receipt shard overloaded", at: Date.now() }],
+    usage: { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} },
+    latency: [],
+    waiting: [],
+    draining: false,
+    end: null,
+  });
+}
+
 describe("salvage that reaches a run after its end", () => {
   it("wakes the ended run, whose alarm writes it into its receipt (else a rerun pays for that output again)", async () => {
     const runId = await startRun("test-calls", { rows: findRows("Late", 2), dataset: "late-salvage" });
     expect((await waitForRun(runId)).status).toBe("completed");
-    // An attempt the coordinator gave up on (its end waited past the stop's grace) reports its salvage at last, and
-    // nothing else: no bill (that went out in an earlier heartbeat).
-    const attempt = { attemptId: "late-attempt", runId, attemptSeq: 1 };
-    const usage = { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} };
-    const entry = { receiptKey: "late-receipt", toolId: "sim_find_email", attempt, output: { email: "late@faults.test" } };
-    await env.RUN_COORDINATOR.getByName(runId).attemptReport({
-      executor: "late-executor",
-      attemptId: attempt.attemptId,
-      map: "late-salvage",
-      chunk: 0,
-      rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
-      logs: [],
-      bills: [],
-      salvage: [{ ...entry, completeAttempts: 3, error: "receipt shard overloaded", at: Date.now() }],
-      usage,
-      latency: [],
-      waiting: [],
-      draining: false,
-      end: null,
-    });
+    await salvageReport(runId, "late", "late-salvage");
     const events = await until(
       () => allEvents(runId),
       (all) => all.some((e) => e.type === "salvage.restored"),
@@ -313,24 +318,7 @@ describe("salvage that reaches a run while it carries out its end", () => {
     try {
       await faults.held(0);
       expect((await runView(runId)).status).toBe("running");
-      const attempt = { attemptId: "ending-attempt", runId, attemptSeq: 1 };
-      const usage = { rpc: 0, provider: 0, retries: 0, rateLimited: 0, lookups: 0, outcomeUnknown: 0, rpcByKind: {} };
-      const entry = { receiptKey: "ending-receipt", toolId: "sim_find_email", attempt, output: { email: "ending@faults.test" } };
-      await env.RUN_COORDINATOR.getByName(runId).attemptReport({
-        executor: "ending-executor",
-        attemptId: attempt.attemptId,
-        map: "ending-salvage",
-        chunk: 0,
-        rows: { started: 0, completed: 0, failed: 0, stopped: 0 },
-        logs: [],
-        bills: [],
-        salvage: [{ ...entry, completeAttempts: 3, error: "receipt shard overloaded", at: Date.now() }],
-        usage,
-        latency: [],
-        waiting: [],
-        draining: false,
-        end: null,
-      });
+      await salvageReport(runId, "ending", "ending-salvage");
     } finally {
       await clearFaults();
       await faults.release(0);

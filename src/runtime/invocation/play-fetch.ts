@@ -11,6 +11,7 @@ import type { SubrequestMeter } from "../../core/meter";
 import { z } from "zod";
 import { messageOf } from "../../core/errors";
 import { DEFAULT_EGRESS, EgressError, isSecretHeader, safeFetch, type EgressPolicy } from "./egress";
+import { mapStrings } from "../views/redact";
 
 /**
  * `EGRESS_ALLOWLIST`: JSON `{ "<org>": ["api.example.com", "*.example.org"] }`.
@@ -88,12 +89,7 @@ export class SecretValues {
 
   /** A copy of a JSON value (a run's error) with every string in it redacted. */
   redactDeep<T>(value: T): T {
-    if (typeof value === "string") return this.redact(value) as T;
-    if (Array.isArray(value)) return value.map((v) => this.redactDeep(v)) as T;
-    if (value && typeof value === "object") {
-      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, this.redactDeep(v)])) as T;
-    }
-    return value;
+    return mapStrings(value, (text) => this.redact(text));
   }
 
   #add(value: string): void {

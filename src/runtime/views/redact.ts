@@ -99,13 +99,18 @@ export class Redactor {
 
   /** A copy of a JSON value with every string in it redacted. */
   redactDeep<T>(value: T): T {
-    if (typeof value === "string") return this.redact(value) as T;
-    if (Array.isArray(value)) return value.map((v) => this.redactDeep(v)) as T;
-    if (value && typeof value === "object") {
-      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, this.redactDeep(v)])) as T;
-    }
-    return value;
+    return mapStrings(value, (text) => this.redact(text));
   }
+}
+
+/** A copy of a JSON value with `change` applied to every string in it (keys kept). */
+export function mapStrings<T>(value: T, change: (text: string) => string): T {
+  if (typeof value === "string") return change(value) as T;
+  if (Array.isArray(value)) return value.map((v) => mapStrings(v, change)) as T;
+  if (value && typeof value === "object") {
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, mapStrings(v, change)])) as T;
+  }
+  return value;
 }
 
 const redactors = new WeakMap<object, Redactor>();
