@@ -6,6 +6,7 @@ import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 import {
   testChildBesideCall,
+  testFetch,
   testFragileRows,
   testMutating,
   testPadded,
@@ -38,6 +39,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testChildBesideCall,
           testThrowingRows,
           testOuterFields,
+          testFetch,
         ] as PlayDefinition[])
       : []),
   ];

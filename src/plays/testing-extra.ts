@@ -186,3 +186,52 @@ export const testOuterFields = definePlay({
     return { completed: leads.completed, failed: leads.failed };
   },
 });
+
+/**
+ * ctx.fetch of each row's URL (and of `playUrl` at play level), with the given
+ * headers; each outcome is `{ ok, status }` or the error's `{ code, message }`.
+ * `logHeaders` logs the headers, to check that their secret values are redacted;
+ * `throwHeaders` fails each row (`rows`), or the play once its play-level fetch
+ * is made (`play`), with an error quoting them.
+ */
+export const testFetch = definePlay({
+  name: "test-fetch",
+  description: "test only: ctx.fetch from rows and from the play",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), url: z.string() })).max(100),
+    headers: z.record(z.string(), z.string()).default({}),
+    playUrl: z.string().optional(),
+    logHeaders: z.boolean().default(false),
+    throwHeaders: z.enum(["rows", "play"]).optional(),
+  }),
+  async run(ctx, input) {
+    const attempt = async (
+      fetcher: { fetch(url: string, init?: RequestInit): Promise<Response> },
+      url: string,
+      log: (...args: unknown[]) => void,
+    ) => {
+      try {
+        const res = await fetcher.fetch(url, { headers: input.headers });
+        return { ok: true, status: res.status };
+      } catch (error) {
+        if (input.logHeaders) log("fetch failed with headers", JSON.stringify(input.headers));
+        return { ok: false, code: (error as { code?: string }).code ?? null, message: (error as Error).message };
+      }
+    };
+    const playLevel = input.playUrl ? await attempt(ctx, input.playUrl, (...a) => ctx.log(...a)) : null;
+    if (input.throwHeaders === "play") throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
+    const fetched = await ctx.map(
+      "fetches",
+      input.rows,
+      {
+        outcome: async (row, c) => {
+          const outcome = await attempt(c, String(row.url), (...a) => c.log(...a));
+          if (input.throwHeaders === "rows") throw new Error(`refused with headers ${Object.values(input.headers).join(" ")}`);
+          return outcome;
+        },
+      },
+      { key: "id" },
+    );
+    return { playLevel, completed: fetched.completed, failed: fetched.failed };
+  },
+});
