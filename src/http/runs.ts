@@ -84,20 +84,20 @@ async function checkedInput(
   what: string,
 ): Promise<{ input: unknown; uploadContent: string | null }> {
   const input = validate(play.input, raw, what, ["input"]);
-  const rows = typeof input === "object" && input !== null ? (input as { rows?: unknown }).rows : undefined;
-  if (!isUploadedRows(rows)) return { input, uploadContent: null };
-  const upload = await new Uploads({ bucket: env.UPLOADS, org }).describe(rows.upload);
-  if (!upload) throw uploadNotFound(rows.upload);
+  const uploadId = uploadOf(input);
+  if (uploadId === null) return { input, uploadContent: null };
+  const upload = await new Uploads({ bucket: env.UPLOADS, org }).describe(uploadId);
+  if (!upload) throw uploadNotFound(uploadId);
   if (upload.status !== "ready") {
     throw new TroupeError(
       "upload_not_ready",
-      `upload ${rows.upload} is still receiving its parts; complete it first (POST /v1/uploads/${rows.upload}/complete)`,
+      `upload ${uploadId} is still receiving its parts; complete it first (POST /v1/uploads/${uploadId}/complete)`,
       {
         httpStatus: 409,
       },
     );
   }
-  return { input, uploadContent: upload.status === "ready" && upload.sha256 ? `${upload.format}:${upload.sha256}` : null };
+  return { input, uploadContent: upload.sha256 ? `${upload.format}:${upload.sha256}` : null };
 }
 
 /** A run to start, as the routes pass it to {@link submitRun}. */
