@@ -470,6 +470,46 @@ describe("a refresh (forceToolRefresh, force), which carries its run's start as 
     ]);
   });
 
+  it("judges a result by when its request could have gone out, not when it was written back", async () => {
+    const stub = shard();
+    // Run q claims before run r starts; its answer (salvaged, or settling an unknown outcome) is written after.
+    const q = attempt("run-q");
+    await claim(stub, q, ["k"]);
+    await sleep(5);
+    const startedAt = Date.now();
+    await sleep(5);
+    await stub.complete({ attempt: q, items: [{ key: "k", output: "bought before r started" }] });
+    expect((await refresh(stub, attempt("run-r"), startedAt)).results).toEqual([{ key: "k", disposition: "claimed", generation: 1 }]);
+  });
+
+  it("dates a generation from its first request whose end is unknown, and from the retry after a known failure", async () => {
+    const stub = shard();
+    const q = attempt("run-q");
+    await claim(stub, q, ["unknown", "refused"], { leaseTtlMs: SHORT_LEASE_MS });
+    // "refused" was answered a retryable failure (a 429): nothing was bought by that request.
+    await stub.fail({ attempt: q, items: [{ key: "refused", error: { code: "rate_limited", message: "429" }, retryable: true }] });
+    await sleep(PAST_SHORT_LEASE_MS);
+    const startedAt = Date.now();
+    await sleep(5);
+    // Run s takes both over after run r started: "unknown"'s answer may be q's request's, bought before.
+    const s = attempt("run-s");
+    expect((await claim(stub, s, ["unknown", "refused"])).map((r) => [r.disposition, "generation" in r ? r.generation : null])).toEqual([
+      ["claimed", 0],
+      ["claimed", 0],
+    ]);
+    await stub.complete({ attempt: s, items: ["unknown", "refused"].map((key) => ({ key, output: key })) });
+    const { results } = await stub.claim({
+      attempt: attempt("run-r"),
+      leaseTtlMs: LONG_LEASE_MS,
+      refresh: true,
+      items: ["unknown", "refused"].map((key) => ({ key, toolId: "email.find", staleBefore: startedAt })),
+    });
+    expect(results).toEqual([
+      { key: "unknown", disposition: "claimed", generation: 1 },
+      { key: "refused", disposition: "reused", output: "refused", generation: 0, finishedByRun: "run-s" },
+    ]);
+  });
+
   it("pays once per run: a result another refresh bought after this run started is reused", async () => {
     const stub = shard();
     const q = attempt("run-q");
@@ -619,6 +659,7 @@ describe("a shard whose lease index held every receipt (schema version 1)", () =
       state.storage.sql.exec("DROP INDEX receipts_running_by_lease");
       state.storage.sql.exec("CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at)");
       state.storage.sql.exec("ALTER TABLE receipts DROP COLUMN unknown_from");
+      state.storage.sql.exec("ALTER TABLE receipts DROP COLUMN bought_at");
       state.storage.sql.exec("UPDATE _schema SET version = 1");
     });
     await evictDurableObject(stub);

@@ -24,8 +24,8 @@ export type PeekReceiptsRequest = z.infer<typeof PeekReceiptsRequest>;
 
 /** `PeekedReceipt` as its RPC type: workerd's `Rpc` types cannot carry `unknown`, so the JSON output is `{} | null` here. */
 type PeekedReceiptOverRpc =
-  | { key: string; state: "reused"; output: {} | null; finishedAt: number }
-  | { key: string; state: "failed" | "unknown"; finishedAt: number }
+  | { key: string; state: "reused"; output: {} | null; boughtAt: number }
+  | { key: string; state: "failed" | "unknown"; boughtAt: number }
   | { key: string; state: "new" };
 
 /**
@@ -106,9 +106,9 @@ export class ReceiptShard extends DurableObject<Env> {
       receipts: keys.map((key): PeekedReceiptOverRpc => {
         const receipt = found.get(key);
         if (receipt?.status === "completed")
-          return { key, state: "reused", output: receipt.output as {} | null, finishedAt: receipt.updatedAt };
+          return { key, state: "reused", output: receipt.output as {} | null, boughtAt: receipt.boughtAt };
         if (receipt?.status === "failed" && !receipt.retryable)
-          return { key, state: receipt.error?.code === OUTCOME_UNKNOWN ? "unknown" : "failed", finishedAt: receipt.updatedAt };
+          return { key, state: receipt.error?.code === OUTCOME_UNKNOWN ? "unknown" : "failed", boughtAt: receipt.boughtAt };
         return { key, state: "new" };
       }),
     };

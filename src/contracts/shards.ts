@@ -236,12 +236,12 @@ export interface ReceiptWriteResult {
  * What an estimate needs of a receipt: a claim would reuse its output, or
  * answer its permanent failure (neither bills), or send a new request.
  */
-/** A receipt as a claim would find it now; `finishedAt` (ms) says how old its result is (`staleAfterSeconds`). */
+/** A receipt as a claim would find it now; `boughtAt` (ms, Receipt.boughtAt) says how old its result is (`staleAfterSeconds`). */
 export type PeekedReceipt =
-  | { key: string; state: "reused"; output: unknown; finishedAt: number }
-  | { key: string; state: "failed"; finishedAt: number }
+  | { key: string; state: "reused"; output: unknown; boughtAt: number }
+  | { key: string; state: "failed"; boughtAt: number }
   /** Failed `outcome_unknown`: the request may have reached the provider; a claim sends it again only under `retryUnknown`. */
-  | { key: string; state: "unknown"; finishedAt: number }
+  | { key: string; state: "unknown"; boughtAt: number }
   | { key: string; state: "new" };
 
 /** A map's input row with its key and its place in the run's view of the dataset. */

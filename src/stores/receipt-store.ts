@@ -58,6 +58,9 @@ export const RECEIPT_MIGRATIONS: readonly string[] = [
    CREATE INDEX receipts_running_by_lease ON receipts (lease_expires_at) WHERE status = 'running';`,
   // The attempt a takeover took the receipt from, its request's end unknown: its late answer may still settle it.
   `ALTER TABLE receipts ADD COLUMN unknown_from TEXT;`,
+  // When the current generation's result may have been bought (see Receipt.boughtAt); receipts from before it read
+  // their last write's time.
+  `ALTER TABLE receipts ADD COLUMN bought_at INTEGER;`,
 ];
 
 export type ReceiptStatus = "running" | "completed" | "failed";
@@ -92,6 +95,12 @@ export interface Receipt {
   createdAt: number;
   updatedAt: number;
   /**
+   * The earliest a request whose answer this generation holds (or will) can have gone out: its first claim, kept by
+   * takeovers of a request whose end is unknown (their answer may be that request's), moved by a claim after a
+   * known failure. A result's age (`staleBefore`) is reckoned from it, not from when it was written back.
+   */
+  boughtAt: number;
+  /**
    * The attempts whose claims of this generation were taken over, their requests' ends unknown (the most recent
    * MAX_UNKNOWN_FROM; empty when none): if the receipt then failed `outcome_unknown`, the late answer of any of
    * them settles it (see `complete`).
@@ -119,6 +128,7 @@ type ReceiptRow = {
   created_at: number;
   updated_at: number;
   unknown_from: string | null;
+  bought_at: number | null;
 };
 
 function rowToReceipt(row: ReceiptRow): Receipt {
@@ -137,6 +147,7 @@ function rowToReceipt(row: ReceiptRow): Receipt {
     createdAt: row.created_at,
     updatedAt: row.updated_at,
     unknownFrom: row.unknown_from === null ? [] : (JSON.parse(row.unknown_from) as string[]),
+    boughtAt: row.bought_at ?? row.updated_at,
   };
 }
 
@@ -320,10 +331,11 @@ export class ReceiptStore {
     this.#sql.write`
       INSERT OR REPLACE INTO receipts (key, tool_id, status, output, error_code, error_message, retryable,
         generation, owner_run_id, owner_attempt_id, owner_seq, lease_expires_at, finished_by_run, created_at, updated_at,
-        unknown_from)
+        unknown_from, bought_at)
       SELECT r ->> 'key', r ->> 'tool_id', r ->> 'status', r ->> 'output', r ->> 'error_code', r ->> 'error_message',
         r ->> 'retryable', r ->> 'generation', r ->> 'owner_run_id', r ->> 'owner_attempt_id', r ->> 'owner_seq',
-        r ->> 'lease_expires_at', r ->> 'finished_by_run', r ->> 'created_at', r ->> 'updated_at', r ->> 'unknown_from'
+        r ->> 'lease_expires_at', r ->> 'finished_by_run', r ->> 'created_at', r ->> 'updated_at', r ->> 'unknown_from',
+        r ->> 'bought_at'
       FROM (SELECT value AS r FROM json_each(${rows}))`;
   }
 }
@@ -346,6 +358,7 @@ function receiptToRow(r: Receipt): ReceiptRow {
     created_at: r.createdAt,
     updated_at: r.updatedAt,
     unknown_from: r.unknownFrom.length ? JSON.stringify(r.unknownFrom) : null,
+    bought_at: r.boughtAt,
   };
 }
 
@@ -386,7 +399,8 @@ function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
 /**
  * The disposition of one claim, and the receipt to store when it changes:
  * - none → `claimed`, generation 0;
- * - `completed` → `reused`, unless another run finished it before the item's `staleBefore` (or, an item without
+ * - `completed` → `reused`, unless another run finished it and it was bought ({@link Receipt.boughtAt}) before the
+ *   item's `staleBefore` (or, an item without
  *   one, `refresh` is set): `claimed`, generation + 1 (the run that finished it reuses it whatever its age: a
  *   redispatch or a replay of the call never pays again; a refresh carries its run's start as `staleBefore`, so a
  *   result another run bought since, its own dead attempt's taken over say, is reused too);
@@ -427,11 +441,12 @@ function decideClaim(
       createdAt: existing?.createdAt ?? now,
       updatedAt: now,
       unknownFrom: maybeAnswering(existing, generation, takeover && unknown),
+      // Answered by the request of a claim whose end is unknown, the result is as old as that one.
+      boughtAt: existing !== undefined && generation === existing.generation && unknown ? existing.boughtAt : now,
     } satisfies Receipt,
   });
   if (!existing) return own(0);
-  // `updatedAt` of a finished receipt is when it finished: nothing writes it after that.
-  const stale = item.staleBefore !== undefined && existing.status !== "running" && existing.updatedAt < item.staleBefore;
+  const stale = item.staleBefore !== undefined && existing.status !== "running" && existing.boughtAt < item.staleBefore;
   const rebill = (stale || (request.refresh && item.staleBefore === undefined)) && existing.finishedByRun !== attempt.runId;
   switch (existing.status) {
     case "completed":

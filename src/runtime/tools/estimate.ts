@@ -395,7 +395,7 @@ class Estimator {
     const found = refresh ? null : await this.#lookup(key);
     // A result older than the call's `staleAfterSeconds` is called again (a run starting now finds it stale too).
     const staleBefore = staleBeforeOf(options.staleAfterSeconds, this.#deps.now());
-    const stale = found !== null && found.state !== "new" && staleBefore !== undefined && found.finishedAt < staleBefore;
+    const stale = found !== null && found.state !== "new" && staleBefore !== undefined && found.boughtAt < staleBefore;
     const receipt = stale ? null : found;
     // A call whose outcome is unknown (it may have reached the provider) is sent again only under `retryUnknown`.
     const resend = receipt?.state === "unknown" && this.#deps.retryUnknown;
