@@ -197,6 +197,26 @@ describe("a page costs the same at any depth", () => {
   });
 });
 
+describe("a claim costs the rows it claims", () => {
+  it("a redispatch claiming 100 rows of a run with 20,000 settled reads about those rows, not the run's", async () => {
+    const { location, runId } = await storedDataset(20_000);
+    const counter = await countRowsRead(location);
+    const sheets = new SheetClient({ env, location, meter: new SubrequestMeter() });
+    // The run's next epoch claims a chunk again: its rows are settled in the run's view and stay so.
+    const attempt = { attemptId: `${runId}#1`, runId, attemptSeq: 1 };
+    const rows: PlannedRow[] = Array.from({ length: 100 }, (_, k) => ({
+      key: `k${10_000 + k}`,
+      index: 10_000 + k,
+      input: { n: 10_000 + k },
+    }));
+    const before = counter.read();
+    const claims = await sheets.claimRows({ attempt, rows, recompute: false, leaseTtlMs: 600_000 });
+    expect([...claims.values()].map((claim) => claim.status)).toEqual(rows.map(() => "completed"));
+    // Each shard holds 5,000 of the run's settled rows: a claim that walked them read at least that many.
+    expect(counter.read() - before).toBeLessThan(1_000);
+  });
+});
+
 describe("an offset far past the end", () => {
   it("is an empty last page, not a 400 about the index a shard reads to", async () => {
     const p = `far-${Date.now().toString(36)}`;

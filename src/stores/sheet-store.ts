@@ -391,9 +391,11 @@ export class SheetStore {
       rows.map(({ index, key, digest }) => ({ index, key, digest })),
       (row) => row.key.length + row.digest.length,
     )) {
+      // CROSS JOIN keeps the claimed rows the outer loop: left to choose, SQLite walked every row of the run in the
+      // shard (its key's prefix) and scanned the batch for each settled one, a claim costing the run's size.
       for (const row of this.#sql<{ idx: number } & Settled>`SELECT r.idx AS idx, v.status AS status, v.error AS error
           FROM json_each(${JSON.stringify(batch)}) j
-          JOIN run_rows r ON r.run_id = ${runId} AND r.idx = j.value ->> 'index' AND r.key = j.value ->> 'key'
+          CROSS JOIN run_rows r ON r.run_id = ${runId} AND r.idx = j.value ->> 'index' AND r.key = j.value ->> 'key'
           JOIN row_versions v ON v.key = r.key AND v.version = r.version
           WHERE v.status IN ('completed', 'failed') AND v.input_digest = j.value ->> 'digest'`) {
         found.set(row.idx, { status: row.status, error: row.error });
