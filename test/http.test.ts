@@ -127,6 +127,15 @@ describe("validation", () => {
       ["input.csv"],
     ],
     ["maxSpend past any spend a run could count", { play: "demo-enrich", input: { rows: [lead] }, maxSpend: 1e303 }, ["maxSpend"]],
+    // Storage would write it as U+FFFD, another key: the run failed as a whole, every good row with it.
+    ["a row id that is a lone surrogate", { play: "demo-enrich", input: { rows: [lead, { ...lead, id: "\ud800" }] } }, ["input.rows.1.id"]],
+    // 30,000 characters of three UTF-8 bytes each: under 64 Ki as UTF-16, 90 KB as written (an upload refused it).
+    [
+      "a row over the size limit in UTF-8",
+      { play: "demo-enrich", input: { rows: [{ ...lead, note: "中".repeat(30_000) }] } },
+      ["input.rows.0"],
+    ],
+    ["csv with no header line", { play: "demo-enrich", input: { csv: "" } }, ["input.csv"]],
   ];
   for (const [label, json, paths] of cases) {
     it(`rejects ${label} with 400 invalid_request naming the field`, async () => {
@@ -178,10 +187,17 @@ describe("validation", () => {
     expect((await apiJson("/v1/spend?from=2024-02-29&to=2024-03-01")).status).toBe(200);
   });
 
-  it("rejects a body that is not JSON", async () => {
-    const { status, body } = await apiJson("/v1/runs", { method: "POST", body: "{nope", headers: { "Content-Type": "application/json" } });
-    expect(status).toBe(400);
-    expectError(body, "invalid_request");
+  it("rejects a body that is not JSON, naming the body", async () => {
+    for (const [method, path] of [
+      ["POST", "/v1/runs"],
+      ["PUT", "/v1/pacing/sim"],
+      ["PUT", "/v1/sim/config"],
+    ]) {
+      const { status, body } = await apiJson(path!, { method, body: "{nope", headers: { "Content-Type": "application/json" } });
+      expect(status, path).toBe(400);
+      expectError(body, "invalid_request");
+      expect(body.error.details, path).toEqual([expect.objectContaining({ path: "(body)" })]);
+    }
   });
 
   it("rejects bad query parameters", async () => {

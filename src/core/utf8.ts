@@ -11,3 +11,11 @@ export function utf8BytesPast(text: string, limit: number): number | null {
   const bytes = encoder.encode(text).length;
   return bytes > limit ? bytes : null;
 }
+
+/** A UTF-16 surrogate without its pair: UTF-8 (and storage) cannot hold it, and writes U+FFFD instead. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/** Whether `text` holds a lone surrogate (`"\ud800"` is valid JSON): stored, it would read back as another text. */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}

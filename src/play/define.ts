@@ -2,6 +2,7 @@
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { MAX_ISSUES, messageOf } from "../core/errors";
+import { hasLoneSurrogate, utf8BytesPast } from "../core/utf8";
 import { describeInputAs } from "./json-schema";
 import type { PlayDefinition, Row, ToolBinding, ToolDefinition, UploadedRows } from "./types";
 
@@ -44,7 +45,16 @@ export function defineTool<Input, Output, Bindings extends ToolBinding = never>(
  * `"7"` are one row). Not `z.coerce.string()`, which takes `null` as "null"
  * and `{}` as "[object Object]": rows with no id merged into one.
  */
-export const RowId = z.union([z.string(), z.number()]).transform(String).pipe(z.string().min(1).max(200));
+export const RowId = z
+  .union([z.string(), z.number()])
+  .transform(String)
+  .pipe(
+    z
+      .string()
+      .min(1)
+      .max(200)
+      .refine((id) => !hasLoneSurrogate(id), "is not well-formed Unicode (a lone surrogate, as `\\ud800` in JSON)"),
+  );
 
 /** Limits on a play's row input; larger inputs are a 400, never a crash. */
 export const MAX_INPUT_ROWS = 100_000;
@@ -164,7 +174,7 @@ function checkRows<R extends z.ZodType<Row, unknown>>(
     if (!result.success) {
       failed++;
       for (const issue of result.error.issues) refuse([i, ...issue.path], issue.message);
-    } else if (JSON.stringify(result.data).length > MAX_ROW_BYTES) {
+    } else if (utf8BytesPast(JSON.stringify(result.data), MAX_ROW_BYTES) !== null) {
       failed++;
       refuse([i], `row is over ${MAX_ROW_BYTES} bytes`);
     } else checked.push(result.data);
@@ -213,8 +223,12 @@ function parseCsvRows(text: string): Row[] {
   // Where the record's first field ends, in csv-parse's byte count: `cast` sees each field as it ends, with that count.
   // What follows it is a lower bound of the record's bytes, and holds its every other field.
   let firstFieldEnd = 0;
-  return parse(text, {
-    columns: refuseDuplicateColumns,
+  let header = false;
+  const rows: Row[] = parse(text, {
+    columns: (names: string[]) => {
+      header = true;
+      return refuseDuplicateColumns(names);
+    },
     skip_empty_lines: true,
     bom: true,
     record_delimiter: ["\r\n", "\n", "\r"],
@@ -227,6 +241,9 @@ function parseCsvRows(text: string): Row[] {
       return field;
     },
   });
+  // Empty text is no table: rows need the header's column names (an empty upload is refused so too).
+  if (!header) throw new Error("the text has no header line (the first line names the columns)");
+  return rows;
 }
 
 function refuseDuplicateColumns(header: string[]): string[] {

@@ -1,6 +1,7 @@
 /** Turns a map's input rows into keyed rows: explicit keys deduped, else content hash plus index. */
 import { messageOf, TerminalError } from "../../core/errors";
 import { canonicalJson, sha256Hex } from "../../core/hash";
+import { hasLoneSurrogate } from "../../core/utf8";
 import type { PlannedRow } from "../../contracts/shards";
 import type { MapOptions, Row } from "../../play/types";
 
@@ -10,8 +11,6 @@ export interface RowPlan {
 }
 
 const MAX_KEY_LENGTH = 512;
-/** A UTF-16 surrogate without its pair: storage writes it as U+FFFD, so the stored key would not be the row's. */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
 export async function planRows(rows: readonly Row[], key: MapOptions["key"]): Promise<RowPlan> {
   const planned: PlannedRow[] = [];
@@ -59,7 +58,8 @@ export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key
   }
   const k = String(raw);
   if (k.length > MAX_KEY_LENGTH) return { error: `has a key longer than ${MAX_KEY_LENGTH} characters` };
-  if (LONE_SURROGATE.test(k)) return { error: "has a key that is not well-formed Unicode (a lone surrogate, as `\\ud800` in JSON)" };
+  // Storage writes a lone surrogate as U+FFFD: the stored key would not be the row's.
+  if (hasLoneSurrogate(k)) return { error: "has a key that is not well-formed Unicode (a lone surrogate, as `\\ud800` in JSON)" };
   return k;
 }
 
