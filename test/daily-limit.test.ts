@@ -18,10 +18,32 @@ const token = "other-token";
 afterEach(async () => {
   await setSim(SIM_DEFAULTS);
   await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null }, token });
+  await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null } });
 });
 
 const leads = (prefix: string, count: number) =>
   Array.from({ length: count }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Person ${i}`, domain: "daily.test" }));
+
+describe("a keyed submit the daily limit refuses", () => {
+  // Org dev: the tests below count org other's day from nothing.
+  it("leaves its Idempotency-Key free: another request with it starts once the limit allows", async () => {
+    const submit = (id: string) =>
+      apiJson("/v1/runs", {
+        method: "POST",
+        json: { play: "demo-enrich", input: { rows: leads(id, 1) } },
+        headers: { "Idempotency-Key": "refused-first" },
+      });
+    expect((await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: 0 } })).status).toBe(200);
+    const refused = await submit("First");
+    expect(refused.status).toBe(409);
+    expect(refused.body.error.code).toBe("daily_spend_limit_reached");
+    await apiJson("/v1/spend/limits", { method: "PUT", json: { dailyCredits: null } });
+    // The key named the refused request's run, which never existed: 409 idempotency_key_reused for a week.
+    const started = await submit("Second");
+    expect(started.status, JSON.stringify(started.body)).toBe(202);
+    expect((await waitForRun(started.body.runId)).status).toBe("completed");
+  });
+});
 
 describe("the org's daily limit, with runs at once", () => {
   it("is not passed by the runs together: each spends only what it holds of the day, and they fail spend_cap_reached", async () => {

@@ -14,6 +14,7 @@ import {
   SpendLimits,
   SpendReportMessage,
   utcDay,
+  type DailyBudget,
   type PlayStats,
   type SpendDay,
 } from "../stores/org-spend-store";
@@ -35,10 +36,17 @@ export class OrgDirectory extends DurableObject<Env> {
     this.#store.record(RunEntry.parse(entry));
   }
 
-  /** The run an `Idempotency-Key` of this org stands for, recording `runId` if the key is new. */
-  async claimIdempotencyKey(submit: IdempotentSubmit): Promise<IdempotentRun> {
+  /**
+   * The run an `Idempotency-Key` of this org stands for, recording `runId` if the key is new, unless the org is past
+   * its daily limit: a submit refused so leaves the key free (the limit read in the same transaction).
+   */
+  async claimIdempotencyKey(submit: IdempotentSubmit): Promise<IdempotentRun | { overDailyLimit: DailyBudget }> {
     const parsed = IdempotentSubmit.parse(submit);
-    return this.ctx.storage.transactionSync(() => this.#store.claimKey(parsed));
+    return this.ctx.storage.transactionSync(() => {
+      const budget = this.#budget(parsed.now);
+      const over = budget.dailyCredits !== null && budget.spentToday >= budget.dailyCredits;
+      return this.#store.claimKey(parsed, !over) ?? { overDailyLimit: budget };
+    });
   }
 
   async list(request: ListRunsRequest) {
@@ -56,7 +64,11 @@ export class OrgDirectory extends DurableObject<Env> {
   }
 
   /** The daily limit and what today (UTC) has billed so far: what a new run may still spend. */
-  async spendBudget(now: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+  async spendBudget(now: number): Promise<DailyBudget> {
+    return this.#budget(now);
+  }
+
+  #budget(now: number): DailyBudget {
     return { ...this.#spend.limits(), spentToday: this.#spend.dayTotal(utcDay(now)) };
   }
 
@@ -72,7 +84,7 @@ export class OrgDirectory extends DurableObject<Env> {
    * The run's spend is reported: its hold of today's limit becomes what it still has reserved (OrgSpendStore.resetDaily).
    * Answers the limit and today's billed, as spendBudget.
    */
-  async resetDailySpend(runId: string, keepMicros: number): Promise<{ dailyCredits: number | null; spentToday: number }> {
+  async resetDailySpend(runId: string, keepMicros: number): Promise<DailyBudget> {
     const now = Date.now();
     this.#spend.resetDaily(String(runId), now, Math.max(0, Math.floor(Number(keepMicros)) || 0));
     return this.spendBudget(now);

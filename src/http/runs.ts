@@ -7,6 +7,7 @@ import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
 import { isTerminal } from "../core/statuses";
 import { parseRunCursor } from "../stores/directory-store";
+import type { DailyBudget } from "../stores/org-spend-store";
 import { canonicalJson, sha256Hex } from "../core/hash";
 import { NotFoundError, TroupeError, ValidationError } from "../core/errors";
 import type { AppEnv } from "./context";
@@ -175,6 +176,8 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
       runId,
       now: Date.now(),
     });
+    // The org is past its daily limit and the key is new: refused, and the key stays free for a submit that starts.
+    if ("overDailyLimit" in claimed) throw dailyLimitReached(claimed.overDailyLimit);
     if (!earlier.has(claimed.fingerprint)) {
       throw new TroupeError(
         "idempotency_key_reused",
@@ -189,8 +192,11 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
       if (started) return { runId: claimed.runId, status: started.status, ...(await unusedUpload(coordinator, request)) };
       runId = claimed.runId;
     }
+    // A key this submit recorded was claimed under the limit; a retry whose run never started is checked again.
+    if (!claimed.created) await refuseOverDailyLimit(env, org);
+  } else {
+    await refuseOverDailyLimit(env, org);
   }
-  await refuseOverDailyLimit(env, org);
   const run = await env.RUN_COORDINATOR.getByName(runId).start({
     runId,
     org,
@@ -226,9 +232,12 @@ function uploadOf(input: unknown): string | null {
 
 /** An org past its daily spend limit starts no run (API.md "Spend"): the refusal says how much and until when. */
 async function refuseOverDailyLimit(env: Env, org: string): Promise<void> {
-  const { dailyCredits, spentToday } = await env.ORG_DIRECTORY.getByName(org).spendBudget(Date.now());
-  if (dailyCredits === null || spentToday < dailyCredits) return;
-  throw new TroupeError(
+  const budget = await env.ORG_DIRECTORY.getByName(org).spendBudget(Date.now());
+  if (budget.dailyCredits !== null && budget.spentToday >= budget.dailyCredits) throw dailyLimitReached(budget);
+}
+
+function dailyLimitReached({ dailyCredits, spentToday }: DailyBudget): TroupeError {
+  return new TroupeError(
     "daily_spend_limit_reached",
     `this org has billed ${spentToday} credits today (UTC), its daily limit is ${dailyCredits}; runs start again tomorrow, or raise the limit with PUT /v1/spend/limits`,
     { httpStatus: 409, details: { spentToday, dailyCredits } },

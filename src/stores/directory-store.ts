@@ -143,13 +143,15 @@ export class DirectoryStore {
    * Records `key` → `runId` unless the key is already taken, in one statement:
    * of any number of concurrent submits with one key, exactly one is `created`
    * and every other gets that one's run. A key older than
-   * {@link IDEMPOTENCY_KEY_TTL_MS} has expired: it is taken anew.
+   * {@link IDEMPOTENCY_KEY_TTL_MS} has expired: it is taken anew. Null when
+   * the key is new and `create` is false (nothing is recorded).
    */
-  claimKey(submit: IdempotentSubmit): IdempotentRun {
+  claimKey(submit: IdempotentSubmit, create = true): IdempotentRun | null {
     const expired = submit.now - IDEMPOTENCY_KEY_TTL_MS;
     this.#sql.write`DELETE FROM idempotency_keys WHERE key = ${submit.key} AND created_at <= ${expired}`;
     this.#sql.write`DELETE FROM idempotency_keys WHERE key IN
       (SELECT key FROM idempotency_keys WHERE created_at <= ${expired} ORDER BY created_at LIMIT ${EXPIRED_KEYS_PER_CLAIM})`;
+    if (!create && this.#sql`SELECT 1 FROM idempotency_keys WHERE key = ${submit.key}`.length === 0) return null;
     const created = this.#sql.write`INSERT INTO idempotency_keys (key, run_id, fingerprint, created_at)
       VALUES (${submit.key}, ${submit.runId}, ${submit.fingerprint}, ${submit.now}) ON CONFLICT (key) DO NOTHING`;
     const row = this.#sql<{

@@ -52,6 +52,12 @@ export type SpendReportMessage = z.infer<typeof SpendReportMessage>;
 export const SpendLimits = z.object({ dailyCredits: Credits.nullable() }).strict();
 export type SpendLimits = z.infer<typeof SpendLimits>;
 
+/** The daily limit and what today (UTC) has billed so far. */
+export interface DailyBudget {
+  dailyCredits: number | null;
+  spentToday: number;
+}
+
 /** What a completed run of a play computed and billed: the history estimates learn from. */
 export const PlayStatsMessage = z.object({
   runId: z.string().min(1).max(100),
