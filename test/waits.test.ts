@@ -137,7 +137,12 @@ describe("ctx.waitForEvent", () => {
     const once = { headers: { "Idempotency-Key": tag("signal") } };
     expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: false });
     expect((await signal(runId, "spare", { data: 1 }, once)).body).toMatchObject({ duplicate: true });
-    expect((await allEvents(runId)).filter((e) => e.type === "signal.received" && e.eventKey === "spare")).toHaveLength(1);
+    // The same data with its keys in another order (another client's JSON) is the same signal.
+    const keyed = { headers: { "Idempotency-Key": tag("signal") } };
+    expect((await signal(runId, "spare", { data: { a: 1, b: [2, 3] } }, keyed)).body).toMatchObject({ duplicate: false });
+    expect((await signal(runId, "spare", { data: { b: [2, 3], a: 1 } }, keyed)).body).toMatchObject({ duplicate: true });
+    expect((await signal(runId, "spare", { data: { b: [3, 2], a: 1 } }, keyed)).status).toBe(409);
+    expect((await allEvents(runId)).filter((e) => e.type === "signal.received" && e.eventKey === "spare")).toHaveLength(2);
     // The key again with another signal is not that signal repeated: it was answered "consumed, duplicate" and dropped.
     for (const [key, data] of [
       ["other", 1],

@@ -3,7 +3,7 @@ import { type ChildAllotment, ChildFinished, StartRunMessage } from "../contract
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor } from "../core/policy";
-import { deliverSignal, EVENT_KEY } from "../runtime/invocation/waits";
+import { deliverSignal, EVENT_KEY, sameDelivery } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
 import { withOutbound, type Outbound, type OutboundGate } from "../core/outbound";
 import { lateAlarmRetryAt, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
@@ -186,8 +186,7 @@ export class RunCoordinator extends Server<Env> {
     if (!run) return { outcome: "not_found" };
     // A retry of a delivery gets the first answer, even once the signal has ended the run.
     const earlier = dedupeKey === null ? null : this.#journal.signalByDedupeKey(dedupeKey);
-    if (earlier && (earlier.eventKey !== eventKey || earlier.dataJson !== JSON.stringify(data ?? null)))
-      return { outcome: "key_reused", eventKey: earlier.eventKey };
+    if (earlier && !sameDelivery(earlier, eventKey, data)) return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
     // A run being cancelled (or carrying out an end it decided, or past its runtime limit) would take the signal and end without it.
     if (isTerminal(run.status) || run.cancelRequested || this.#store.ending() || run.deadlineAt <= Date.now())

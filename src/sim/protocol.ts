@@ -113,7 +113,9 @@ export async function readJson(request: Request): Promise<unknown> {
   try {
     return JSON.parse(text) as unknown;
   } catch (error) {
-    throw new ValidationError(`The body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`);
+    throw new ValidationError(`The body is not valid JSON: ${error instanceof Error ? error.message : String(error)}`, [
+      { path: "(body)", message: "invalid JSON" },
+    ]);
   }
 }
 

@@ -11,6 +11,7 @@
  */
 import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-store";
 import { TerminalError } from "../../core/errors";
+import { canonicalJson } from "../../core/hash";
 import { TestPolicyOverrides } from "../../core/policy";
 import { YieldSignal } from "./yield";
 import type { Emit } from "../../contracts/events";
@@ -155,6 +156,11 @@ export class Waits {
     });
     return entry;
   }
+}
+
+/** Whether a retried delivery carries what `earlier` did: its key, and its data in any key order (as a run submit's fingerprint reads it). */
+export function sameDelivery(earlier: { eventKey: string; dataJson: string }, eventKey: string, data: unknown): boolean {
+  return earlier.eventKey === eventKey && canonicalJson(JSON.parse(earlier.dataJson)) === canonicalJson(data ?? null);
 }
 
 /**
