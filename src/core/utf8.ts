@@ -19,3 +19,19 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text);
 }
+
+/**
+ * `text` cut into consecutive parts of at most `maxChars` UTF-16 units (one part, empty, for empty text), never
+ * between the two halves of a character: each half alone is a lone surrogate, which storage writes as U+FFFD.
+ */
+export function textParts(text: string, maxChars: number): string[] {
+  const parts: string[] = [];
+  for (let at = 0; at < text.length || parts.length === 0; ) {
+    let end = Math.min(text.length, at + maxChars);
+    const last = text.charCodeAt(end - 1);
+    if (end < text.length && end - at > 1 && last >= 0xd800 && last <= 0xdbff) end--;
+    parts.push(text.slice(at, end));
+    at = end;
+  }
+  return parts;
+}

@@ -7,6 +7,7 @@
  * coordinator applies them idempotently, so a report sent twice counts once.
  */
 import type { AttemptResume, BilledRequest, ChunkAssignment, UnreportedEnd } from "../contracts/executors";
+import { textParts } from "../core/utf8";
 import type { SalvageEntry } from "../contracts/shards";
 import { MAX_PARAM_CHARS, type Sql } from "./sql";
 
@@ -121,13 +122,8 @@ export class ExecutorStore {
     const parted = text.length > MAX_PARAM_CHARS;
     this.#sql.write`UPDATE held SET body = ${parted ? "" : text} WHERE attempt_id = ${attemptId}`;
     if (!parted) return;
-    for (let part = 0, at = 0; at < text.length; part++) {
-      let end = Math.min(text.length, at + MAX_PARAM_CHARS);
-      // Never half a character: a lone surrogate is stored as U+FFFD, and the rows would come back changed.
-      if (end < text.length && isHighSurrogate(text.charCodeAt(end - 1))) end--;
-      this.#sql.write`INSERT INTO held_parts (attempt_id, part, text) VALUES (${attemptId}, ${part}, ${text.slice(at, end)})`;
-      at = end;
-    }
+    for (const [part, chars] of textParts(text, MAX_PARAM_CHARS).entries())
+      this.#sql.write`INSERT INTO held_parts (attempt_id, part, text) VALUES (${attemptId}, ${part}, ${chars})`;
   }
 
   /** The attempts held, oldest first. */
@@ -219,8 +215,4 @@ export class ExecutorStore {
   shipped(seq: number): void {
     this.#sql.write`DELETE FROM outbox WHERE seq <= ${seq}`;
   }
-}
-
-function isHighSurrogate(code: number): boolean {
-  return code >= 0xd800 && code <= 0xdbff;
 }

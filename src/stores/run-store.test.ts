@@ -38,3 +38,26 @@ describe("RunStore.progress", () => {
     expect(progress.completed + progress.failed + progress.active + progress.waiting + progress.blocked).toBe(100);
   });
 });
+
+describe("RunStore input", () => {
+  it("reads back an input whose character outside the BMP straddles a stored part's end", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`input-${crypto.randomUUID()}`);
+    const label = "😀";
+    const padding = (n: number) => ({
+      rows: [
+        { id: "pad", label: "x".repeat(n) },
+        { id: "emoji", label },
+      ],
+    });
+    // Its high half is the last unit of the first 512 Ki-unit part: two lone halves were stored as two U+FFFD.
+    const input = padding(512 * 1024 - 1 - JSON.stringify(padding(0)).indexOf(label));
+    expect(JSON.stringify(input).charCodeAt(512 * 1024 - 1)).toBe(label.charCodeAt(0));
+    const read = await runInDurableObject(stub, (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      const init = { runId: "run-input", org: "dev", play: "test-padded", parentRunId: null, force: false, forceToolRefresh: false };
+      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, input);
+      return store.input();
+    });
+    expect(read).toEqual(input);
+  });
+});

@@ -9,6 +9,7 @@ import type { MapProgress } from "../api/responses";
 import type { ChunkResume } from "../contracts/executors";
 import type { RunStatus } from "../core/statuses";
 import type { Sql } from "./sql";
+import { textParts } from "../core/utf8";
 import { SalvageStore } from "./salvage-store";
 import { SpendStore, toMicros } from "./spend-store";
 import {
@@ -80,10 +81,8 @@ export class RunStore {
       .write`INSERT INTO run (id, run_id, org, play, parent_run_id, depth, status, force, force_tool_refresh, deadline_at, test_policy, max_spend_micros, retry_unknown, created_at, updated_at)
       VALUES (1, ${init.runId}, ${init.org}, ${init.play}, ${init.parentRunId}, ${init.depth ?? 0}, 'queued', ${init.force ? 1 : 0}, ${init.forceToolRefresh ? 1 : 0}, ${init.deadlineAt}, ${testPolicy}, ${maxSpend}, ${init.retryUnknown ? 1 : 0}, ${now}, ${now})`;
     const text = JSON.stringify(input);
-    for (let part = 0; part * INPUT_PART_CHARS < text.length || part === 0; part++) {
-      this.#sql
-        .write`INSERT INTO input_parts (part, text) VALUES (${part}, ${text.slice(part * INPUT_PART_CHARS, (part + 1) * INPUT_PART_CHARS)})`;
-    }
+    for (const [part, chars] of textParts(text, INPUT_PART_CHARS).entries())
+      this.#sql.write`INSERT INTO input_parts (part, text) VALUES (${part}, ${chars})`;
     return true;
   }
 
