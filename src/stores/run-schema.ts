@@ -179,4 +179,49 @@ export const runMigrations = [
   ALTER TABLE chunks ADD COLUMN told INTEGER NOT NULL DEFAULT 1;
   CREATE INDEX chunks_untold ON chunks (map, idx) WHERE told = 0;
   `,
+  // A map's progress summed every chunk of it (10,000 in a million-row map) on each progress tick, run view and
+  // snapshot: each chunk's share (what RunStore.progress counts of it) is a column, and triggers keep their sums per
+  // map. The chunks a tick or an invocation's start looks for, and a run's children, are indexed.
+  `
+  ALTER TABLE chunks ADD COLUMN shown_completed INTEGER GENERATED ALWAYS AS (CASE WHEN state = 'running' THEN 0 ELSE completed END);
+  ALTER TABLE chunks ADD COLUMN shown_failed INTEGER GENERATED ALWAYS AS (CASE WHEN state = 'running' THEN 0 ELSE failed END);
+  ALTER TABLE chunks ADD COLUMN shown_active INTEGER GENERATED ALWAYS AS (CASE WHEN state = 'running' THEN rows ELSE 0 END);
+  ALTER TABLE chunks ADD COLUMN shown_waiting INTEGER
+    GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN max(0, rows - completed - failed - blocked) ELSE 0 END);
+  ALTER TABLE chunks ADD COLUMN shown_blocked INTEGER GENERATED ALWAYS AS (CASE WHEN state = 'pending' THEN blocked ELSE 0 END);
+  CREATE TABLE map_totals (
+    map TEXT PRIMARY KEY,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    active INTEGER NOT NULL DEFAULT 0,
+    waiting INTEGER NOT NULL DEFAULT 0,
+    blocked INTEGER NOT NULL DEFAULT 0
+  ) WITHOUT ROWID;
+  INSERT INTO map_totals (map, completed, failed, active, waiting, blocked)
+    SELECT map, sum(shown_completed), sum(shown_failed), sum(shown_active), sum(shown_waiting), sum(shown_blocked)
+    FROM chunks GROUP BY map;
+  CREATE TRIGGER chunks_totals_insert AFTER INSERT ON chunks BEGIN
+    INSERT OR IGNORE INTO map_totals (map) VALUES (NEW.map);
+    UPDATE map_totals SET completed = completed + NEW.shown_completed, failed = failed + NEW.shown_failed,
+      active = active + NEW.shown_active, waiting = waiting + NEW.shown_waiting, blocked = blocked + NEW.shown_blocked
+    WHERE map = NEW.map;
+  END;
+  CREATE TRIGGER chunks_totals_update AFTER UPDATE OF map, state, rows, completed, failed, blocked ON chunks BEGIN
+    UPDATE map_totals SET completed = completed - OLD.shown_completed, failed = failed - OLD.shown_failed,
+      active = active - OLD.shown_active, waiting = waiting - OLD.shown_waiting, blocked = blocked - OLD.shown_blocked
+    WHERE map = OLD.map;
+    INSERT OR IGNORE INTO map_totals (map) VALUES (NEW.map);
+    UPDATE map_totals SET completed = completed + NEW.shown_completed, failed = failed + NEW.shown_failed,
+      active = active + NEW.shown_active, waiting = waiting + NEW.shown_waiting, blocked = blocked + NEW.shown_blocked
+    WHERE map = NEW.map;
+  END;
+  CREATE TRIGGER chunks_totals_delete AFTER DELETE ON chunks BEGIN
+    UPDATE map_totals SET completed = completed - OLD.shown_completed, failed = failed - OLD.shown_failed,
+      active = active - OLD.shown_active, waiting = waiting - OLD.shown_waiting, blocked = blocked - OLD.shown_blocked
+    WHERE map = OLD.map;
+  END;
+  CREATE INDEX chunks_running ON chunks (map, idx) WHERE state = 'running';
+  CREATE INDEX chunks_blocked ON chunks (map, blocked_until) WHERE state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL;
+  CREATE INDEX waits_children ON waits (kind) WHERE kind = 'child';
+  `,
 ];

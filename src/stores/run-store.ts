@@ -352,14 +352,11 @@ export class RunStore {
    * they were stored, not as waiting too.
    */
   progress(map: string): MapProgress {
+    // The chunks' shares, summed as they change (map_totals: see run-schema.ts); a map with no chunk has no row.
     const r = this.#sql<{ total: number; completed: number; failed: number; active: number; waiting: number; blocked: number }>`
-      SELECT m.total AS total,
-        coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.completed END), 0) AS completed,
-        coalesce(sum(CASE WHEN c.state = 'running' THEN 0 ELSE c.failed END), 0) AS failed,
-        coalesce(sum(CASE WHEN c.state = 'running' THEN c.rows ELSE 0 END), 0) AS active,
-        coalesce(sum(CASE WHEN c.state = 'pending' THEN max(0, c.rows - c.completed - c.failed - c.blocked) ELSE 0 END), 0) AS waiting,
-        coalesce(sum(CASE WHEN c.state = 'pending' THEN c.blocked ELSE 0 END), 0) AS blocked
-      FROM maps m LEFT JOIN chunks c ON c.map = m.name WHERE m.name = ${map} GROUP BY m.name`[0];
+      SELECT m.total AS total, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
+        coalesce(t.active, 0) AS active, coalesce(t.waiting, 0) AS waiting, coalesce(t.blocked, 0) AS blocked
+      FROM maps m LEFT JOIN map_totals t ON t.map = m.name WHERE m.name = ${map}`[0];
     if (!r) return { total: 0, completed: 0, failed: 0, active: 0, waiting: 0, blocked: 0 };
     if (r.blocked === 0) return r;
     const by = this.#sql<{ run_id: string; until: number }>`SELECT blocked_by AS run_id, blocked_until AS until FROM chunks

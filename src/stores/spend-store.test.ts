@@ -139,11 +139,15 @@ describe("SpendStore", () => {
     await runInDurableObject(stub, (_object, state) => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
-        `DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        `DROP TRIGGER chunks_totals_insert; DROP TRIGGER chunks_totals_update; DROP TRIGGER chunks_totals_delete;
+        DROP TABLE map_totals; DROP INDEX chunks_running; DROP INDEX chunks_blocked; DROP INDEX waits_children;
+        ALTER TABLE chunks DROP COLUMN shown_completed; ALTER TABLE chunks DROP COLUMN shown_failed;
+        ALTER TABLE chunks DROP COLUMN shown_active; ALTER TABLE chunks DROP COLUMN shown_waiting;
+        ALTER TABLE chunks DROP COLUMN shown_blocked; DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
         DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold;
         ALTER TABLE chunks DROP COLUMN told; UPDATE _schema SET version = ?`,
-        runMigrations.length - 8,
+        runMigrations.length - 9,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -161,12 +165,16 @@ describe("SpendStore", () => {
     const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
       state.storage.sql.exec(
-        `DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        `DROP TRIGGER chunks_totals_insert; DROP TRIGGER chunks_totals_update; DROP TRIGGER chunks_totals_delete;
+        DROP TABLE map_totals; DROP INDEX chunks_running; DROP INDEX chunks_blocked; DROP INDEX waits_children;
+        ALTER TABLE chunks DROP COLUMN shown_completed; ALTER TABLE chunks DROP COLUMN shown_failed;
+        ALTER TABLE chunks DROP COLUMN shown_active; ALTER TABLE chunks DROP COLUMN shown_waiting;
+        ALTER TABLE chunks DROP COLUMN shown_blocked; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
         DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
         ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold; ALTER TABLE chunks DROP COLUMN told;
         UPDATE _schema SET version = ?`,
-        runMigrations.length - 7,
+        runMigrations.length - 8,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES
