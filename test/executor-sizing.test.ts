@@ -94,6 +94,32 @@ describe("two maps one after the other", () => {
   });
 });
 
+describe("a map the play left running when another failed the run (a Promise.all of maps)", () => {
+  for (const maxExecutors of [0, 4]) {
+    it(`stops before the run ends: no provider call or event after it (maxExecutors ${maxExecutors})`, async () => {
+      await simReset();
+      await setSim({ ...SIM_DEFAULTS, latencyMs: 50 });
+      const rows = Array.from({ length: 300 }, (_, i) => ({
+        id: `left-${maxExecutors}-${i}`,
+        name: `Left Person ${i}`,
+        domain: "left.test",
+      }));
+      // The second map takes the first's name: refused at once, it fails the run while the first one runs.
+      const runId = await startRun("test-two-maps", { rows, sameName: true }, { testPolicy: { maxExecutors } });
+      const run = await waitForRun(runId);
+      expect(run.error).toMatchObject({ code: "duplicate_map_name" });
+      const atEnd = await simStats();
+      // The first map went on in the background: hundreds of calls and events after run.failed.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      expect((await simStats()).calls).toBe(atEnd.calls);
+      const events = await allEvents(runId);
+      expect(events.at(-1)!.type).toBe("run.failed");
+      // Every call it billed is in its spend (at 1 credit a find).
+      expect((await runView(runId)).usage.spend.total).toBe(atEnd.billed);
+    });
+  }
+});
+
 describe("play-level calls chained at once before a map", () => {
   it("reach the map's fields with their own results, whichever was answered first", async () => {
     await simReset();

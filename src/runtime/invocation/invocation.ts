@@ -94,6 +94,8 @@ export class Invocation implements InvocationScope {
   readonly #suspension = new AbortController();
   /** The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails. */
   readonly #limit = new AbortController();
+  /** The play has ended: what it left running (a map of a `Promise.all` another map failed) stops as a cancel would. */
+  readonly #ended = new AbortController();
   #inputJson: string | null = null;
 
   constructor(host: RunHost, start: InvocationStart, run: RunRecord) {
@@ -108,7 +110,7 @@ export class Invocation implements InvocationScope {
     this.meter = start.meter;
     this.faults = start.faults;
     this.#start = start;
-    this.signal = AbortSignal.any([start.cancel, this.#suspension.signal, this.#limit.signal]);
+    this.signal = AbortSignal.any([start.cancel, this.#suspension.signal, this.#limit.signal, this.#ended.signal]);
   }
 
   log: Log = (line, code) => {
@@ -163,6 +165,10 @@ export class Invocation implements InvocationScope {
     } finally {
       // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.
       clearTimeout(timer);
+      // Nor a map: one left running spent after the run's end (a failed run's), or beside the next invocation (a
+      // yield's), which took its live attempts for dead ones. It stops, its calls in flight stored, before the end.
+      this.#ended.abort(new TroupeError("invocation_ended", "the play's invocation ended while this map ran"));
+      await maps.idle();
       // No play-level call outlives its invocation: the next one's replay would take its receipt for a dead owner's.
       await calls.end();
       close();

@@ -74,6 +74,8 @@ export class MapRunner {
   #inline = new Set<string>();
   /** See {@link interrupted}. */
   #interrupted: unknown = null;
+  /** The maps under way (see {@link idle}). */
+  #running = new Set<Promise<unknown>>();
 
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
@@ -109,13 +111,25 @@ export class MapRunner {
     return this.#interrupted;
   }
 
+  /**
+   * Resolves once no map of this invocation is under way: one the play left running (the other maps of a
+   * `Promise.all` one of which threw) drains until the invocation's signal stops it (Invocation.play).
+   */
+  async idle(): Promise<void> {
+    while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
+  }
+
   async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    const running = this.#map(name, rows, fields, options);
+    this.#running.add(running);
     try {
-      return await this.#map(name, rows, fields, options);
+      return await running;
     } catch (error) {
       if (this.#interrupted === null && (error instanceof YieldSignal || error instanceof InfraError || this.#scope.signal.aborted))
         this.#interrupted = error;
       throw error;
+    } finally {
+      this.#running.delete(running);
     }
   }
 
