@@ -275,9 +275,9 @@ describe("a provider that does not answer in time", () => {
  * What an attempt the coordinator gave up on (its end waited past the stop's grace) reports at last: the salvage of
  * one billed output (`name`, in map `map`), and nothing else: no bill (that went out in an earlier heartbeat).
  */
-function salvageReport(runId: string, name: string, map: string) {
+function salvageReport(runId: string, name: string, map: string, output: unknown = { email: `${name}@faults.test` }) {
   const attempt = { attemptId: `${name}-attempt`, runId, attemptSeq: 1 };
-  const entry = { receiptKey: `${name}-receipt`, toolId: "sim_find_email", attempt, output: { email: `${name}@faults.test` } };
+  const entry = { receiptKey: `${name}-receipt`, toolId: "sim_find_email", attempt, output };
   return env.RUN_COORDINATOR.getByName(runId).attemptReport({
     executor: `${name}-executor`,
     attemptId: attempt.attemptId,
@@ -306,6 +306,32 @@ describe("salvage that reaches a run after its end", () => {
       "the late salvage to be written back",
     );
     expect(events.find((e) => e.type === "salvage.restored")).toMatchObject({ total: 1 });
+  });
+});
+
+describe("salvage of large outputs on a run that fails", () => {
+  it("lists the entries whose outputs fit; the run's error, one stored value, stays under SQLite's 2 MB", async () => {
+    const runId = await startRun("test-waits", { keys: ["never-sent"], timeoutMs: 1000 });
+    await salvageReport(runId, "small", "large-salvage");
+    // Each entry's output alone is a quarter of the limit: listed whole, the error could never be stored, nor the run end.
+    for (let i = 0; i < 5; i++) await salvageReport(runId, `large-${i}`, "large-salvage", { padding: "x".repeat(450_000) });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.code).toBe("event_timeout");
+    const { salvage } = run.error;
+    expect(salvage.total).toBe(6);
+    expect(salvage.entries[0]).toMatchObject({ receiptKey: "small-receipt", output: { email: "small@faults.test" } });
+    expect(salvage.entries.slice(1).map((e: { outputOmitted?: boolean }) => e.outputOmitted)).toEqual([true, true, true, true, true]);
+    expect((await allEvents(runId)).at(-1)).toMatchObject({ type: "run.failed", error: { salvage: { total: 6 } } });
+  });
+});
+
+describe("a play that throws a message of megabytes", () => {
+  it("fails with the message cut: stored whole, its end was refused by SQLite on every retry", async () => {
+    const runId = await startRun("test-fetch", { rows: [], headers: { quoted: "x".repeat(2_100_000) }, throwHeaders: "play" });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error.message).toMatch(/^refused with headers x+… \(2\d{6} characters more\)$/);
   });
 });
 

@@ -8,8 +8,15 @@
 import type { AttemptRef, SalvageEntry } from "../contracts/shards";
 import type { Sql } from "./sql";
 
-/** Entries listed in full in a run's error; past this only the counts are. */
+/** Entries listed in a run's error; past this only the counts are. */
 export const MAX_SALVAGE_LISTED = 500;
+/**
+ * Characters of outputs the listed entries carry together: the run's error is one SQLite value (2 MB at most), so
+ * entries past it are listed without their output (`outputOmitted`; written back, a rerun reuses it all the same).
+ */
+export const MAX_SALVAGE_LISTED_CHARS = 256 * 1024;
+/** The longest error an entry lists (why its receipt could not be completed). */
+const MAX_ENTRY_ERROR_CHARS = 500;
 /** A finished run stops retrying its restore after this many tries (the record stays in its error). */
 export const MAX_RESTORE_TRIES = 20;
 
@@ -20,9 +27,20 @@ export interface SalvageRecord {
   restored: number;
   /** Receipts another attempt completed meanwhile: their own result stands. */
   superseded: number;
-  /** The entries themselves (at most {@link MAX_SALVAGE_LISTED}), exact outputs included. */
+  /**
+   * The entries themselves (at most {@link MAX_SALVAGE_LISTED}), exact outputs included while they fit in
+   * {@link MAX_SALVAGE_LISTED_CHARS}; the others' output is null and `outputOmitted` true.
+   */
   // `output` is JSON typed `any`: RPC stub types reject `unknown` (the run's error crosses RPC).
-  entries: { receiptKey: string; toolId: string; output: any; completeAttempts: number; error: string; state: string }[];
+  entries: {
+    receiptKey: string;
+    toolId: string;
+    output: any;
+    outputOmitted?: true;
+    completeAttempts: number;
+    error: string;
+    state: string;
+  }[];
 }
 
 type SalvageRow = {
@@ -70,19 +88,25 @@ export class SalvageStore {
     if (total === 0) return null;
     const of = (state: string) => counts.find((c) => c.state === state)?.n ?? 0;
     const rows = this.#sql<SalvageRow>`SELECT * FROM salvage ORDER BY at, receipt_key LIMIT ${MAX_SALVAGE_LISTED}`;
+    let listed = 0;
     return {
       total,
       pending: of("pending"),
       restored: of("restored"),
       superseded: of("superseded"),
-      entries: rows.map((r) => ({
-        receiptKey: r.receipt_key,
-        toolId: r.tool_id,
-        output: JSON.parse(r.output),
-        completeAttempts: r.complete_attempts,
-        error: r.error,
-        state: r.state,
-      })),
+      entries: rows.map((r) => {
+        listed += r.output.length;
+        const output =
+          listed <= MAX_SALVAGE_LISTED_CHARS ? { output: JSON.parse(r.output) } : { output: null, outputOmitted: true as const };
+        return {
+          receiptKey: r.receipt_key,
+          toolId: r.tool_id,
+          ...output,
+          completeAttempts: r.complete_attempts,
+          error: r.error.slice(0, MAX_ENTRY_ERROR_CHARS),
+          state: r.state,
+        };
+      }),
     };
   }
 

@@ -75,8 +75,28 @@ export function endAfterThrow(error: unknown, stops: Stops): InvocationEnd {
   return { kind: "failed", error: runErrorOf(error) };
 }
 
-/** A failure as the run's error: its code (play_failed when it has none), message and details. */
+/**
+ * The longest message a run's error keeps: it is stored in one SQLite value (2 MB at most), with its other parts.
+ * Generous: the run's end redacts secrets from what is kept, and a cut through one would leave its first part.
+ */
+export const MAX_RUN_ERROR_MESSAGE = 64 * 1024;
+/** Characters of `details` (as JSON) a run's error keeps; larger details are left out. */
+const MAX_RUN_ERROR_DETAILS = 16 * 1024;
+const MAX_RUN_ERROR_CODE = 100;
+
+/**
+ * A failure as the run's error: its code (play_failed when it has none), message and details, cut to fit (a play that
+ * throws a message quoting a large response: stored whole, the run could never end).
+ */
 export function runErrorOf(error: unknown): RunError {
   const details = detailsOf(error);
-  return { code: codeOf(error) ?? "play_failed", message: messageOf(error), ...(details ? { details } : {}) };
+  const message = messageOf(error);
+  return {
+    code: (codeOf(error) ?? "play_failed").slice(0, MAX_RUN_ERROR_CODE),
+    message:
+      message.length > MAX_RUN_ERROR_MESSAGE
+        ? `${message.slice(0, MAX_RUN_ERROR_MESSAGE)}… (${message.length - MAX_RUN_ERROR_MESSAGE} characters more)`
+        : message,
+    ...(details && JSON.stringify(details).length <= MAX_RUN_ERROR_DETAILS ? { details } : {}),
+  };
 }
