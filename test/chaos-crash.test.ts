@@ -137,6 +137,24 @@ describe("the coordinator dies while its executors run", () => {
   });
 });
 
+describe("the coordinator dies while its executors spend under a cap", () => {
+  it("hears their attempts' ends at once, and frees what they were granted: the run completes under its cap", async () => {
+    await simReset();
+    await setSim({ latencyMs: 60 });
+    // 150 finds at 1 credit and 150 verifies at 0.25: 187.5 credits.
+    const rows = callRows("Granted", 300);
+    const runId = await startRun("test-calls", { rows, dataset: "granted" }, { maxSpend: 200 });
+    await until(simStats, (s) => s.calls >= 20, "provider calls in flight");
+    await crash(coordinator(runId));
+    // Their executors' links kept the stub the crash broke: they reported nothing more, and the grants of their
+    // attempts (25 credits each) stayed reserved until the run failed spend_cap_reached at 125.
+    const run = await waitForRun(runId);
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    expect(run.usage.spend.total).toBe(187.5);
+    await expectExactlyOnce(runId, "granted", rows);
+  });
+});
+
 describe("the coordinator dies between a chunk's end and its event", () => {
   it("tells that chunk's completion in the next invocation: the ledger has every chunk once", async () => {
     await simReset();

@@ -181,22 +181,21 @@ export class MapExecutor extends DurableObject<Env> {
       link: invocation.link,
       store: this.#store,
       usage: invocation.usage,
-      report: { executor: this.#caller(), attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
+      report: this.#reportOf(assignment),
       onStop: (reason) => void this.stop(attemptId, reason).catch(() => {}),
     });
   }
 
   /** A reporter of an attempt held and not running, from an invocation of its own (a stop's, a wind-down's, an assignment's). */
   #ownReporter(held: HeldAssignment): AttemptReporter {
-    const { runId, map, chunk } = held.assignment;
-    const { attemptId } = held.assignment.attempt;
+    const { runId } = held.assignment;
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     const faults = faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: held.assignment.dataset.play });
     return new AttemptReporter({
       link: new CoordinatorLink({ env: this.env, runId, meter, faults }),
       store: this.#store,
       usage: new MeterReports(meter),
-      report: { executor: this.#caller(), attemptId, invocation: held.assignment.invocation, map, chunk },
+      report: this.#reportOf(held.assignment),
       sizing: false,
     });
   }
@@ -333,7 +332,7 @@ export class MapExecutor extends DurableObject<Env> {
       link: invocation.link,
       store: this.#store,
       usage: invocation.usage,
-      report: { executor: caller, attemptId, invocation: assignment.invocation, map: assignment.map, chunk: assignment.chunk },
+      report: this.#reportOf(assignment),
       sizing: assignment.sizing ?? false,
       onStop: (reason) => this.#running.get(attemptId)?.stop.abort(new TroupeError("stopped", reason)),
       unreported,
@@ -437,6 +436,11 @@ export class MapExecutor extends DurableObject<Env> {
   }
 
   /** This object as the simulated provider and the outbound gate name it. */
+  /** What each report of the assignment's attempt says of it. */
+  #reportOf({ attempt, invocation, map, chunk }: ChunkAssignment) {
+    return { executor: this.#caller(), attemptId: attempt.attemptId, attemptSeq: attempt.attemptSeq, invocation, map, chunk };
+  }
+
   #caller(): string {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }

@@ -106,14 +106,25 @@ export class ExecutorClient {
 
 /** An executor's side: its run's coordinator. */
 export class CoordinatorLink {
-  #stub: CoordinatorRpc;
+  #ns: Pick<Env, "RUN_COORDINATOR">["RUN_COORDINATOR"];
+  #runId: string;
   #meter: SubrequestMeter | null;
   #faults: FaultProbe | null;
 
   constructor(options: { env: Pick<Env, "RUN_COORDINATOR">; runId: string; meter?: SubrequestMeter; faults?: FaultProbe }) {
-    this.#stub = options.env.RUN_COORDINATOR.getByName(options.runId) as unknown as CoordinatorRpc;
+    this.#ns = options.env.RUN_COORDINATOR;
+    this.#runId = options.runId;
     this.#meter = options.meter ?? null;
     this.#faults = options.faults ?? null;
+  }
+
+  /**
+   * A stub per call: once one call through a stub throws (the coordinator restarted under it), every later call
+   * through that stub throws too, and a link lives as long as an executor's invocation: its attempts reported
+   * nothing more, their ends (and the spend they were granted) waited for the executor's alarm.
+   */
+  get #stub(): CoordinatorRpc {
+    return this.#ns.getByName(this.#runId) as unknown as CoordinatorRpc;
   }
 
   /** What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running. */

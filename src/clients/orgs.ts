@@ -10,10 +10,17 @@ export type PlayStatsMessage = Parameters<DirectoryStub["recordPlayStats"]>[0];
 export type ExecutorLeaseMessage = Parameters<DirectoryStub["leaseExecutors"]>[0];
 
 export class OrgClient {
-  #stub: DirectoryStub;
+  #env: Pick<Env, "ORG_DIRECTORY">;
+  #org: string;
 
   constructor(options: { env: Pick<Env, "ORG_DIRECTORY">; org: string }) {
-    this.#stub = options.env.ORG_DIRECTORY.getByName(options.org);
+    this.#env = options.env;
+    this.#org = options.org;
+  }
+
+  /** A stub per call: one whose call threw (the directory restarted) fails every later call. */
+  get #stub(): DirectoryStub {
+    return this.#env.ORG_DIRECTORY.getByName(this.#org);
   }
 
   /** Records (or updates) a run's entry: its status as the org's list shows it. */

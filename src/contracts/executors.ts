@@ -248,6 +248,11 @@ export interface AttemptReport {
    */
   invocation?: string;
   /**
+   * The run's attempt epoch it runs under (its AttemptRef's): once the run has a newer one, no invocation assigns
+   * this attempt again, so its end frees its grant whichever invocation hears it (absent: from before this was sent).
+   */
+  attemptSeq?: number;
+  /**
    * Who sends it (one reporter: one attempt in one executor invocation, or one executor's end of a held attempt) and
    * its place among that reporter's reports, from 1. A report whose answer was lost is sent again as it was, before
    * anything newer: the coordinator applies each (reporter, seq) once (absent: applied as it comes).

@@ -66,7 +66,7 @@ export class AttemptReporter {
   #link: CoordinatorLink;
   #store: ExecutorStore;
   #usage: MeterReports;
-  #base: Pick<AttemptReport, "executor" | "attemptId" | "invocation" | "map" | "chunk">;
+  #base: Pick<AttemptReport, "executor" | "attemptId" | "attemptSeq" | "invocation" | "map" | "chunk">;
   #rows: Counters = { started: 0, completed: 0, failed: 0, stopped: 0 };
   #logs: AttemptReport["logs"] = [];
   #droppedLogs = 0;
@@ -96,7 +96,7 @@ export class AttemptReporter {
     link: CoordinatorLink;
     store: ExecutorStore;
     usage: MeterReports;
-    report: Pick<AttemptReport, "executor" | "attemptId" | "invocation" | "map" | "chunk">;
+    report: Pick<AttemptReport, "executor" | "attemptId" | "attemptSeq" | "invocation" | "map" | "chunk">;
     /** The coordinator sizes the map by this attempt's first answers (ChunkAssignment.sizing). */
     sizing?: boolean;
     /** The coordinator answered a report saying no invocation waits for the attempt any more (ReportAnswer.stop). */

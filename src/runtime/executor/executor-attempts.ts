@@ -149,8 +149,10 @@ export class ExecutorAttempts {
     store.addUsage(report.usage);
     for (const { line, code } of report.logs) this.#emit("log.appended", code ? { line, code } : { line });
     // Another invocation's end (sent late, or again) does not free the grant: the same attempt assigned again by this
-    // invocation spends under it now. Kept, it is freed by that attempt's own end.
-    if (report.end && !earlier) store.spend.releaseGrant(report.attemptId);
+    // invocation spends under it now. Kept, it is freed by that attempt's own end; but an attempt of an older epoch is
+    // assigned again by none (its chunk's next attempts have ids of their own): kept, it held the run below its cap.
+    const superseded = report.attemptSeq !== undefined && report.attemptSeq < (store.run()?.runAttempt ?? 0);
+    if (report.end && (!earlier || superseded)) store.spend.releaseGrant(report.attemptId);
     const run = store.run();
     if ((billed > 0 || salvaged > 0) && run && isTerminal(run.status)) this.#onLateWork();
     // Recorded once all of it is (a write above that throws has the executor send it again, and it is applied again).

@@ -119,6 +119,27 @@ describe("ExecutorAttempts, spend under a cap", () => {
     });
   });
 
+  it("frees the grant of an attempt of an older epoch whose end another invocation hears; of this epoch's, keeps it", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`epochs-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
+      const init = { runId: "run-epochs", org: "dev", play: "p", parentRunId: null, force: false, forceToolRefresh: false };
+      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, {});
+      const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateWork: () => {} });
+      store.spend.grant("old", toMicros(25), null);
+      store.spend.grant("kept", toMicros(25), null);
+      // A restarted coordinator's invocation, under epoch 1, hears the ends its predecessor's assignments left.
+      store.bumpAttempt();
+      attempts.open({ source: () => null, grant: async () => ({ grantedMicros: 0, spentCredits: 0, cap: null }) });
+      const stopped = { kind: "stopped" as const, reason: "no invocation of its run waits for it any more" };
+      // Epoch 0's attempt is assigned again by no invocation: kept, its grant held the run below its cap for good.
+      attempts.apply({ ...report("old", [], stopped), invocation: "before", attemptSeq: 0 });
+      // This epoch's, wound down and assigned again by this invocation: it spends under its grant now.
+      attempts.apply({ ...report("kept", [], stopped), invocation: "before", attemptSeq: 1 });
+      expect(store.spend.committedMicros()).toBe(toMicros(25));
+    });
+  });
+
   it("applies a report sent again (its answer lost) once, and an older one not at all, though each says the executor lives", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`again-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
