@@ -2,7 +2,11 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { BulkQueue } from "./bulk-queue";
 
 /** A queue whose sends are recorded as (time, group, items). */
-function recorded(options: { maxWaitMs: number; hold?: { busy(): boolean; maxMs: number } }) {
+function recorded(options: {
+  maxWaitMs: number;
+  hold?: { busy(): boolean; maxMs: number };
+  maxBatchSize?: { max: number; sizeOf(item: number): number };
+}) {
   const sends: { at: number; group: string; items: number[] }[] = [];
   const queue = new BulkQueue<number, number>({
     ...options,
@@ -34,6 +38,20 @@ describe("BulkQueue", () => {
       { at: 200, group: "b", items: [2] },
     ]);
     expect(await Promise.all(results)).toEqual([10, 20, 30]);
+  });
+
+  it("sends a group at once when its items reach maxBatchSize, the one reaching it included", async () => {
+    const { queue, sends } = recorded({ maxWaitMs: 200, maxBatchSize: { max: 10, sizeOf: (item) => item } });
+    const results = [queue.push("a", 4), queue.push("a", 4), queue.push("b", 9), queue.push("a", 5), queue.push("a", 1)];
+    await vi.advanceTimersByTimeAsync(0);
+    // 4 + 4 + 5 reaches 10: sent then, without waiting for company; b's 9 and a's next 1 wait.
+    expect(sends).toEqual([{ at: 0, group: "a", items: [4, 4, 5] }]);
+    await vi.advanceTimersByTimeAsync(200);
+    expect(sends.slice(1)).toEqual([
+      { at: 200, group: "b", items: [9] },
+      { at: 200, group: "a", items: [1] },
+    ]);
+    expect(await Promise.all(results)).toEqual([40, 40, 90, 50, 10]);
   });
 
   it("holds on while the sender is busy, up to hold.maxMs from the first item, collecting what comes", async () => {

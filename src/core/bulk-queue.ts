@@ -17,6 +17,8 @@ export interface BulkQueueOptions<Item, Result> {
   maxWaitMs: number;
   /** A group is sent at once when it reaches this many items. */
   maxBatch: number;
+  /** Or this much by `sizeOf` (a call carries 32 MiB at most): the item that reaches it goes in the group it fills. */
+  maxBatchSize?: { max: number; sizeOf(item: Item): number };
   /** Tracks whether every row worker is parked; absent means timer-only. */
   workers?: WorkerBarrier;
   /**
@@ -117,6 +119,8 @@ export class WorkerBarrier {
 export class BulkQueue<Item, Result> {
   #options: BulkQueueOptions<Item, Result>;
   #groups = new Map<string, Pending<Item, Result>[]>();
+  /** What each group's items add up to by `maxBatchSize.sizeOf`. */
+  #sizes = new Map<string, number>();
   #timer: ReturnType<typeof setTimeout> | null = null;
   /** When the oldest item still queued arrived (null: nothing queued since the last send). */
   #since: number | null = null;
@@ -133,7 +137,10 @@ export class BulkQueue<Item, Result> {
       const pending = getOrInsert(this.#groups, group, () => []);
       pending.push({ item, resolve, reject });
       this.#since ??= Date.now();
-      if (pending.length >= this.#options.maxBatch) this.#send(group);
+      const bySize = this.#options.maxBatchSize;
+      const size = bySize ? (this.#sizes.get(group) ?? 0) + bySize.sizeOf(item) : 0;
+      this.#sizes.set(group, size);
+      if (pending.length >= this.#options.maxBatch || (bySize && size >= bySize.max)) this.#send(group);
       else this.#timer ??= setTimeout(() => this.#due(), this.#options.maxWaitMs);
     });
     return this.#options.workers ? this.#options.workers.park(result) : result;
@@ -169,6 +176,7 @@ export class BulkQueue<Item, Result> {
   #send(group: string): void {
     const pending = this.#groups.get(group);
     this.#groups.delete(group);
+    this.#sizes.delete(group);
     if (this.#groups.size === 0) this.#since = null;
     if (!pending?.length) return;
     this.#options

@@ -9,6 +9,9 @@ import { getOrInsert } from "../../core/collections";
 import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
 import type { DispatchServices } from "./services";
 
+/** Characters of outputs one write carries at most (a larger output goes alone): a call carries 32 MiB. */
+export const WRITE_BATCH_CHARS = 8 * 1024 * 1024;
+
 export type ClaimItem = { key: string; toolId: string; takeover: boolean; staleBefore?: number };
 type CompleteItem = { key: string; output: unknown };
 export type FailItem = { key: string; error: ReceiptError; retryable: boolean };
@@ -43,6 +46,11 @@ export class ReceiptWrites {
     this.#queue = new BulkQueue<ReceiptOp, ReceiptClaim | boolean>({
       maxWaitMs: policy.receiptMaxWaitMs,
       maxBatch: 500,
+      // Completions carry outputs of up to 512 KiB: 500 of 64 KiB would pass the 32 MiB a call may carry.
+      maxBatchSize: {
+        max: WRITE_BATCH_CHARS,
+        sizeOf: (op) => (op.kind === "complete" ? (JSON.stringify(op.item.output)?.length ?? 4) : 0),
+      },
       workers: options.workers,
       hold: { busy: () => options.busy(this.#unwritten), maxMs },
       send: async (shard, ops) => {
