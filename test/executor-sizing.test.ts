@@ -120,6 +120,31 @@ describe("a map the play left running when another failed the run (a Promise.all
   }
 });
 
+describe("a map the play left running when another yielded (rows leased by another run)", () => {
+  it("stops with the invocation, its chunks back to pending at once: no interrupted invocation, no call twice", async () => {
+    await simReset();
+    await setSim({ ...SIM_DEFAULTS, latencyMs: 200 });
+    const lead = (prefix: string) => (_: unknown, i: number) => ({
+      id: `${prefix}-${i}`,
+      name: `${prefix} Person ${i}`,
+      domain: "inputs.test",
+    });
+    const shared = Array.from({ length: 10 }, lead("Shared"));
+    const holder = await startRun("test-two-inputs", { a: shared, b: [] });
+    await until(simStats, (s) => s.calls > 0, "the holder's first calls");
+    // Its map a finds its rows leased by the holder and yields while map b has 300 rows to go.
+    const runId = await startRun("test-two-inputs", { a: shared, b: Array.from({ length: 300 }, lead("Own")) });
+    const run = await waitForRun(runId);
+    await waitForRun(holder);
+    expect(run.status).toBe("completed");
+    expect(run.result).toEqual({ a: 10, b: 300 });
+    // Map b went on beside the next invocation (calls sent twice), then was stopped with its chunks marked running,
+    // which the next invocation took for an interrupted one's.
+    expect(await notices(runId)).not.toContain("invocation_resumed");
+    expect(await simStats()).toMatchObject({ duplicates: 0, calls: 310 });
+  });
+});
+
 describe("play-level calls chained at once before a map", () => {
   it("reach the map's fields with their own results, whichever was answered first", async () => {
     await simReset();

@@ -4,6 +4,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { describe, expect, it } from "vitest";
 import type { AttemptRef } from "../src/contracts/shards";
 import type { ReceiptShard } from "../src/actors/ReceiptShard";
+import { OUTCOME_UNKNOWN } from "../src/stores/receipt-store";
 
 const LONG_LEASE_MS = 60_000;
 
@@ -508,6 +509,25 @@ describe("a refresh (forceToolRefresh, force), which carries its run's start as 
       { key: "unknown", disposition: "claimed", generation: 1 },
       { key: "refused", disposition: "reused", output: "refused", generation: 0, finishedByRun: "run-s" },
     ]);
+  });
+
+  it("keeps the date of a request taken over unknown through a known failure since: its late answer may still settle it", async () => {
+    const stub = shard();
+    const sender = attempt("run-a");
+    await claim(stub, sender, ["k"]);
+    await stub.releaseRun({ runId: "run-a" });
+    // Run b takes it over (run a's request may have gone out) and is answered a 429: run a's answer can still come.
+    const taker = attempt("run-b");
+    await claim(stub, taker, ["k"]);
+    await stub.fail({ attempt: taker, items: [{ key: "k", error: { code: "rate_limited", message: "429" }, retryable: true }] });
+    await sleep(5);
+    const startedAt = Date.now();
+    await sleep(5);
+    const third = attempt("run-c");
+    await claim(stub, third, ["k"]);
+    await stub.fail({ attempt: third, items: [{ key: "k", error: { code: OUTCOME_UNKNOWN, message: "?" }, retryable: false }] });
+    expect(await stub.complete({ attempt: sender, items: [{ key: "k", output: "run a's" }] })).toEqual({ accepted: ["k"], rejected: [] });
+    expect((await refresh(stub, attempt("run-r"), startedAt)).results).toEqual([{ key: "k", disposition: "claimed", generation: 1 }]);
   });
 
   it("pays once per run: a result another refresh bought after this run started is reused", async () => {

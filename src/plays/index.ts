@@ -15,6 +15,7 @@ import {
   testStages,
   testThrowingRows,
   testOuterFields,
+  testTwoInputs,
 } from "./testing-extra";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
@@ -40,6 +41,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testThrowingRows,
           testOuterFields,
           testFetch,
+          testTwoInputs,
         ] as PlayDefinition[])
       : []),
   ];

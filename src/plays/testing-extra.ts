@@ -235,3 +235,21 @@ export const testFetch = definePlay({
     return { playLevel, completed: fetched.completed, failed: fetched.failed };
   },
 });
+
+const lead = z.object({ id: z.string(), name: z.string(), domain: z.string() });
+
+/** Two maps at once over rows of their own (`a`, `b`): one may stop (rows leased elsewhere) while the other runs. */
+export const testTwoInputs = definePlay({
+  name: "test-two-inputs",
+  description: "test only: two maps at once, each over its own rows",
+  input: z.object({ a: z.array(lead).max(2000), b: z.array(lead).max(2000) }),
+  async run(ctx, input) {
+    const find = async (row: Record<string, unknown>, c: { tool(id: string, input: unknown): Promise<unknown> }) =>
+      ((await c.tool("sim_find_email", { name: row.name, domain: row.domain })) as { email: string }).email;
+    const [a, b] = await Promise.all([
+      ctx.map("input-a", input.a, { email: find }, { key: "id" }),
+      ctx.map("input-b", input.b, { email: find }, { key: "id" }),
+    ]);
+    return { a: a.completed, b: b.completed };
+  },
+});

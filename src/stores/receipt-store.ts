@@ -422,7 +422,14 @@ function decideClaim(
   // released, or failed so (claimed again under `retryUnknown`).
   const unknown =
     existing !== undefined && (existing.status === "running" || isRecoveryMarker(existing) || existing.error?.code === OUTCOME_UNKNOWN);
-  const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => ({
+  const own = (generation: number): { result: StoredReceiptClaim; next: Receipt } => {
+    const answering = maybeAnswering(existing, generation, takeover && unknown);
+    // Answered by the request of a claim whose end is unknown (this one's, or one taken over before that can still
+    // answer after a known failure since), the result is as old as that one.
+    const sent = existing !== undefined && generation === existing.generation && (unknown || answering.length > 0);
+    return claimedAs(generation, answering, sent ? existing.boughtAt : now);
+  };
+  const claimedAs = (generation: number, answering: string[], boughtAt: number): { result: StoredReceiptClaim; next: Receipt } => ({
     result:
       takeover && generation === existing?.generation
         ? { key: item.key, disposition: "claimed", generation, takeover: true, ...(unknown ? { unknownOutcome: true as const } : {}) }
@@ -440,9 +447,8 @@ function decideClaim(
       finishedByRun: null,
       createdAt: existing?.createdAt ?? now,
       updatedAt: now,
-      unknownFrom: maybeAnswering(existing, generation, takeover && unknown),
-      // Answered by the request of a claim whose end is unknown, the result is as old as that one.
-      boughtAt: existing !== undefined && generation === existing.generation && unknown ? existing.boughtAt : now,
+      unknownFrom: answering,
+      boughtAt,
     } satisfies Receipt,
   });
   if (!existing) return own(0);

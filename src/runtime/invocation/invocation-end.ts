@@ -2,7 +2,7 @@
  * How an invocation ends: one value, decided once from what the invocation
  * knows when the play returns or throws, and acted on once (run-end.ts).
  */
-import { codeOf, detailsOf, messageOf } from "../../core/errors";
+import { codeOf, cutText, detailsOf, messageOf } from "../../core/errors";
 import type { RunError } from "../../stores/run-store";
 import { WaitSignal } from "./waits";
 import { InfraError, YieldSignal } from "./yield";
@@ -21,8 +21,11 @@ export type InvocationEnd =
    * chunks in flight were stopped (not lost) and go back to pending.
    */
   | { kind: "parked"; resumeAt: number; chunksStopped: boolean }
-  /** The invocation stopped early (its subrequest budget, rows leased elsewhere); the run goes on at `resumeAt`. */
-  | { kind: "yielded"; resumeAt: number }
+  /**
+   * The invocation stopped early (its subrequest budget, rows leased elsewhere); the run goes on at `resumeAt`.
+   * `chunksStopped` as for `parked` (a map the play left running, stopped with the invocation).
+   */
+  | { kind: "yielded"; resumeAt: number; chunksStopped?: boolean }
   /** Storage could not be reached: the next alarm tries again at `at`. */
   | { kind: "retry"; at: number; error: InfraError };
 
@@ -38,6 +41,15 @@ export interface Stops {
   parkedUntil: number | null;
   /** After an infrastructure failure: when to try again, or null once retries are spent. */
   retryAt(): number | null;
+}
+
+/**
+ * The end of an invocation whose play left maps running (a `Promise.all` of maps, one of which threw): they stop with
+ * it, so the chunks they had in flight were stopped, not lost, and go back to pending now (the next invocation would
+ * take them for an interrupted one's).
+ */
+export function withMapsStopped(end: InvocationEnd): InvocationEnd {
+  return end.kind === "parked" || end.kind === "yielded" ? { ...end, chunksStopped: true } : end;
 }
 
 /** The play returned; one that caught a wait's signal has not really ended: it waits. */
@@ -93,10 +105,7 @@ export function runErrorOf(error: unknown): RunError {
   const message = messageOf(error);
   return {
     code: (codeOf(error) ?? "play_failed").slice(0, MAX_RUN_ERROR_CODE),
-    message:
-      message.length > MAX_RUN_ERROR_MESSAGE
-        ? `${message.slice(0, MAX_RUN_ERROR_MESSAGE)}… (${message.length - MAX_RUN_ERROR_MESSAGE} characters more)`
-        : message,
+    message: cutText(message, MAX_RUN_ERROR_MESSAGE),
     ...(details && JSON.stringify(details).length <= MAX_RUN_ERROR_DETAILS ? { details } : {}),
   };
 }

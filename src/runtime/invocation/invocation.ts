@@ -24,7 +24,7 @@ import type { SpendLedger } from "../tools/spend";
 import type { InvocationSpendCap } from "../tools/org-spend";
 import { capsItsChildren } from "../tools/child-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
-import { endAfterReturn, endAfterThrow, type InvocationEnd } from "./invocation-end";
+import { endAfterReturn, endAfterThrow, type InvocationEnd, withMapsStopped } from "./invocation-end";
 import { type PlayServices, playCalls, RunContext } from "./play-context";
 import { stopChildren } from "./run-links";
 import { PlayFetch, SecretValues } from "./play-fetch";
@@ -161,7 +161,8 @@ export class Invocation implements InvocationScope {
     });
     try {
       await services.children.checkDue();
-      return await this.#run(play, ctx, services, maps);
+      const end = await this.#run(play, ctx, services, maps);
+      return maps.running > 0 ? withMapsStopped(end) : end;
     } finally {
       // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.
       clearTimeout(timer);

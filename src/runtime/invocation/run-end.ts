@@ -49,7 +49,7 @@ export async function settle(inv: Invocation, end: InvocationEnd): Promise<numbe
     case "parked":
       return park(inv, end.resumeAt, { waiting: true, chunksStopped: end.chunksStopped });
     case "yielded":
-      return park(inv, end.resumeAt, { waiting: false, chunksStopped: false });
+      return park(inv, end.resumeAt, { waiting: false, chunksStopped: end.chunksStopped === true });
     case "retry":
       // Counted as an infrastructure failure already: the chunks it left running go back under a new epoch now, so
       // the next invocation does not count it again as one that died with chunks in flight.
@@ -139,7 +139,9 @@ export async function retrySalvageOfEndedRun(inv: Invocation): Promise<number | 
   if (store.salvage.pendingCount() === 0) return null;
   const tries = store.salvage.restoreTries();
   if (tries >= MAX_RESTORE_TRIES) {
-    inv.log(`gave up writing salvage back into receipts after ${tries} tries; it stays in this run's error`);
+    inv.log(
+      `gave up writing salvage back into receipts after ${tries} tries; it stays in this run's error (outputs past its size, error.salvage's outputOmitted, in the run's storage only)`,
+    );
     return null;
   }
   const { pending, failure } = await restoreSalvage(store.salvage, receiptClient(inv));

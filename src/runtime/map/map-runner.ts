@@ -115,6 +115,11 @@ export class MapRunner {
    * Resolves once no map of this invocation is under way: one the play left running (the other maps of a
    * `Promise.all` one of which threw) drains until the invocation's signal stops it (Invocation.play).
    */
+  /** Maps of this invocation under way now. */
+  get running(): number {
+    return this.#running.size;
+  }
+
   async idle(): Promise<void> {
     while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
   }
