@@ -311,18 +311,22 @@ describe("salvage that reaches a run after its end", () => {
 
 describe("salvage of large outputs on a run that fails", () => {
   it("lists the entries whose outputs fit; the run's error, one stored value, stays under SQLite's 2 MB", async () => {
-    const runId = await startRun("test-waits", { keys: ["never-sent"], timeoutMs: 1000 });
+    // Its wait fails the run once the reports are in (they take ~200 ms here; one applied after the end is not listed).
+    const runId = await startRun("test-waits", { keys: ["never-sent"], timeoutMs: 4000 });
     await salvageReport(runId, "small", "large-salvage");
     // Each entry's output alone is a quarter of the limit: listed whole, the error could never be stored, nor the run end.
     for (let i = 0; i < 5; i++) await salvageReport(runId, `large-${i}`, "large-salvage", { padding: "x".repeat(450_000) });
+    await salvageReport(runId, "last", "large-salvage");
     const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("event_timeout");
     const { salvage } = run.error;
-    expect(salvage.total).toBe(6);
+    expect(salvage.total).toBe(7);
     expect(salvage.entries[0]).toMatchObject({ receiptKey: "small-receipt", output: { email: "small@faults.test" } });
-    expect(salvage.entries.slice(1).map((e: { outputOmitted?: boolean }) => e.outputOmitted)).toEqual([true, true, true, true, true]);
-    expect((await allEvents(runId)).at(-1)).toMatchObject({ type: "run.failed", error: { salvage: { total: 6 } } });
+    expect(salvage.entries.slice(1, 6).map((e: { outputOmitted?: boolean }) => e.outputOmitted)).toEqual([true, true, true, true, true]);
+    // The large ones left out leave room for a small one after them.
+    expect(salvage.entries[6]).toMatchObject({ receiptKey: "last-receipt", output: { email: "last@faults.test" } });
+    expect((await allEvents(runId)).at(-1)).toMatchObject({ type: "run.failed", error: { salvage: { total: 7 } } });
   });
 });
 

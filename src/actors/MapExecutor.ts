@@ -435,12 +435,12 @@ export class MapExecutor extends DurableObject<Env> {
     this.#store.finishEnded(attemptId);
   }
 
-  /** This object as the simulated provider and the outbound gate name it. */
   /** What each report of the assignment's attempt says of it. */
   #reportOf({ attempt, invocation, map, chunk }: ChunkAssignment) {
     return { executor: this.#caller(), attemptId: attempt.attemptId, attemptSeq: attempt.attemptSeq, invocation, map, chunk };
   }
 
+  /** This object as the simulated provider and the outbound gate name it. */
   #caller(): string {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
   }

@@ -15,6 +15,7 @@ import {
   SpendReportMessage,
   utcDay,
   type DailyBudget,
+  pastDailyLimit,
   type PlayStats,
   type SpendDay,
 } from "../stores/org-spend-store";
@@ -44,8 +45,7 @@ export class OrgDirectory extends DurableObject<Env> {
     const parsed = IdempotentSubmit.parse(submit);
     return this.ctx.storage.transactionSync(() => {
       const budget = this.#budget(parsed.now);
-      const over = budget.dailyCredits !== null && budget.spentToday >= budget.dailyCredits;
-      return this.#store.claimKey(parsed, !over) ?? { overDailyLimit: budget };
+      return this.#store.claimKey(parsed, !pastDailyLimit(budget)) ?? { overDailyLimit: budget };
     });
   }
 

@@ -64,7 +64,15 @@ export const MAX_ISSUES = 100;
 export const MAX_ISSUE_CHARS = 500;
 
 function cut(text: string): string {
-  return text.length <= MAX_ISSUE_CHARS ? text : `${text.slice(0, MAX_ISSUE_CHARS)}… (${text.length - MAX_ISSUE_CHARS} characters more)`;
+  return cutText(text, MAX_ISSUE_CHARS);
+}
+
+/** `text` cut to `max` characters, saying how many more it had; never between the two halves of a character. */
+export function cutText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  const last = text.charCodeAt(max - 1);
+  const end = max > 1 && last >= 0xd800 && last <= 0xdbff ? max - 1 : max;
+  return `${text.slice(0, end)}… (${text.length - end} characters more)`;
 }
 
 /** zod issues on one line: `path: message; ...`. */

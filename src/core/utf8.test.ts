@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { cutText } from "./errors";
 import { hasLoneSurrogate, textParts, utf8BytesPast } from "./utf8";
 
 describe("textParts", () => {
@@ -31,5 +32,14 @@ describe("hasLoneSurrogate and utf8BytesPast", () => {
   it("counts UTF-8 bytes past a limit", () => {
     expect(utf8BytesPast("中".repeat(10), 29)).toBe(30);
     expect(utf8BytesPast("中".repeat(10), 30)).toBeNull();
+  });
+});
+
+describe("cutText", () => {
+  it("cuts to max characters and says how many more, never between a character's two halves", () => {
+    expect(cutText("abcdef", 6)).toBe("abcdef");
+    expect(cutText("abcdef", 4)).toBe("abcd… (2 characters more)");
+    // The emoji's high half is the fourth unit: cut before it, not through it.
+    expect(cutText("abc😀def", 4)).toBe("abc… (5 characters more)");
   });
 });

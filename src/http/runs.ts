@@ -7,7 +7,7 @@ import { playRegistry } from "../plays";
 import type { PlayDefinition } from "../play/types";
 import { isTerminal } from "../core/statuses";
 import { parseRunCursor } from "../stores/directory-store";
-import type { DailyBudget } from "../stores/org-spend-store";
+import { type DailyBudget, pastDailyLimit } from "../stores/org-spend-store";
 import { canonicalJson, sha256Hex } from "../core/hash";
 import { NotFoundError, TroupeError, ValidationError } from "../core/errors";
 import type { AppEnv } from "./context";
@@ -233,7 +233,7 @@ function uploadOf(input: unknown): string | null {
 /** An org past its daily spend limit starts no run (API.md "Spend"): the refusal says how much and until when. */
 async function refuseOverDailyLimit(env: Env, org: string): Promise<void> {
   const budget = await env.ORG_DIRECTORY.getByName(org).spendBudget(Date.now());
-  if (budget.dailyCredits !== null && budget.spentToday >= budget.dailyCredits) throw dailyLimitReached(budget);
+  if (pastDailyLimit(budget)) throw dailyLimitReached(budget);
 }
 
 function dailyLimitReached({ dailyCredits, spentToday }: DailyBudget): TroupeError {

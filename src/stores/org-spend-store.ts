@@ -58,6 +58,11 @@ export interface DailyBudget {
   spentToday: number;
 }
 
+/** Whether today has billed the whole daily limit: no run starts. */
+export function pastDailyLimit({ dailyCredits, spentToday }: DailyBudget): boolean {
+  return dailyCredits !== null && spentToday >= dailyCredits;
+}
+
 /** What a completed run of a play computed and billed: the history estimates learn from. */
 export const PlayStatsMessage = z.object({
   runId: z.string().min(1).max(100),

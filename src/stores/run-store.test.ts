@@ -3,6 +3,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { RunStore } from "./run-store";
 import { runMigrations } from "./run-schema";
+import { UNDO_MAP_TOTALS } from "./run-schema.fixture";
 import { createSql, migrate } from "./sql";
 
 describe("RunStore.progress", () => {
@@ -146,14 +147,7 @@ describe("RunStore.progress of a map of 10,000 chunks", () => {
       const init = { runId: "run-big", org: "dev", play: "demo-enrich", parentRunId: null, force: false, forceToolRefresh: false };
       store.create({ ...init, deadlineAt: Date.now() + 60_000 }, {});
       // Back to the schema before the sums, with a map of a million rows part done.
-      state.storage.sql.exec(
-        `DROP TRIGGER chunks_totals_insert; DROP TRIGGER chunks_totals_update; DROP TRIGGER chunks_totals_delete;
-        DROP TABLE map_totals; DROP INDEX chunks_running; DROP INDEX chunks_blocked; DROP INDEX waits_children;
-        ALTER TABLE chunks DROP COLUMN shown_completed; ALTER TABLE chunks DROP COLUMN shown_failed;
-        ALTER TABLE chunks DROP COLUMN shown_active; ALTER TABLE chunks DROP COLUMN shown_waiting;
-        ALTER TABLE chunks DROP COLUMN shown_blocked; UPDATE _schema SET version = ?`,
-        runMigrations.length - 1,
-      );
+      state.storage.sql.exec(`${UNDO_MAP_TOTALS} UPDATE _schema SET version = ?`, runMigrations.length - 1);
       store.createMap({ name: "leads", shardCount: 4, total: 1_000_000, duplicatesDropped: 0, chunkRows: 100 });
       for (let idx = 0; idx < 3000; idx++) {
         store.startChunk("leads", idx, 0);

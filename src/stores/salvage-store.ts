@@ -95,9 +95,10 @@ export class SalvageStore {
       restored: of("restored"),
       superseded: of("superseded"),
       entries: rows.map((r) => {
-        listed += r.output.length;
-        const output =
-          listed <= MAX_SALVAGE_LISTED_CHARS ? { output: JSON.parse(r.output) } : { output: null, outputOmitted: true as const };
+        // A large output left out leaves room for smaller ones after it.
+        const fits = listed + r.output.length <= MAX_SALVAGE_LISTED_CHARS;
+        if (fits) listed += r.output.length;
+        const output = fits ? { output: JSON.parse(r.output) } : { output: null, outputOmitted: true as const };
         return {
           receiptKey: r.receipt_key,
           toolId: r.tool_id,

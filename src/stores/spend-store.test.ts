@@ -2,6 +2,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { runMigrations } from "./run-schema";
+import { UNDO_MAP_TOTALS } from "./run-schema.fixture";
 import { SpendStore, toMicros } from "./spend-store";
 import { createSql, migrate, type Sql } from "./sql";
 
@@ -139,11 +140,7 @@ describe("SpendStore", () => {
     await runInDurableObject(stub, (_object, state) => {
       // The object's constructor migrated it; start over from the schema before the sums.
       state.storage.sql.exec(
-        `DROP TRIGGER chunks_totals_insert; DROP TRIGGER chunks_totals_update; DROP TRIGGER chunks_totals_delete;
-        DROP TABLE map_totals; DROP INDEX chunks_running; DROP INDEX chunks_blocked; DROP INDEX waits_children;
-        ALTER TABLE chunks DROP COLUMN shown_completed; ALTER TABLE chunks DROP COLUMN shown_failed;
-        ALTER TABLE chunks DROP COLUMN shown_active; ALTER TABLE chunks DROP COLUMN shown_waiting;
-        ALTER TABLE chunks DROP COLUMN shown_blocked; DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        `${UNDO_MAP_TOTALS} DROP TABLE spend_totals; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
         DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold;
         ALTER TABLE chunks DROP COLUMN told; UPDATE _schema SET version = ?`,
@@ -165,11 +162,7 @@ describe("SpendStore", () => {
     const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
       state.storage.sql.exec(
-        `DROP TRIGGER chunks_totals_insert; DROP TRIGGER chunks_totals_update; DROP TRIGGER chunks_totals_delete;
-        DROP TABLE map_totals; DROP INDEX chunks_running; DROP INDEX chunks_blocked; DROP INDEX waits_children;
-        ALTER TABLE chunks DROP COLUMN shown_completed; ALTER TABLE chunks DROP COLUMN shown_failed;
-        ALTER TABLE chunks DROP COLUMN shown_active; ALTER TABLE chunks DROP COLUMN shown_waiting;
-        ALTER TABLE chunks DROP COLUMN shown_blocked; DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
+        `${UNDO_MAP_TOTALS} DROP INDEX spend_billed_seq; DROP TABLE spend_report; ALTER TABLE spend DROP COLUMN billed_seq;
         CREATE INDEX spend_unreported ON spend (at) WHERE state = 'billed' AND reported = 0; ALTER TABLE chunks DROP COLUMN resume;
         DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
         ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold; ALTER TABLE chunks DROP COLUMN told;
