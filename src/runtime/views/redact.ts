@@ -48,7 +48,7 @@ export function secretsFromEnv(env: Record<string, unknown>): string[] {
     try {
       tokens = JSON.parse(env.API_TOKENS);
     } catch {
-      // A malformed API_TOKENS is reported by authentication (500 server_misconfigured); nothing to redact here.
+      // A malformed API_TOKENS is reported by authentication (503 server_misconfigured); nothing to redact here.
       tokens = null;
     }
     if (tokens && typeof tokens === "object") secrets.push(...Object.keys(tokens));
