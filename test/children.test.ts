@@ -171,6 +171,25 @@ describe("ctx.runPlay at play level", () => {
   });
 });
 
+describe("a child that completed in time, whose end message was lost", () => {
+  afterEach(clearFaults);
+  it("is asked at the call's timeout: its result is the call's, not child_timeout", async () => {
+    // The child's one message to its parent fails; its next check (10 s) comes after the call's timeout (4 s), as
+    // production's minute does: the check at the timeout asked nothing and failed a call whose child had completed.
+    await setFaults([{ point: "child.finished", play: "test-leaf", times: 1 }]);
+    const n = uniqueN();
+    const parentId = await startRun(
+      "test-parent",
+      { leaf: { n, sleepMs: 100 }, timeoutMs: 4_000 },
+      { testPolicy: { childCheckIntervalMs: 10_000 } },
+    );
+    const parent = await waitForRun(parentId);
+    expect(parent.status, JSON.stringify(parent.error)).toBe("completed");
+    expect(parent.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
+    expect((await faultState()).counts).toEqual([1]);
+  });
+});
+
 describe("a cancelled parent's children", () => {
   afterEach(clearFaults);
 
@@ -248,7 +267,15 @@ describe("a child another parent is cancelling", () => {
       "the parent's cancel to reach its child",
     );
 
-    const rerun = (await apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST" })).body.runId as string;
+    // The parent's cancel of its child may not have answered it yet: the parent shows `cancelling` (409 run_active) until
+    // it has (a rerun taken once on that race waited 10 s for a child of `undefined`).
+    const rerun = (
+      await until(
+        () => apiJson(`/v1/runs/${parentId}/rerun`, { method: "POST", headers: { "Idempotency-Key": `taken-${n}` } }),
+        (answer) => answer.status === 202,
+        "the rerun to be taken",
+      )
+    ).body.runId as string;
     let next: any;
     for (let i = 0; i < 500 && !next; i++) {
       [next] = await childrenOf(rerun);

@@ -205,36 +205,47 @@ export class ChildPlays {
   async checkDue(limit = 100): Promise<void> {
     const { journal, policy } = this.#deps;
     const { now } = this.#scope;
-    await forEachLimited(journal.dueChildren(now(), limit), policy.childSubmitConcurrency, async (entry) => {
-      if (entry.timeoutAt !== null && now() >= entry.timeoutAt) return this.#timeOut(entry);
-      let view: RunView | null;
-      try {
-        view = await this.#runs.getRun(entry.childRunId!);
-      } catch (error) {
-        this.#scope.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
-        return journal.setDue(entry.key, this.#nextCheck(entry));
-      }
-      if (!view) {
-        journal.settle(entry.key, {
-          state: "failed",
-          error: { code: "child_missing", message: `child run ${entry.childRunId} of play ${entry.childPlay} does not exist` },
-        });
-      } else if (isTerminal(view.status)) {
-        const error = view.error ? { code: view.error.code, message: view.error.message } : null;
-        recordChildEnd(
-          journal,
-          { childRunId: view.runId, status: view.status as ChildEnd["status"], result: view.result, error },
-          this.#scope.emit,
-        );
-      } else journal.setDue(entry.key, this.#nextCheck(entry));
-    });
+    await forEachLimited(journal.dueChildren(now(), limit), policy.childSubmitConcurrency, (entry) => this.#check(entry));
+  }
+
+  /**
+   * Asks the child how it is doing: its end is recorded when it has ended (by `timeoutAt`, for a call with one), and a
+   * call past `timeoutAt` times out only then. Its `childFinished` may have been lost: timed out without asking, a
+   * child that completed in time failed the call `child_timeout` (its end is told once, and the check at `timeoutAt`
+   * came first whenever the timeout was shorter than the check interval).
+   */
+  async #check(entry: WaitEntry): Promise<void> {
+    const { journal } = this.#deps;
+    const timedOut = entry.timeoutAt !== null && this.#scope.now() >= entry.timeoutAt;
+    let view: RunView | null;
+    try {
+      view = await this.#runs.getRun(entry.childRunId!);
+    } catch (error) {
+      if (timedOut) return this.#timeOut(entry);
+      this.#scope.log(`could not ask child run ${entry.childRunId} how it is doing (${messageOf(error)}); asking again later`);
+      return journal.setDue(entry.key, this.#nextCheck(entry));
+    }
+    if (!view) {
+      journal.settle(entry.key, {
+        state: "failed",
+        error: { code: "child_missing", message: `child run ${entry.childRunId} of play ${entry.childPlay} does not exist` },
+      });
+    } else if (isTerminal(view.status) && !(timedOut && Date.parse(view.updatedAt) > entry.timeoutAt!)) {
+      const error = view.error ? { code: view.error.code, message: view.error.message } : null;
+      recordChildEnd(
+        journal,
+        { childRunId: view.runId, status: view.status as ChildEnd["status"], result: view.result, error },
+        this.#scope.emit,
+      );
+    } else if (timedOut) return this.#timeOut(entry);
+    else journal.setDue(entry.key, this.#nextCheck(entry));
   }
 
   async #await(entry: WaitEntry, row: string | null): Promise<unknown> {
     const { journal } = this.#deps;
     const { now } = this.#scope;
     if (entry.state === "waiting" && entry.timeoutAt !== null && now() >= entry.timeoutAt) {
-      await this.#timeOut(entry);
+      await (entry.childRunId === null ? this.#timeOut(entry) : this.#check(entry));
       entry = journal.get(entry.key)!;
       // Its cancel failed: the wait fails once the child is cancelled, from its next check on.
       if (entry.state === "waiting") {
