@@ -18,6 +18,7 @@ afterEach(async () => {
   // whatever is held is let go, so the next test's hold is its own.
   await clearFaults();
   await injector().release(0);
+  await injector().release(1);
 });
 
 async function childrenOf(parentRunId: string): Promise<{ runId: string; status: string }[]> {
@@ -129,4 +130,39 @@ it("cancels the children it waits on as its runtime limit passes, while its own 
   const run = await waitForRun(parent);
   expect(run.status).toBe("failed");
   expect(run.error.code).toBe("deadline_exceeded");
+});
+
+it("cancels a child whose start was under way as the cancel arrived, without waiting for its own wind-down", async () => {
+  await simReset();
+  await setFaults([
+    // The child's start is held (its first listing in the org's directory) ...
+    { point: "directory.sync", play: "test-leaf", hold: true, times: 1 },
+    // ... and the parent's own call once answered: its wind-down cannot end.
+    { point: "provider.after", tool: "sim_find_email", play: "test-child-beside-call", hold: true },
+  ]);
+  const n = Date.now() * 1000 + 7;
+  const parent = await startRun("test-child-beside-call", {
+    tool: "sim_find_email",
+    input: { name: `Started ${n}`, domain: "cancel.test" },
+    n,
+  });
+  await injector().held(0);
+  await injector().held(1);
+  await cancel(parent);
+  // The start goes on after the cancel arrived, which cancelled the children bound by then: none.
+  expect(await injector().release(0)).toBe(1);
+  const [child] = await until(
+    () => childrenOf(parent),
+    (found) => found.length === 1,
+    "the child to be listed",
+  );
+  // Bound after the cancel, it ran on until the parent had wound down.
+  await until(
+    () => runView(child!.runId),
+    (run) => run.status === "cancelled",
+    "the child to be cancelled",
+  );
+  expect((await runView(parent)).status).toBe("cancelling");
+  expect(await injector().release(1)).toBe(1);
+  expect((await waitForRun(parent)).status).toBe("cancelled");
 });

@@ -27,7 +27,7 @@ import type { RunView } from "../../api/responses";
 import { RunClient } from "../../clients/runs";
 import type { InvocationScope } from "./scope";
 import { canonicalJson, sha256Hex } from "../../core/hash";
-import { describeIssues, messageOf, TerminalError } from "../../core/errors";
+import { codeOf, describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { PARENT_CAP_REFUSAL, SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
 import type { WaitPolicy, Waits } from "./waits";
@@ -315,6 +315,12 @@ export class ChildPlays {
       if (!owned && ending && (view.status !== "completed" || stale)) continue;
       journal.bindChild(entry.key, childRunId, owned, this.#nextCheck(entry));
       this.#scope.emit("child.started", { childRunId, play: play.name, reused: !owned });
+      // Started while the run was being stopped (its cancel, its runtime limit): the stop's cancel of its children came
+      // before this one was bound, and the run's end cancels it only once the run has wound down.
+      if (runStopping(this.#scope.signal) && !isTerminal(view.status))
+        await this.#runs.cancel(childRunId, run.runId).catch((error: unknown) => {
+          this.#scope.log(`could not cancel child run ${childRunId}, started as the run stopped (${messageOf(error)}); its end cancels it`);
+        });
       if (isTerminal(view.status)) {
         const error = view.error ? { code: view.error.code, message: view.error.message } : null;
         recordChildEnd(journal, { childRunId, status: view.status as ChildEnd["status"], result: view.result, error }, this.#scope.emit);
@@ -376,6 +382,12 @@ export class ChildPlays {
   #nextCheck(entry: WaitEntry): number {
     return Math.min(this.#scope.now() + this.#deps.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
   }
+}
+
+/** Whether the run itself is being stopped (its cancel, its runtime limit), not only this invocation (a yield, its end). */
+function runStopping(signal: AbortSignal): boolean {
+  const code = signal.aborted ? codeOf(signal.reason) : undefined;
+  return code === "cancelled" || code === "deadline_exceeded";
 }
 
 /** A play's code fingerprint: a new deploy of changed code is a new child identity. */
