@@ -171,6 +171,35 @@ describe("ctx.runPlay at play level", () => {
   });
 });
 
+describe("ctx.runPlay with staleAfterSeconds", () => {
+  it("gives each parent past the window a fresh child in one start, however many refreshes came before", async () => {
+    const leaf = { n: uniqueN() };
+    const starts: number[] = [];
+    const children = new Set<string>();
+    for (let i = 0; i < 3; i++) {
+      const parent = await waitForRun(await startRun("test-parent", { leaf, staleAfterSeconds: 0 }));
+      expect(parent.status, JSON.stringify(parent.error)).toBe("completed");
+      starts.push(parent.usage.objectRpcsByKind["run.start"]);
+      for (const child of await childrenOf(parent.runId)) children.add(child.runId);
+    }
+    // Found by probing generations, the third parent's child cost three starts (the 51st refresh failed the call).
+    expect(starts).toEqual([1, 1, 1]);
+    expect(children.size).toBe(3);
+  });
+
+  it("shares the child among parents started within one window", async () => {
+    const leaf = { n: uniqueN() };
+    // A window of 31 years: both parents start in the same one.
+    const first = await waitForRun(await startRun("test-parent", { leaf, staleAfterSeconds: 1e9 }));
+    const second = await waitForRun(await startRun("test-parent", { leaf, staleAfterSeconds: 1e9 }));
+    expect(second.result).toEqual(first.result);
+    const [child] = await childrenOf(first.runId);
+    expect((await allEvents(second.runId)).filter((e) => e.type === "child.started")).toEqual([
+      expect.objectContaining({ childRunId: child.runId, reused: true }),
+    ]);
+  });
+});
+
 describe("a child that completed in time, whose end message was lost", () => {
   afterEach(clearFaults);
   it("is asked at the call's timeout: its result is the call's, not child_timeout", async () => {

@@ -124,10 +124,16 @@ export const testLeaf = definePlay({
 export const testParent = definePlay({
   name: "test-parent",
   description: "test only: ctx.runPlay at play level",
-  input: z.object({ leaf: z.unknown(), timeoutMs: z.number().optional(), key: z.string().optional(), twice: z.boolean().optional() }),
-  async run(ctx, input) {
-    const first = await ctx.runPlay("test-leaf", input.leaf, { timeoutMs: input.timeoutMs, key: input.key });
-    const second = input.twice ? await ctx.runPlay("test-leaf", input.leaf, { timeoutMs: input.timeoutMs, key: input.key }) : null;
+  input: z.object({
+    leaf: z.unknown(),
+    timeoutMs: z.number().optional(),
+    key: z.string().optional(),
+    twice: z.boolean().optional(),
+    staleAfterSeconds: z.number().optional(),
+  }),
+  async run(ctx, { leaf, twice, ...options }) {
+    const first = await ctx.runPlay("test-leaf", leaf, options);
+    const second = twice ? await ctx.runPlay("test-leaf", leaf, options) : null;
     return { first, second };
   },
 });

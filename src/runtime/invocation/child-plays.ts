@@ -166,7 +166,19 @@ export class ChildPlays {
     const fresh = run.force || run.forceToolRefresh ? run.runId : null;
     // The child's identity (its run id, reused by other parents) follows the child play's code; this run's journal
     // entry does not: replayed after a deploy that changed that code, the call is the child it started before.
-    const digest = await sha256Hex(canonicalJson([run.org, name, await fingerprintOf(play), parsed.data, options.key ?? null, fresh]));
+    // Under staleAfterSeconds, parents started within one window of it share a child; a later window's is a new
+    // identity: found by probing generations, each refresh cost a start per earlier one, and the 50th failed the call.
+    const window = staleWindow(options.staleAfterSeconds, run.createdAt);
+    const identity = [
+      run.org,
+      name,
+      await fingerprintOf(play),
+      parsed.data,
+      options.key ?? null,
+      fresh,
+      ...(window === null ? [] : [window]),
+    ];
+    const digest = await sha256Hex(canonicalJson(identity));
     const call = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
     const key = `child:call:${call.slice(0, 48)}`;
     // An entry journaled under the digest (before calls were keyed so) is filed under the call's key from now on.
@@ -382,6 +394,12 @@ export class ChildPlays {
   #nextCheck(entry: WaitEntry): number {
     return Math.min(this.#scope.now() + this.#deps.policy.childCheckIntervalMs, entry.timeoutAt ?? Infinity);
   }
+}
+
+/** The window of `staleAfterSeconds` a parent started in (its start itself for 0: each parent's child is fresh). */
+function staleWindow(staleAfterSeconds: number | undefined, startedAt: number): number | null {
+  if (staleAfterSeconds === undefined) return null;
+  return staleAfterSeconds === 0 ? startedAt : Math.floor(startedAt / (staleAfterSeconds * 1000));
 }
 
 /** Whether the run itself is being stopped (its cancel, its runtime limit), not only this invocation (a yield, its end). */
