@@ -1,5 +1,7 @@
-import { abortAllDurableObjects } from "cloudflare:test";
+import { abortAllDurableObjects, runInDurableObject } from "cloudflare:test";
+import { canonicalJson, sha256Hex } from "../src/core/hash";
 import { afterEach, describe, expect, it } from "vitest";
+import { z } from "zod";
 import { testPlays } from "../src/plays/testing";
 import { allEvents, api, apiJson, datasetRows, notices, simReset, simStats, startRun, waitForRun } from "./helpers";
 import { env } from "cloudflare:workers";
@@ -68,6 +70,46 @@ describe("ctx.runPlay across a deploy", () => {
     testPlays[at] = { ...before, version: "deployed-again" } as (typeof testPlays)[number];
     try {
       await abortAllDurableObjects();
+      expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+      const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
+      expect(parent.status).toBe("completed");
+      expect(await childrenOf(parentId)).toHaveLength(1);
+    } finally {
+      testPlays[at] = before;
+    }
+  });
+
+  it("finds a call journaled under its parsed input (before this deploy) and waits on its child", async () => {
+    const leaf = { n: uniqueN(), waitForSignal: true };
+    const parentId = await startRun("test-parent", { leaf });
+    const child = await firstChildOf(parentId);
+    // The entry as the code before kept it: keyed by the parsed input's digest.
+    const old = `child:call:${(await sha256Hex(canonicalJson(["dev", "test-leaf", leaf, null, null]))).slice(0, 48)}`;
+    await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) => {
+      state.storage.sql.exec("UPDATE waits SET key = ? WHERE kind = 'child'", old);
+    });
+    await abortAllDurableObjects();
+    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
+    expect(parent.status).toBe("completed");
+    expect(await childrenOf(parentId)).toHaveLength(1);
+    // One entry for the call: not the old one left waiting (it counts as a child, and wakes the run) beside a new one.
+    const entries = await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) =>
+      state.storage.sql.exec<{ key: string; state: string }>("SELECT key, state FROM waits WHERE kind = 'child'").toArray(),
+    );
+    expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
+  });
+
+  it("waits on the child it started when the child play's input gained a defaulted field meanwhile", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    const child = await firstChildOf(parentId);
+    const at = testPlays.findIndex((play) => play.name === "test-leaf");
+    const before = testPlays[at]!;
+    const input = (before.input as unknown as z.ZodObject).extend({ note: z.string().default("") });
+    testPlays[at] = { ...before, input } as unknown as (typeof testPlays)[number];
+    try {
+      await abortAllDurableObjects();
+      // The parsed input held the new default: the replay missed the call's entry and started a second child.
       expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
       const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
       expect(parent.status).toBe("completed");

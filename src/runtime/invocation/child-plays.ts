@@ -179,9 +179,13 @@ export class ChildPlays {
       ...(window === null ? [] : [window]),
     ];
     const digest = await sha256Hex(canonicalJson(identity));
-    const call = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
-    const key = `child:call:${call.slice(0, 48)}`;
-    // An entry journaled under the digest (before calls were keyed so) is filed under the call's key from now on.
+    // The call's entry follows the input as the play passed it: parsed, it holds the child play's defaults, and a
+    // deploy adding a defaulted field made a replay miss the entry and start a second child.
+    const call = await sha256Hex(canonicalJson([run.org, name, input, options.key ?? null, fresh]));
+    const key = `child:input:${call.slice(0, 48)}`;
+    // Entries journaled before are filed under it from now on: under the parsed input, and earlier under the digest.
+    const parsedCall = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
+    journal.rekey(`child:call:${parsedCall.slice(0, 48)}`, key);
     journal.rekey(`child:${digest.slice(0, 48)}`, key);
     let entry = journal.get(key);
     if (!entry) {
