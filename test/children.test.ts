@@ -100,6 +100,28 @@ describe("ctx.runPlay across a deploy", () => {
     expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
   });
 
+  it("finds a call under staleAfterSeconds journaled under its digest (older still) and waits on its child", async () => {
+    const leaf = { n: uniqueN(), waitForSignal: true };
+    const parentId = await startRun("test-parent", { leaf, staleAfterSeconds: 1e9 });
+    const child = await firstChildOf(parentId);
+    // Keyed as the code of 2026-12-05 morning kept it: the child's digest, which held no window then.
+    const play = testPlays.find((p) => p.name === "test-leaf")!;
+    const fingerprint = await sha256Hex(`${play.run.toString()}\n${play.version ?? ""}`);
+    const old = `child:${(await sha256Hex(canonicalJson(["dev", "test-leaf", fingerprint, leaf, null, null]))).slice(0, 48)}`;
+    await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) => {
+      state.storage.sql.exec("UPDATE waits SET key = ? WHERE kind = 'child'", old);
+    });
+    await abortAllDurableObjects();
+    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    expect((await waitForRun(parentId, { timeoutMs: 20_000 })).status).toBe("completed");
+    expect(await childrenOf(parentId)).toHaveLength(1);
+    // Re-filed, not left waiting beside a new entry (a child started before the windows has another id: a second).
+    const entries = await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) =>
+      state.storage.sql.exec<{ key: string; state: string }>("SELECT key, state FROM waits WHERE kind = 'child'").toArray(),
+    );
+    expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
+  });
+
   it("waits on the child it started when the child play's input gained a defaulted field meanwhile", async () => {
     const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
     const child = await firstChildOf(parentId);

@@ -11,7 +11,8 @@
  * run id, so a replay, a retried invocation or a rerun of the parent finds
  * the same child instead of starting another. A child that failed or was
  * cancelled (or completed longer ago than `staleAfterSeconds`) is not reused
- * by a new call: the next generation of the id runs instead.
+ * by a new call: the next generation of the id runs instead. Under
+ * `staleAfterSeconds` the identity holds the window its parent started in.
  *
  * The parent learns of the end by a message from the child's coordinator
  * (`childFinished`); if that is lost, the parent's alarm asks the child when
@@ -27,7 +28,7 @@ import type { RunView } from "../../api/responses";
 import { RunClient } from "../../clients/runs";
 import type { InvocationScope } from "./scope";
 import { canonicalJson, sha256Hex } from "../../core/hash";
-import { codeOf, describeIssues, messageOf, TerminalError } from "../../core/errors";
+import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { PARENT_CAP_REFUSAL, SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
 import type { WaitPolicy, Waits } from "./waits";
@@ -126,6 +127,8 @@ export interface ChildPlaysOptions {
   capped: boolean;
   /** A row's child still runs after the in-process wait: stop this invocation and resume at `resumeAt`. */
   suspend(resumeAt: number, reason: string): Error;
+  /** Whether the run itself is being stopped (its cancel, its runtime limit), whatever stopped this invocation first. */
+  stopping(): boolean;
 }
 
 export class ChildPlays {
@@ -169,16 +172,8 @@ export class ChildPlays {
     // Under staleAfterSeconds, parents started within one window of it share a child; a later window's is a new
     // identity: found by probing generations, each refresh cost a start per earlier one, and the 50th failed the call.
     const window = staleWindow(options.staleAfterSeconds, run.createdAt);
-    const identity = [
-      run.org,
-      name,
-      await fingerprintOf(play),
-      parsed.data,
-      options.key ?? null,
-      fresh,
-      ...(window === null ? [] : [window]),
-    ];
-    const digest = await sha256Hex(canonicalJson(identity));
+    const identity = [run.org, name, await fingerprintOf(play), parsed.data, options.key ?? null, fresh];
+    const digest = await sha256Hex(canonicalJson(window === null ? identity : [...identity, window]));
     // The call's entry follows the input as the play passed it: parsed, it holds the child play's defaults, and a
     // deploy adding a defaulted field made a replay miss the entry and start a second child.
     const call = await sha256Hex(canonicalJson([run.org, name, input, options.key ?? null, fresh]));
@@ -186,7 +181,8 @@ export class ChildPlays {
     // Entries journaled before are filed under it from now on: under the parsed input, and earlier under the digest.
     const parsedCall = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
     journal.rekey(`child:call:${parsedCall.slice(0, 48)}`, key);
-    journal.rekey(`child:${digest.slice(0, 48)}`, key);
+    // (Digests of then held no window.)
+    journal.rekey(`child:${(await sha256Hex(canonicalJson(identity))).slice(0, 48)}`, key);
     let entry = journal.get(key);
     if (!entry) {
       if (journal.childCount() >= policy.maxChildrenPerRun) {
@@ -333,7 +329,7 @@ export class ChildPlays {
       this.#scope.emit("child.started", { childRunId, play: play.name, reused: !owned });
       // Started while the run was being stopped (its cancel, its runtime limit): the stop's cancel of its children came
       // before this one was bound, and the run's end cancels it only once the run has wound down.
-      if (runStopping(this.#scope.signal) && !isTerminal(view.status))
+      if (this.#deps.stopping() && !isTerminal(view.status))
         await this.#runs.cancel(childRunId, run.runId).catch((error: unknown) => {
           this.#scope.log(`could not cancel child run ${childRunId}, started as the run stopped (${messageOf(error)}); its end cancels it`);
         });
@@ -403,13 +399,8 @@ export class ChildPlays {
 /** The window of `staleAfterSeconds` a parent started in (its start itself for 0: each parent's child is fresh). */
 function staleWindow(staleAfterSeconds: number | undefined, startedAt: number): number | null {
   if (staleAfterSeconds === undefined) return null;
-  return staleAfterSeconds === 0 ? startedAt : Math.floor(startedAt / (staleAfterSeconds * 1000));
-}
-
-/** Whether the run itself is being stopped (its cancel, its runtime limit), not only this invocation (a yield, its end). */
-function runStopping(signal: AbortSignal): boolean {
-  const code = signal.aborted ? codeOf(signal.reason) : undefined;
-  return code === "cancelled" || code === "deadline_exceeded";
+  const ms = staleAfterSeconds * 1000;
+  return ms < 1 ? startedAt : Math.floor(startedAt / ms);
 }
 
 /** A play's code fingerprint: a new deploy of changed code is a new child identity. */

@@ -248,6 +248,7 @@ export class Invocation implements InvocationScope {
       waiters: this.host.waiters,
       waits,
       capped: capsItsChildren(this.store),
+      stopping: () => this.cancelled || this.#limit.signal.aborted,
       suspend: (resumeAt, reason) => {
         if (!this.#suspension.signal.aborted) {
           this.log(`${reason}: this invocation yields; the map goes on when the child ends`, "invocation_suspended");
