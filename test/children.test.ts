@@ -61,84 +61,80 @@ describe("a child two parents stop waiting on", () => {
 });
 
 describe("ctx.runPlay across a deploy", () => {
-  it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
-    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
-    const child = await firstChildOf(parentId);
-    // A deploy changes test-leaf's code (its fingerprint) and restarts every object; the parent replays its play.
+  /** The child's signal completes the parent, and no second child was started. */
+  async function completesOnItsChild(parentId: string, childRunId: string): Promise<void> {
+    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    expect((await waitForRun(parentId, { timeoutMs: 20_000 })).status).toBe("completed");
+    expect(await childrenOf(parentId)).toHaveLength(1);
+  }
+
+  /** test-leaf deployed anew (`deployed` of it) and every object restarted: the parent replays its play. */
+  async function afterLeafDeploy(deployed: (before: (typeof testPlays)[number]) => unknown, then: () => Promise<void>) {
     const at = testPlays.findIndex((play) => play.name === "test-leaf");
     const before = testPlays[at]!;
-    testPlays[at] = { ...before, version: "deployed-again" } as (typeof testPlays)[number];
+    testPlays[at] = deployed(before) as (typeof testPlays)[number];
     try {
       await abortAllDurableObjects();
-      expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-      const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
-      expect(parent.status).toBe("completed");
-      expect(await childrenOf(parentId)).toHaveLength(1);
+      await then();
     } finally {
       testPlays[at] = before;
     }
+  }
+
+  /** The parent's call journaled under `old`, as earlier code keyed it: re-filed, one entry (not one left waiting). */
+  async function refiledFrom(parentId: string, childRunId: string, old: string): Promise<void> {
+    await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) => {
+      state.storage.sql.exec("UPDATE waits SET key = ? WHERE kind = 'child'", old);
+    });
+    await abortAllDurableObjects();
+    await completesOnItsChild(parentId, childRunId);
+    // A stub of its own: the restart broke the one from before it.
+    const entries = await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) =>
+      state.storage.sql.exec<{ key: string; state: string }>("SELECT key, state FROM waits WHERE kind = 'child'").toArray(),
+    );
+    expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
+  }
+
+  it("waits on the child it started when the child play's code changed meanwhile, rather than starting another", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    const child = await firstChildOf(parentId);
+    // A deploy changes test-leaf's code (its fingerprint).
+    await afterLeafDeploy(
+      (before) => ({ ...before, version: "deployed-again" }),
+      () => completesOnItsChild(parentId, child.runId),
+    );
+  });
+
+  it("waits on the child it started when the child play's input gained a defaulted field meanwhile", async () => {
+    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
+    const child = await firstChildOf(parentId);
+    // The parsed input held the new default: the replay missed the call's entry and started a second child.
+    await afterLeafDeploy(
+      (before) => ({ ...before, input: (before.input as unknown as z.ZodObject).extend({ note: z.string().default("") }) }),
+      () => completesOnItsChild(parentId, child.runId),
+    );
   });
 
   it("finds a call journaled under its parsed input (before this deploy) and waits on its child", async () => {
     const leaf = { n: uniqueN(), waitForSignal: true };
     const parentId = await startRun("test-parent", { leaf });
     const child = await firstChildOf(parentId);
-    // The entry as the code before kept it: keyed by the parsed input's digest.
-    const old = `child:call:${(await sha256Hex(canonicalJson(["dev", "test-leaf", leaf, null, null]))).slice(0, 48)}`;
-    await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) => {
-      state.storage.sql.exec("UPDATE waits SET key = ? WHERE kind = 'child'", old);
-    });
-    await abortAllDurableObjects();
-    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-    const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
-    expect(parent.status).toBe("completed");
-    expect(await childrenOf(parentId)).toHaveLength(1);
-    // One entry for the call: not the old one left waiting (it counts as a child, and wakes the run) beside a new one.
-    const entries = await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) =>
-      state.storage.sql.exec<{ key: string; state: string }>("SELECT key, state FROM waits WHERE kind = 'child'").toArray(),
+    await refiledFrom(
+      parentId,
+      child.runId,
+      `child:call:${(await sha256Hex(canonicalJson(["dev", "test-leaf", leaf, null, null]))).slice(0, 48)}`,
     );
-    expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
   });
 
   it("finds a call under staleAfterSeconds journaled under its digest (older still) and waits on its child", async () => {
     const leaf = { n: uniqueN(), waitForSignal: true };
     const parentId = await startRun("test-parent", { leaf, staleAfterSeconds: 1e9 });
     const child = await firstChildOf(parentId);
-    // Keyed as the code of 2026-12-05 morning kept it: the child's digest, which held no window then.
+    // Keyed by the child's digest, which held no window then (a child started before the windows has another id).
     const play = testPlays.find((p) => p.name === "test-leaf")!;
     const fingerprint = await sha256Hex(`${play.run.toString()}\n${play.version ?? ""}`);
-    const old = `child:${(await sha256Hex(canonicalJson(["dev", "test-leaf", fingerprint, leaf, null, null]))).slice(0, 48)}`;
-    await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) => {
-      state.storage.sql.exec("UPDATE waits SET key = ? WHERE kind = 'child'", old);
-    });
-    await abortAllDurableObjects();
-    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-    expect((await waitForRun(parentId, { timeoutMs: 20_000 })).status).toBe("completed");
-    expect(await childrenOf(parentId)).toHaveLength(1);
-    // Re-filed, not left waiting beside a new entry (a child started before the windows has another id: a second).
-    const entries = await runInDurableObject(env.RUN_COORDINATOR.getByName(parentId), (_object, state) =>
-      state.storage.sql.exec<{ key: string; state: string }>("SELECT key, state FROM waits WHERE kind = 'child'").toArray(),
-    );
-    expect(entries).toEqual([{ key: expect.stringMatching(/^child:input:/), state: "done" }]);
-  });
-
-  it("waits on the child it started when the child play's input gained a defaulted field meanwhile", async () => {
-    const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true } });
-    const child = await firstChildOf(parentId);
-    const at = testPlays.findIndex((play) => play.name === "test-leaf");
-    const before = testPlays[at]!;
-    const input = (before.input as unknown as z.ZodObject).extend({ note: z.string().default("") });
-    testPlays[at] = { ...before, input } as unknown as (typeof testPlays)[number];
-    try {
-      await abortAllDurableObjects();
-      // The parsed input held the new default: the replay missed the call's entry and started a second child.
-      expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-      const parent = await waitForRun(parentId, { timeoutMs: 20_000 });
-      expect(parent.status).toBe("completed");
-      expect(await childrenOf(parentId)).toHaveLength(1);
-    } finally {
-      testPlays[at] = before;
-    }
+    const digest = await sha256Hex(canonicalJson(["dev", "test-leaf", fingerprint, leaf, null, null]));
+    await refiledFrom(parentId, child.runId, `child:${digest.slice(0, 48)}`);
   });
 });
 
