@@ -3,26 +3,14 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { RunStore } from "./run-store";
 import { runMigrations } from "./run-schema";
-import { UNDO_MAP_TOTALS } from "./run-schema.fixture";
+import { runStoreWithRun, UNDO_MAP_TOTALS } from "./run-schema.fixture";
 import { createSql, migrate } from "./sql";
 
 describe("RunStore.progress", () => {
   it("counts each row of a chunk waiting again once: its rows stored before are completed or failed, not waiting too", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`progress-${crypto.randomUUID()}`);
     const progress = await runInDurableObject(stub, (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      store.create(
-        {
-          runId: "run-progress",
-          org: "dev",
-          play: "demo-enrich",
-          parentRunId: null,
-          force: false,
-          forceToolRefresh: false,
-          deadlineAt: Date.now() + 60_000,
-        },
-        {},
-      );
+      const store = runStoreWithRun(state, "run-progress");
       store.createMap({ name: "leads", shardCount: 1, total: 100, duplicatesDropped: 0, chunkRows: 50 });
       // Chunk 0: 44 rows completed, 1 failed, 5 leased by another run: it goes back to pending, to retry those 5.
       store.startChunk("leads", 0, 0);
@@ -55,10 +43,7 @@ describe("RunStore input", () => {
     const input = padding(512 * 1024 - 1 - JSON.stringify(padding(0)).indexOf(label));
     expect(JSON.stringify(input).charCodeAt(512 * 1024 - 1)).toBe(label.charCodeAt(0));
     const read = await runInDurableObject(stub, (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const init = { runId: "run-input", org: "dev", play: "test-padded", parentRunId: null, force: false, forceToolRefresh: false };
-      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, input);
-      return store.input();
+      return runStoreWithRun(state, "run-input", "test-padded", input).input();
     });
     expect(read).toEqual(input);
   });
@@ -83,9 +68,7 @@ describe("RunStore.progress from the sums its chunks keep", () => {
   it("answers what a sum over every chunk answers, through every way a chunk changes", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`totals-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const init = { runId: "run-totals", org: "dev", play: "demo-enrich", parentRunId: null, force: false, forceToolRefresh: false };
-      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, {});
+      const store = runStoreWithRun(state, "run-totals");
       const maps = ["a", "b"];
       for (const [i, name] of maps.entries())
         store.createMap({ name, shardCount: 1, total: 1000 + i * 55, duplicatesDropped: 0, chunkRows: 100 });
@@ -143,9 +126,7 @@ describe("RunStore.progress of a map of 10,000 chunks", () => {
   it("reads its sums, not every chunk, and a coordinator from before the sums has them summed once", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`totals-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const init = { runId: "run-big", org: "dev", play: "demo-enrich", parentRunId: null, force: false, forceToolRefresh: false };
-      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, {});
+      const store = runStoreWithRun(state, "run-big");
       // Back to the schema before the sums, with a map of a million rows part done.
       state.storage.sql.exec(`${UNDO_MAP_TOTALS} UPDATE _schema SET version = ?`, runMigrations.length - 1);
       store.createMap({ name: "leads", shardCount: 4, total: 1_000_000, duplicatesDropped: 0, chunkRows: 100 });

@@ -5,6 +5,7 @@ import type { CaptureSource } from "../../clients/executors";
 import type { AttemptReport, BilledRequest, SpendGrant } from "../../contracts/executors";
 import { createSql } from "../../stores/sql";
 import { RunStore } from "../../stores/run-store";
+import { runStoreWithRun } from "../../stores/run-schema.fixture";
 import { toMicros } from "../../stores/spend-store";
 import { LiveRows } from "../map/live-rows";
 import { ExecutorAttempts } from "./executor-attempts";
@@ -122,9 +123,7 @@ describe("ExecutorAttempts, spend under a cap", () => {
   it("frees the grant of an attempt of an older epoch whose end another invocation hears; of this epoch's, keeps it", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`epochs-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {
-      const store = new RunStore({ sql: createSql(state.storage), now: Date.now });
-      const init = { runId: "run-epochs", org: "dev", play: "p", parentRunId: null, force: false, forceToolRefresh: false };
-      store.create({ ...init, deadlineAt: Date.now() + 60_000 }, {});
+      const store = runStoreWithRun(state, "run-epochs");
       const attempts = new ExecutorAttempts({ store, live: new LiveRows(), emit: () => {}, now: Date.now, onLateWork: () => {} });
       store.spend.grant("old", toMicros(25), null);
       store.spend.grant("kept", toMicros(25), null);
