@@ -18,7 +18,7 @@ export type FailItem = { key: string; error: ReceiptError; retryable: boolean };
 /** One receipt write of the attempt's bulk queue: a shard's writes go in one call (ReceiptClient.write). */
 type ReceiptOp =
   | { kind: "claim"; refresh: boolean; item: ClaimItem }
-  | { kind: "complete"; item: CompleteItem }
+  | { kind: "complete"; item: CompleteItem; chars: number }
   | { kind: "fail"; item: FailItem };
 
 export class ReceiptWrites {
@@ -49,7 +49,7 @@ export class ReceiptWrites {
       // Completions carry outputs of up to 512 KiB: 500 of 64 KiB would pass the 32 MiB a call may carry.
       maxBatchSize: {
         max: WRITE_BATCH_CHARS,
-        sizeOf: (op) => (op.kind === "complete" ? (JSON.stringify(op.item.output)?.length ?? 4) : 0),
+        sizeOf: (op) => (op.kind === "complete" ? op.chars : 0),
       },
       workers: options.workers,
       hold: { busy: () => options.busy(this.#unwritten), maxMs },
@@ -103,9 +103,9 @@ export class ReceiptWrites {
     return (await this.#queue.push(String(shard), { kind: "claim", refresh, item })) as ReceiptClaim;
   }
 
-  /** Queues a completion: true when the receipt took it. */
-  complete(shard: number, item: CompleteItem): Promise<boolean> {
-    return this.#write(shard, { kind: "complete", item });
+  /** Queues a completion (its output `chars` long as JSON): true when the receipt took it. */
+  complete(shard: number, item: CompleteItem, chars: number): Promise<boolean> {
+    return this.#write(shard, { kind: "complete", item, chars });
   }
 
   /** Queues a failure: true when the receipt took it. */

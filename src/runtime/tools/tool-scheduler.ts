@@ -61,9 +61,8 @@ export class ReceiptStoreError extends TroupeError {
 }
 
 /**
- * The largest answer, as JSON, a receipt stores: well under SQLite's 2 MB
- * bound on one value once escaped into the receipt's row (a row's data is
- * bounded at 1 MiB too).
+ * The largest answer, as JSON, a receipt stores: well under SQLite's 2 MB bound on one value once escaped into the
+ * receipt's row (a row's data is bounded at 1 MiB too).
  */
 export const MAX_RECEIPT_OUTPUT_BYTES = 512 * 1024;
 
@@ -445,7 +444,8 @@ export class ToolScheduler {
    */
   async #complete(call: OwnedCall, shard: number, requestKey: string, output: unknown): Promise<boolean> {
     const { signal } = this.#services;
-    const bytes = utf8BytesPast(JSON.stringify(output) ?? "null", MAX_RECEIPT_OUTPUT_BYTES);
+    const json = JSON.stringify(output) ?? "null";
+    const bytes = utf8BytesPast(json, MAX_RECEIPT_OUTPUT_BYTES);
     if (bytes !== null) {
       // Billed, but no receipt can hold it (nor a row): the receipt fails for good, so a rerun does not pay again.
       const error = {
@@ -462,7 +462,7 @@ export class ToolScheduler {
     let accepted: boolean;
     try {
       accepted = await this.#deps.guards.ladder.run({
-        attempt: () => this.#writes.complete(shard, { key: call.key, output }),
+        attempt: () => this.#writes.complete(shard, { key: call.key, output }, json.length),
         // The first failure trips the latch: nothing new is billed into a store that may be broken.
         onFailure: (error) => this.#deps.guards.latch.trip(new ReceiptStoreError("complete", error)),
         sleep: (ms) => this.#park(sleep(ms, signal)),
