@@ -1,4 +1,5 @@
 import type { z } from "zod";
+import { cutBefore } from "./utf8";
 
 /**
  * A small error hierarchy with stable codes. Errors that cross an RPC
@@ -70,8 +71,7 @@ function cut(text: string): string {
 /** `text` cut to `max` characters, saying how many more it had; never between the two halves of a character. */
 export function cutText(text: string, max: number): string {
   if (text.length <= max) return text;
-  const last = text.charCodeAt(max - 1);
-  const end = max > 1 && last >= 0xd800 && last <= 0xdbff ? max - 1 : max;
+  const end = cutBefore(text, 0, max);
   return `${text.slice(0, end)}… (${text.length - end} characters more)`;
 }
 

@@ -27,11 +27,18 @@ export function hasLoneSurrogate(text: string): boolean {
 export function textParts(text: string, maxChars: number): string[] {
   const parts: string[] = [];
   for (let at = 0; at < text.length || parts.length === 0; ) {
-    let end = Math.min(text.length, at + maxChars);
-    const last = text.charCodeAt(end - 1);
-    if (end < text.length && end - at > 1 && last >= 0xd800 && last <= 0xdbff) end--;
+    const end = cutBefore(text, at, Math.min(text.length, at + maxChars));
     parts.push(text.slice(at, end));
     at = end;
   }
   return parts;
+}
+
+/**
+ * Where to cut `text` at `end` (past `from`) without parting a character's two halves: one unit earlier when the
+ * unit before `end` is a high surrogate whose low half follows (unless that would leave nothing after `from`).
+ */
+export function cutBefore(text: string, from: number, end: number): number {
+  const last = text.charCodeAt(end - 1);
+  return end < text.length && end - from > 1 && last >= 0xd800 && last <= 0xdbff ? end - 1 : end;
 }
