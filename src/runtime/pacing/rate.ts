@@ -6,9 +6,14 @@
  *   `X-RateLimit-Limit`); else a limit learned from its 429s; else none.
  *   Each is paced at {@link PACE_UTILIZATION} of itself.
  * - A declared or announced rate is a known limit: 429s in a row lower it
- *   gently ({@link DECLARED_RATE_DECREASE}, at most once a second) and it
- *   recovers while none arrives. An isolated 429 at a paced rate is delivery
- *   jitter (requests bunched on their way) and lowers nothing.
+ *   gently ({@link DECLARED_RATE_DECREASE}, at most once a second, never
+ *   below {@link MIN_RATE_FACTOR}) and it recovers while none arrives. An
+ *   isolated 429 at a paced rate is delivery jitter (requests bunched on
+ *   their way) and lowers nothing.
+ * - An announced quota naming no window (`X-RateLimit-Limit: 100`), when no
+ *   reset was heard either, is taken per second: a guess, so it is only a
+ *   ceiling. Its 429s are learned from as if nothing were announced (100 a
+ *   minute would else get 20 a second at the floor, mostly refused).
  * - A learned limit is measured: the requests the provider admitted in the
  *   second before a 429 (those started, less the 429s reported for them,
  *   counted for {@link LEARN_SETTLE_MS}) are its limit. Until the
@@ -99,8 +104,19 @@ export class ProviderRate {
   effective(policy: PacingPolicy): number | null {
     if (policy.requestsPerSecond !== null) return policy.requestsPerSecond * PACE_UTILIZATION * this.#factor;
     const announced = this.announced();
-    if (announced !== null) return announced * PACE_UTILIZATION * this.#factor;
-    return this.#learned === null ? null : this.#learned * PACE_UTILIZATION;
+    if (announced !== null && this.#windowKnown()) return announced * PACE_UTILIZATION * this.#factor;
+    // A quota whose window is guessed is a ceiling, not a limit: what its 429s teach paces below it.
+    const limit = this.#learned === null ? announced : Math.min(this.#learned, announced ?? Infinity);
+    return limit === null ? null : limit * PACE_UTILIZATION;
+  }
+
+  /** The rate is known: declared, or announced with a window it names or its resets show (not the guessed second). */
+  #known(policy: PacingPolicy): boolean {
+    return policy.requestsPerSecond !== null || (this.announced() !== null && this.#windowKnown());
+  }
+
+  #windowKnown(): boolean {
+    return this.#announced?.windowMs != null || this.#resets.size > 0;
   }
 
   /** The announced quota's rate; null when none was announced. */
@@ -135,7 +151,7 @@ export class ProviderRate {
     if ((isolated && this.effective(policy) !== null) || now - this.#lastDecreaseAt < DECREASE_DEBOUNCE_MS) return;
     this.#lastDecreaseAt = now;
     this.#lastRecoveryAt = Math.max(now, pausedUntil);
-    if (policy.requestsPerSecond !== null || this.announced() !== null) {
+    if (this.#known(policy)) {
       this.#factor = Math.max(MIN_RATE_FACTOR, this.#factor * DECLARED_RATE_DECREASE);
       return;
     }
@@ -158,7 +174,7 @@ export class ProviderRate {
     if (now <= from) return;
     const seconds = (now - from) / 1000;
     this.#lastRecoveryAt = now;
-    if (policy.requestsPerSecond !== null || this.announced() !== null) {
+    if (this.#known(policy)) {
       this.#factor = Math.min(1, this.#factor + seconds * RATE_RECOVERY_PER_SECOND);
     } else if (this.#learned !== null && !this.#measuring) {
       this.#learned *= 1 + seconds * LEARNED_PROBE_PER_SECOND;
