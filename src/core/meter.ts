@@ -19,7 +19,7 @@ export class SubrequestMeter {
   #provider = 0;
   #lookups = 0;
   #fetches = 0;
-  /** In-process retries of provider requests (each is also counted in `provider`). */
+  /** In-process retries of provider requests (each is also counted in `provider`, or in `lookups` for a lookup). */
   retries = 0;
   /** Provider requests answered 429. */
   rateLimited = 0;

@@ -83,8 +83,14 @@ export async function simResult(
   idempotencyKey: string,
   signal?: AbortSignal,
 ): Promise<{ found: true; output: unknown } | { found: false; inFlight: boolean }> {
-  const response = await providerRequest(env, `https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal });
-  return (await expectOk(response)) as { found: true; output: unknown } | { found: false; inFlight: boolean };
+  const reply = await lookUpSim(env, idempotencyKey, signal);
+  if (reply.status !== 200) throw new TroupeError("sim_error", `The simulator answered ${reply.status}: ${JSON.stringify(reply.body)}`);
+  return reply.body as { found: true; output: unknown } | { found: false; inFlight: boolean };
+}
+
+/** As {@link simResult}, its answer returned whatever its status: a lookup over the rate limit is answered `429`. */
+export async function lookUpSim(env: SimEnv, idempotencyKey: string, signal?: AbortSignal): Promise<SimReply> {
+  return toReply(await providerRequest(env, `https://sim/result?key=${encodeURIComponent(idempotencyKey)}`, { signal }));
 }
 
 /** The simulator's counters since the last reset. */

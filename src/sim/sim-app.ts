@@ -6,12 +6,12 @@
  * - `POST /batch` (body {@link BatchBody}) → `{ results: BatchMemberResult[] }`
  * - `GET /result?key=<idempotency key>` → `{ found: true, output }` or
  *   `{ found: false, inFlight }`: what a request under the key was answered,
- *   without billing or counting anything (how a caller that lost a response
- *   recovers it instead of asking again)
+ *   without billing or counting it as a call (how a caller that lost a
+ *   response recovers it instead of asking again); limited like a call
  * - `GET /stats`, `GET /config`, `PUT /config` ({@link SimConfigPatch}), `POST /reset`
  *
  * Every request to `/call` and `/batch` is counted, then refused if more than
- * `maxConcurrent` are being answered, then rate-limited (its
+ * `maxConcurrent` are being answered (a lookup too), then rate-limited (a lookup too; its
  * answer stating the limit in the configured header style), then validated,
  * then delayed by `latencyMs`, then settled by the store in one synchronous
  * step. While a request to `/call`, `/batch` or `/result` is being answered it
@@ -110,6 +110,11 @@ export function createSimApp(options: SimAppOptions): Hono {
    */
   const admit = (c: Context, tool: SimToolName | null, batch: boolean): Response | null => {
     store.recordRequest({ tool, batch });
+    return limit(c);
+  };
+
+  /** Answers `429` if the request (a call, a batch or a lookup) is over the concurrency or the rate limit; see `admit`. */
+  const limit = (c: Context): Response | null => {
     const at = now();
     store.recordObservedRate(arrivals.record(at));
     const { ratePerSecond, rateLimitHeaders, maxConcurrent, latencyMs } = store.config();
@@ -215,6 +220,9 @@ export function createSimApp(options: SimAppOptions): Hono {
   });
 
   app.get("/result", (c) => {
+    // A lookup is a request to the provider's API like a call: limited as one, though neither counted as a call nor billed.
+    const limited = limit(c);
+    if (limited) return limited;
     const key = c.req.query("key");
     if (!key) throw new ValidationError("The key query parameter is required.", [{ path: "key", message: "Required" }]);
     const billed = store.billedOutput(key);

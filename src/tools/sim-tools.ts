@@ -3,7 +3,7 @@ import { z } from "zod";
 import { defineTool, ToolCallError } from "../play/define";
 import type { BatchMemberResult } from "../play/types";
 import type { ToolCall, ToolEnv, ToolRecovery } from "../play/types";
-import { callSim, callSimBatch, simResult, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
+import { callSim, callSimBatch, lookUpSim, type BatchMemberResult as SimMemberResult, type SimReply } from "../sim/client";
 
 /** What the simulator's tools need of the Worker: its object, and the key a deployment may set. */
 export const SIM_BINDINGS = ["SIM", "SIM_API_KEY"] as const;
@@ -36,9 +36,12 @@ function failureOf(reply: SimReply): ToolCallError {
   });
 }
 
-/** Asks the simulator what it answered under the key (not billed, not counted): the tools' `recover`. */
+/** Asks the simulator what it answered under the key (not billed, not counted as a call): the tools' `recover`. */
 async function recoverFromSim<T>(idempotencyKey: string, call: { env: ToolEnv<"SIM">; signal: AbortSignal }): Promise<ToolRecovery<T>> {
-  const result = await simResult(call.env, idempotencyKey, call.signal);
+  const reply = await lookUpSim(call.env, idempotencyKey, call.signal);
+  // A 429 carries its wait and the limit's headers to pacing, as a call's does.
+  if (reply.status !== 200) throw failureOf(reply);
+  const result = reply.body as { found: true; output: unknown } | { found: false; inFlight: boolean };
   return result.found ? { found: true, output: result.output as T } : { found: false, inFlight: result.inFlight };
 }
 

@@ -6,29 +6,37 @@
  * neither bills nor counts) stores that answer instead of sending the call a
  * second time. A request with the key still being answered is waited for,
  * within the call's receipt wait.
+ *
+ * A lookup is a provider request like any: each takes a slot of the
+ * provider's pacer, and one answered as a rate limit (a 429, or what the
+ * tool's `isRateLimit` says is one) slows every caller and is asked again
+ * after its wait, within the call's rate-limit attempts and the run's retry
+ * budget: a refusal to answer says nothing of how the request ended.
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
-import type { Log } from "../../contracts/events";
 import { sleep } from "../../core/time";
 import { outboundFetch } from "../../core/outbound";
-import type { SubrequestMeter } from "../../core/meter";
 import { toolEnv } from "../../play/define";
+import { ToolCallError } from "../../play/tool-error";
+import { currentRank } from "../../core/request-rank";
+import { mayRetry, retryDelayMs } from "../../core/backoff";
+import type { Pacer } from "../pacing/pacer";
+import { AnswerSignals } from "../pacing/signals";
+import { classifyFailure } from "./provider-call";
+import type { DispatchServices } from "./services";
 
-/** What one recovery needs: the call, its keys, and the invocation's services. */
+/** The call to recover: its tool and input, its keys, and how long to wait for a request with its key still in flight. */
 export interface RecoverCallOptions {
   tool: AnyTool;
   input: unknown;
   idempotencyKey: string;
   authScopeDigest: string;
-  env: Env;
-  signal: AbortSignal;
-  meter: SubrequestMeter;
-  /** How long to wait for a request with the key that is still in flight. */
   waitMs: number;
-  now(): number;
-  log: Log;
 }
+
+/** What a recovery uses of the invocation: its provider's pacer, the run's retry budget and policy, the clock and the log. */
+export type RecoveryServices = Pick<DispatchServices, "env" | "signal" | "meter" | "policy" | "pacers" | "budget" | "now" | "log">;
 
 const POLL_MS = [25, 50, 100, 200, 400];
 
@@ -46,32 +54,43 @@ const recoveries = new WeakMap<object, number>();
  */
 export type Recovered = { found: true; output: unknown } | { found: false; known: boolean };
 
-export async function recoverCall(o: RecoverCallOptions): Promise<Recovered> {
+export async function recoverCall(o: RecoverCallOptions, services: RecoveryServices): Promise<Recovered> {
   const recover = o.tool.recover;
   if (!recover) return { found: false, known: false };
-  const until = o.now() + o.waitMs;
-  for (let poll = 0; ; poll++) {
-    o.signal.throwIfAborted();
-    o.meter.lookups++;
+  const { signal, meter, now, log } = services;
+  const pacer = services.pacers.for(o.tool.provider);
+  const until = now() + o.waitMs;
+  for (let poll = 0, attempt = 1; ; poll++) {
+    signal.throwIfAborted();
+    const slot = await pacer.slot(signal, currentRank());
+    const heard = new AnswerSignals();
+    meter.lookups++;
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
       answer = await recover(o.idempotencyKey, {
         idempotencyKey: o.idempotencyKey,
-        signal: o.signal,
-        env: toolEnv(o.tool, o.env),
+        signal,
+        env: toolEnv(o.tool, services.env),
         authScopeDigest: o.authScopeDigest,
         input: o.input,
-        fetch: outboundFetch(o.signal),
+        fetch: outboundFetch(signal),
       });
     } catch (error) {
-      o.log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
+      if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
+      slot.release(heard.signals);
+      if (await mayAskAgain(o.tool, { pacer, error, attempt }, services)) {
+        attempt++;
+        continue;
+      }
+      log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
+    slot.release();
     if (answer.found) {
-      const count = (recoveries.get(o.log) ?? 0) + 1;
-      recoveries.set(o.log, count);
+      const count = (recoveries.get(log) ?? 0) + 1;
+      recoveries.set(log, count);
       if (Number.isInteger(Math.log10(count))) {
-        o.log(
+        log(
           `${o.tool.id}: recovered the provider's result of a call taken over from a dead attempt instead of calling it again (${count} in this invocation so far)`,
           "call_recovered",
         );
@@ -79,8 +98,35 @@ export async function recoverCall(o: RecoverCallOptions): Promise<Recovered> {
       return { found: true, output: answer.output };
     }
     if (!answer.inFlight) return { found: false, known: true };
-    const left = until - o.now();
+    const left = until - now();
     if (left <= 0) return { found: false, known: false };
-    await sleep(Math.min(left, POLL_MS[Math.min(poll, POLL_MS.length - 1)]!), o.signal);
+    await sleep(Math.min(left, POLL_MS[Math.min(poll, POLL_MS.length - 1)]!), signal);
   }
+}
+
+/**
+ * A lookup that failed as a rate limit: every caller of the provider is
+ * slowed, and after the wait it asked for (escalating, capped) the lookup
+ * may be asked again if the retry policy and the run's budget allow.
+ */
+async function mayAskAgain(
+  tool: AnyTool,
+  { pacer, error, attempt }: { pacer: Pacer; error: unknown; attempt: number },
+  { signal, meter, policy, budget, log }: RecoveryServices,
+): Promise<boolean> {
+  const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
+  if (failure.retry.kind !== "rate_limited") return false;
+  meter.rateLimited++;
+  await pacer.backpressure(failure.retry.retryAfterMs).catch((reported: unknown) => {
+    log(`could not report a 429 of ${tool.id} to the pacing gate: ${messageOf(reported)}`);
+  });
+  if (!mayRetry(policy, failure.retry, attempt)) return false;
+  if (!budget.take()) {
+    if (budget.noteExhausted())
+      log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
+    return false;
+  }
+  meter.retries++;
+  await sleep(retryDelayMs(policy, attempt, failure.retry.retryAfterMs), signal);
+  return true;
 }

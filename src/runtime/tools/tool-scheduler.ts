@@ -326,22 +326,9 @@ export class ToolScheduler {
 
   /** What the provider says of this call's request: its answer, that it never got it, or nothing sure (recovery.ts). */
   #recover(call: OwnedCall, key: string): Promise<Recovered> {
-    const { env, signal, meter, policy, now, log } = this.#services;
-    const waitMs = call.options.receiptWaitMs ?? policy.receiptWaitMs;
-    return this.#park(
-      recoverCall({
-        tool: call.tool,
-        input: call.input,
-        idempotencyKey: key,
-        authScopeDigest: call.scope,
-        env,
-        signal,
-        meter,
-        waitMs,
-        now,
-        log,
-      }),
-    );
+    const waitMs = call.options.receiptWaitMs ?? this.#services.policy.receiptWaitMs;
+    const { tool, input, scope } = call;
+    return this.#park(recoverCall({ tool, input, idempotencyKey: key, authScopeDigest: scope, waitMs }, this.#services));
   }
 
   /**

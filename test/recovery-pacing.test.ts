@@ -1,0 +1,59 @@
+/**
+ * Recovery lookups (a tool's `recover`, asking the provider how a request whose
+ * outcome is unknown ended) are provider requests: paced by the org's gate like
+ * calls, and a 429 to one is a rate limit to wait out, not an unknown outcome.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+async function setSim(config: Record<string, unknown>): Promise<void> {
+  expect((await api("/v1/sim/config", { method: "PUT", json: config })).status).toBe(200);
+}
+
+afterEach(async () => {
+  await setSim({ latencyMs: 0, ratePerSecond: null });
+  expect((await api("/v1/pacing/sim", { method: "DELETE" })).status).toBe(200);
+});
+
+/** Rows of a provider that ignores idempotency keys and answers lookups: each request is cut off, then looked up. */
+const lookupRows = (prefix: string, count: number) =>
+  Array.from({ length: count }, (_, i) => ({
+    id: `${prefix}${i}`,
+    tool: "test_unkeyed_lookup_find",
+    input: { name: `${prefix} Person ${i}`, domain: "lookup.test" },
+  }));
+
+describe("recovery lookups", () => {
+  it("take slots of the provider's gate like its calls", async () => {
+    await simReset();
+    // Every request outlasts the provider timeout: each row's answer is looked up, several times while in flight.
+    await setSim({ latencyMs: 400 });
+    expect((await api("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: 10 } })).status).toBe(200);
+    const rows = lookupRows("Paced", 6);
+    const runId = await startRun("test-calls", { rows, dataset: "paced-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 6, completed: 6, failed: 0 });
+    expect(run.usage.providerLookups).toBeGreaterThan(0);
+    const stats = await simStats();
+    expect(stats).toMatchObject({ calls: 6, billed: 6, duplicates: 0 });
+    // Every request to the provider, call or lookup, took a slot, and no second held more than the rate's.
+    const gate = (await apiJson("/v1/pacing/sim")).body.state;
+    expect(gate.slotsGranted).toBeGreaterThanOrEqual(stats.calls + run.usage.providerLookups);
+    expect(gate.maxSlotsPerSecond).toBeLessThanOrEqual(10);
+  });
+
+  it("wait out a 429 and ask again: the row gets its answer, not outcome_unknown", async () => {
+    await simReset();
+    // One request a second: the lookup right after the cut-off call is answered 429 with its Retry-After.
+    await setSim({ latencyMs: 400, ratePerSecond: 1 });
+    const rows = lookupRows("Limited", 1);
+    const runId = await startRun("test-calls", { rows, dataset: "limited-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const [row] = await datasetRows(runId, "limited-lookups");
+    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
+    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    expect(run.usage.rateLimited).toBeGreaterThan(0);
+    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  });
+});
