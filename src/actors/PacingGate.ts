@@ -5,7 +5,10 @@ import { PacingOverride, pacingPolicyFor, type PacingPolicy } from "../runtime/p
 import { parseRpcInput } from "../core/errors";
 import { createSql, migrate, type Sql } from "../stores/sql";
 
-const GATE_MIGRATIONS = [`CREATE TABLE pacing_override (provider TEXT PRIMARY KEY, policy TEXT NOT NULL);`];
+const GATE_MIGRATIONS = [
+  `CREATE TABLE pacing_override (provider TEXT PRIMARY KEY, policy TEXT NOT NULL);`,
+  `CREATE TABLE pacing_pause (id INTEGER PRIMARY KEY CHECK (id = 1), paused_until INTEGER NOT NULL);`,
+];
 
 const Provider = z.string().min(1).max(64);
 /** Waits and resets past an hour are taken as an hour: a pause that long is an outage, not pacing. */
@@ -54,29 +57,41 @@ export interface GateState {
 /**
  * One per (org, provider), named `<org>/<provider>`: every run of the org
  * paces that provider's requests through it. A thin adapter over
- * `GateLedger` (in memory: pacing need not survive a restart); only the
- * org's policy override is stored.
+ * `GateLedger` (in memory: what it learned need not survive a restart, the
+ * provider's 429s teach it again); stored are the org's policy override and
+ * the pause the provider asked for, so that an eviction during a long
+ * Retry-After does not send new callers into it.
  */
 export class PacingGate extends DurableObject<Env> {
   readonly #sql: Sql;
   #ledger = new GateLedger();
+  /** The pause stored: written only when the ledger's grows past it. */
+  #storedPause = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#sql = createSql(ctx.storage);
-    void ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, GATE_MIGRATIONS));
+    void ctx.blockConcurrencyWhile(async () => {
+      migrate(ctx.storage, GATE_MIGRATIONS);
+      this.#storedPause = this.#sql<{ paused_until: number }>`SELECT paused_until FROM pacing_pause WHERE id = 1`[0]?.paused_until ?? 0;
+      if (this.#storedPause > Date.now()) this.#ledger.restorePause(this.#storedPause);
+    });
   }
 
   /** Leases slots (start times) and concurrency units to one caller. */
   async acquire(input: GateAcquire): Promise<Grant> {
     const request = parseRpcInput(GateAcquire, input);
-    return this.#ledger.acquire(this.#policy(request.provider), { ...request, now: Date.now() });
+    const grant = this.#ledger.acquire(this.#policy(request.provider), { ...request, now: Date.now() });
+    this.#storePause();
+    return grant;
   }
 
   /** What a provider's answer said that could not wait: a 429 slows every caller, a quota paces them. */
   async report(input: GateReport): Promise<{ pausedForMs: number }> {
     const request = parseRpcInput(GateReport, input);
-    return this.#ledger.report(this.#policy(request.provider), { signal: request.signal, now: Date.now() });
+    const answer = this.#ledger.report(this.#policy(request.provider), { signal: request.signal, now: Date.now() });
+    this.#storePause();
+    return answer;
   }
 
   /** The caller is done: its concurrency units return. */
@@ -110,6 +125,15 @@ export class PacingGate extends DurableObject<Env> {
       override: this.#override(name),
       state: this.#ledger.snapshot(this.#policy(name), Date.now()),
     };
+  }
+
+  /** Stores a pause that grew (a new Retry-After, nothing left until a reset): one write per pause, not per call. */
+  #storePause(): void {
+    const until = this.#ledger.pausedUntil;
+    if (until <= this.#storedPause) return;
+    this.#sql.write`INSERT INTO pacing_pause (id, paused_until) VALUES (1, ${Math.ceil(until)})
+      ON CONFLICT (id) DO UPDATE SET paused_until = excluded.paused_until`;
+    this.#storedPause = until;
   }
 
   #override(provider: string): PacingOverride | null {

@@ -27,9 +27,11 @@
  *   by every acquire; the units held never sum past the policy's limit. When
  *   a caller is starved, the others are trimmed to a fair share as they renew.
  *
- * State is memory only: a restarted gate starts a fresh schedule and probes
- * again, which at worst lets one horizon of slots overlap (the provider's
- * 429s then slow it).
+ * State is memory only but for the pause ({@link GateLedger.pausedUntil}),
+ * which the PacingGate object stores: a restarted gate starts a fresh
+ * schedule and probes again, which at worst lets one horizon of slots overlap
+ * (the provider's 429s then slow it), but it keeps every caller out of a
+ * Retry-After (minutes, maybe) it was told of before.
  */
 import { HISTORY_MS, StartHistory } from "./history";
 import type { PacingPolicy } from "./policy";
@@ -192,6 +194,16 @@ export class GateLedger {
   #probe: { caller: string; until: number } | null = null;
   #reports = 0;
   #holders = new Map<string, Holder>();
+
+  /** Until when every caller is paused (a Retry-After, nothing left until a reset); in the past when not paused. */
+  get pausedUntil(): number {
+    return this.#pausedUntil;
+  }
+
+  /** A pause stored before a restart: every caller waits until `until`, as before it. */
+  restorePause(until: number): void {
+    this.#pause(until);
+  }
 
   /** Takes in the caller's signal, then grants up to `request.slots` slots and the caller's concurrency units. */
   acquire(policy: PacingPolicy, request: AcquireRequest): Grant {
