@@ -2,7 +2,7 @@
 import { createHash } from "node:crypto";
 import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TroupeApiError, TroupeClient, type LedgerEvent, type LiveMessage, type RunView } from "troupe/client";
+import { isTransient, TroupeApiError, TroupeClient, type LedgerEvent, type LiveMessage, type RunView } from "troupe/client";
 import { localServer, until } from "./helpers.ts";
 
 const PORT = 8812;
@@ -119,6 +119,21 @@ describe("TroupeClient", () => {
     const unsendable = await new TroupeClient({ baseUrl: server.baseUrl, token: "secretTOKEN123\nxyz" }).list().catch((e: unknown) => e);
     expect(unsendable).toMatchObject({ status: 0, code: "invalid_request" });
     expect(inspect(unsendable, { depth: 10 })).not.toContain("secretTOKEN123");
+  });
+
+  it("says unreachable when a browser's fetch cannot reach the server, whose error names no cause", async () => {
+    for (const message of ["Failed to fetch", "Load failed", "NetworkError when attempting to fetch resource."]) {
+      const browserLike = new TroupeClient({
+        baseUrl: "http://troupe.test",
+        token: "t0ken",
+        fetch: async () => {
+          throw new TypeError(message);
+        },
+      });
+      const error = await browserLike.list().catch((e: unknown) => e);
+      expect(error).toMatchObject({ status: 0, code: "unreachable", message: expect.stringContaining(message) });
+      expect(isTransient(error)).toBe(true);
+    }
   });
 
   it("upload sends the file as it is, typed by its format", async () => {

@@ -268,23 +268,27 @@ export class TroupeClient {
     // A streamed request body needs half duplex in Node's fetch (browsers accept the flag).
     const init: RequestInit & { duplex?: "half" } = { method, headers, body };
     if (typeof ReadableStream !== "undefined" && body instanceof ReadableStream) init.duplex = "half";
+    const url = `${this.baseUrl}${path}`;
+    try {
+      // What fetch refuses before sending (a URL it cannot parse, a header value it cannot carry) is checked first:
+      // a browser's fetch reports a server it cannot reach with the same bare TypeError.
+      new Request(url, { method, headers });
+    } catch (error) {
+      throw new TroupeApiError({
+        status: 0,
+        code: "invalid_request",
+        // Not the error itself as the cause: its message quotes the header (the token) it refused.
+        message: `could not send ${method} ${path} (${this.#withoutToken(messageOf(error))}); check the token and the URL`,
+      });
+    }
     let response: Response;
     try {
-      response = await this.#fetch(`${this.baseUrl}${path}`, init);
+      response = await this.#fetch(url, init);
     } catch (error) {
-      // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad port) in `cause`.
+      // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad port) in `cause`; a browser's
+      // says only "Failed to fetch" (or "Load failed", "NetworkError ...").
       const cause = (error as { cause?: { code?: string; message?: string } })?.cause;
-      // The message can quote the request: a token fetch refused as a header value (a newline in it) is never shown.
-      const reason = this.#withoutToken(cause?.code ?? cause?.message ?? (error as Error)?.message ?? String(error));
-      // No cause: the request was never sent (it could not be built), the server is not to blame.
-      if (cause === undefined && error instanceof TypeError) {
-        throw new TroupeApiError({
-          status: 0,
-          code: "invalid_request",
-          // Not the error itself as the cause: its message quotes the header (the token) it refused.
-          message: `could not send ${method} ${path} (${reason}); check the token and the URL`,
-        });
-      }
+      const reason = this.#withoutToken(cause?.code ?? cause?.message ?? messageOf(error));
       const local = /^https?:\/\/(127\.0\.0\.1|localhost)[:/]/.test(`${this.baseUrl}/`);
       throw new TroupeApiError({
         status: 0,
@@ -321,4 +325,8 @@ function query(params: Record<string, string | number | undefined>): string {
   for (const [name, value] of Object.entries(params)) if (value !== undefined) search.set(name, String(value));
   const text = search.toString();
   return text ? `?${text}` : "";
+}
+
+function messageOf(error: unknown): string {
+  return (error as Error)?.message ?? String(error);
 }

@@ -23,6 +23,17 @@ export class TroupeApiError extends Error {
   }
 }
 
+/**
+ * Whether asking again may succeed: the server could not be reached, was
+ * busy (429) or failed (5xx), as during a restart; never a refusal of the
+ * request itself.
+ */
+export function isTransient(error: unknown): boolean {
+  return (
+    error instanceof TroupeApiError && ((error.status === 0 && error.code === "unreachable") || error.status === 429 || error.status >= 500)
+  );
+}
+
 /** The error for a non-2xx answer: the API's `{ error: { code, message, details } }` when it sent one. */
 export async function errorOf(response: Response, what: string): Promise<TroupeApiError> {
   const text = await response.text().catch(() => "");

@@ -10,7 +10,7 @@
  * const { runId } = await troupe.submit({ play: "demo-enrich", input: { rows } });
  */
 export { TroupeClient, DEFAULT_BASE_URL, DEFAULT_TOKEN, type EventsOptions, type TroupeClientOptions } from "./TroupeClient.ts";
-export { TroupeApiError } from "./errors.ts";
+export { isTransient, TroupeApiError } from "./errors.ts";
 export { TERMINAL_EVENTS, TERMINAL_STATUSES } from "../api/responses.ts";
 export type { RerunRequest, SignalRequest, StartRun } from "../api/contract.ts";
 export type {

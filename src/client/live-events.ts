@@ -15,7 +15,7 @@
  * other dropped socket.
  */
 import { TERMINAL_EVENTS, TERMINAL_STATUSES, type LedgerEvent, type LiveMessage, type SnapshotMessage } from "../api/responses.ts";
-import { TroupeApiError } from "./errors.ts";
+import { isTransient, TroupeApiError } from "./errors.ts";
 
 /** What the feed needs from its client: where to connect, and two HTTP reads. */
 export interface LiveFeedSource {
@@ -162,7 +162,7 @@ async function watchable(source: LiveFeedSource): Promise<boolean> {
     await source.verify();
     return true;
   } catch (error) {
-    if (error instanceof TroupeApiError && (error.status === 0 || error.status === 429 || error.status >= 500)) return false;
+    if (isTransient(error)) return false;
     throw error;
   }
 }
