@@ -9,9 +9,11 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { env } from "cloudflare:workers";
-import { runInDurableObject } from "cloudflare:test";
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { sheetShardName } from "../src/clients/shards";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
+import { ExecutorStore } from "../src/stores/executor-store";
+import { createSql } from "../src/stores/sql";
 import { allEvents, chunkCompletions, notices, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 import {
   callRows,
@@ -134,6 +136,60 @@ describe("the coordinator dies while its executors run", () => {
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     expect(await notices(runId)).toContain("invocation_resumed");
     await expectExactlyOnce(runId, "evicted", rows);
+  });
+
+  it("has an executor start no attempt of the old epoch after it: the trace it was answered before is not reused", async () => {
+    await simReset();
+    await setSim({ latencyMs: 150 });
+    const runId = await startRun("test-calls", { rows: callRows("HeldAcross", 200), dataset: "held-across" });
+    await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
+    const { runAttempt } = await runView(runId);
+    // Attempts of the run's map whose rows (datasets of their own) no invocation watches: each stops at its first
+    // report's answer.
+    const attemptOf = (name: string) => {
+      const rows = callRows(`HeldAcross${name}`, 50);
+      return {
+        runId,
+        map: "held-across",
+        chunk: 0,
+        attempt: { attemptId: `${runId}/held-across/0/${runAttempt}-${name}`, runId, attemptSeq: runAttempt },
+        rows: rows.map((input, index) => ({ key: input.id, index, input: { ...input } })),
+        slice: null,
+        dataset: { org: "dev", play: "test-calls", dataset: `held-across-${name}`, shardCount: 1 },
+        alongside: null,
+      };
+    };
+    const claimed = (name: string) =>
+      env.SHEET_SHARD.getByName(sheetShardName("dev", "test-calls", `held-across-${name}`, 0)).countRunRows({ runId });
+    const executor = env.MAP_EXECUTOR.getByName(`${runId}#7`);
+    // Executor 7 runs one while the coordinator's invocation of this epoch answers: it asks that invocation's trace.
+    expect(await executor.assign(attemptOf("first"))).toBe(true);
+    await until(
+      () => heldBy(`${runId}#7`),
+      (held) => held.length === 0,
+      "the first attempt to end",
+    );
+    expect((await claimed("first")).total).toBeGreaterThan(0);
+
+    // The coordinator restarts: its next invocation fences this epoch off.
+    await crash(coordinator(runId));
+    await until(
+      () => runView(runId),
+      (run) => run.runAttempt > runAttempt,
+      "the run to resume under a new epoch",
+    );
+    // The executor now starts an attempt of the old epoch (one it held while it drained another, or a stale
+    // coordinator's): the coordinator no longer answers for that epoch, so it runs nothing.
+    await runInDurableObject(executor, async (_object: unknown, state: DurableObjectState) => {
+      expect(new ExecutorStore({ sql: createSql(state.storage) }).assign(attemptOf("second"))).toBe(true);
+      await state.storage.setAlarm(Date.now() + 60_000);
+    });
+    expect(await runDurableObjectAlarm(executor)).toBe(true);
+    expect(await heldBy(`${runId}#7`)).toEqual([]);
+    expect((await claimed("second")).total).toBe(0);
+
+    await coordinator(runId).cancel("dev");
+    expect((await waitForRun(runId)).status).toBe("cancelled");
   });
 });
 

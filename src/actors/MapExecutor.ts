@@ -25,7 +25,7 @@ const YIELD_AFTER_MS = 5 * 60_000;
 /** An end reported from a stop's or a wind-down's own call is sent again by the alarm this long after, should the object die meanwhile. */
 const END_RETRY_MS = 60_000;
 
-/** What the attempts of one alarm invocation share: its meter and subrequest budget, its wind-down, its link, its pacers. */
+/** What the attempts of one alarm invocation share: its meter and subrequest budget, its wind-down, its link, its pacers, its sources. */
 interface Invocation {
   meter: SubrequestMeter;
   budget: number;
@@ -33,7 +33,12 @@ interface Invocation {
   link: CoordinatorLink;
   usage: MeterReports;
   pacers: PacerRegistry;
+  /** The capture sources its attempts asked for ({@link MapExecutor.#source}). */
+  sources: Sources;
 }
+
+/** Capture sources asked, by `<attemptSeq>:<coordinator invocation>:<map>`. */
+type Sources = Map<string, Promise<CaptureSource | null>>;
 
 /**
  * One executor of one run (named `<runId>#<slot>`): it runs the chunk
@@ -63,11 +68,6 @@ export class MapExecutor extends DurableObject<Env> {
   #looping = false;
   /** ...and waits: a new assignment wakes it. */
   #wake = () => {};
-  /**
-   * What the run's invocation had done when it ran each map, asked once per epoch and map (`<attemptSeq>:<map>`): a
-   * source asked while an earlier map ran has that map unsettled, and a replay for a later one would stop there.
-   */
-  #sources = new Map<string, Promise<CaptureSource | null>>();
   /** The run's upload, opened once (its index) for all the attempts this instance runs. */
   #uploads = new Map<string, Promise<OpenUpload>>();
 
@@ -211,7 +211,7 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       faults,
       uploads: this.#uploads,
-      source: (attemptSeq: number, map: string) => this.#source(link, { attemptSeq, map, invocation: sweep.invocation }),
+      source: (attemptSeq: number, map: string) => this.#source(link, new Map(), { attemptSeq, map, invocation: sweep.invocation }),
     };
     const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
     return { reused, usage: usageOf(meter) };
@@ -262,6 +262,7 @@ export class MapExecutor extends DurableObject<Env> {
         faults: faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: first.dataset.play }),
       }),
       usage: new MeterReports(meter),
+      sources: new Map(),
       pacers: new PacerRegistry({
         env: this.env,
         org: first.dataset.org,
@@ -371,8 +372,11 @@ export class MapExecutor extends DurableObject<Env> {
             pacers: invocation.pacers,
             uploads: this.#uploads,
             source: async (attemptSeq, map) => {
-              // A wound-down attempt asks afresh: the invocation that assigned it may have ended since.
-              const source = await this.#source(invocation.link, { attemptSeq, map, invocation: assignment.invocation }, resume !== null);
+              const source = await this.#source(invocation.link, invocation.sources, {
+                attemptSeq,
+                map,
+                invocation: assignment.invocation,
+              });
               if (source) {
                 invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
                 invocation.windDown.limit(source.policy);
@@ -446,30 +450,34 @@ export class MapExecutor extends DurableObject<Env> {
   }
 
   /**
-   * The capture source of the coordinator's invocation `invocation` (of epoch `attemptSeq`) for `map`, asked once; null
-   * when the coordinator answers for another invocation (the one that assigned the attempt has ended).
+   * The capture source of the coordinator's invocation `invocation` (of epoch `attemptSeq`) for `map`: what the run's
+   * invocation had done when it ran the map (a source asked while an earlier map ran has that map unsettled, and a
+   * replay for a later one would stop there). Null when the coordinator answers for another epoch or invocation (the
+   * one that assigned the attempt has ended). Asked once per executor invocation (`sources`), not once for this
+   * object's life: an attempt started in a later one (held while another drained, or wound down) may start after its
+   * coordinator's invocation ended (a restart), and a kept answer would have it lease rows and call providers for an
+   * epoch fenced off, on the shards the next epoch has not claimed at yet.
    */
   #source(
     link: CoordinatorLink,
+    sources: Sources,
     at: { attemptSeq: number; map: string; invocation?: string },
-    fresh = false,
   ): Promise<CaptureSource | null> {
     const { attemptSeq, map, invocation } = at;
     const key = `${attemptSeq}:${invocation ?? ""}:${map}`;
-    if (fresh) this.#sources.delete(key);
-    let source = this.#sources.get(key);
+    let source = sources.get(key);
     if (!source) {
       // An older epoch's sources are done with (its attempts are fenced off), and so are another invocation's.
-      for (const older of this.#sources.keys()) {
+      for (const older of sources.keys()) {
         const [seq, by] = older.split(":");
-        if (Number(seq) < attemptSeq || (invocation && Number(seq) === attemptSeq && by !== invocation)) this.#sources.delete(older);
+        if (Number(seq) < attemptSeq || (invocation && Number(seq) === attemptSeq && by !== invocation)) sources.delete(older);
       }
       source = link
         .captureSource(attemptSeq)
         .then((answer) => (answer && invocation && answer.invocation && answer.invocation !== invocation ? null : answer));
       // A failed ask is asked again by the next attempt.
-      source.catch(() => this.#sources.delete(key));
-      this.#sources.set(key, source);
+      source.catch(() => sources.delete(key));
+      sources.set(key, source);
     }
     return source;
   }
