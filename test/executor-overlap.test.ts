@@ -106,6 +106,65 @@ describe("attempts alongside", () => {
     expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
   });
 
+  it("keeps one held alive under the invocation that assigned it again: an earlier one's heartbeat is not sent for it", async () => {
+    await simReset();
+    await updateSimConfig(env, { latencyMs: 50 });
+    // As above, the next chunk is held unstarted alongside the first, whose call the test holds at the provider, and
+    // says it is alive. The coordinator's invocation then winds its attempts down: the held one hands its rows back at
+    // once, the first once its call is let go. The answer to the first one's end is held too: the executor's
+    // invocation goes on while the coordinator's next invocation assigns the same attempt again, held unstarted.
+    await setFaults([
+      { point: "provider.after", play: "test-calls", tool: "sim_find_email", fromCall: 45, times: 1, hold: true },
+      { point: "executor.ended", play: "test-calls", fromCall: 2, times: 1, hold: true },
+    ]);
+    const rows = Array.from({ length: 100 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Reassigned Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun(
+      "test-calls",
+      { rows },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, invocationSubrequestBudget: 30, coordinatorWindDownMs: 5_000 } },
+    );
+    const executor = `${runId}#0`;
+    await faults().held(0);
+    const [, next] = await until(
+      () => heldBy(executor),
+      (held) => held.length === 2,
+      "executor 0 to hold the next chunk alongside",
+    );
+    await until(
+      () => heldBy(executor),
+      (held) => held.length === 1,
+      "the held chunk to be handed back",
+    );
+    expect(await faults().release(0)).toBe(1);
+    await faults().held(1);
+    await until(
+      () => heldBy(executor),
+      (held) => held.some((h) => h.attemptId === next!.attemptId),
+      "the next invocation to assign the chunk again",
+    );
+    // Longer than the executor's heartbeats are apart (a second under the test policy).
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
+    expect(await heldBy(executor)).toEqual([
+      { chunk: next!.chunk, attemptId: next!.attemptId, alongside: null, state: "assigned", resumeRows: null },
+    ]);
+    expect(await faults().release(1)).toBe(1);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    expect(run.runAttempt).toBe(0);
+    const codes = await notices(runId);
+    expect(codes).not.toContain("attempt_redispatched");
+    expect(codes).not.toContain("invocation_resumed");
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(100);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+    expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
+  });
+
   it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {
     await simReset();
     await updateSimConfig(env, { latencyMs: 300 });

@@ -280,6 +280,7 @@ export class MapExecutor extends DurableObject<Env> {
     // One at a time per attempt: a slow coordinator is not sent a queue of them.
     const policy = policyFor(this.env);
     const beating = new Set<string>();
+    /** By attempt and the coordinator's invocation that assigned it. */
     const heartbeats = new Map<string, AttemptReporter>();
     const heartbeat = setInterval(
       () => {
@@ -287,7 +288,10 @@ export class MapExecutor extends DurableObject<Env> {
           const { attemptId } = held.assignment.attempt;
           if (held.state !== "assigned" || started.has(attemptId) || beating.has(attemptId)) continue;
           beating.add(attemptId);
-          const reporter = getOrInsert(heartbeats, attemptId, () => this.#heartbeats(held, invocation));
+          // Per assignment: the same attempt handed back and assigned again by a later invocation of its coordinator
+          // lives under that one (a report naming the earlier one is answered with a stop).
+          const assigned = `${attemptId}:${held.assignment.invocation ?? ""}`;
+          const reporter = getOrInsert(heartbeats, assigned, () => this.#heartbeats(held, invocation));
           void reporter
             .flush(null)
             .catch(() => {})
