@@ -122,6 +122,28 @@ describe("watching a run", () => {
     expect(frames[0]).toMatch(/^run_1 {2}demo-enrich {2}cancelled\nleads {2}\[[█▓░]{30}\] {2}4\/10 {2}1 failed {2}spend 2\.5 credits$/);
   });
 
+  it("a run that ended while the server restarts ends the watch with its status, read once the server is back", async () => {
+    const feed: LiveMessage[] = [
+      { type: "snapshot", run: run("running", 2), seq: 0 },
+      { seq: 1, type: "run.completed", at: "", result: null, progress: { leads: run("completed", 10).progress.maps.leads! } },
+    ];
+    let reads = 0;
+    const client = {
+      async *events() {
+        yield* feed;
+      },
+      get: async () => {
+        if (++reads === 1)
+          throw new TroupeApiError({ status: 0, code: "unreachable", message: "could not reach the server (ECONNREFUSED)" });
+        return run("completed", 10);
+      },
+    } as unknown as TroupeClient;
+    const view: RunWatchView = { update: () => {}, pause: () => {}, resume: () => {}, note: () => {}, finish: () => {} };
+    const end = await watchRun({ client, runId: "run_1", view, interrupt: { kind: "detach" } });
+    expect(end).toMatchObject({ kind: "ended", run: { status: "completed" } });
+    expect(reads).toBe(2);
+  });
+
   it("terminal: log lines that arrive while the Ctrl-C question is open are printed once it closes", () => {
     const out = Object.assign(new PassThrough(), { columns: 120 });
     let text = "";

@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TroupeClient } from "../src/client/index.ts";
+import { runInput } from "../src/cli/run-input.ts";
 import { localServer, until } from "./helpers.ts";
 
 const PORT = 8813;
@@ -49,19 +50,33 @@ const troupe = (...args: string[]) => finished(start(args));
 
 /**
  * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
- * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT).
+ * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT, with
+ * 403 as a proxy's policy would; `failFirstOfEach`: the first PUT of each part and the first complete, 503 as a
+ * restart would). `requests` lists every request it saw, as `METHOD path`.
  */
 async function uploadRecorder(
-  options: { refuseDeletes?: boolean; refuseParts?: boolean } = {},
-): Promise<{ url: string; uploadIds: string[]; close(): Promise<void> }> {
+  options: { refuseDeletes?: boolean; refuseParts?: boolean; failFirstOfEach?: boolean } = {},
+): Promise<{ url: string; uploadIds: string[]; requests: string[]; close(): Promise<void> }> {
   const uploadIds: string[] = [];
+  const requests: string[] = [];
   const target = new URL(server.baseUrl);
   const proxy: Server = createServer((req, res) => {
-    const refused = (options.refuseDeletes && req.method === "DELETE") || (options.refuseParts && req.method === "PUT");
-    if (refused) {
+    const seen = `${req.method} ${req.url}`;
+    const again = requests.includes(seen);
+    requests.push(seen);
+    const retryable = req.method === "PUT" || (req.method === "POST" && req.url?.endsWith("/complete"));
+    const status =
+      options.refuseDeletes && req.method === "DELETE"
+        ? 503
+        : options.refuseParts && req.method === "PUT"
+          ? 403
+          : options.failFirstOfEach && retryable && !again
+            ? 503
+            : null;
+    if (status !== null) {
       req.resume();
       req.on("end", () => {
-        res.writeHead(503, { "Content-Type": "application/json" });
+        res.writeHead(status, { "Content-Type": "application/json" });
         res.end(JSON.stringify({ error: { code: "unavailable", message: `the test's proxy refuses ${req.method}s` } }));
       });
       return;
@@ -91,6 +106,7 @@ async function uploadRecorder(
   return {
     url: `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`,
     uploadIds,
+    requests,
     close: () => new Promise<void>((resolve) => proxy.close(() => resolve())),
   };
 }
@@ -378,6 +394,31 @@ describe("troupe", () => {
     } finally {
       await proxy.close();
       rmSync(big, { force: true });
+    }
+  });
+
+  it("sends a part or a complete the server could not answer (a restart) again: the upload is whole, and kept", async () => {
+    // Parts of 5 MiB (R2's least) over a file of 60,000 rows, sent in parts past 6 MB.
+    const rows = Array.from({ length: 60_000 }, (_, i) => `${i},Name ${i} ${"x".repeat(150)},d${i}.example.com\n`).join("");
+    const file = join(dir, "parts.csv");
+    writeFileSync(file, `id,name,domain\n${rows}`);
+    const proxy = await uploadRecorder({ failFirstOfEach: true });
+    try {
+      const limits = { maxRequestBytes: 6_000_000, partBytes: 5 * 1024 * 1024, retryDelaysMs: [10] };
+      const { uploadId } = await runInput({ csv: file }, new TroupeClient({ baseUrl: proxy.url }), limits);
+      expect(await client.getUpload(uploadId!)).toMatchObject({ status: "ready", rows: 60_000, bytes: Buffer.byteLength(rows) + 15 });
+      const sent = proxy.requests.filter((r) => r.startsWith("PUT") || r.endsWith("/complete"));
+      // Each part and the complete twice: refused once, then taken.
+      const parts = Math.ceil((Buffer.byteLength(rows) + 15) / limits.partBytes);
+      expect(parts).toBeGreaterThan(1);
+      const expected = [
+        ...Array.from({ length: parts }, (_, i) => `PUT /v1/uploads/<id>/parts/${i + 1}`),
+        "POST /v1/uploads/<id>/complete",
+      ];
+      expect(sent.map((r) => r.replace(/up_[0-9a-f]+/, "<id>"))).toEqual(expected.flatMap((r) => [r, r]));
+    } finally {
+      await proxy.close();
+      rmSync(file, { force: true });
     }
   });
 

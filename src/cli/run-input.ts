@@ -12,12 +12,22 @@ import { constants, openAsBlob } from "node:fs";
 import { access, stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
 import { describeError, UsageError } from "./exit-codes.ts";
+import { RETRY_DELAYS_MS, retrying } from "./retry.ts";
 
-/** The most bytes one upload request carries (src/uploads/limits.ts `MAX_REQUEST_UPLOAD_BYTES`). */
-const MAX_REQUEST_UPLOAD_BYTES = 95_000_000;
+/** How a file is sent: in one request up to `maxRequestBytes`, else in parts of `partBytes`, each asked again after `retryDelaysMs`. */
+export interface UploadLimits {
+  maxRequestBytes: number;
+  partBytes: number;
+  retryDelaysMs: readonly number[];
+}
 
-/** Parts of a larger file: all this size but the last (R2 wants at least 5 MiB, all equal). */
-const PART_BYTES = 64 * 1024 * 1024;
+const UPLOAD_LIMITS: UploadLimits = {
+  // The most bytes one upload request carries (src/uploads/limits.ts `MAX_REQUEST_UPLOAD_BYTES`).
+  maxRequestBytes: 95_000_000,
+  // Parts of a larger file: all this size but the last (R2 wants at least 5 MiB, all equal).
+  partBytes: 64 * 1024 * 1024,
+  retryDelaysMs: RETRY_DELAYS_MS,
+};
 
 /** Where the run's input comes from: exactly one of these. */
 export interface InputOptions {
@@ -49,23 +59,30 @@ export interface RunInput {
   uploadId: string | null;
 }
 
-/** The run's input: the JSON given, or the file, uploaded. */
-export async function runInput(options: InputOptions, client: TroupeClient): Promise<RunInput> {
+/**
+ * The run's input: the JSON given, or the file, uploaded. A part or the
+ * complete that fails as a restart would (unreachable, 429, 5xx) is sent
+ * again (docs/api.md: a part sent again replaces it; a complete may be
+ * asked again); the single request is not, as its retry would store the
+ * file twice.
+ */
+export async function runInput(options: InputOptions, client: TroupeClient, limits: UploadLimits = UPLOAD_LIMITS): Promise<RunInput> {
   const source = inputSource(options);
   if (source.kind === "json") return { input: parseJson(source.text, "--input"), uploadId: null };
   const size = await sizeOf(source.file);
   const blob = await openAsBlob(source.file);
   const format = source.kind;
-  if (size <= MAX_REQUEST_UPLOAD_BYTES) {
+  if (size <= limits.maxRequestBytes) {
     const { uploadId } = await client.upload(blob, { format });
     return { input: { upload: uploadId }, uploadId };
   }
   const { uploadId } = await client.startMultipartUpload({ format });
   try {
-    for (let part = 1, at = 0; at < size; part++, at += PART_BYTES) {
-      await client.uploadPart(uploadId, part, blob.slice(at, Math.min(size, at + PART_BYTES)));
+    for (let part = 1, at = 0; at < size; part++, at += limits.partBytes) {
+      const bytes = blob.slice(at, Math.min(size, at + limits.partBytes));
+      await retrying(`part ${part} of ${source.file}`, () => client.uploadPart(uploadId, part, bytes), limits.retryDelaysMs);
     }
-    await client.completeUpload(uploadId);
+    await retrying(`the upload of ${source.file}`, () => client.completeUpload(uploadId), limits.retryDelaysMs);
   } catch (error) {
     // Nothing lists uploads: one left half sent would stay on the server for good.
     await discardUpload(client, uploadId);

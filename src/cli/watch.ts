@@ -6,6 +6,7 @@ import { createInterface } from "node:readline/promises";
 import type { TroupeClient, RunView } from "../client/index.ts";
 import { TERMINAL_STATUSES } from "../client/index.ts";
 import { RunProgress } from "./progress.ts";
+import { retrying } from "./retry.ts";
 import type { RunWatchView } from "./views.ts";
 
 /** How a watch ended: the run ended (its final view), or the CLI detached and the run goes on. */
@@ -72,7 +73,8 @@ export async function watchRun(options: {
     view.finish(progress, null);
     return { kind: "detached", status: progress.status };
   }
-  const run = await client.get(runId);
+  // The run has ended: a server restarting just then must not turn its end into a failure of the command.
+  const run = await retrying(`reading ${runId}`, () => client.get(runId));
   // The feed ends with the run; a status that is not terminal yet is the view catching up.
   if (!TERMINAL_STATUSES.has(run.status)) view.note(`${runId}: the live feed ended while the run is ${run.status}`);
   progress.applyFinal(run);
