@@ -93,6 +93,22 @@ describe("lines", () => {
   });
 });
 
+describe("a cancelled run's status", () => {
+  it("is cancelling from the cancel's answer until its end, whatever its play does meanwhile", () => {
+    const progress = new RunProgress("run_1");
+    progress.apply({ type: "snapshot", run: run("waiting", 2), seq: 3 });
+    progress.apply({ seq: 4, type: "wait.started", at: "", key: "approval" } as unknown as LiveMessage);
+    expect(progress.cancelAnswered("cancelling")).toEqual([{ kind: "status", status: "cancelling" }]);
+    // The cancel ends the wait; the run is still being cancelled.
+    expect(progress.apply({ seq: 5, type: "wait.finished", at: "", key: "approval" } as unknown as LiveMessage)).toEqual([]);
+    expect(progress.status).toBe("cancelling");
+    progress.apply({ seq: 6, type: "run.cancelled", at: "", progress: { leads: run("cancelled", 3).progress.maps.leads! } });
+    expect(progress.status).toBe("cancelled");
+    // An answer that comes after the end changes nothing.
+    expect(progress.cancelAnswered("cancelling")).toEqual([]);
+  });
+});
+
 describe("watching a run", () => {
   it("the last frame shows the counts the run ended with, without a rate or an ETA", async () => {
     // Live counts include the rows of running chunks; the cancelled run did not keep them.

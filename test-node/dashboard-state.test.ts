@@ -47,6 +47,18 @@ describe("the run page's counts", () => {
     expect(merged.progress.maps.leads).toMatchObject({ completed: 8, failed: 1, rowsPerSecond: 4 });
   });
 
+  it("a read sent before the run started, or before its cancel was taken, does not move its status back", () => {
+    const running = mergeRead(null, read("running", leads(2, 0)));
+    expect(mergeRead(running, read("queued", leads(0, 0))).status).toBe("running");
+    const cancelling = mergeRead(running, read("cancelling", leads(2, 0)));
+    expect(mergeRead(cancelling, read("running", leads(3, 0))).status).toBe("cancelling");
+    // A run goes from waiting to running and back: both are news.
+    const waiting = mergeRead(running, read("waiting", leads(3, 0)));
+    expect(waiting.status).toBe("waiting");
+    expect(mergeRead(waiting, read("running", leads(3, 0))).status).toBe("running");
+    expect(mergeRead(cancelling, read("cancelled", FINAL)).status).toBe("cancelled");
+  });
+
   it("a run that ends cancelled shows the counts it ended with, not the live ones", () => {
     const shown = applyMapProgress(mergeRead(null, read("running", leads(2, 0))), live(5, 8));
     const ended = applyEnd(shown, cancelled(6));

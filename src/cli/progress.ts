@@ -3,7 +3,7 @@
  * written: a bar per map for a terminal, a plain line for logs and pipes.
  * Pure: no I/O, no clock of its own.
  */
-import type { LiveMessage, MapProgress, RunView, SnapshotMessage } from "../client/index.ts";
+import { TERMINAL_STATUSES, type LiveMessage, type MapProgress, type RunView, type SnapshotMessage } from "../client/index.ts";
 import { printable } from "./printable.ts";
 
 /** One map as the CLI shows it. */
@@ -54,12 +54,13 @@ export class RunProgress {
     // A replayed event older than the snapshot would move the status and counts back: only its log line is news.
     if (typeof event.seq === "number" && event.seq <= this.#snapshotSeq && event.type !== "log.appended") return [];
     switch (event.type) {
+      // A run being cancelled stays `cancelling` until it has ended, whatever its play still does.
       case "run.started":
-        return this.#setStatus("running");
+        return this.#setLiveStatus("running");
       case "wait.started":
-        return this.#setStatus("waiting");
+        return this.#setLiveStatus("waiting");
       case "wait.finished":
-        return this.#setStatus(this.#openWaits.size > 0 ? "waiting" : "running");
+        return this.#setLiveStatus(this.#openWaits.size > 0 ? "waiting" : "running");
       case "run.completed":
         return this.#setStatus("completed");
       case "run.failed":
@@ -106,6 +107,15 @@ export class RunProgress {
       ([name, progress]): Change => ({ kind: "map", map: this.#mapLine(name, progress) }),
     );
     return [...status, ...maps];
+  }
+
+  /** The answer to `POST …/cancel`: `cancelling` (until the end's event), or how the run had already ended. */
+  cancelAnswered(status: string): Change[] {
+    return TERMINAL_STATUSES.has(this.status) ? [] : this.#setStatus(status);
+  }
+
+  #setLiveStatus(status: string): Change[] {
+    return this.status === "cancelling" ? [] : this.#setStatus(status);
   }
 
   #setStatus(status: string): Change[] {

@@ -51,7 +51,8 @@ export async function watchRun(options: {
     if (choice === "cancel") {
       view.note(`${runId}: cancelling; watching until it ends`);
       try {
-        await client.cancel(runId);
+        const answer = await client.cancel(runId);
+        view.update(progress, progress.cancelAnswered(answer.status));
       } catch (error) {
         view.note(`${runId}: the cancel was not accepted (${(error as Error).message}); still watching`);
       }

@@ -59,7 +59,17 @@ export function mergeRead(shown: RunInfo | null, read: RunInfo): RunInfo {
     if ((live.completed ?? 0) + (live.failed ?? 0) > (counted.completed ?? 0) + (counted.failed ?? 0)) maps[name] = { ...counted, ...live };
     else maps[name] = { rowsPerSecond: live.rowsPerSecond, etaSeconds: live.etaSeconds, ...counted };
   }
-  return { ...read, progress: { maps }, snapshotSeq };
+  return { ...read, status: liveStatus(shown?.status, read.status), progress: { maps }, snapshotSeq };
+}
+
+/**
+ * The status to show of a live run, given one shown and one read: a read sent before the run started (or before a
+ * cancel was taken) is older than what the page shows, and never moves it back to `queued` (or from `cancelling`).
+ */
+function liveStatus(shown: RunStatus | undefined, read: RunStatus): RunStatus {
+  if (shown === undefined || shown === read) return read;
+  if (read === "queued" || shown === "cancelling") return shown;
+  return read;
 }
 
 /**
