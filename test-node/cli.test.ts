@@ -52,10 +52,11 @@ const troupe = (...args: string[]) => finished(start(args));
  * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
  * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT, with
  * 403 as a proxy's policy would; `failFirstOfEach`: the first PUT of each part and the first complete, 503 as a
- * restart would). `requests` lists every request it saw, as `METHOD path`.
+ * restart would; `stallParts`: every PUT taken in and never answered). `requests` lists every request it saw, as
+ * `METHOD path`.
  */
 async function uploadRecorder(
-  options: { refuseDeletes?: boolean; refuseParts?: boolean; failFirstOfEach?: boolean } = {},
+  options: { refuseDeletes?: boolean; refuseParts?: boolean; failFirstOfEach?: boolean; stallParts?: boolean } = {},
 ): Promise<{ url: string; uploadIds: string[]; requests: string[]; close(): Promise<void> }> {
   const uploadIds: string[] = [];
   const requests: string[] = [];
@@ -64,6 +65,8 @@ async function uploadRecorder(
     const seen = `${req.method} ${req.url}`;
     const again = requests.includes(seen);
     requests.push(seen);
+    // Taken in, never answered: the CLI is mid-part.
+    if (options.stallParts && req.method === "PUT") return void req.resume();
     const retryable = req.method === "PUT" || (req.method === "POST" && req.url?.endsWith("/complete"));
     const status =
       options.refuseDeletes && req.method === "DELETE"
@@ -192,6 +195,7 @@ describe("troupe", () => {
       ["run", "demo-enrich", "--csv", csvFile, "--max-spend", "lots"],
       ["runs", "--limit", "0"],
       ["no-such-command"],
+      ["export", "run_0123456789abcdef0123456789abcdef", "leads", "--format", "ndjson", "--safe"],
       // Not a regular file: read as it is sent, it failed mid-request as "unreachable" (exit 1).
       ["run", "demo-enrich", "--csv", dir],
     ];
@@ -271,7 +275,19 @@ describe("troupe", () => {
     expect(page.code).toBe(0);
     const [line, more] = page.stdout.trim().split("\n");
     expect(line).toMatch(/^run_[0-9a-f]{32} {2}/);
-    expect(more).toMatch(/^more: troupe runs --cursor \S+$/);
+    expect(more).toMatch(/^more: troupe runs --limit 1 --cursor \S+$/);
+    // Following the hint: the next page, of the same size.
+    const next = await troupe(...more!.slice("more: troupe ".length).split(" "));
+    expect(next.code).toBe(0);
+    const [nextLine] = next.stdout.trim().split("\n");
+    expect(nextLine).toMatch(/^run_[0-9a-f]{32} {2}/);
+    expect(nextLine!.slice(0, 36)).not.toBe(line!.slice(0, 36));
+    expect(
+      next.stdout
+        .trim()
+        .split("\n")
+        .filter((l) => l.startsWith("run_")),
+    ).toHaveLength(1);
   });
 
   it("export writes the run's rows as CSV (to a file) or NDJSON (to stdout)", async () => {
@@ -419,6 +435,58 @@ describe("troupe", () => {
     } finally {
       await proxy.close();
       rmSync(file, { force: true });
+    }
+  });
+
+  it("export --out interrupted mid-download exits 130 and leaves neither the file nor a part of it", async () => {
+    // A server that sends the export's first line and then nothing more: the CLI is mid-download when interrupted.
+    const stalled: Server = createServer((req, res) => {
+      res.writeHead(200, { "Content-Type": "text/csv" });
+      res.write("id,name,_key,_status,_error\n");
+    });
+    await new Promise<void>((resolve) => stalled.listen(0, "127.0.0.1", resolve));
+    const out = join(dir, "interrupted.csv");
+    try {
+      const child = start(
+        ["export", "run_0123456789abcdef0123456789abcdef", "leads", "--out", out],
+        `http://127.0.0.1:${(stalled.address() as AddressInfo).port}`,
+      );
+      const ended = finished(child);
+      const partial = `${out}.part-${child.pid}`;
+      await until(
+        async () => (readdirSync(dir).includes(`interrupted.csv.part-${child.pid}`) ? readFileSync(partial, "utf8") : ""),
+        (text) => text.length > 0,
+        { what: "the first line to be written" },
+      );
+      child.kill("SIGINT");
+      expect((await ended).code).toBe(130);
+      expect(readdirSync(dir).filter((f) => f.startsWith("interrupted.csv"))).toEqual([]);
+    } finally {
+      stalled.closeAllConnections();
+      await new Promise<void>((resolve) => stalled.close(() => resolve()));
+    }
+  });
+
+  it("a file sent in parts interrupted mid-part (Ctrl-C) is deleted from the server before the CLI exits 130", async () => {
+    const big = join(dir, "big-interrupted.csv");
+    writeFileSync(big, "id,name,domain\n");
+    truncateSync(big, 96_000_000);
+    const proxy = await uploadRecorder({ stallParts: true });
+    try {
+      const child = start(["run", "demo-enrich", "--csv", big], proxy.url);
+      const ended = finished(child);
+      await until(
+        async () => proxy.requests,
+        (seen) => seen.some((r) => r.startsWith("PUT")),
+        { what: "the first part to be on its way" },
+      );
+      child.kill("SIGINT");
+      expect((await ended).code).toBe(130);
+      expect(proxy.uploadIds).toHaveLength(1);
+      expect(await uploadStatus(proxy.uploadIds[0]!)).toBe(404);
+    } finally {
+      await proxy.close();
+      rmSync(big, { force: true });
     }
   });
 

@@ -2,13 +2,13 @@
  * What each `troupe` command does, over {@link TroupeClient}. Each returns
  * the process's exit code; errors are thrown and reported by main.ts.
  */
-import { createWriteStream } from "node:fs";
+import { createWriteStream, rmSync } from "node:fs";
 import { rename, rm } from "node:fs/promises";
 import { Readable } from "node:stream";
 import type { ReadableStream as NodeReadableStream } from "node:stream/web";
 import { pipeline } from "node:stream/promises";
 import { TroupeApiError, type RunStarted, type TroupeClient } from "../client/index.ts";
-import { CliError, EXIT, exitCodeOfStatus } from "./exit-codes.ts";
+import { CliError, EXIT, exitCodeOfStatus, UsageError } from "./exit-codes.ts";
 import { formatCredits, plainMapLine, RunProgress } from "./progress.ts";
 import { printable } from "./printable.ts";
 import { discardUpload, parseJson, runInput, type InputOptions } from "./run-input.ts";
@@ -131,7 +131,7 @@ export async function runsCommand(client: TroupeClient, options: { limit?: numbe
         .join("  ")
         .trimEnd(),
     );
-  if (page.nextCursor) out(`more: troupe runs --cursor ${page.nextCursor}`);
+  if (page.nextCursor) out(`more: troupe runs${options.limit ? ` --limit ${options.limit}` : ""} --cursor ${page.nextCursor}`);
   return EXIT.ok;
 }
 
@@ -167,20 +167,30 @@ export async function exportCommand(
   dataset: string,
   options: { format: "csv" | "ndjson"; out?: string; safe?: boolean },
 ): Promise<number> {
+  if (options.safe && options.format !== "csv")
+    throw new UsageError("--safe is for CSV (cells a spreadsheet would run); NDJSON holds JSON values");
   const body = await client.exportDataset(runId, dataset, { format: options.format, safe: options.safe });
   const rows = Readable.fromWeb(body as NodeReadableStream<Uint8Array>);
   if (!options.out) {
     await pipeline(rows, process.stdout, { end: false });
     return EXIT.ok;
   }
-  // The file appears whole or not at all: an export that fails (no such run, a read cut short) leaves one there untouched.
+  // The file appears whole or not at all: an export that fails (no such run, a read cut short) or is interrupted
+  // (Ctrl-C) leaves one there untouched, and no part of it beside.
   const partial = `${options.out}.part-${process.pid}`;
+  const interrupted = () => {
+    rmSync(partial, { force: true });
+    process.exit(EXIT.interrupted);
+  };
+  process.once("SIGINT", interrupted);
   try {
     await pipeline(rows, createWriteStream(partial));
     await rename(partial, options.out);
   } catch (error) {
     await rm(partial, { force: true });
     throw error;
+  } finally {
+    process.off("SIGINT", interrupted);
   }
   process.stderr.write(`wrote ${options.out}\n`);
   return EXIT.ok;

@@ -11,7 +11,7 @@
 import { constants, openAsBlob } from "node:fs";
 import { access, stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
-import { describeError, UsageError } from "./exit-codes.ts";
+import { describeError, EXIT, UsageError } from "./exit-codes.ts";
 import { RETRY_DELAYS_MS, retrying } from "./retry.ts";
 
 /** How a file is sent: in one request up to `maxRequestBytes`, else in parts of `partBytes`, each asked again after `retryDelaysMs`. */
@@ -77,6 +77,9 @@ export async function runInput(options: InputOptions, client: TroupeClient, limi
     return { input: { upload: uploadId }, uploadId };
   }
   const { uploadId } = await client.startMultipartUpload({ format });
+  // Interrupted while the parts go (Ctrl-C, minutes into a large file): the upload is deleted before the CLI exits.
+  const interrupted = () => void discardUpload(client, uploadId).finally(() => process.exit(EXIT.interrupted));
+  process.once("SIGINT", interrupted);
   try {
     for (let part = 1, at = 0; at < size; part++, at += limits.partBytes) {
       const bytes = blob.slice(at, Math.min(size, at + limits.partBytes));
@@ -87,6 +90,8 @@ export async function runInput(options: InputOptions, client: TroupeClient, limi
     // Nothing lists uploads: one left half sent would stay on the server for good.
     await discardUpload(client, uploadId);
     throw error;
+  } finally {
+    process.off("SIGINT", interrupted);
   }
   return { input: { upload: uploadId }, uploadId };
 }
