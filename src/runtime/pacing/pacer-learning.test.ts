@@ -3,6 +3,8 @@ import { Pacer } from "./pacer";
 import type { PacingPolicy } from "./policy";
 import { readRateLimitSignals } from "./signals";
 import { fakeGate } from "./fake-gate.fixture";
+import { StartHistory } from "./history";
+import { LEARN_SETTLE_MS, MIN_RATE_FACTOR, ProviderRate } from "./rate";
 
 /**
  * A provider allowing `limit` requests per fixed minute that announces only `X-RateLimit-Limit: <limit>` (no window,
@@ -59,5 +61,26 @@ describe("A provider announcing a quota without its window, answering bare 429s"
     } finally {
       vi.useRealTimers();
     }
+  });
+});
+
+describe("A windowless quota whose provider once sent a reset", () => {
+  it("learns from its bare 429s once that reset is long past, instead of holding the quota at its floor", () => {
+    const policy: PacingPolicy = { requestsPerSecond: null, concurrency: 64, batchParallelism: 4 };
+    const rate = new ProviderRate();
+    const history = new StartHistory();
+    const quota = { requests: 100, windowMs: null };
+    // One answer with a reset (a window of a minute, for ten minutes), then nothing but the quota.
+    rate.hear({ quota, resetMs: 60_000, now: 0 });
+    const later = 30 * 60_000;
+    for (let i = 0; i < 10; i++) {
+      const now = later + i * 2_000;
+      rate.hear({ quota, resetMs: null, now });
+      rate.rateLimited(policy, { now, count: 3, pausedUntil: now, history });
+      rate.settle({ now: now + LEARN_SETTLE_MS, pausedUntil: now, history });
+    }
+    expect(rate.factor).toBe(1);
+    expect(rate.learned).not.toBeNull();
+    expect(rate.effective(policy)).toBeLessThan(100 * MIN_RATE_FACTOR);
   });
 });

@@ -133,12 +133,18 @@ export class ProviderRate {
 
   /** What an answer (heard at `now`) said of the quota and of when more is made available. */
   hear({ quota, resetMs, now }: { quota: Quota | null; resetMs: number | null; now: number }): void {
+    this.#forgetResets(now);
     if (resetMs !== null) {
       const minute = Math.floor(now / 60_000);
-      for (const at of this.#resets.keys()) if ((minute - at) * 60_000 >= RESET_MEMORY_MS) this.#resets.delete(at);
       this.#resets.set(minute, Math.max(this.#resets.get(minute) ?? 0, Math.ceil(resetMs / 1000) * 1000));
     }
     if (quota) this.#announced = quota;
+  }
+
+  /** Resets heard longer than {@link RESET_MEMORY_MS} before `now` no longer show a windowless quota's window. */
+  #forgetResets(now: number): void {
+    const minute = Math.floor(now / 60_000);
+    for (const at of this.#resets.keys()) if ((minute - at) * 60_000 >= RESET_MEMORY_MS) this.#resets.delete(at);
   }
 
   /** `count` 429s were reported at `now` (every caller is paused until `pausedUntil`); see the module comment. */
@@ -146,6 +152,8 @@ export class ProviderRate {
     policy: PacingPolicy,
     { now, count, pausedUntil, history }: { now: number; count: number; pausedUntil: number; history: StartHistory },
   ): void {
+    // A reset heard long ago says nothing of the window now: its 429s teach the limit (a guessed window is a ceiling).
+    this.#forgetResets(now);
     const isolated = count === 1 && now - this.#lastLimitedAt > ISOLATED_429_MS;
     this.#lastLimitedAt = now;
     if ((isolated && this.effective(policy) !== null) || now - this.#lastDecreaseAt < DECREASE_DEBOUNCE_MS) return;
@@ -170,6 +178,7 @@ export class ProviderRate {
 
   /** Time without 429s (and past any pause) lets the rate recover, and a learned limit creep up. */
   recover(policy: PacingPolicy, { now, pausedUntil }: { now: number; pausedUntil: number }): void {
+    this.#forgetResets(now);
     const from = Math.max(this.#lastRecoveryAt, pausedUntil);
     if (now <= from) return;
     const seconds = (now - from) / 1000;
