@@ -62,9 +62,10 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
   const until = now() + o.waitMs;
   for (let poll = 0, attempt = 1; ; poll++) {
     signal.throwIfAborted();
+    // Counted before its slot is taken: past the invocation's subrequest cap it throws, and a slot taken would be held.
+    meter.lookups++;
     const slot = await pacer.slot(signal, currentRank());
     const heard = new AnswerSignals();
-    meter.lookups++;
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
       answer = await recover(o.idempotencyKey, {
