@@ -1,5 +1,5 @@
 import { DurableObject } from "cloudflare:workers";
-import { type CaptureSource, CoordinatorLink } from "../clients/executors";
+import { CoordinatorLink } from "../clients/executors";
 import { faultProbeFor } from "../clients/faults";
 import type { AttemptEnd, ChunkAssignment, ChunkSweepAssignment, ChunkSweepResult } from "../contracts/executors";
 import { messageOf, TroupeError } from "../core/errors";
@@ -11,6 +11,7 @@ import { AttemptReporter, MeterReports, usageOf } from "../runtime/executor/atte
 import { PacerRegistry } from "../runtime/pacing/pacers";
 import { HANDED_BACK, handedBack, runAttempt, runSweep, stoppedUnstarted } from "../runtime/executor/attempt-runner";
 import { WindDown } from "../runtime/executor/wind-down";
+import { CaptureSources } from "../runtime/executor/capture-sources";
 import { policyFor } from "../core/policy";
 import { EXECUTOR_MIGRATIONS, ExecutorStore, type HeldAssignment } from "../stores/executor-store";
 import { createSql, migrate } from "../stores/sql";
@@ -33,12 +34,9 @@ interface Invocation {
   link: CoordinatorLink;
   usage: MeterReports;
   pacers: PacerRegistry;
-  /** The capture sources its attempts asked for ({@link MapExecutor.#source}). */
-  sources: Sources;
+  /** The capture sources its attempts confirmed the coordinator still answers for (CaptureSources.forAttempt). */
+  confirmed: Set<string>;
 }
-
-/** Capture sources asked, by `<attemptSeq>:<coordinator invocation>:<map>`. */
-type Sources = Map<string, Promise<CaptureSource | null>>;
 
 /**
  * One executor of one run (named `<runId>#<slot>`): it runs the chunk
@@ -70,6 +68,7 @@ export class MapExecutor extends DurableObject<Env> {
   #wake = () => {};
   /** The run's upload, opened once (its index) for all the attempts this instance runs. */
   #uploads = new Map<string, Promise<OpenUpload>>();
+  #sources = new CaptureSources();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -182,7 +181,11 @@ export class MapExecutor extends DurableObject<Env> {
       store: this.#store,
       usage: invocation.usage,
       report: this.#reportOf(assignment),
-      onStop: (reason) => void this.stop(attemptId, reason).catch(() => {}),
+      onStop: (reason) => {
+        // The answer to this assignment's heartbeat, not to the same attempt's assignment by a later invocation since.
+        const now = this.#store.held().find((h) => h.assignment.attempt.attemptId === attemptId);
+        if (now?.assignment.invocation === assignment.invocation) void this.stop(attemptId, reason).catch(() => {});
+      },
     });
   }
 
@@ -211,7 +214,7 @@ export class MapExecutor extends DurableObject<Env> {
       meter,
       faults,
       uploads: this.#uploads,
-      source: (attemptSeq: number, map: string) => this.#source(link, new Map(), { attemptSeq, map, invocation: sweep.invocation }),
+      source: (attemptSeq: number, map: string) => this.#sources.forSweep(link, { attemptSeq, map, invocation: sweep.invocation }),
     };
     const reused = await withOutbound({ caller: this.#caller(), gate: this.#gate }, () => runSweep(host, sweep));
     return { reused, usage: usageOf(meter) };
@@ -262,7 +265,7 @@ export class MapExecutor extends DurableObject<Env> {
         faults: faultProbeFor(this.env, { crash: (why) => this.#crash(why), play: first.dataset.play }),
       }),
       usage: new MeterReports(meter),
-      sources: new Map(),
+      confirmed: new Set(),
       pacers: new PacerRegistry({
         env: this.env,
         org: first.dataset.org,
@@ -376,11 +379,8 @@ export class MapExecutor extends DurableObject<Env> {
             pacers: invocation.pacers,
             uploads: this.#uploads,
             source: async (attemptSeq, map) => {
-              const source = await this.#source(invocation.link, invocation.sources, {
-                attemptSeq,
-                map,
-                invocation: assignment.invocation,
-              });
+              const at = { attemptSeq, map, invocation: assignment.invocation };
+              const source = await this.#sources.forAttempt(invocation.link, at, invocation.confirmed);
               if (source) {
                 invocation.budget = Math.min(invocation.budget, source.policy.invocationSubrequestBudget);
                 invocation.windDown.limit(source.policy);
@@ -451,39 +451,6 @@ export class MapExecutor extends DurableObject<Env> {
   /** This object as the simulated provider and the outbound gate name it. */
   #caller(): string {
     return `MapExecutor:${this.ctx.id.name ?? this.ctx.id.toString()}`;
-  }
-
-  /**
-   * The capture source of the coordinator's invocation `invocation` (of epoch `attemptSeq`) for `map`: what the run's
-   * invocation had done when it ran the map (a source asked while an earlier map ran has that map unsettled, and a
-   * replay for a later one would stop there). Null when the coordinator answers for another epoch or invocation (the
-   * one that assigned the attempt has ended). Asked once per executor invocation (`sources`), not once for this
-   * object's life: an attempt started in a later one (held while another drained, or wound down) may start after its
-   * coordinator's invocation ended (a restart), and a kept answer would have it lease rows and call providers for an
-   * epoch fenced off, on the shards the next epoch has not claimed at yet.
-   */
-  #source(
-    link: CoordinatorLink,
-    sources: Sources,
-    at: { attemptSeq: number; map: string; invocation?: string },
-  ): Promise<CaptureSource | null> {
-    const { attemptSeq, map, invocation } = at;
-    const key = `${attemptSeq}:${invocation ?? ""}:${map}`;
-    let source = sources.get(key);
-    if (!source) {
-      // An older epoch's sources are done with (its attempts are fenced off), and so are another invocation's.
-      for (const older of sources.keys()) {
-        const [seq, by] = older.split(":");
-        if (Number(seq) < attemptSeq || (invocation && Number(seq) === attemptSeq && by !== invocation)) sources.delete(older);
-      }
-      source = link
-        .captureSource(attemptSeq)
-        .then((answer) => (answer && invocation && answer.invocation && answer.invocation !== invocation ? null : answer));
-      // A failed ask is asked again by the next attempt.
-      source.catch(() => sources.delete(key));
-      sources.set(key, source);
-    }
-    return source;
   }
 
   /**

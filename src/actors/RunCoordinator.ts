@@ -230,8 +230,8 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** An executor of this run asks what the invocation of epoch `attemptSeq` had done (null once it has ended). */
-  async captureSource(attemptSeq: number): Promise<CaptureSource | null> {
-    return this.#executors.source(attemptSeq);
+  async captureSource(attemptSeq: number, known?: string): Promise<CaptureSource | "unchanged" | null> {
+    return this.#executors.source(attemptSeq, known);
   }
 
   /** An executor reports on an attempt (executor-attempts.ts applies it), and hears whether to stop it. */

@@ -43,7 +43,7 @@ export interface CaptureSource {
 
 /** The coordinator's RPC surface as its executors use it (the stub's own type is too deep for the checker). */
 interface CoordinatorRpc {
-  captureSource(attemptSeq: number): Promise<CaptureSource | null>;
+  captureSource(attemptSeq: number, known?: string): Promise<CaptureSource | "unchanged" | null>;
   attemptReport(report: AttemptReport): Promise<ReportAnswer>;
   grantSpend(attemptId: string, wantedMicros: number): Promise<SpendGrant>;
 }
@@ -127,10 +127,13 @@ export class CoordinatorLink {
     return this.#ns.getByName(this.#runId) as unknown as CoordinatorRpc;
   }
 
-  /** What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running. */
-  captureSource(attemptSeq: number): Promise<CaptureSource | null> {
+  /**
+   * What the invocation of epoch `attemptSeq` had done, or null when that invocation is no longer running;
+   * `"unchanged"` when the invocation `known` (whose source the executor holds) is the one still answering.
+   */
+  captureSource(attemptSeq: number, known?: string): Promise<CaptureSource | "unchanged" | null> {
     this.#count("captureSource");
-    return this.#stub.captureSource(attemptSeq);
+    return this.#stub.captureSource(attemptSeq, known);
   }
 
   /** Counts a report's call ahead of sending it, so that the report's own usage can carry it (`report(…, true)`). */

@@ -93,7 +93,10 @@ export class ExecutorAttempts {
     return this.#invocationId;
   }
 
-  source(attemptSeq: number): CaptureSource | null {
+  /** What the invocation under way had done, if it is of epoch `attemptSeq`; `"unchanged"` if it is `known` too. */
+  source(attemptSeq: number, known?: string): CaptureSource | "unchanged" | null {
+    if (known !== undefined && this.#invocation && known === this.#invocationId && this.#store.run()?.runAttempt === attemptSeq)
+      return "unchanged";
     const source = this.#invocation?.source(attemptSeq) ?? null;
     return source && { ...source, invocation: this.#invocationId ?? undefined };
   }
