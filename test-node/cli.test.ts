@@ -1,7 +1,7 @@
 /** The `troupe` command as a user runs it: a child process against a real local server, judged by its output and exit code. */
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs";
-import { createServer, request, type Server } from "node:http";
+import { createServer, request, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -52,21 +52,30 @@ const troupe = (...args: string[]) => finished(start(args));
  * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
  * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT, with
  * 403 as a proxy's policy would; `failFirstOfEach`: the first PUT of each part and the first complete, 503 as a
- * restart would; `stallParts`: every PUT taken in and never answered). `requests` lists every request it saw, as
- * `METHOD path`.
+ * restart would; `stallParts`: every PUT taken in and answered only once a DELETE comes, 404 as the server would
+ * for an upload deleted). `requests` lists every request it saw, as `METHOD path`.
  */
 async function uploadRecorder(
   options: { refuseDeletes?: boolean; refuseParts?: boolean; failFirstOfEach?: boolean; stallParts?: boolean } = {},
 ): Promise<{ url: string; uploadIds: string[]; requests: string[]; close(): Promise<void> }> {
   const uploadIds: string[] = [];
   const requests: string[] = [];
+  const stalled: ServerResponse[] = [];
   const target = new URL(server.baseUrl);
   const proxy: Server = createServer((req, res) => {
     const seen = `${req.method} ${req.url}`;
     const again = requests.includes(seen);
     requests.push(seen);
-    // Taken in, never answered: the CLI is mid-part.
-    if (options.stallParts && req.method === "PUT") return void req.resume();
+    // Taken in, not answered: the CLI is mid-part until the upload's delete arrives.
+    if (options.stallParts && req.method === "PUT") {
+      req.resume();
+      return void stalled.push(res);
+    }
+    if (req.method === "DELETE")
+      for (const part of stalled.splice(0)) {
+        part.writeHead(404, { "Content-Type": "application/json" });
+        part.end(JSON.stringify({ error: { code: "upload_not_found", message: "the upload is being deleted" } }));
+      }
     const retryable = req.method === "PUT" || (req.method === "POST" && req.url?.endsWith("/complete"));
     const status =
       options.refuseDeletes && req.method === "DELETE"
@@ -481,7 +490,11 @@ describe("troupe", () => {
         { what: "the first part to be on its way" },
       );
       child.kill("SIGINT");
-      expect((await ended).code).toBe(130);
+      const { code, stderr } = await ended;
+      expect(code).toBe(130);
+      // Deleted once: the part refused as the upload went is not taken for a failure (a second delete, a warning).
+      expect(proxy.requests.filter((r) => r.startsWith("DELETE"))).toHaveLength(1);
+      expect(stderr).not.toContain("warning");
       expect(proxy.uploadIds).toHaveLength(1);
       expect(await uploadStatus(proxy.uploadIds[0]!)).toBe(404);
     } finally {

@@ -77,21 +77,29 @@ export async function runInput(options: InputOptions, client: TroupeClient, limi
     return { input: { upload: uploadId }, uploadId };
   }
   const { uploadId } = await client.startMultipartUpload({ format });
-  // Interrupted while the parts go (Ctrl-C, minutes into a large file): the upload is deleted before the CLI exits.
-  const interrupted = () => void discardUpload(client, uploadId).finally(() => process.exit(EXIT.interrupted));
-  process.once("SIGINT", interrupted);
+  // Interrupted while the parts go (Ctrl-C, minutes into a large file): the upload is deleted before the CLI exits,
+  // and nothing more is sent (a part to the deleted upload, a run over it, a second delete).
+  let exiting: Promise<never> | null = null;
+  const interrupt = () => {
+    exiting = discardUpload(client, uploadId).then(() => process.exit(EXIT.interrupted));
+  };
+  process.once("SIGINT", interrupt);
   try {
     for (let part = 1, at = 0; at < size; part++, at += limits.partBytes) {
+      if (exiting) return await exiting;
       const bytes = blob.slice(at, Math.min(size, at + limits.partBytes));
       await retrying(`part ${part} of ${source.file}`, () => client.uploadPart(uploadId, part, bytes), limits.retryDelaysMs);
     }
+    if (exiting) return await exiting;
     await retrying(`the upload of ${source.file}`, () => client.completeUpload(uploadId), limits.retryDelaysMs);
+    if (exiting) return await exiting;
   } catch (error) {
+    if (exiting) return await exiting;
     // Nothing lists uploads: one left half sent would stay on the server for good.
     await discardUpload(client, uploadId);
     throw error;
   } finally {
-    process.off("SIGINT", interrupted);
+    process.off("SIGINT", interrupt);
   }
   return { input: { upload: uploadId }, uploadId };
 }
