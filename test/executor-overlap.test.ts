@@ -165,6 +165,46 @@ describe("attempts alongside", () => {
     expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
   });
 
+  it("takes the same attempt assigned again while its earlier run's end is still being answered, and runs it after", async () => {
+    await simReset();
+    // Slow calls: the chunk is far from done when the coordinator's invocation winds it down (after 5 s). The attempt
+    // hands the rows it has not started back, and the answer to that end is held: the executor still runs the attempt
+    // while the coordinator's next invocation assigns it again.
+    await updateSimConfig(env, { latencyMs: 1_000 });
+    await setFaults([{ point: "executor.ended", play: "test-calls", fromCall: 1, times: 1, hold: true }]);
+    const rows = Array.from({ length: 50 }, (_, i) => ({
+      id: `${id()}-${i}`,
+      tool: "sim_find_email",
+      input: { name: `Again Person ${i}`, domain: "example.com" },
+    }));
+    const runId = await startRun(
+      "test-calls",
+      { rows },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, coordinatorWindDownMs: 5_000 } },
+    );
+    const executor = `${runId}#0`;
+    await faults().held(0);
+    const [first] = await heldBy(executor);
+    expect(first).toMatchObject({ chunk: 0, state: "running" });
+    // The next invocation's assignment is held, to run once the earlier run has ended (not taken for a retry of it).
+    await until(
+      () => heldBy(executor),
+      (held) => held.length === 1 && held[0]!.attemptId === first!.attemptId && held[0]!.state === "assigned",
+      "the next invocation to assign the attempt again",
+    );
+    expect(await faults().release(0)).toBe(1);
+
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("completed");
+    // Not given up and redispatched under a new epoch.
+    expect(run.runAttempt).toBe(0);
+    expect(await notices(runId)).not.toContain("attempt_redispatched");
+    const stored = await datasetRows(runId, "calls");
+    expect(stored).toHaveLength(50);
+    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+    expect(await simStats()).toMatchObject({ calls: 50, billed: 50, duplicates: 0 });
+  });
+
   it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {
     await simReset();
     await updateSimConfig(env, { latencyMs: 300 });

@@ -67,7 +67,7 @@ async function holdAttempt(runId: string, slot: number, billed: BilledRequest[],
     expect(store.assign(assignment)).toBe(true);
     if (woundDown) {
       store.markRunning(attemptId);
-      expect(store.resume(attemptId, { rows: [0], done, grantedMicros: 0, stalled: 0 })).toBe(true);
+      expect(store.resume(attemptId, { rows: [0], done, grantedMicros: 0, stalled: 0 }, assignment)).toBe(true);
     }
     for (const bill of billed) store.addBill(bill);
   });
@@ -186,10 +186,11 @@ describe("an attempt held and not running, ended by its coordinator while its re
       const store = new ExecutorStore({ sql: createSql(state.storage) });
       const [held] = store.held();
       expect(held?.state).toBe("ended");
-      expect(store.assign({ ...held!.assignment, invocation: "later-invocation" })).toBe(true);
+      const later = { ...held!.assignment, invocation: "later-invocation" };
+      expect(store.assign(later)).toBe(true);
       store.markRunning(attemptId);
       const done: ChunkSummary = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
-      expect(store.resume(attemptId, { rows: [0], done, grantedMicros: 0, stalled: 0 })).toBe(true);
+      expect(store.resume(attemptId, { rows: [0], done, grantedMicros: 0, stalled: 0 }, later)).toBe(true);
     });
     expect(await faultInjector().release(0)).toBe(1);
     const held = await stopping;

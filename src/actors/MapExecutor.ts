@@ -399,7 +399,7 @@ export class MapExecutor extends DurableObject<Env> {
         await this.#end(attemptId, reporter, handedBack({ assignment, resume: end.resume }), assignment);
       } else if (end.kind === "resume") {
         // Held first: should this object die now, the next alarm goes on with it all the same.
-        if (!this.#store.resume(attemptId, end.resume)) return;
+        if (!this.#store.resume(attemptId, end.resume, assignment)) return;
         await reporter.suspend().catch(() => {});
         if (windDown.signal.aborted && !stop.signal.aborted) {
           // Its coordinator asked while it was being held: the rows go back all the same.

@@ -79,7 +79,7 @@ describe("ExecutorStore's held attempts", () => {
       const store = new ExecutorStore({ sql: createSql(state.storage) });
       store.assign(assignment);
       store.markRunning(assignment.attempt.attemptId);
-      const resumed = store.resume(assignment.attempt.attemptId, { rows: [3, 4, 599], done, grantedMicros: 250_000 });
+      const resumed = store.resume(assignment.attempt.attemptId, { rows: [3, 4, 599], done, grantedMicros: 250_000 }, assignment);
       const [held] = store.held();
       // An assignment stored before wind-downs existed: its body is the assignment alone.
       const old = {
@@ -95,11 +95,51 @@ describe("ExecutorStore's held attempts", () => {
         runId,
       );
       const before = store.held()[1];
-      return { resumed, held, before, gone: store.resume("run_x/m/9/1", { rows: [], done, grantedMicros: 0 }) };
+      return { resumed, held, before, gone: store.resume("run_x/m/9/1", { rows: [], done, grantedMicros: 0 }, assignment) };
     });
     expect(seen.resumed).toBe(true);
     expect(seen.held).toEqual({ assignment, state: "assigned", resume: { rows: [3, 4, 599], done, grantedMicros: 250_000 } });
     expect(seen.before).toMatchObject({ assignment: { chunk: 1 }, state: "assigned", resume: null });
     expect(seen.gone).toBe(false);
+  });
+});
+
+describe("ExecutorStore: the same attempt assigned again", () => {
+  it("by a later invocation while it still runs: held for after, kept by the earlier run's finish and resume", async () => {
+    const runId = `run_${crypto.randomUUID().replaceAll("-", "")}`;
+    const first: ChunkAssignment = {
+      runId,
+      map: "m",
+      chunk: 0,
+      attempt: { attemptId: `${runId}/m/0/0`, runId, attemptSeq: 0 },
+      rows: [{ key: "k0", index: 0, input: { id: "k0" } }],
+      slice: null,
+      dataset: { org: "dev", play: "test-calls", dataset: "m", shardCount: 1 },
+      alongside: null,
+      invocation: "first",
+    };
+    const later = { ...first, invocation: "later" };
+    const seen = await runInDurableObject(env.MAP_EXECUTOR.getByName(`${runId}#0`), (_o: unknown, state: DurableObjectState) => {
+      const store = new ExecutorStore({ sql: createSql(state.storage) });
+      const { attemptId } = first.attempt;
+      store.assign(first);
+      store.markRunning(attemptId);
+      // A retry of the same assignment changes nothing.
+      store.assign(first);
+      const retried = store.held().map((h) => [h.state, h.assignment.invocation]);
+      store.assign(later);
+      const assigned = store.held().map((h) => [h.state, h.assignment.invocation]);
+      // The earlier run ends: it neither goes on in place of the later assignment nor takes it away.
+      const done = { completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], lost: null, failureSamples: [] };
+      const resumed = store.resume(attemptId, { rows: [0], done, grantedMicros: 0 }, first);
+      store.finish(attemptId);
+      return { retried, assigned, resumed, after: store.held().map((h) => [h.state, h.assignment.invocation]) };
+    });
+    expect(seen).toEqual({
+      retried: [["running", "first"]],
+      assigned: [["assigned", "later"]],
+      resumed: false,
+      after: [["assigned", "later"]],
+    });
   });
 });

@@ -75,9 +75,12 @@ export class ExecutorStore {
     const seen = this.#sql<{ attempt_seq: number }>`SELECT attempt_seq FROM epoch WHERE id = 1`[0]?.attempt_seq ?? -1;
     if (assignment.attempt.attemptSeq < seen) return false;
     // The same attempt ended, its end still to be sent, was an earlier invocation's (one that handed its rows back):
-    // this assignment takes its place. The same attempt held otherwise is a retried assign: held already, as it is.
+    // this assignment takes its place, and so it does of the same attempt held by an earlier invocation (one still
+    // running, whose end was heard but not yet answered, runs on to its end, then this one). The same attempt held
+    // by this invocation is a retried assign: held already, as it is.
     this.#sql.write`DELETE FROM held WHERE attempt_id = ${assignment.attempt.attemptId} AND state = 'ended'`;
-    if (this.#sql<{ n: number }>`SELECT count(*) AS n FROM held WHERE attempt_id = ${assignment.attempt.attemptId}`[0]!.n > 0) return true;
+    const same = this.held().find((h) => h.assignment.attempt.attemptId === assignment.attempt.attemptId);
+    if (same && same.assignment.invocation === assignment.invocation) return true;
     this.#sql.write`INSERT INTO epoch (id, attempt_seq) VALUES (1, ${assignment.attempt.attemptSeq})
       ON CONFLICT (id) DO UPDATE SET attempt_seq = excluded.attempt_seq`;
     // An ended attempt whose end is still to be reported (ExecutorStore.unreported) stays, to be sent.
@@ -93,9 +96,10 @@ export class ExecutorStore {
    * The running attempt wound down: it is held `assigned` again, to go on
    * as `resume` says in the next invocation. False when it is no longer held.
    */
-  resume(attemptId: string, resume: AttemptResume): boolean {
+  resume(attemptId: string, resume: AttemptResume, of: ChunkAssignment): boolean {
     const held = this.held().find((h) => h.assignment.attempt.attemptId === attemptId);
-    if (!held) return false;
+    // Assigned again by a later invocation meanwhile: that assignment stays, and this run's rows go back.
+    if (!held || held.assignment.invocation !== of.invocation) return false;
     this.#sql.write`UPDATE held SET state = 'assigned' WHERE attempt_id = ${attemptId}`;
     this.#writeBody(attemptId, { assignment: held.assignment, resume });
     return true;
@@ -155,10 +159,10 @@ export class ExecutorStore {
     return this.#sql.write`UPDATE held SET state = 'running' WHERE attempt_id = ${attemptId}` > 0;
   }
 
-  /** The attempt ended and its end was reported: it is no longer held. */
+  /** The attempt's run ended and its end was reported: it is no longer held, unless a new assignment took its place. */
   finish(attemptId: string): void {
-    this.#sql.write`DELETE FROM held WHERE attempt_id = ${attemptId}`;
-    this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
+    if (this.#sql.write`DELETE FROM held WHERE attempt_id = ${attemptId} AND state != 'assigned'` > 0)
+      this.#sql.write`DELETE FROM held_parts WHERE attempt_id = ${attemptId}`;
   }
 
   /** The attempt's end, held `ended`, was reported: it is no longer held, unless a new assignment took its place. */
