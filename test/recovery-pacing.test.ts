@@ -11,7 +11,7 @@ async function setSim(config: Record<string, unknown>): Promise<void> {
 }
 
 afterEach(async () => {
-  await setSim({ latencyMs: 0, ratePerSecond: null });
+  await setSim({ latencyMs: 0, ratePerSecond: null, rateLimitHeaders: "retry-after" });
   expect((await api("/v1/pacing/sim", { method: "DELETE" })).status).toBe(200);
 });
 
@@ -55,5 +55,18 @@ describe("recovery lookups", () => {
     expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
     expect(run.usage.rateLimited).toBeGreaterThan(0);
     expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  });
+
+  it("tell the gate what their answers say of the provider's quota", async () => {
+    await simReset();
+    // Every call is cut off before its answer: only the lookups' answers bring the quota's headers.
+    await setSim({ latencyMs: 400, ratePerSecond: 50, rateLimitHeaders: "x-ratelimit" });
+    const rows = lookupRows("Quota", 2);
+    const runId = await startRun("test-calls", { rows, dataset: "quota-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 2, completed: 2, failed: 0 });
+    expect(run.usage.providerLookups).toBeGreaterThan(0);
+    const gate = (await apiJson("/v1/pacing/sim")).body.state;
+    expect(gate).toMatchObject({ heard: true, announcedRequestsPerSecond: 50 });
   });
 });

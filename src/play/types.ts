@@ -386,13 +386,11 @@ export interface ToolDefinition<Input = unknown, Output = unknown, Bindings exte
    * @example
    * recover: async (key, call) => {
    *   const res = await call.fetch(`https://api.example.com/results/${key}`);
+   *   call.reportHeaders(res.headers); // its rate-limit headers pace the provider, as a call's do
    *   return res.status === 404 ? { found: false } : { found: true, output: await res.json() };
    * }
    */
-  recover?(
-    idempotencyKey: string,
-    call: Omit<ToolCall<Bindings>, "reportHeaders"> & { readonly input: Input },
-  ): Promise<ToolRecovery<Output>>;
+  recover?(idempotencyKey: string, call: ToolCall<Bindings> & { readonly input: Input }): Promise<ToolRecovery<Output>>;
   /**
    * Names the credentials the tool runs with (an account id, a key's
    * fingerprint; never needs to be secret, it is digested). Its digest is part

@@ -37,10 +37,14 @@ function failureOf(reply: SimReply): ToolCallError {
 }
 
 /** Asks the simulator what it answered under the key (not billed, not counted as a call): the tools' `recover`. */
-async function recoverFromSim<T>(idempotencyKey: string, call: { env: ToolEnv<"SIM">; signal: AbortSignal }): Promise<ToolRecovery<T>> {
+async function recoverFromSim<T>(
+  idempotencyKey: string,
+  call: { env: ToolEnv<"SIM">; signal: AbortSignal; reportHeaders(headers: HeadersInit): void },
+): Promise<ToolRecovery<T>> {
   const reply = await lookUpSim(call.env, idempotencyKey, call.signal);
-  // A 429 carries its wait and the limit's headers to pacing, as a call's does.
+  // A 429 carries its wait and the limit's headers to pacing, as a call's does; so does an answer.
   if (reply.status !== 200) throw failureOf(reply);
+  call.reportHeaders(reply.headers);
   const result = reply.body as { found: true; output: unknown } | { found: false; inFlight: boolean };
   return result.found ? { found: true, output: result.output as T } : { found: false, inFlight: result.inFlight };
 }

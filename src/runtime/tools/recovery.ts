@@ -75,6 +75,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
         authScopeDigest: o.authScopeDigest,
         input: o.input,
         fetch: outboundFetch(signal),
+        reportHeaders: (headers) => heard.add(headers),
       });
     } catch (error) {
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
@@ -86,7 +87,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
-    slot.release();
+    slot.release(heard.signals);
     if (answer.found) {
       const count = (recoveries.get(log) ?? 0) + 1;
       recoveries.set(log, count);
