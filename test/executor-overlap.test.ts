@@ -167,10 +167,10 @@ describe("attempts alongside", () => {
 
   it("takes the same attempt assigned again while its earlier run's end is still being answered, and runs it after", async () => {
     await simReset();
-    // Slow calls: the chunk is far from done when the coordinator's invocation winds it down (after 5 s). The attempt
+    // Slow calls: the chunk is far from done when the coordinator's invocation winds it down (after 2 s). The attempt
     // hands the rows it has not started back, and the answer to that end is held: the executor still runs the attempt
     // while the coordinator's next invocation assigns it again.
-    await updateSimConfig(env, { latencyMs: 1_000 });
+    await updateSimConfig(env, { latencyMs: 500 });
     await setFaults([{ point: "executor.ended", play: "test-calls", fromCall: 1, times: 1, hold: true }]);
     const rows = Array.from({ length: 50 }, (_, i) => ({
       id: `${id()}-${i}`,
@@ -180,7 +180,7 @@ describe("attempts alongside", () => {
     const runId = await startRun(
       "test-calls",
       { rows },
-      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, coordinatorWindDownMs: 5_000 } },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50, coordinatorWindDownMs: 2_000 } },
     );
     const executor = `${runId}#0`;
     await faults().held(0);
