@@ -26,6 +26,18 @@ afterEach(async () => {
   await updateSimConfig(env, { latencyMs: 0 });
 });
 
+/** The run completed in its first epoch, nothing redispatched: each of its `count` rows computed, called and billed once. */
+async function expectEachRowOnce(runId: string, count: number): Promise<void> {
+  const run = await waitForRun(runId);
+  expect(run.status).toBe("completed");
+  expect(run.runAttempt).toBe(0);
+  expect(await notices(runId)).not.toContain("attempt_redispatched");
+  const stored = await datasetRows(runId, "calls");
+  expect(stored).toHaveLength(count);
+  expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
+  expect(await simStats()).toMatchObject({ calls: count, billed: count, duplicates: 0 });
+}
+
 describe("attempts alongside", () => {
   it("gives an executor its next chunk while its current one drains, on the same six connections, and runs every row once", async () => {
     await simReset();
@@ -94,16 +106,9 @@ describe("attempts alongside", () => {
     await new Promise((resolve) => setTimeout(resolve, 6_500));
     expect(await faults().release(0)).toBe(1);
 
-    const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
     // The held attempt was not given up on: nothing was redispatched under a new epoch.
-    const codes = await notices(runId);
-    expect(codes).not.toContain("attempt_redispatched");
-    expect(codes).not.toContain("invocation_resumed");
-    const stored = await datasetRows(runId, "calls");
-    expect(stored).toHaveLength(100);
-    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
-    expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
+    await expectEachRowOnce(runId, 100);
+    expect(await notices(runId)).not.toContain("invocation_resumed");
   });
 
   it("keeps one held alive under the invocation that assigned it again: an earlier one's heartbeat is not sent for it", async () => {
@@ -153,16 +158,9 @@ describe("attempts alongside", () => {
     ]);
     expect(await faults().release(1)).toBe(1);
 
-    const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
-    expect(run.runAttempt).toBe(0);
-    const codes = await notices(runId);
-    expect(codes).not.toContain("attempt_redispatched");
-    expect(codes).not.toContain("invocation_resumed");
-    const stored = await datasetRows(runId, "calls");
-    expect(stored).toHaveLength(100);
-    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
-    expect(await simStats()).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
+    // The held attempt was not given up on: nothing was redispatched under a new epoch.
+    await expectEachRowOnce(runId, 100);
+    expect(await notices(runId)).not.toContain("invocation_resumed");
   });
 
   it("takes the same attempt assigned again while its earlier run's end is still being answered, and runs it after", async () => {
@@ -194,15 +192,8 @@ describe("attempts alongside", () => {
     );
     expect(await faults().release(0)).toBe(1);
 
-    const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
     // Not given up and redispatched under a new epoch.
-    expect(run.runAttempt).toBe(0);
-    expect(await notices(runId)).not.toContain("attempt_redispatched");
-    const stored = await datasetRows(runId, "calls");
-    expect(stored).toHaveLength(50);
-    expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
-    expect(await simStats()).toMatchObject({ calls: 50, billed: 50, duplicates: 0 });
+    await expectEachRowOnce(runId, 50);
   });
 
   it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {
