@@ -1,7 +1,8 @@
 /**
  * Recovery lookups (a tool's `recover`, asking the provider how a request whose
- * outcome is unknown ended) are provider requests: paced by the org's gate like
- * calls, and a 429 to one is a rate limit to wait out, not an unknown outcome.
+ * outcome is unknown ended) are provider requests: what their answers say of
+ * the provider's limit reaches its gate, and a 429 to one is a rate limit to
+ * wait out, not an unknown outcome.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
@@ -24,24 +25,6 @@ const lookupRows = (prefix: string, count: number) =>
   }));
 
 describe("recovery lookups", () => {
-  it("take slots of the provider's gate like its calls", async () => {
-    await simReset();
-    // Every request outlasts the provider timeout: each row's answer is looked up, several times while in flight.
-    await setSim({ latencyMs: 400 });
-    expect((await api("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: 10 } })).status).toBe(200);
-    const rows = lookupRows("Paced", 6);
-    const runId = await startRun("test-calls", { rows, dataset: "paced-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
-    const run = await waitForRun(runId);
-    expect(run.result).toEqual({ total: 6, completed: 6, failed: 0 });
-    expect(run.usage.providerLookups).toBeGreaterThan(0);
-    const stats = await simStats();
-    expect(stats).toMatchObject({ calls: 6, billed: 6, duplicates: 0 });
-    // Every request to the provider, call or lookup, took a slot, and no second held more than the rate's.
-    const gate = (await apiJson("/v1/pacing/sim")).body.state;
-    expect(gate.slotsGranted).toBeGreaterThanOrEqual(stats.calls + run.usage.providerLookups);
-    expect(gate.maxSlotsPerSecond).toBeLessThanOrEqual(10);
-  });
-
   it("wait out a 429 and ask again: the row gets its answer, not outcome_unknown", async () => {
     await simReset();
     // One request a second: the lookup right after the cut-off call is answered 429 with its Retry-After.

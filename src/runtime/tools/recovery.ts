@@ -7,11 +7,14 @@
  * second time. A request with the key still being answered is waited for,
  * within the call's receipt wait.
  *
- * A lookup is a provider request like any: each takes a slot of the
- * provider's pacer, and one answered as a rate limit (a 429, or what the
- * tool's `isRateLimit` says is one) slows every caller and is asked again
- * after its wait, within the call's rate-limit attempts and the run's retry
- * budget: a refusal to answer says nothing of how the request ended.
+ * A lookup is a provider request, but it takes no pacing slot: it is what
+ * an attempt must learn before it may go on, and waiting for slots behind
+ * the calls it holds up made attempts with short invocations lose every
+ * lookup to their wind-down. What its answer says of the provider's limit is
+ * told to the provider's pacer, and one answered as a rate limit (a 429, or
+ * what the tool's `isRateLimit` says is one) slows every caller and is asked
+ * again after its wait, within the call's rate-limit attempts and the run's
+ * retry budget: a refusal to answer says nothing of how the request ended.
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -19,7 +22,6 @@ import { sleep } from "../../core/time";
 import { outboundFetch } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
 import { ToolCallError } from "../../play/tool-error";
-import { currentRank } from "../../core/request-rank";
 import { mayRetry, retryDelayMs } from "../../core/backoff";
 import type { Pacer } from "../pacing/pacer";
 import { AnswerSignals } from "../pacing/signals";
@@ -62,9 +64,8 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
   const until = now() + o.waitMs;
   for (let poll = 0, attempt = 1; ; poll++) {
     signal.throwIfAborted();
-    // Counted before its slot is taken: past the invocation's subrequest cap it throws, and a slot taken would be held.
     meter.lookups++;
-    const slot = await pacer.slot(signal, currentRank());
+    const sentAt = now();
     const heard = new AnswerSignals();
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
@@ -79,7 +80,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       });
     } catch (error) {
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
-      slot.release(heard.signals);
+      pacer.heard(heard.signals, sentAt);
       if (await mayAskAgain(o.tool, { pacer, error, attempt }, services)) {
         attempt++;
         continue;
@@ -87,7 +88,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
-    slot.release(heard.signals);
+    pacer.heard(heard.signals, sentAt);
     if (answer.found) {
       const count = (recoveries.get(log) ?? 0) + 1;
       recoveries.set(log, count);
