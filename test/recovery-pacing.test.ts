@@ -2,9 +2,10 @@
  * Recovery lookups (a tool's `recover`, asking the provider how a request whose
  * outcome is unknown ended) are provider requests: what their answers say of
  * the provider's limit reaches its gate, and a 429 to one is a rate limit to
- * wait out, not an unknown outcome.
+ * wait out, not an unknown outcome; nor is a 5xx, asked again after a backoff.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { clearFaults, setFaults } from "./chaos-helpers";
 import { api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 async function setSim(config: Record<string, unknown>): Promise<void> {
@@ -12,6 +13,7 @@ async function setSim(config: Record<string, unknown>): Promise<void> {
 }
 
 afterEach(async () => {
+  await clearFaults();
   await setSim({ latencyMs: 0, ratePerSecond: null, rateLimitHeaders: "retry-after" });
   expect((await api("/v1/pacing/sim", { method: "DELETE" })).status).toBe(200);
 });
@@ -51,5 +53,28 @@ describe("recovery lookups", () => {
     expect(run.usage.providerLookups).toBeGreaterThan(0);
     const gate = (await apiJson("/v1/pacing/sim")).body.state;
     expect(gate).toMatchObject({ heard: true, announcedRequestsPerSecond: 50 });
+  });
+
+  it("ask again after a 5xx: the row gets its answer, not outcome_unknown", async () => {
+    await simReset();
+    // The call is cut off (its answer comes at 400 ms); the provider's first answer to a lookup is a 503.
+    await setSim({ latencyMs: 400 });
+    await setFaults([
+      {
+        point: "provider.lookup",
+        tool: "test_unkeyed_lookup_find",
+        times: 1,
+        error: { code: "service_unavailable", message: "provider answered HTTP 503", retryable: true },
+      },
+    ]);
+    const rows = lookupRows("Unavailable", 1);
+    const runId = await startRun("test-calls", { rows, dataset: "unavailable-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const [row] = await datasetRows(runId, "unavailable-lookups");
+    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
+    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    expect(run.usage.providerRetries).toBeGreaterThan(0);
+    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   });
 });

@@ -11,6 +11,7 @@
  * coordinator aborts itself, as a crash or eviction would), leaving whatever
  * it had in flight for the next invocation to redispatch.
  *
+ * `provider.lookup` is a recovery lookup (a tool's `recover`), before it is sent.
  * The `*.claimed`, `sheet.persisted` points come right after the operation
  * succeeded (crash points between the phases of a chunk; `executor.reported`:
  * a report the coordinator applied whose answer is lost; `executor.end` and
@@ -43,6 +44,7 @@ export const FAULT_POINTS = [
   "sheet.persist",
   "provider.before",
   "provider.after",
+  "provider.lookup",
   "upload.read",
   "sheet.claimed",
   "receipt.claimed",

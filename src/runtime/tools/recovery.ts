@@ -11,10 +11,13 @@
  * an attempt must learn before it may go on, and waiting for slots behind
  * the calls it holds up made attempts with short invocations lose every
  * lookup to their wind-down. What its answer says of the provider's limit is
- * told to the provider's pacer, and one answered as a rate limit (a 429, or
- * what the tool's `isRateLimit` says is one) slows every caller and is asked
- * again after its wait, within the call's rate-limit attempts and the run's
- * retry budget: a refusal to answer says nothing of how the request ended.
+ * told to the provider's pacer. A lookup that failed says nothing of how the
+ * request ended, and asking again bills nothing, so it is asked again within
+ * the run's retry budget unless the tool says the failure is permanent (a
+ * `ToolCallError` not retryable): one answered as a rate limit (a 429, or
+ * what the tool's `isRateLimit` says is one) slows every caller and waits as
+ * a call's would, within the call's rate-limit attempts; any other (a 5xx,
+ * the provider unreachable) after the calls' backoff, within their attempts.
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -38,7 +41,10 @@ export interface RecoverCallOptions {
 }
 
 /** What a recovery uses of the invocation: its provider's pacer, the run's retry budget and policy, the clock and the log. */
-export type RecoveryServices = Pick<DispatchServices, "env" | "signal" | "meter" | "policy" | "pacers" | "budget" | "now" | "log">;
+export type RecoveryServices = Pick<
+  DispatchServices,
+  "env" | "signal" | "meter" | "policy" | "pacers" | "budget" | "faults" | "now" | "log"
+>;
 
 const POLL_MS = [25, 50, 100, 200, 400];
 
@@ -69,6 +75,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
     const heard = new AnswerSignals();
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
+      await services.faults.check("provider.lookup", o.tool.id);
       answer = await recover(o.idempotencyKey, {
         idempotencyKey: o.idempotencyKey,
         signal,
@@ -108,9 +115,11 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
 }
 
 /**
- * A lookup that failed as a rate limit: every caller of the provider is
- * slowed, and after the wait it asked for (escalating, capped) the lookup
- * may be asked again if the retry policy and the run's budget allow.
+ * A lookup that failed: a rate limit slows every caller of the provider and
+ * waits as a call's 429 would; anything but a failure the tool calls
+ * permanent may be asked again, after the calls' backoff, if the retry policy
+ * and the run's budget allow (a lookup neither bills nor counts: only its
+ * answer matters, and a failure is no answer).
  */
 async function mayAskAgain(
   tool: AnyTool,
@@ -118,18 +127,21 @@ async function mayAskAgain(
   { signal, meter, policy, budget, log }: RecoveryServices,
 ): Promise<boolean> {
   const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
-  if (failure.retry.kind !== "rate_limited") return false;
-  meter.rateLimited++;
-  await pacer.backpressure(failure.retry.retryAfterMs).catch((reported: unknown) => {
-    log(`could not report a 429 of ${tool.id} to the pacing gate: ${messageOf(reported)}`);
-  });
-  if (!mayRetry(policy, failure.retry, attempt)) return false;
+  const saysPermanent = error instanceof ToolCallError && !error.retryable;
+  const retry = failure.retry.kind === "permanent" && !saysPermanent ? ({ kind: "transient" } as const) : failure.retry;
+  if (retry.kind === "rate_limited") {
+    meter.rateLimited++;
+    await pacer.backpressure(retry.retryAfterMs).catch((reported: unknown) => {
+      log(`could not report a 429 of ${tool.id} to the pacing gate: ${messageOf(reported)}`);
+    });
+  }
+  if (signal.aborted || !mayRetry(policy, retry, attempt)) return false;
   if (!budget.take()) {
     if (budget.noteExhausted())
       log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
     return false;
   }
   meter.retries++;
-  await sleep(retryDelayMs(policy, attempt, failure.retry.retryAfterMs), signal);
+  await sleep(retryDelayMs(policy, attempt, retry.kind === "rate_limited" ? retry.retryAfterMs : null), signal);
   return true;
 }
