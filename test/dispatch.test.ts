@@ -121,6 +121,21 @@ describe("batching", () => {
     expect(stats.duplicates).toBe(0);
   });
 
+  it("sends a member the provider refused on its own with a 503 again in a later batch: every row completes, billed once", async () => {
+    await simReset();
+    // Every fifth email is answered 503 the first time its key is seen, in a batch whose other members succeed.
+    const emails = Array.from({ length: 60 }, (_, i) => (i % 5 === 0 ? `!unavailable.person${i}@example.com` : `person${i}@example.com`));
+    const rows = emails.map((email, i) => ({ id: `u${i}`, tool: "sim_verify_email", input: { email } }));
+    const run = await waitForRun(await startRun("test-calls", { rows, dataset: "unavailable" }));
+    expect(run.result).toEqual({ total: 60, completed: 60, failed: 0 });
+    expect(run.usage.providerRetries).toBe(12);
+    const stored = await datasetRows(run.runId, "unavailable");
+    for (const [i, row] of stored.entries()) expect(row.out).toEqual({ email: emails[i], verdict: expectedVerdict(emails[i]!) });
+    const stats = await simStats();
+    expect(stats.byTool.sim_verify_email.billed).toBe(60);
+    expect(stats.duplicates).toBe(0);
+  });
+
   it("fails only the members of a batch the provider refuses", async () => {
     await simReset();
     // A batch larger than the provider now accepts is a 400 for the whole batch; a lone call still succeeds.

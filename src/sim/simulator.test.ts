@@ -12,6 +12,7 @@ describe("simulator rules", () => {
     });
     expect(evaluate("sim_find_email", { name: "!flaky x", domain: "d" })).toMatchObject({ kind: "flaky", failure: { status: 503 } });
     expect(evaluate("sim_verify_email", { email: 1 })).toMatchObject({ kind: "failed", failure: { status: 400 } });
+    expect(evaluate("sim_verify_email", { email: "!unavailable.x@d" })).toMatchObject({ kind: "flaky", failure: { status: 503 } });
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * The simulated provider's tools as pure functions: what each tool answers for
  * an input, and which inputs fail. Failures are decided by the input alone so
- * tests are deterministic; the one stateful rule (`!flaky` fails on the first
- * call per idempotency key) is expressed as an outcome the store resolves.
+ * tests are deterministic; the one stateful rule (`!flaky` names and
+ * `!unavailable` emails fail on the first call per idempotency key) is
+ * expressed as an outcome the store resolves.
  */
 import { z } from "zod";
 import { describeIssues } from "../core/errors";
@@ -63,6 +64,13 @@ export function verifyVerdict(email: string): "valid" | "invalid" {
   return sum % 3 !== 0 ? "valid" : "invalid";
 }
 
+/** What a `flaky` input gets the first time its key is seen. */
+const UNAVAILABLE: SimFailure = {
+  status: 503,
+  code: "provider_unavailable",
+  message: "The provider is temporarily unavailable; retry with the same idempotency key.",
+};
+
 /** Evaluates one call of `tool` on `input` (input validation included). */
 export function evaluate(tool: SimToolName, input: unknown): Evaluation {
   switch (tool) {
@@ -74,23 +82,15 @@ export function evaluate(tool: SimToolName, input: unknown): Evaluation {
       if (name.startsWith("!fail")) {
         return { kind: "failed", failure: { status: 422, code: "person_not_found", message: `No person named "${name}" at ${domain}.` } };
       }
-      if (name.startsWith("!flaky")) {
-        return {
-          kind: "flaky",
-          output,
-          failure: {
-            status: 503,
-            code: "provider_unavailable",
-            message: "The provider is temporarily unavailable; retry with the same idempotency key.",
-          },
-        };
-      }
+      if (name.startsWith("!flaky")) return { kind: "flaky", output, failure: UNAVAILABLE };
       return { kind: "ok", output };
     }
     case "sim_verify_email": {
       const parsed = VerifyEmailInput.safeParse(input);
       if (!parsed.success) return { kind: "failed", failure: invalidInput(tool, parsed.error) };
-      return { kind: "ok", output: { email: parsed.data.email, verdict: verifyVerdict(parsed.data.email) } };
+      const output = { email: parsed.data.email, verdict: verifyVerdict(parsed.data.email) };
+      if (parsed.data.email.startsWith("!unavailable")) return { kind: "flaky", output, failure: UNAVAILABLE };
+      return { kind: "ok", output };
     }
   }
 }

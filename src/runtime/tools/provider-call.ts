@@ -169,21 +169,37 @@ export async function callProvider<T>(
     last = failure;
     // Sent and failed as the attempt stopped: not retried here.
     if (ctx.signal.aborted) return { ok: false, error: failure.error, retryable: failure.retryable };
-    if (failure.retry.kind === "rate_limited") {
-      ctx.meter.rateLimited++;
-      await ctx.pacer.backpressure(failure.retry.retryAfterMs).catch((error: unknown) => {
-        ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
-      });
-    }
-    if (!mayRetry(ctx.retry, failure.retry, attempt)) return { ok: false, error: failure.error, retryable: failure.retryable };
-    if (!ctx.budget.take()) {
-      if (ctx.budget.noteExhausted())
-        ctx.log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
-      return { ok: false, error: failure.error, retryable: failure.retryable };
-    }
-    ctx.meter.retries++;
-    const retryAfterMs = failure.retry.kind === "rate_limited" ? failure.retry.retryAfterMs : null;
+    const waitMs = await retryWait(ctx, failure.retry, attempt);
+    if (waitMs === null) return { ok: false, error: failure.error, retryable: failure.retryable };
     // Stopped while it waits: the next turn answers this failure.
-    await sleep(retryDelayMs(ctx.retry, attempt, retryAfterMs), ctx.signal).catch(() => {});
+    await sleep(waitMs, ctx.signal).catch(() => {});
   }
+}
+
+/**
+ * After attempt `attempt` of a request failed as `retry` says: a rate limit
+ * slows every caller of the provider (its pacing gate pauses); answers how
+ * long to wait before the next attempt, or null when none may follow (a
+ * permanent failure, the policy's attempts spent, the run's retry budget
+ * spent). A retry allowed is counted on the meter.
+ */
+export async function retryWait(
+  ctx: Pick<ProviderCallContext, "toolId" | "pacer" | "budget" | "retry" | "meter" | "log">,
+  retry: RetryClass,
+  attempt: number,
+): Promise<number | null> {
+  if (retry.kind === "rate_limited") {
+    ctx.meter.rateLimited++;
+    await ctx.pacer.backpressure(retry.retryAfterMs).catch((error: unknown) => {
+      ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
+    });
+  }
+  if (!mayRetry(ctx.retry, retry, attempt)) return null;
+  if (!ctx.budget.take()) {
+    if (ctx.budget.noteExhausted())
+      ctx.log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
+    return null;
+  }
+  ctx.meter.retries++;
+  return retryDelayMs(ctx.retry, attempt, retry.kind === "rate_limited" ? retry.retryAfterMs : null);
 }

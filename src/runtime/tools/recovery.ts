@@ -25,10 +25,9 @@ import { sleep } from "../../core/time";
 import { outboundFetch } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
 import { ToolCallError } from "../../play/tool-error";
-import { mayRetry, retryDelayMs } from "../../core/backoff";
 import type { Pacer } from "../pacing/pacer";
 import { AnswerSignals } from "../pacing/signals";
-import { classifyFailure } from "./provider-call";
+import { classifyFailure, retryWait } from "./provider-call";
 import type { DispatchServices } from "./services";
 
 /** The call to recover: its tool and input, its keys, and how long to wait for a request with its key still in flight. */
@@ -129,19 +128,8 @@ async function mayAskAgain(
   const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
   const saysPermanent = error instanceof ToolCallError && !error.retryable;
   const retry = failure.retry.kind === "permanent" && !saysPermanent ? ({ kind: "transient" } as const) : failure.retry;
-  if (retry.kind === "rate_limited") {
-    meter.rateLimited++;
-    await pacer.backpressure(retry.retryAfterMs).catch((reported: unknown) => {
-      log(`could not report a 429 of ${tool.id} to the pacing gate: ${messageOf(reported)}`);
-    });
-  }
-  if (signal.aborted || !mayRetry(policy, retry, attempt)) return false;
-  if (!budget.take()) {
-    if (budget.noteExhausted())
-      log(`the run's retry budget is spent: retryable provider failures now fail their rows (a rerun retries them)`);
-    return false;
-  }
-  meter.retries++;
-  await sleep(retryDelayMs(policy, attempt, retry.kind === "rate_limited" ? retry.retryAfterMs : null), signal);
+  const waitMs = await retryWait({ toolId: tool.id, pacer, budget, retry: policy, meter, log }, retry, attempt);
+  if (waitMs === null || signal.aborted) return false;
+  await sleep(waitMs, signal);
   return true;
 }

@@ -12,12 +12,21 @@
  * `done()` gives the place back once the receipt is written.
  */
 import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
-import { timeoutSignal } from "../../core/time";
+import { sleep, timeoutSignal } from "../../core/time";
 import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { checkSplit, planBatches } from "./batching";
-import { callProvider, NotSent, type ProviderCallContext, type ProviderOutcome, ProviderTimeout } from "./provider-call";
+import {
+  callProvider,
+  classifyFailure,
+  NotSent,
+  type ProviderCallContext,
+  type ProviderOutcome,
+  ProviderTimeout,
+  retryWait,
+} from "./provider-call";
+import { ToolCallError } from "../../play/tool-error";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
@@ -44,6 +53,8 @@ export interface HeldOutcome {
 
 interface Pending {
   call: QueuedCall;
+  /** Its tries in batches so far, this one included (a member refused on its own goes out again: `#retryMember`). */
+  attempt: number;
   resolve(held: HeldOutcome): void;
   reject(error: unknown): void;
 }
@@ -150,15 +161,18 @@ export class ToolQueue {
   /** Sends one owned call (alone or in a batch) and resolves with its outcome. Rejects when prevented or aborted. */
   submit(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
     if (!tool.batch) return this.#single(tool, call);
-    return new Promise<HeldOutcome>((resolve, reject) => {
-      const gathering = getOrInsert(this.#gatherings, tool.id, () => this.#gather(tool));
-      gathering.members.push({ call, resolve, reject });
-      this.#gathered++;
-      this.#workers?.gather(1);
-      if (gathering.members.length >= tool.batch!.maxMembers) this.#flush(tool);
-      // This call may have been the last one running: any gathering past its grace (this tool's or another's) may go.
-      else this.#reviewSoon();
-    });
+    return new Promise<HeldOutcome>((resolve, reject) => this.#join(tool, { call, attempt: 1, resolve, reject }));
+  }
+
+  /** A batchable tool's call joins the tool's gathering (a full one goes at once). */
+  #join(tool: AnyTool, member: Pending): void {
+    const gathering = getOrInsert(this.#gatherings, tool.id, () => this.#gather(tool));
+    gathering.members.push(member);
+    this.#gathered++;
+    this.#workers?.gather(1);
+    if (gathering.members.length >= tool.batch!.maxMembers) this.#flush(tool);
+    // This call may have been the last one running: any gathering past its grace (this tool's or another's) may go.
+    else this.#reviewSoon();
   }
 
   /** Starts gathering `tool`'s calls: its grace, its hold (a quarter of the leases at most), and a cancel sending it on. */
@@ -355,6 +369,8 @@ export class ToolQueue {
       return;
     }
     let outcomes: CallOutcome[];
+    /** What the provider refused of each member on its own (the batch answered): may be retried, as a call's failure. */
+    let refused: (ToolCallError | null)[] = [];
     try {
       const batchMembers: BatchMember<unknown>[] = members.map((m) => ({ input: m.call.input, idempotencyKey: m.call.idempotencyKey }));
       const result = await this.#outbound(
@@ -374,11 +390,13 @@ export class ToolQueue {
       if (!result.ok) outcomes = members.map(() => result);
       else {
         try {
-          outcomes = checkSplit(strategy.split(result.value, batchMembers), members.length, tool.id).map((r) =>
+          const split = checkSplit(strategy.split(result.value, batchMembers), members.length, tool.id);
+          outcomes = split.map((r) =>
             r.ok
               ? { ok: true, output: r.output }
               : { ok: false, error: { code: r.error.code, message: r.error.message }, retryable: r.error.retryable },
           );
+          refused = split.map((r) => (r.ok ? null : new ToolCallError(r.error)));
         } catch (error) {
           // Billed, but unattributable: fail retryably, so a rerun asks again with the same keys (replayed, not
           // re-billed). A provider that ignores the keys would bill them again: failed for good, each member billed.
@@ -395,6 +413,36 @@ export class ToolQueue {
       for (const member of members) member.reject(error);
       return;
     }
-    for (const [i, member] of members.entries()) member.resolve(this.#held(outcomes[i]!));
+    await Promise.all(
+      members.map(async (member, i) => {
+        const error = refused[i];
+        if (!error || !(await this.#retryMember(tool, member, error, outcomes[i]!))) member.resolve(this.#held(outcomes[i]!));
+      }),
+    );
+  }
+
+  /**
+   * A member the provider refused on its own, as retryable (a 5xx, a rate
+   * limit of its own), goes out again in a later batch after the calls'
+   * backoff, within their attempts and the run's retry budget, as a single
+   * call's request would (`callProvider` retries the batch request itself,
+   * not its members). Answers false when it may not: its outcome stands.
+   */
+  async #retryMember(tool: AnyTool, member: Pending, error: ToolCallError, outcome: CallOutcome): Promise<boolean> {
+    const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
+    if (this.#services.signal.aborted) return false;
+    const waitMs = await retryWait(this.#context(tool), failure.retry, member.attempt);
+    if (waitMs === null) return false;
+    // Out, as a request is, until it joins again: the chunk's bulk receipt calls wait for its row. It keeps its place
+    // in the window meanwhile, as a call retried in `callProvider` does, and takes it again with its next batch.
+    void this.#outbound(sleep(waitMs, this.#services.signal)).then(
+      () => {
+        this.#window.leave(1);
+        this.#join(tool, { ...member, attempt: member.attempt + 1 });
+      },
+      // Stopped while it waits: this refusal is its outcome.
+      () => member.resolve(this.#held(outcome)),
+    );
+    return true;
   }
 }
