@@ -43,11 +43,23 @@ export function defineTool<Input, Output, Bindings extends ToolBinding = never>(
 /**
  * A row's id as rows give it: a string, or a number, as a string (`7` and
  * `"7"` are one row). Not `z.coerce.string()`, which takes `null` as "null"
- * and `{}` as "[object Object]": rows with no id merged into one.
+ * and `{}` as "[object Object]": rows with no id merged into one. A whole
+ * number past 2^53 is refused: JSON parses it to the nearest double, so
+ * `12345678901234567890` and `12345678901234567891` would be one row, keyed
+ * by digits no one sent.
  */
 export const RowId = z
   .union([z.string(), z.number()])
-  .transform(String)
+  .transform((id, ctx) => {
+    if (typeof id === "number" && Number.isInteger(id) && !Number.isSafeInteger(id)) {
+      ctx.addIssue({
+        code: "custom",
+        message: `is a number past ${Number.MAX_SAFE_INTEGER}, whose last digits JSON does not keep: send the id as a string`,
+      });
+      return z.NEVER;
+    }
+    return String(id);
+  })
   .pipe(
     z
       .string()
