@@ -31,6 +31,13 @@ async function bucketKeys(): Promise<string[]> {
 const postRaw = (path: string, text: string, headers: Record<string, string> = {}) =>
   apiJson(path, { method: "POST", body: text, headers: { "Content-Type": "application/json", ...headers } });
 
+/** A CSV of `rows` rows under a header of `columns` long column names besides id, name and domain: small as text, large as rows. */
+function wideCsv(rows: number, columns: number, nameChars: number): string {
+  const names = Array.from({ length: columns }, (_, i) => `c${i}_${"n".repeat(nameChars)}`);
+  const lines = Array.from({ length: rows }, (_, i) => `${i},a,b${",".repeat(columns)}`);
+  return `id,name,domain,${names.join(",")}\n${lines.join("\n")}\n`;
+}
+
 describe("a run's input", () => {
   it("refuses a numeric row id past 2^53, whose last digits JSON loses (two such ids were one row, the other dropped)", async () => {
     const before = await runIds();
@@ -50,6 +57,20 @@ describe("a run's input", () => {
     }
     // The largest safe integer, and a fraction, are ids as before.
     expect((await postRaw("/v1/runs/estimate", body("9007199254740991,-9007199254740991,1.5"))).status).toBe(200);
+    expect(await runIds()).toEqual(before);
+  });
+
+  it("refuses CSV text whose rows are too large for a run once parsed (400 KB of CSV were 82 MB of rows, a 500)", async () => {
+    const before = await runIds();
+    // Each row repeats the header's ten 400-character names: 4 KB a row from 13 bytes of commas.
+    const csv = wideCsv(20_000, 10, 400);
+    expect(csv.length).toBeLessThan(400_000);
+    for (const path of ["/v1/runs", "/v1/runs/estimate"]) {
+      const { status, body } = await apiJson(path, { method: "POST", json: { play: "demo-enrich", input: { csv } } });
+      expect(status, path).toBe(400);
+      expectError(body, "invalid_request");
+      expect(body.error.details).toEqual([{ path: "input.csv", message: expect.stringMatching(/as JSON.*POST \/v1\/uploads/) }]);
+    }
     expect(await runIds()).toEqual(before);
   });
 });

@@ -2,6 +2,11 @@
 
 const encoder = new TextEncoder();
 
+/** How many bytes `text` takes as UTF-8. */
+export function utf8Bytes(text: string): number {
+  return encoder.encode(text).length;
+}
+
 /**
  * `text`'s UTF-8 length when it is past `limit` bytes, else null. A UTF-16
  * code unit is at most three bytes: only a long text is encoded to count.

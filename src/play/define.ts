@@ -2,7 +2,7 @@
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { MAX_ISSUES, messageOf } from "../core/errors";
-import { hasLoneSurrogate, utf8BytesPast } from "../core/utf8";
+import { hasLoneSurrogate, utf8Bytes } from "../core/utf8";
 import { describeInputAs } from "./json-schema";
 import type { PlayDefinition, Row, ToolBinding, ToolDefinition, UploadedRows } from "./types";
 
@@ -71,6 +71,13 @@ export const RowId = z
 /** Limits on a play's row input; larger inputs are a 400, never a crash. */
 export const MAX_INPUT_ROWS = 100_000;
 export const MAX_ROW_BYTES = 64 * 1024;
+/**
+ * The most bytes a run's rows in hand may take as JSON, all together: a run's
+ * input goes to its coordinator in one RPC, of at most 32 MiB. A JSON body is
+ * at most 16 MiB, but CSV text grows as it is parsed (each row repeats the
+ * header's column names): 400 KB of it can be 80 MB of rows.
+ */
+export const MAX_INPUT_ROWS_BYTES = 24 * 1024 * 1024;
 
 /**
  * The most bytes one CSV record may take as written, its quotes, delimiters
@@ -178,19 +185,31 @@ function checkRows<R extends z.ZodType<Row, unknown>>(
   const checked: z.output<R>[] = [];
   let failed = 0;
   let issues = 0;
+  let bytes = 0;
   const refuse = (at: PropertyKey[], message: string) => {
     if (issues++ < MAX_ROW_ISSUES) report(at, message);
   };
-  list.forEach((value, i) => {
+  for (const [i, value] of list.entries()) {
     const result = safeParseRow(row, value);
     if (!result.success) {
       failed++;
       for (const issue of result.error.issues) refuse([i, ...issue.path], issue.message);
-    } else if (utf8BytesPast(JSON.stringify(result.data), MAX_ROW_BYTES) !== null) {
+      continue;
+    }
+    const rowBytes = utf8Bytes(JSON.stringify(result.data));
+    if (rowBytes > MAX_ROW_BYTES) {
       failed++;
       refuse([i], `row is over ${MAX_ROW_BYTES} bytes`);
-    } else checked.push(result.data);
-  });
+      continue;
+    }
+    bytes += rowBytes;
+    if (bytes > MAX_INPUT_ROWS_BYTES) {
+      // The rest is not read: rows past this cost CPU and memory, and the input is refused whatever they hold.
+      report([], `the rows are over ${MAX_INPUT_ROWS_BYTES} bytes as JSON by row ${i}; put them in an upload (POST /v1/uploads)`);
+      return null;
+    }
+    checked.push(result.data);
+  }
   if (issues > MAX_ROW_ISSUES) report([], `${failed} rows do not fit (${issues} issues; the first ${MAX_ROW_ISSUES} are listed)`);
   return failed > 0 ? null : checked;
 }
