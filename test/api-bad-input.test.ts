@@ -73,6 +73,17 @@ describe("a run's input", () => {
     }
     expect(await runIds()).toEqual(before);
   });
+
+  it("refuses rows too large to hand to the run once parsed with 413 (11 MB of -0 were 33 MB, past the 32 MiB of an RPC: a 500)", async () => {
+    const before = await runIds();
+    // `-0` is 2 characters of JSON and 9 bytes as a JavaScript value (a double); 178 rows of 63 KB each.
+    const row = (i: number) => `{"id":"${i}","name":"P","domain":"d.test","x":[${"-0,".repeat(20_999)}-0]}`;
+    const text = `{"play":"demo-enrich","input":{"rows":[${Array.from({ length: 178 }, (_, i) => row(i)).join(",")}]}}`;
+    const { status, body } = await postRaw("/v1/runs", text);
+    expect(status).toBe(413);
+    expectError(body, "request_too_large");
+    expect(await runIds()).toEqual(before);
+  });
 });
 
 describe("every route", () => {

@@ -9,7 +9,7 @@ import { isTerminal } from "../core/statuses";
 import { parseRunCursor } from "../stores/directory-store";
 import { type DailyBudget, pastDailyLimit } from "../stores/org-spend-store";
 import { canonicalJson, sha256Hex } from "../core/hash";
-import { NotFoundError, TroupeError, ValidationError } from "../core/errors";
+import { messageOf, NotFoundError, TroupeError, ValidationError } from "../core/errors";
 import type { AppEnv } from "./context";
 import { validate } from "./errors";
 import { parseJsonBody, readJsonBody } from "./json-body";
@@ -197,20 +197,40 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
   } else {
     await refuseOverDailyLimit(env, org);
   }
-  const run = await env.RUN_COORDINATOR.getByName(runId).start({
-    runId,
-    org,
-    play,
-    input,
-    force,
-    forceToolRefresh,
-    parentRunId: null,
-    timeoutSeconds,
-    testPolicy,
-    maxSpend,
-    retryUnknown,
-  });
+  const run = await env.RUN_COORDINATOR.getByName(runId)
+    .start({
+      runId,
+      org,
+      play,
+      input,
+      force,
+      forceToolRefresh,
+      parentRunId: null,
+      timeoutSeconds,
+      testPolicy,
+      maxSpend,
+      retryUnknown,
+    })
+    .catch((error: unknown) => {
+      throw RPC_TOO_LARGE.test(messageOf(error)) ? inputTooLarge() : error;
+    });
   return { runId, status: run.status };
+}
+
+/** How the runtime refuses an RPC whose arguments are past 32 MiB as it serializes them: nothing was sent. */
+const RPC_TOO_LARGE = /Serialized RPC arguments or return values are limited to /;
+
+/**
+ * An input within the request's limits whose parsed value is still too large
+ * to hand to its run: a value takes more bytes than its JSON (a number such
+ * as `-0` or `0.5` takes 9), so 11 MB of JSON can be past the RPC's 32 MiB.
+ */
+function inputTooLarge(): TroupeError {
+  return new TroupeError(
+    "request_too_large",
+    "the run's input is too large once parsed to hand to its run (numbers take up to 9 bytes each); put its rows in an upload (POST /v1/uploads)",
+    { httpStatus: 413 },
+  );
 }
 
 /**
