@@ -74,6 +74,19 @@ describe("a run's input", () => {
     expect(await runIds()).toEqual(before);
   });
 
+  it("refuses an input that breaks its schema in too many places to list (a stack overflow, a 500)", async () => {
+    const before = await runIds();
+    // 300,000 issues: zod gathers them into one array, spread as arguments.
+    const accounts = Array.from({ length: 300 }, (_, i) => ({ id: String(i), domain: "d.test", people: Array(1000).fill(0) }));
+    for (const path of ["/v1/runs", "/v1/runs/estimate"]) {
+      const { status, body } = await apiJson(path, { method: "POST", json: { play: "demo-accounts", input: { accounts } } });
+      expect(status, path).toBe(400);
+      expectError(body, "invalid_request");
+      expect(body.error.details).toEqual([{ path: "input", message: expect.stringContaining("too many") }]);
+    }
+    expect(await runIds()).toEqual(before);
+  });
+
   it("refuses rows too large to hand to the run once parsed with 413 (11 MB of -0 were 33 MB, past the 32 MiB of an RPC: a 500)", async () => {
     const before = await runIds();
     // `-0` is 2 characters of JSON and 9 bytes as a JavaScript value (a double); 178 rows of 63 KB each.

@@ -15,10 +15,28 @@ export function errorResponse(c: Context, status: ContentfulStatusCode, code: st
 
 /** Parses `value` with `schema`, or throws a 400 naming every offending field. */
 export function validate<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix: (string | number)[] = []): z.infer<S> {
-  const result = schema.safeParse(value);
+  const result = safeParse(schema, value, what, prefix);
   if (result.success) return result.data;
   const details = issuesOf(result.error, { prefix, root: "(body)" });
   throw new ValidationError(`${what} is invalid: ${details.map((d) => `${d.path}: ${d.message}`).join("; ")}`, details);
+}
+
+/**
+ * `schema.safeParse`, with a value that has too many issues to gather refused
+ * as a 400: zod spreads a field's issues into its parent's as arguments, and
+ * past about a hundred thousand of them (an array of a million wrong items)
+ * that overflows the stack.
+ */
+function safeParse<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix: (string | number)[]) {
+  try {
+    return schema.safeParse(value);
+  } catch (error) {
+    if (!(error instanceof RangeError && /call stack/i.test(error.message))) throw error;
+    const path = prefix.join(".") || "(body)";
+    throw new ValidationError(`${what} is invalid in too many places to list; check its shape (GET /v1/plays gives each play's input)`, [
+      { path, message: "too many issues to list" },
+    ]);
+  }
 }
 
 export function onError(error: unknown, c: Context): Response {
