@@ -87,6 +87,25 @@ describe("a run's input", () => {
     expect(await runIds()).toEqual(before);
   });
 
+  it("refuses a number past a double's range, which was stored as null (in a row, a signal's data, an NDJSON line)", async () => {
+    const [runsBefore, keysBefore] = [await runIds(), await bucketKeys()];
+    const row = await postRaw("/v1/runs", '{"play":"demo-enrich","input":{"rows":[{"id":"1","name":"a","domain":"b","score":1e400}]}}');
+    expect(row.status).toBe(400);
+    expect(row.body.error).toMatchObject({ code: "invalid_request", details: [{ path: "input.rows.0.score" }] });
+    const signal = await postRaw(`/v1/runs/${RUN}/signals/approve`, '{"data":{"n":-1e999}}');
+    expect(signal.status).toBe(400);
+    expect(signal.body.error).toMatchObject({ code: "invalid_request", details: [{ path: "data.n" }] });
+    const file = `{"id":"1","name":"a","domain":"b"}\n{"id":"2","name":"a","domain":"b","score":${"9".repeat(400)}}\n`;
+    const upload = await apiJson("/v1/uploads", { method: "POST", body: file, headers: { "Content-Type": NDJSON } });
+    expect(upload.status).toBe(400);
+    expect(upload.body.error).toMatchObject({
+      code: "malformed_upload",
+      details: { line: 2, reason: expect.stringMatching(/^score: a number past/) },
+    });
+    expect(await runIds()).toEqual(runsBefore);
+    expect(await bucketKeys()).toEqual(keysBefore);
+  });
+
   it("refuses rows too large to hand to the run once parsed with 413 (11 MB of -0 were 33 MB, past the 32 MiB of an RPC: a 500)", async () => {
     const before = await runIds();
     // `-0` is 2 characters of JSON and 9 bytes as a JavaScript value (a double); 178 rows of 63 KB each.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { MAX_JSON_DEPTH, tooDeepAt } from "./json-depth";
+import { infiniteNumberAt, MAX_JSON_DEPTH, tooDeepAt } from "./json-depth";
 
 /** `{ a: { a: ... leaf } }`, `levels` objects deep, built without recursion. */
 function nested(levels: number): unknown {
@@ -18,5 +18,22 @@ describe("tooDeepAt", () => {
 
   it("handles 10,000 levels without overflowing the stack", () => {
     expect(tooDeepAt(nested(10_000))).not.toBeNull();
+  });
+});
+
+describe("infiniteNumberAt", () => {
+  const at = (text: string) => infiniteNumberAt(text, JSON.parse(text));
+  it("names a number past a double's range, which JSON.stringify writes as null", () => {
+    expect(at('{"a":[1,{"b":1e400}]}')).toEqual(["a", "1", "b"]);
+    expect(at("-1E+309")).toEqual([]);
+    expect(at(`{"n":${"9".repeat(309)}}`)).toEqual(["n"]);
+    expect(at(`{"n":1${"0".repeat(250)}e99}`)).toEqual(["n"]);
+  });
+
+  it("passes finite numbers, and text that cannot hold a larger one without walking it", () => {
+    expect(at('{"a":1.7976931348623157e308,"b":1e-400,"c":"1e400"}')).toBeNull();
+    expect(at(`{"n":${"9".repeat(99)}e99}`)).toBeNull();
+    // No three-digit exponent nor a hundred digits: not walked (the value is not even looked at).
+    expect(infiniteNumberAt('{"a":1}', { a: Number.POSITIVE_INFINITY })).toBeNull();
   });
 });

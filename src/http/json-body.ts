@@ -1,6 +1,6 @@
 /** JSON request bodies: parsed, and refused when they nest deeper than the API accepts. */
 import { ValidationError, messageOf } from "../core/errors";
-import { tooDeepAt } from "../core/json-depth";
+import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
 
 /**
  * How many levels of objects and arrays a run's `input` or a signal's `data`
@@ -13,13 +13,14 @@ export const MAX_INPUT_DEPTH = 32;
 /** The body's own object adds one level above `input` and `data`. */
 const MAX_BODY_DEPTH = MAX_INPUT_DEPTH + 1;
 
-/** Reads the request's body as JSON, or throws a 400 (not JSON, or nested too deeply). */
+/** Reads the request's body as JSON, or throws a 400 (not JSON, nested too deeply, or a number past a double's range). */
 export async function readJsonBody(request: Request): Promise<unknown> {
   return parseJsonBody(await request.text());
 }
 
 /**
- * Parses a JSON body and checks its depth before anything else reads it.
+ * Parses a JSON body and checks its depth, and that its numbers are finite,
+ * before anything else reads it.
  * `JSON.parse` itself does not recurse, so any depth parses; the check then
  * stops at {@link MAX_BODY_DEPTH} levels, so it cannot overflow the stack either.
  */
@@ -36,6 +37,14 @@ export function parseJsonBody(text: string): unknown {
     throw new ValidationError(`${path}: objects and arrays may nest at most ${MAX_INPUT_DEPTH} levels; flatten the value`, [
       { path, message: `nested deeper than ${MAX_INPUT_DEPTH} levels` },
     ]);
+  }
+  const infinite = infiniteNumberAt(text, body);
+  if (infinite) {
+    const path = infinite.join(".") || "(body)";
+    throw new ValidationError(
+      `${path}: a number past what a JSON number holds (about 1.8e308) would be stored as null; send it as a string`,
+      [{ path, message: "a number past ±1.8e308" }],
+    );
   }
   return body;
 }

@@ -2,12 +2,13 @@
  * NDJSON rows from a byte stream: one JSON object per line. A line ends with
  * LF (a CR before it is dropped); blank lines are skipped; a UTF-8 byte-order
  * mark at the file's start is skipped. A line that is not valid UTF-8, not
- * JSON, not an object, nested too deeply or too long fails the scan naming
- * its line. Only the line being read is held: a chunk's complete lines are
- * parsed where they are, and a partial line waits for the next chunk.
+ * JSON, not an object, nested too deeply, too long, or holding a number past
+ * a double's range (`1e400`) fails the scan naming its line. Only the line
+ * being read is held: a chunk's complete lines are parsed where they are,
+ * and a partial line waits for the next chunk.
  */
 import { messageOf } from "../core/errors";
-import { tooDeepAt } from "../core/json-depth";
+import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
 import type { Row } from "../play/types";
 import { MalformedUploadError } from "./errors";
 import { MAX_ROW_DEPTH, MAX_ROW_LINE_BYTES } from "./limits";
@@ -125,5 +126,11 @@ function parseRow(bytes: Uint8Array, decoder: TextDecoder, line: number): Row | 
   }
   const tooDeep = tooDeepAt(value, MAX_ROW_DEPTH);
   if (tooDeep) throw new MalformedUploadError(line, `${tooDeep.join(".")}: objects and arrays may nest at most ${MAX_ROW_DEPTH} levels`);
+  const infinite = infiniteNumberAt(text, value);
+  if (infinite)
+    throw new MalformedUploadError(
+      line,
+      `${infinite.join(".")}: a number past what a JSON number holds (about 1.8e308); write it as a string`,
+    );
   return value as Row;
 }
