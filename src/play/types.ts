@@ -82,7 +82,8 @@ export interface PlayCaller {
    *
    * At play level the run is `waiting` while the child runs. Inside a field
    * function each row runs its own child (bounded concurrency); a row whose
-   * child runs long makes its chunk yield until the child ends.
+   * child runs long makes its chunk yield until the child ends. A call the
+   * play does not await still starts its child, and the run waits for it.
    *
    * @throws TerminalError `child_failed` / `child_cancelled` / `child_timeout`
    *   when the child did not complete; inside `ctx.map` the row fails.

@@ -6,6 +6,7 @@ import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 import {
   testChildBesideCall,
+  testDetachedChild,
   testFetch,
   testFragileRows,
   testMutating,
@@ -38,6 +39,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testPlayCall,
           testFragileRows,
           testChildBesideCall,
+          testDetachedChild,
           testThrowingRows,
           testOuterFields,
           testFetch,

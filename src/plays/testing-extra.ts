@@ -253,3 +253,14 @@ export const testTwoInputs = definePlay({
     return { a: a.completed, b: b.completed };
   },
 });
+
+/** Calls `test-leaf` without awaiting it (a bare call, `void`) and returns at once: the child is the play's all the same. */
+export const testDetachedChild = definePlay({
+  name: "test-detached-child",
+  description: "test only: ctx.runPlay not awaited, the play returning before the call is answered",
+  input: z.object({ leaf: z.unknown() }),
+  async run(ctx, input) {
+    void ctx.runPlay("test-leaf", input.leaf);
+    return { returned: true };
+  },
+});

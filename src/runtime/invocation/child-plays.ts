@@ -136,6 +136,8 @@ export class ChildPlays {
   #scope: InvocationScope;
   #runs: RunClient;
   #binding = new Map<string, Promise<void>>();
+  /** Play-level calls of this invocation until each has parked or settled: the play may return without awaiting one. */
+  #calls = new Set<Promise<unknown>>();
   #submits: Semaphore;
 
   constructor(options: ChildPlaysOptions) {
@@ -145,8 +147,22 @@ export class ChildPlays {
     this.#submits = new Semaphore(options.policy.childSubmitConcurrency);
   }
 
-  /** `ctx.runPlay`: `row` is the row key when called from a field function, else null. */
-  async run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
+  /**
+   * `ctx.runPlay`: `row` is the row key when called from a field function, else null. A play-level call counts from
+   * the moment it is made ({@link idle}): one the play does not await starts its child and the run waits for it, as
+   * for an un-awaited `ctx.sleep`, even when the play returns before the call has opened its entry.
+   */
+  run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
+    const call = this.#run(name, input, options, row);
+    if (row !== null) return call;
+    this.#calls.add(call);
+    // Also handles an un-awaited call's end: its park (the run's own control flow), or a failure the play left unread.
+    const forget = () => this.#calls.delete(call);
+    call.then(forget, forget);
+    return call;
+  }
+
+  async #run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
     const { journal, policy } = this.#deps;
     const { run } = this.#scope;
     checkOptions(name, options);
@@ -205,9 +221,14 @@ export class ChildPlays {
     return this.#await(entry, row);
   }
 
-  /** Waits until every child submit this invocation began has been answered. */
+  /**
+   * Waits until the child submits in flight have been answered, and every play-level call has parked the run (its
+   * child still runs) or settled: one the play did not await included.
+   */
   async idle(): Promise<void> {
+    // Rows' submits in flight now (a map left running goes on submitting until the invocation stops it), then the play's.
     await Promise.allSettled([...this.#binding.values()]);
+    while (this.#calls.size > 0) await Promise.allSettled([...this.#calls]);
   }
 
   /**
