@@ -109,4 +109,29 @@ describe("a child's bills that come after its end", () => {
       await clearFaults();
     }
   });
+
+  it("replace its allotment in a parent its end could not be told at first: the parent's ask learns the end, not the spend", async () => {
+    await simReset();
+    const domain = `untold-${crypto.randomUUID().slice(0, 8)}.test`;
+    const accounts = [0, 1].map((a) => ({ id: `untold${a}`, domain, people: [`Untold ${a} A`, `Untold ${a} B`] }));
+    try {
+      // The first child to end cannot tell its parent: the parent's alarm asks it, and goes on.
+      await setFaults([{ point: "child.finished", times: 1 }]);
+      const started = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-accounts", input: { accounts }, maxSpend: 100 } });
+      const parent = await waitForRun(started.body.runId, { timeoutMs: 60_000 });
+      expect(parent.status).toBe("completed");
+      // Each child's allotment (half the cap's room, tens of credits) gives way to what it spent.
+      const spend = await until(
+        () => childSpend(parent.runId),
+        (rows) => rows.every((row) => row.ended === 1),
+        "the parent to count what every child spent",
+      );
+      expect(spend).toEqual([
+        expect.objectContaining({ micros: 2_500_000, ended: 1 }),
+        expect.objectContaining({ micros: 2_500_000, ended: 1 }),
+      ]);
+    } finally {
+      await clearFaults();
+    }
+  });
 });

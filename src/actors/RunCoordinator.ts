@@ -66,7 +66,7 @@ const SPEND_REPORT_RETRY_MS = 5_000;
 /** A child whose cancel failed is tried again this much later, this many times. */
 const CHILD_CANCEL_RETRY_MS = 5_000;
 const MAX_CHILD_CANCEL_TRIES = 10;
-/** A parent that could not be told of a spend grown after this run's end is told again this much later, this many times. */
+/** A parent that could not be told of this run's end (or of a spend grown since) is told again this much later, this many times. */
 const PARENT_RETELL_RETRY_MS = 5_000;
 const MAX_PARENT_RETELL_TRIES = 120;
 /** Signals a run keeps that no wait has taken yet; more are refused (`too_many_signals`) unless a wait takes them now. */
@@ -424,7 +424,7 @@ export class RunCoordinator extends Server<Env> {
     // children running, and they would run to their own limits.
     if ((await cancelChildren(links)) > 0 && this.#journal.bump("child_cancel_tries") <= MAX_CHILD_CANCEL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + CHILD_CANCEL_RETRY_MS);
-    // A parent not told that this run's spend grew after its end (late bills) is told again shortly, a bounded number of times.
+    // A parent not told of this run's end and spend (or that the spend grew after it) is told again shortly, a bounded number of times.
     if ((await tellParents(links)) === 0) this.#journal.resetCounter("parent_retell_tries");
     else if (this.#journal.bump("parent_retell_tries") <= MAX_PARENT_RETELL_TRIES)
       next = Math.min(next ?? Infinity, Date.now() + PARENT_RETELL_RETRY_MS);

@@ -24,8 +24,8 @@ export interface RunLinksOptions {
 
 /**
  * Tells every parent not yet told that this (terminal) run ended, or told it spent less than it has now. Returns
- * how many were told again of a larger spend and could not be: a parent asks a child it waits on by its alarm, but
- * nothing asks for a spend that grew after the end, so the caller tries those again.
+ * how many could not be told: the caller tries those again. A parent asks a child it waits on by its alarm, but that
+ * ask learns the end, not the spend: a capped parent would count the child's whole allotment for good.
  */
 export async function tellParents(o: RunLinksOptions): Promise<number> {
   const run = o.store.run();
@@ -47,11 +47,11 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
         await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
         o.journal.markTold(parentRunId, spent);
       } catch (error) {
-        if (again) untold++;
+        untold++;
         o.log(
           again
             ? `could not tell parent run ${parentRunId} that this run's spend grew since its end (${messageOf(error)}); tried again shortly`
-            : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); the parent asks by its alarm`,
+            : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); tried again shortly`,
         );
       }
     }),
