@@ -63,7 +63,8 @@ export interface RunPlayOptions {
   key?: string;
   /**
    * Stop waiting after this long: the call throws `child_timeout`, and a
-   * child this run started is cancelled.
+   * child this run started is cancelled (unless another call of this run,
+   * the same call with another timeout or none, still waits on it).
    */
   timeoutMs?: number;
   /** A completed child that ended longer ago than this is not reused: a new one runs. */

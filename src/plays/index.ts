@@ -6,6 +6,7 @@ import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 import {
   testChildBesideCall,
+  testChildTimeouts,
   testDetachedChild,
   testFetch,
   testFragileRows,
@@ -40,6 +41,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testFragileRows,
           testChildBesideCall,
           testDetachedChild,
+          testChildTimeouts,
           testThrowingRows,
           testOuterFields,
           testFetch,

@@ -264,3 +264,15 @@ export const testDetachedChild = definePlay({
     return { returned: true };
   },
 });
+
+/** One `test-leaf` call made at once with each of `timeouts` (null: none); each call's outcome: its result or error code. */
+export const testChildTimeouts = definePlay({
+  name: "test-child-timeouts",
+  description: "test only: the same ctx.runPlay call made at once with different timeoutMs",
+  input: z.object({ leaf: z.unknown(), timeouts: z.array(z.number().nullable()).min(1).max(4) }),
+  async run(ctx, input) {
+    const calls = input.timeouts.map((timeoutMs) => ctx.runPlay("test-leaf", input.leaf, timeoutMs === null ? {} : { timeoutMs }));
+    const settled = await Promise.allSettled(calls);
+    return settled.map((s) => (s.status === "fulfilled" ? { result: s.value } : { code: (s.reason as { code?: string }).code ?? null }));
+  },
+});

@@ -193,7 +193,12 @@ export class ChildPlays {
     // The call's entry follows the input as the play passed it: parsed, it holds the child play's defaults, and a
     // deploy adding a defaulted field made a replay miss the entry and start a second child.
     const call = await sha256Hex(canonicalJson([run.org, name, input, options.key ?? null, fresh]));
-    const key = `child:input:${call.slice(0, 48)}`;
+    const untimed = `child:input:${call.slice(0, 48)}`;
+    // Each timeout waits under an entry of its own, on the same child: an entry's timeout is every caller's, so
+    // identical calls with different timeouts (or none) would all end at the first one's.
+    const key = options.timeoutMs === undefined ? untimed : `${untimed}:timeout:${options.timeoutMs}`;
+    const shared = key === untimed ? null : journal.get(untimed);
+    if (shared?.timeoutAt != null && shared.timeoutAt - shared.createdAt === options.timeoutMs) journal.rekey(untimed, key);
     // Entries journaled before are filed under it from now on: under the parsed input, and earlier under the digest.
     const parsedCall = await sha256Hex(canonicalJson([run.org, name, parsed.data, options.key ?? null, fresh]));
     journal.rekey(`child:call:${parsedCall.slice(0, 48)}`, key);
@@ -370,8 +375,8 @@ export class ChildPlays {
   }
 
   /**
-   * A child past `timeoutMs`: cancelled first (unless another parent's same
-   * call still waits on it: RunCoordinator.cancel), then its wait fails
+   * A child past `timeoutMs`: cancelled first (unless another call of this
+   * run, or another parent's same call, still waits on it: RunCoordinator.cancel), then its wait fails
    * `child_timeout`. A cancel that fails leaves the wait
    * waiting, to time out again at its next check: failed first, it was never
    * tried again, and the child ran on to its own limits.
@@ -379,7 +384,9 @@ export class ChildPlays {
   async #timeOut(entry: WaitEntry): Promise<void> {
     const { journal } = this.#deps;
     const ms = entry.timeoutAt! - entry.createdAt;
-    if (entry.childRunId && journal.get(entry.key)?.state === "waiting") {
+    // Another call of this run still waits on the child (the same call without a timeout, or a longer one).
+    const awaited = entry.childRunId !== null && journal.waitingOn(entry.childRunId).some((other) => other.key !== entry.key);
+    if (entry.childRunId && !awaited && journal.get(entry.key)?.state === "waiting") {
       try {
         await this.#scope.faults.check("child.cancel");
         await this.#runs.cancel(entry.childRunId, this.#scope.run.runId);
