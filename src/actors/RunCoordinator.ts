@@ -1,5 +1,5 @@
 import { Server, type Connection, type ConnectionContext } from "partyserver";
-import { type ChildAllotment, ChildFinished, StartRunMessage } from "../contracts/runs";
+import { type ChildAllotment, ChildFinished, type RunSource, type SignalResult, StartRunMessage } from "../contracts/runs";
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor } from "../core/policy";
@@ -17,7 +17,7 @@ import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org
 import { allotToChild } from "../runtime/tools/child-spend";
 import { toMicros } from "../stores/spend-store";
 import { cancelChildren, stopChildren, tellParents } from "../runtime/invocation/run-links";
-import { isTerminal, type RunStatus } from "../core/statuses";
+import { isTerminal } from "../core/statuses";
 import { RunStore, type RunRecord } from "../stores/run-store";
 import type { LedgerEvent } from "../stores/ledger-store";
 import { runMigrations } from "../stores/run-schema";
@@ -32,34 +32,11 @@ import { OrgClient } from "../clients/orgs";
 import { toolRegistry } from "../tools";
 import type { LedgerEventFields, LedgerEventType } from "../api/responses";
 
-/** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
-export type SignalResult =
-  | { outcome: "not_found" }
-  | { outcome: "finished"; status: RunStatus | "cancelling" }
-  /** The run holds {@link MAX_OPEN_SIGNALS} signals no wait has taken: this one is refused. */
-  | { outcome: "full"; open: number }
-  /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
-  | { outcome: "key_reused"; eventKey: string }
-  | { outcome: "accepted"; status: RunView["status"]; consumed: boolean; duplicate: boolean };
-
 /**
  * Set by the Worker on a live (WebSocket) request it forwards: the org whose token it verified. The coordinator
  * trusts it because only the Worker can reach the coordinator; the Worker overwrites whatever a client sent.
  */
 export const VERIFIED_ORG_HEADER = "X-Troupe-Verified-Org";
-
-/** What a rerun needs of the run it repeats. */
-export interface RunSource {
-  play: string;
-  /** The run's validated input, as JSON text (RPC types cannot carry a recursive JSON type). */
-  inputJson: string;
-  force: boolean;
-  forceToolRefresh: boolean;
-  /** The run's runtime limit (`timeoutSeconds`, or the default it ran under): a rerun keeps it unless told otherwise. */
-  timeoutSeconds: number;
-  /** The run's status now (`cancelling` while a cancelled or failed run still cancels its children): a run that has not ended cannot be rerun yet. */
-  status: RunStatus | "cancelling";
-}
 
 /** A finished run whose spend report failed tries again after this long. */
 const SPEND_REPORT_RETRY_MS = 5_000;

@@ -1,11 +1,11 @@
 /**
  * The RunCoordinator's RPC shapes that other objects send: a run's start (from
- * the Worker or a parent run) and a child's end (from the child's coordinator).
- * Checked where they arrive, in the coordinator.
+ * the Worker or a parent run) and a child's end (from the child's coordinator),
+ * checked where they arrive, in the coordinator; and what some of its RPCs answer.
  */
 import { z } from "zod";
 import { TestPolicyOverrides } from "../core/policy";
-import { TERMINAL_STATUSES } from "../core/statuses";
+import { type RunStatus, TERMINAL_STATUSES } from "../core/statuses";
 import { StartRun as RunRequest } from "../api/contract";
 
 export const StartRunMessage = z.object({
@@ -45,4 +45,27 @@ export interface ChildAllotment {
   micros: number;
   /** Refused while the child's siblings hold allotments they may not spend: those come back as they end. */
   wait: boolean;
+}
+
+/** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
+export type SignalResult =
+  | { outcome: "not_found" }
+  | { outcome: "finished"; status: RunStatus | "cancelling" }
+  /** The run holds MAX_OPEN_SIGNALS (RunCoordinator) signals no wait has taken: this one is refused. */
+  | { outcome: "full"; open: number }
+  /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */
+  | { outcome: "key_reused"; eventKey: string }
+  | { outcome: "accepted"; status: RunStatus | "cancelling"; consumed: boolean; duplicate: boolean };
+
+/** What a rerun needs of the run it repeats. */
+export interface RunSource {
+  play: string;
+  /** The run's validated input, as JSON text (RPC types cannot carry a recursive JSON type). */
+  inputJson: string;
+  force: boolean;
+  forceToolRefresh: boolean;
+  /** The run's runtime limit (`timeoutSeconds`, or the default it ran under): a rerun keeps it unless told otherwise. */
+  timeoutSeconds: number;
+  /** The run's status now (`cancelling` while a cancelled or failed run still cancels its children): a run that has not ended cannot be rerun yet. */
+  status: RunStatus | "cancelling";
 }
