@@ -9,7 +9,7 @@ import { env } from "cloudflare:workers";
 import { afterEach, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
-import { api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers";
 
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 
@@ -165,4 +165,36 @@ it("cancels a child whose start was under way as the cancel arrived, without wai
   expect((await runView(parent)).status).toBe("cancelling");
   expect(await injector().release(1)).toBe(1);
   expect((await waitForRun(parent)).status).toBe("cancelled");
+});
+
+it("ends as its play decided when a cancel comes after the play returned, while a call it left is in flight", async () => {
+  await simReset();
+  // Held once the provider answered: the play returns without it, and its end waits for the call.
+  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-return-beside-call", hold: true }]);
+  const n = crypto.randomUUID().slice(0, 8);
+  const runId = await startRun("test-return-beside-call", {
+    left: { tool: "sim_find_email", input: { name: `Left ${n}`, domain: "cancel.test" } },
+    awaited: { tool: "sim_verify_email", input: { email: `awaited-${n}@cancel.test` } },
+  });
+  await injector().held(0);
+  await until(
+    () => allEvents(runId),
+    (events) => events.some((e) => e.type === "log.appended" && e.line === "returning"),
+    "the play to return",
+  );
+  const cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+  expect(cancelled.status).toBe(202);
+  // The answer shows the status the run ends with: not `cancelling`, for a run whose play returned.
+  expect(cancelled.body.status).toBe("running");
+  expect((await runView(runId)).status).toBe("running");
+  // Nor would it take a signal: it would end without it.
+  const sent = await apiJson(`/v1/runs/${runId}/signals/late`, { method: "POST", json: { data: 1 } });
+  expect(sent.status).toBe(409);
+  expect(sent.body.error.code).toBe("run_finished");
+  expect(await injector().release(0)).toBe(1);
+  const run = await waitForRun(runId);
+  expect(run.status).toBe("completed");
+  expect(run.result).toEqual({ returned: true });
+  // Both calls billed: the one left in flight too (find 1, verify 0.25).
+  expect(run.usage.spend.total).toBe(1.25);
 });

@@ -51,6 +51,9 @@ export const MAX_OPEN_SIGNALS = 1_000;
 /** How many times an ended run's failing alarm is armed again at its last retry (lateAlarmRetryAt: an hour of tries). */
 const MAX_ENDED_ALARM_FALLBACKS = 60;
 
+/** An alarm invocation under way; `decided`: its play ended the run (returned, or failed), before that end is stored. */
+type AlarmInvocation = { controller: AbortController; wake: boolean; decided: boolean };
+
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
 
@@ -72,7 +75,7 @@ export class RunCoordinator extends Server<Env> {
    * next alarm. While it is set, a wake only raises `wake`: the invocation reads
    * it after its last await, in the same synchronous step that arms the alarm.
    */
-  #invocation: { controller: AbortController; wake: boolean } | null = null;
+  #invocation: AlarmInvocation | null = null;
   #feed: LiveFeed;
   #redactor: Redactor;
   #journal: JournalStore;
@@ -166,7 +169,7 @@ export class RunCoordinator extends Server<Env> {
     if (earlier && !sameDelivery(earlier, eventKey, data)) return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
     // A run being cancelled (or carrying out an end it decided, or past its runtime limit) would take the signal and end without it.
-    if (isTerminal(run.status) || run.cancelRequested || this.#store.ending() || run.deadlineAt <= Date.now())
+    if (isTerminal(run.status) || run.cancelRequested || this.#ending() || run.deadlineAt <= Date.now())
       return { outcome: "finished", status: shownStatus(run) };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     // Each is kept (up to 64 KiB) until a wait takes it: a sender posting to a key the play never waits on stops here.
@@ -244,7 +247,7 @@ export class RunCoordinator extends Server<Env> {
       this.#journal.markNotified(parentRunId);
       if (this.#journal.unnotifiedWatchers().length > 0) return this.#view();
     }
-    if (!isTerminal(run.status) && !this.#store.ending()) {
+    if (!isTerminal(run.status) && !this.#ending()) {
       this.#store.requestCancel();
       this.#invocation?.controller.abort(new TroupeError("cancelled", "the run was cancelled"));
       await this.#wake();
@@ -341,12 +344,12 @@ export class RunCoordinator extends Server<Env> {
       this.#invocation.wake = true;
       return;
     }
-    const invocation = { controller: new AbortController(), wake: false };
+    const invocation = { controller: new AbortController(), wake: false, decided: false };
     this.#invocation = invocation;
     let next: number | null = null;
     let failed = true;
     try {
-      next = await withOutbound(this.#outbound(), () => this.#invoke(invocation.controller.signal));
+      next = await withOutbound(this.#outbound(), () => this.#invoke(invocation));
       failed = false;
     } finally {
       // No await between reading the wake and arming: a wake from here on finds no invocation and arms the alarm itself.
@@ -363,7 +366,7 @@ export class RunCoordinator extends Server<Env> {
   }
 
   /** One alarm invocation: drives the run, then tells its children and parents. Returns when the alarm should fire next. */
-  async #invoke(signal: AbortSignal): Promise<number | null> {
+  async #invoke(invocation: AlarmInvocation): Promise<number | null> {
     const meter = new SubrequestMeter({ cap: subrequestCapFor(this.env) });
     // Test runner only: a `crash` fault kills this invocation the way an eviction would.
     const faults = faultProbeFor(this.env, { crash: (reason) => this.#crash(reason), play: this.#store.run()?.play });
@@ -372,7 +375,10 @@ export class RunCoordinator extends Server<Env> {
     // A status the directory missed (a new run's listings failed, and no status change since tells it): told now.
     if (run && this.#listed !== shownStatus(run)) await this.#syncDirectory().catch(() => {});
     const start = {
-      cancel: signal,
+      cancel: invocation.controller.signal,
+      onEndDecided: () => {
+        invocation.decided = true;
+      },
       policy: policyFor(this.env, run?.testPolicy),
       meter,
       faults,
@@ -424,6 +430,11 @@ export class RunCoordinator extends Server<Env> {
   #crash(reason: string): never {
     this.ctx.abort(reason);
     throw new Error(reason);
+  }
+
+  /** The run carries out an end it decided: its play's, not stored yet, or stored (an invocation that died carrying it out). */
+  #ending(): boolean {
+    return this.#invocation?.decided === true || this.#store.ending() !== null;
   }
 
   /** Drives the run again at once (after the current invocation, if one is running). */

@@ -148,6 +148,25 @@ export const testChildBesideCall = definePlay({
   },
 });
 
+/**
+ * Returns while a play-level call it did not await is in flight (sent beside one it awaited): the run ends once the
+ * call has. It logs `returning` as it returns.
+ */
+export const testReturnBesideCall = definePlay({
+  name: "test-return-beside-call",
+  description: "test only: returns while a play-level tool call it did not await is in flight",
+  input: z.object({
+    left: z.object({ tool: z.string(), input: z.unknown() }),
+    awaited: z.object({ tool: z.string(), input: z.unknown() }),
+  }),
+  async run(ctx, { left, awaited }) {
+    ctx.tool(left.tool, left.input).catch(() => {});
+    await ctx.tool(awaited.tool, awaited.input);
+    ctx.log("returning");
+    return { returned: true };
+  },
+});
+
 /** Each row's field throws the row's `message`: what a failed row stores of an error (a provider's, quoting its key). */
 export const testThrowingRows = definePlay({
   name: "test-throwing-rows",

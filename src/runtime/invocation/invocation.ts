@@ -65,6 +65,8 @@ export interface RunHost {
 export interface InvocationStart {
   /** Aborted by the coordinator when the run is cancelled. */
   cancel: AbortSignal;
+  /** The play ended the run (it returned, or failed): a cancel from here on, before the end is stored, changes nothing. */
+  onEndDecided(): void;
   policy: RuntimePolicy;
   meter: SubrequestMeter;
   /** The test-only fault seam (the coordinator's can crash it). */
@@ -162,6 +164,8 @@ export class Invocation implements InvocationScope {
     try {
       await services.children.checkDue();
       const end = await this.#run(play, ctx, services, maps);
+      // Decided before what the play left running ends (below): a cancel then would stop children for a run that ends so.
+      if (end.kind === "completed" || end.kind === "failed" || end.kind === "cancelled") this.#start.onEndDecided();
       return maps.running > 0 ? withMapsStopped(end) : end;
     } finally {
       // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.
