@@ -101,7 +101,7 @@ it("allots its children no more of its cap once it is cancelling", async () => {
   await cancel(parent);
   // Cancelling (its call still held, so not yet cancelled): a child whose cancel failed, asking again, gets nothing more.
   expect((await runView(parent)).status).toBe("cancelling");
-  expect(await coordinator.allotChildSpend("dev", child!.runId, micros, micros)).toEqual({ micros, wait: false });
+  expect(await coordinator.allotChildSpend("dev", child!.runId, micros, micros)).toEqual({ micros, wait: false, ended: true });
   expect(await injector().release(0)).toBe(1);
   expect((await waitForRun(parent)).status).toBe("cancelled");
 });
@@ -125,7 +125,11 @@ it("cancels the children it waits on as its runtime limit passes, while its own 
   );
   expect((await runView(parent)).status).toBe("running");
   // Past its limit, a child whose cancel failed gets none of the parent's cap.
-  expect(await env.RUN_COORDINATOR.getByName(parent).allotChildSpend("dev", child!.runId, 1, 1)).toEqual({ micros: 0, wait: false });
+  expect(await env.RUN_COORDINATOR.getByName(parent).allotChildSpend("dev", child!.runId, 1, 1)).toEqual({
+    micros: 0,
+    wait: false,
+    ended: true,
+  });
   expect(await injector().release(0)).toBe(1);
   const run = await waitForRun(parent);
   expect(run.status).toBe("failed");

@@ -14,7 +14,7 @@ import { afterOf, LiveFeed, type LiveState, replayEnded } from "../runtime/views
 import { type Redactor, redactorFor } from "../runtime/views/redact";
 import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
-import { allotToChild } from "../runtime/tools/child-spend";
+import { allotToChild, moveAllotment, type SpendLinks } from "../runtime/tools/child-spend";
 import { toMicros } from "../stores/spend-store";
 import { cancelChildren, stopChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal } from "../core/statuses";
@@ -88,6 +88,8 @@ export class RunCoordinator extends Server<Env> {
   #outboundGate: OutboundGate | null;
   /** Children refused more of this run's cap, and when they last asked (runtime/tools/child-spend.ts). */
   #childWaits = new Map<string, number>();
+  /** What the run's asks of its parents and answers to its children go through (child-spend.ts). */
+  #spendLinks: SpendLinks;
   /** The status this instance last told the org's directory (an alarm tells one it missed: a failed sync). */
   #listed: string | null = null;
   /** The probe of directory syncs (test runner only), one per instance: a probe asks whether faults are armed once. */
@@ -101,6 +103,7 @@ export class RunCoordinator extends Server<Env> {
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#redactor = redactorFor(env);
+    this.#spendLinks = { env, store: this.#store, journal: this.#journal };
     this.#feed = new LiveFeed({
       events: (after, limit) => this.#store.ledger.events(after, limit),
       snapshot: () => ({ run: this.#view()!, seq: this.#store.ledger.lastSeq() }),
@@ -206,7 +209,15 @@ export class RunCoordinator extends Server<Env> {
   async allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment> {
     if (!this.#runOf(org)) return { micros: 0, wait: false };
     const micros = (n: number) => (Number.isSafeInteger(n) && n > 0 ? n : 0);
-    return allotToChild(this.env, this.#store, childRunId, micros(wantedMicros), micros(needMicros), this.#childWaits, Date.now());
+    return allotToChild(this.#spendLinks, childRunId, micros(wantedMicros), micros(needMicros), this.#childWaits, Date.now());
+  }
+
+  /** A child this run allotted some of its cap spends from another parent's now: what it spent of this run's is final. */
+  async childSpendMoved(org: string, childRunId: string, spentMicros: number): Promise<void> {
+    const run = this.#runOf(org);
+    // Counted as a child's end is (an ended run tells its own parent again, by its alarm).
+    const counted = run && Number.isSafeInteger(spentMicros) && spentMicros >= 0 && this.#store.spend.childSpent(childRunId, spentMicros);
+    if (counted && isTerminal(run.status)) await this.ctx.storage.setAlarm(Date.now());
   }
 
   /** An executor of this run asks what the invocation of epoch `attemptSeq` had done (null once it has ended). */
@@ -238,14 +249,15 @@ export class RunCoordinator extends Server<Env> {
    * Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases); a run carrying
    * out an end it decided (its play returned, or failed) ends so. `parentRunId`: a parent that started this run cancels
    * it (it failed, was cancelled, or stopped waiting): it is told nothing more, and the run goes on while another parent
-   * still waits on it (the same call of theirs).
+   * still waits on it (the same call of theirs), spending from its cap if it spent from this one's (moveAllotment).
    */
   async cancel(org: string, parentRunId?: string): Promise<RunView | null> {
     const run = this.#runOf(org);
     if (!run) return null;
     if (parentRunId !== undefined) {
       this.#journal.markNotified(parentRunId);
-      if (this.#journal.unnotifiedWatchers().length > 0) return this.#view();
+      const [waiting] = this.#journal.unnotifiedWatchers();
+      if (waiting !== undefined) return moveAllotment(this.#spendLinks, parentRunId, waiting).then(() => this.#view());
     }
     if (!isTerminal(run.status) && !this.#ending()) {
       this.#store.requestCancel();
@@ -382,7 +394,7 @@ export class RunCoordinator extends Server<Env> {
       policy: policyFor(this.env, run?.testPolicy),
       meter,
       faults,
-      spend: await spendCapOf(this.env, this.#store),
+      spend: await spendCapOf(this.env, this.#store, this.#journal),
     };
     try {
       next = await driveRun(this.#host, start);

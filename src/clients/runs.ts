@@ -18,6 +18,7 @@ interface RunCoordinatorRpc {
   cancel(org: string, parentRunId?: string): Promise<RunView | null>;
   childFinished(message: ChildFinished): Promise<void>;
   allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment>;
+  childSpendMoved(org: string, childRunId: string, spentMicros: number): Promise<void>;
 }
 
 export class RunClient {
@@ -58,6 +59,11 @@ export class RunClient {
   /** A child asks its parent for more of the parent's cap (child-spend.ts): what the child may spend in all, in micro-credits. */
   allotChildSpend(parentRunId: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment> {
     return this.#stub(parentRunId, "allotChildSpend").allotChildSpend(this.#org, childRunId, wantedMicros, needMicros);
+  }
+
+  /** Tells a parent that its child spends from another parent's cap now, having spent `spentMicros` of its own (child-spend.ts). */
+  childSpendMoved(parentRunId: string, childRunId: string, spentMicros: number): Promise<void> {
+    return this.#stub(parentRunId, "childSpendMoved").childSpendMoved(this.#org, childRunId, spentMicros);
   }
 
   /** The coordinator of `runId`, counted as one call of `run.<method>` when the client has a meter. */

@@ -45,6 +45,10 @@ export interface ChildAllotment {
   micros: number;
   /** Refused while the child's siblings hold allotments they may not spend: those come back as they end. */
   wait: boolean;
+  /** The parent allots no more: it is ending, or has ended (a child another parent still waits on spends from that one's cap). */
+  ended?: boolean;
+  /** The parent spends under no cap: nor does the child, from now on. */
+  uncapped?: boolean;
 }
 
 /** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */

@@ -295,3 +295,38 @@ export const testChildTimeouts = definePlay({
     return settled.map((s) => (s.status === "fulfilled" ? { result: s.value } : { code: (s.reason as { code?: string }).code ?? null }));
   },
 });
+
+const Lead = z.object({ id: z.string(), name: z.string(), domain: z.string() });
+
+/** Finds and verifies an email for each lead of `first`, waits for the signal `go`, then does `second` the same way. */
+export const testEnrichInTwo = definePlay({
+  name: "test-enrich-in-two",
+  description: "test only: demo-enrich over `first`, then a wait for the signal go, then over `second`",
+  input: z.object({ first: z.array(Lead).max(1000), second: z.array(Lead).max(1000) }),
+  async run(ctx, input) {
+    const enrich = (name: string, rows: z.infer<typeof Lead>[]) =>
+      ctx.map(
+        name,
+        rows,
+        {
+          email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
+          verdict: async (row, c) => (await c.tool<{ verdict: string }>("sim_verify_email", { email: row.email })).verdict,
+        },
+        { key: "id" },
+      );
+    const first = await enrich("first", input.first);
+    await ctx.waitForEvent("go");
+    const second = await enrich("second", input.second);
+    return { rows: first.completed + second.completed, failed: first.failed + second.failed };
+  },
+});
+
+/** Runs one child play at play level and returns its result: parents with the same `play` and `input` share it. */
+export const testRunChild = definePlay({
+  name: "test-run-child",
+  description: "test only: ctx.runPlay(play, input) at play level",
+  input: z.object({ play: z.string(), input: z.unknown() }),
+  async run(ctx, input) {
+    return { child: await ctx.runPlay(input.play, input.input) };
+  },
+});

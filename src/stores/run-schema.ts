@@ -224,4 +224,7 @@ export const runMigrations = [
   CREATE INDEX chunks_blocked ON chunks (map, blocked_until) WHERE state = 'pending' AND blocked > 0 AND blocked_by IS NOT NULL;
   CREATE INDEX waits_children ON waits (kind) WHERE kind = 'child';
   `,
+  // A shared child whose allotting parent gave it up while another waits spends from that other's cap from then on
+  // (src/runtime/tools/child-spend.ts): which parent allots to it, and what the parents before counted of its spend.
+  `CREATE TABLE allotment_source (id INTEGER PRIMARY KEY CHECK (id = 1), parent_run_id TEXT NOT NULL, base_micros INTEGER NOT NULL);`,
 ];

@@ -3,7 +3,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { RunStore } from "./run-store";
 import { runMigrations } from "./run-schema";
-import { runStoreWithRun, UNDO_MAP_TOTALS } from "./run-schema.fixture";
+import { AFTER_MAP_TOTALS, runStoreWithRun, UNDO_MAP_TOTALS } from "./run-schema.fixture";
 import { createSql, migrate } from "./sql";
 
 describe("RunStore.progress", () => {
@@ -128,7 +128,7 @@ describe("RunStore.progress of a map of 10,000 chunks", () => {
     await runInDurableObject(stub, (_object, state) => {
       const store = runStoreWithRun(state, "run-big");
       // Back to the schema before the sums, with a map of a million rows part done.
-      state.storage.sql.exec(`${UNDO_MAP_TOTALS} UPDATE _schema SET version = ?`, runMigrations.length - 1);
+      state.storage.sql.exec(`${UNDO_MAP_TOTALS} UPDATE _schema SET version = ?`, runMigrations.length - 1 - AFTER_MAP_TOTALS);
       store.createMap({ name: "leads", shardCount: 4, total: 1_000_000, duplicatesDropped: 0, chunkRows: 100 });
       for (let idx = 0; idx < 3000; idx++) {
         store.startChunk("leads", idx, 0);

@@ -2,7 +2,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { runMigrations } from "./run-schema";
-import { UNDO_MAP_TOTALS } from "./run-schema.fixture";
+import { AFTER_MAP_TOTALS, UNDO_MAP_TOTALS } from "./run-schema.fixture";
 import { SpendStore, toMicros } from "./spend-store";
 import { createSql, migrate, type Sql } from "./sql";
 
@@ -144,7 +144,7 @@ describe("SpendStore", () => {
         ALTER TABLE chunks DROP COLUMN resume; DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment;
         DROP TABLE run_ending; ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold;
         ALTER TABLE chunks DROP COLUMN told; UPDATE _schema SET version = ?`,
-        runMigrations.length - 9,
+        runMigrations.length - 9 - AFTER_MAP_TOTALS,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at) VALUES
@@ -167,7 +167,7 @@ describe("SpendStore", () => {
         DROP TABLE reports_applied; DROP TABLE child_spend; DROP TABLE parent_allotment; DROP TABLE run_ending;
         ALTER TABLE watchers DROP COLUMN told_micros; DROP INDEX chunks_untold; ALTER TABLE chunks DROP COLUMN told;
         UPDATE _schema SET version = ?`,
-        runMigrations.length - 8,
+        runMigrations.length - 8 - AFTER_MAP_TOTALS,
       );
       const sql = createSql(state.storage);
       sql.write`INSERT INTO spend (request_key, tool_id, provider, micros, state, at, reported) VALUES

@@ -241,15 +241,48 @@ export class SpendStore {
     return this.billedMicros() + this.childrenMicros();
   }
 
-  /** A run that spends from its parent's cap: what the parent allotted it (null: its parent's cap is not its own). */
+  /**
+   * A run that spends from a parent's cap: what it may spend in all, what the parent allotting to it now allotted
+   * it and what the parents before counted of its spend (null: no parent's cap is its own).
+   */
   parentAllotment(): number | null {
-    return this.#sql<{ micros: number }>`SELECT micros FROM parent_allotment WHERE id = 1`[0]?.micros ?? null;
+    const micros = this.#sql<{ micros: number }>`SELECT micros FROM parent_allotment WHERE id = 1`[0]?.micros;
+    return micros === undefined ? null : micros + (this.allotmentSource()?.baseMicros ?? 0);
   }
 
-  /** This run spends from its parent's cap, or its parent allotted it `micros` in all (it only grows). */
+  /** This run spends from its parent's cap, or the parent allotting to it now allotted it `micros` in all (it only grows). */
   setParentAllotment(micros: number): void {
     this.#sql.write`INSERT INTO parent_allotment (id, micros) VALUES (1, ${micros})
       ON CONFLICT (id) DO UPDATE SET micros = max(micros, excluded.micros)`;
+  }
+
+  /**
+   * The parent allotting to this run, once it is not the one that started it, and what the parents that allotted
+   * to it before counted of its spend, as final (null: the parent that started it allots, or none does).
+   */
+  allotmentSource(): { parentRunId: string; baseMicros: number } | null {
+    const row = this.#sql<{
+      parent_run_id: string;
+      base_micros: number;
+    }>`SELECT parent_run_id, base_micros FROM allotment_source WHERE id = 1`[0];
+    return row ? { parentRunId: row.parent_run_id, baseMicros: row.base_micros } : null;
+  }
+
+  /**
+   * From now on `parentRunId` allots to this run, from nothing (`capped` false: it spends under no parent's cap),
+   * and the parents before it counted `baseMicros` of its spend.
+   */
+  moveAllotment(parentRunId: string, baseMicros: number, capped: boolean): void {
+    this.#sql.write`INSERT INTO allotment_source (id, parent_run_id, base_micros) VALUES (1, ${parentRunId}, ${baseMicros})
+      ON CONFLICT (id) DO UPDATE SET parent_run_id = excluded.parent_run_id, base_micros = excluded.base_micros`;
+    if (capped) this.#sql.write`INSERT INTO parent_allotment (id, micros) VALUES (1, 0) ON CONFLICT (id) DO UPDATE SET micros = 0`;
+    else this.#sql.write`DELETE FROM parent_allotment`;
+  }
+
+  /** What the run spent that can no longer change: billed, and what its ended children spent. */
+  settledMicros(): number {
+    const ended = this.#sql<{ n: number }>`SELECT coalesce(sum(micros), 0) AS n FROM child_spend WHERE ended = 1`[0]!.n;
+    return this.billedMicros() + ended;
   }
 
   billedMicros(): number {

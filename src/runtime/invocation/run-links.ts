@@ -31,7 +31,8 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
   const run = o.store.run();
   if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return 0;
   // Told again when bills reach this run after its end (an attempt given up on reports at last): a capped parent counts them.
-  const spent = o.store.spend.spentWithChildrenMicros();
+  // Parents that allotted to it before the one allotting now counted their share as it moved (child-spend.ts).
+  const spent = o.store.spend.spentWithChildrenMicros() - (o.store.spend.allotmentSource()?.baseMicros ?? 0);
   const end: ChildEnd = {
     childRunId: run.runId,
     status: run.status,

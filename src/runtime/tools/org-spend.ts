@@ -5,6 +5,7 @@
  * figures live in its OrgDirectory; the run's own in its coordinator's store.
  */
 import { isTerminal } from "../../core/statuses";
+import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { utcDay } from "../../stores/org-spend-store";
@@ -277,12 +278,12 @@ export class InvocationSpendCap {
  * is reported first, which shrinks the hold of its last invocation to what
  * the run still has reserved.
  */
-export async function spendCapOf(env: DirectoryEnv, store: RunStore): Promise<InvocationSpendCap> {
+export async function spendCapOf(env: DirectoryEnv, store: RunStore, journal: JournalStore): Promise<InvocationSpendCap> {
   const run = store.run();
   if (!run || isTerminal(run.status)) return new InvocationSpendCap({ store, maxSpend: null, dailyLimit: null });
   const { maxSpend } = run;
   const org = new OrgClient({ env, org: run.org });
-  const fromParent = (wantedMicros: number, needMicros: number) => askParent(env, store, wantedMicros, needMicros);
+  const fromParent = (wantedMicros: number, needMicros: number) => askParent({ env, store, journal }, wantedMicros, needMicros);
   let dailyLimit: number | null;
   try {
     const reserved = store.spend.reservedMicros();

@@ -1,0 +1,166 @@
+/**
+ * A child that two parents share (the same `ctx.runPlay` call in each) spends from the cap of a parent still waiting
+ * on it. When the parent that allots to it is cancelled, or passes its runtime limit, while the other still waits,
+ * the child goes on: the first parent counts what the child had spent until then, and the other allots the rest.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { afterEach, describe, expect, it } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
+import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { allEvents, apiJson, simReset, simStats, startRun, waitForRun } from "./helpers";
+
+/** What the run's coordinator counts of each child's spend (its allotment, or what it spent once ended). */
+function childSpend(runId: string): Promise<{ child: string; micros: number; ended: number }[]> {
+  return runInDurableObject(env.RUN_COORDINATOR.getByName(runId), (_object: unknown, state: DurableObjectState) =>
+    state.storage.sql
+      .exec<{ child: string; micros: number; ended: number }>("SELECT child_run_id AS child, micros, ended FROM child_spend")
+      .toArray(),
+  );
+}
+
+/** The child the run started or joined, once it has. */
+async function childOf(runId: string): Promise<{ childRunId: string; reused: boolean }> {
+  const events = await until(
+    () => allEvents(runId),
+    (found) => found.some((e) => e.type === "child.started"),
+    `run ${runId} to start its child`,
+  );
+  return events.find((e) => e.type === "child.started") as never;
+}
+
+function leads(prefix: string, n: number): { id: string; name: string; domain: string }[] {
+  return Array.from({ length: n }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Lead ${i}`, domain: "shared.test" }));
+}
+
+const FIRST = 2;
+const SECOND = 20;
+/** A find (1 credit) and a verify (0.25) per lead. */
+const PER_LEAD_MICROS = 1_250_000;
+
+/** Both parents on `child`, the first cancelled once the child spent its first part and waits for `go`: their run ids. */
+async function shareThenCancelFirst(child: unknown, caps: { first: number; second: number | null }): Promise<[string, string, string]> {
+  const first = await startRun("test-run-child", child, { maxSpend: caps.first });
+  const { childRunId } = await childOf(first);
+  await until(
+    () => allEvents(childRunId),
+    (events) => events.some((e) => e.type === "wait.started"),
+    "the child to wait for go",
+  );
+  const second = await startRun("test-run-child", child, caps.second === null ? {} : { maxSpend: caps.second });
+  expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
+  expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
+  expect((await waitForRun(first)).status).toBe("cancelled");
+  return [first, second, childRunId];
+}
+
+afterEach(async () => {
+  await clearFaults();
+  await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0);
+});
+
+describe("a child two parents share", () => {
+  for (const stop of ["cancel", "runtime limit"] as const)
+    for (const otherCap of [1_000, null])
+      it(`spends from the other parent's cap (${otherCap ?? "none"}) once the first is stopped by its ${stop}`, async () => {
+        await simReset();
+        const tag = crypto.randomUUID().slice(0, 8);
+        const child = {
+          play: "test-enrich-in-two",
+          input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) },
+        };
+        const first = await startRun("test-run-child", child, { maxSpend: 10, ...(stop === "runtime limit" ? { timeoutSeconds: 6 } : {}) });
+        const { childRunId } = await childOf(first);
+        // The child spends its first part under the first parent's cap, then waits for `go`.
+        await until(
+          () => allEvents(childRunId),
+          (events) => events.some((e) => e.type === "wait.started"),
+          "the child to wait for go",
+        );
+        const second = await startRun("test-run-child", child, otherCap === null ? {} : { maxSpend: otherCap });
+        expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
+
+        if (stop === "cancel") expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
+        const stopped = await waitForRun(first);
+        expect(stopped.status).toBe(stop === "cancel" ? "cancelled" : "failed");
+        // The first parent counts what the child spent while it allotted to it, as final: no more.
+        const counted = await until(
+          () => childSpend(first),
+          (rows) => rows[0]?.ended === 1,
+          "the first parent to count the child's spend as final",
+        );
+        expect(counted).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+
+        expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+        const shared = await waitForRun(second, { timeoutMs: 60_000 });
+        expect(shared.status).toBe("completed");
+        expect(shared.result).toEqual({ child: { rows: FIRST + SECOND, failed: 0 } });
+        expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
+        // Every call the child made was billed by the provider, once.
+        const stats = await simStats();
+        expect(stats.billed).toBe(2 * (FIRST + SECOND));
+        expect(stats.duplicates).toBe(0);
+        // The second parent counts the rest (uncapped, it counts nothing); the first still only what came before.
+        expect(await childSpend(second)).toEqual(
+          otherCap === null ? [] : [{ child: childRunId, micros: SECOND * PER_LEAD_MICROS, ended: 1 }],
+        );
+        expect(await childSpend(first)).toEqual(counted);
+      });
+
+  it("spends no more than the other parent's cap leaves it", async () => {
+    await simReset();
+    const tag = crypto.randomUUID().slice(0, 8);
+    const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
+    const [first, second, childRunId] = await shareThenCancelFirst(child, { first: 10, second: 10 });
+    await until(
+      () => childSpend(first),
+      (rows) => rows[0]?.ended === 1,
+      "the first parent to count the child's spend as final",
+    );
+    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    expect(shared.status).toBe("failed");
+    expect(shared.error.code).toBe("spend_cap_reached");
+    const spent = (await waitForRun(childRunId)).usage.spend.total;
+    // The second part (25 credits) stopped at the second parent's cap: what it spent of it is at most that cap.
+    expect(spent - (FIRST * PER_LEAD_MICROS) / 1e6).toBeLessThanOrEqual(10);
+    expect((await childSpend(second))[0]!.micros).toBeLessThanOrEqual(10_000_000);
+    expect(await childSpend(first)).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+  });
+
+  it("moves its calls in flight to the other parent's cap, each parent counting its own share", async () => {
+    await simReset();
+    // One verify of the first part is held once the provider answered: in flight as the first parent is cancelled.
+    await setFaults([{ point: "provider.after", tool: "sim_verify_email", play: "test-enrich-in-two", hold: true, times: 1 }]);
+    const tag = crypto.randomUUID().slice(0, 8);
+    const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
+    const first = await startRun("test-run-child", child, { maxSpend: 10 });
+    const { childRunId } = await childOf(first);
+    await env.FAULTS!.getByName(FAULT_OBJECT_NAME).held(0);
+    const second = await startRun("test-run-child", child, { maxSpend: 1_000 });
+    expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
+    expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
+    expect((await waitForRun(first)).status).toBe("cancelled");
+    const [counted] = await until(
+      () => childSpend(first),
+      (rows) => rows[0]?.ended === 1,
+      "the first parent to count the child's spend as final",
+    );
+    // The held call is billed after the first parent's cancel: it is not the first parent's.
+    expect(counted!.micros).toBeLessThanOrEqual(FIRST * PER_LEAD_MICROS - 250_000);
+    expect(await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0)).toBe(1);
+    await until(
+      () => allEvents(childRunId),
+      (events) => events.some((e) => e.type === "wait.started"),
+      "the child to wait for go",
+    );
+    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    expect(shared.status).toBe("completed");
+    const total = (FIRST + SECOND) * PER_LEAD_MICROS;
+    expect((await waitForRun(childRunId)).usage.spend.total).toBe(total / 1e6);
+    expect((await simStats()).billed).toBe(2 * (FIRST + SECOND));
+    // Between them, the parents count every credit the child spent, once.
+    expect(await childSpend(second)).toEqual([{ child: childRunId, micros: total - counted!.micros, ended: 1 }]);
+  });
+});
