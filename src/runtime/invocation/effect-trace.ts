@@ -9,6 +9,7 @@ import { ToolCallError } from "../../play/tool-error";
 import { canonicalJson, fnv1a } from "../../core/hash";
 import type { TracedEffect, TracedFailure, TracedResponse } from "../../contracts/executors";
 import type { EffectCall } from "./effects";
+import { NULL_BODY_STATUSES } from "./egress";
 
 /** The code of an effect an executor cannot replay (a fetch's response past the bytes kept): the map then runs in the coordinator. */
 export const UNREPLAYABLE = "unreplayable";
@@ -47,8 +48,7 @@ function bodyIdentity(body: RequestInit["body"] | undefined): string | null {
 
 /** The response a replay of a traced fetch gets: the one the play got. */
 export function replayedResponse(traced: TracedResponse): Response {
-  const nullBody = [101, 204, 205, 304].includes(traced.status);
-  return new Response(nullBody ? null : traced.body.slice(), {
+  return new Response(NULL_BODY_STATUSES.has(traced.status) ? null : traced.body.slice(), {
     status: traced.status,
     statusText: traced.statusText,
     headers: traced.headers,

@@ -199,6 +199,38 @@ describe("safeFetch follows redirects as browsers do", () => {
   });
 });
 
+describe("safeFetch's response size limit", () => {
+  afterEach(() => {
+    vi.restoreAllMocks();
+  });
+
+  const large = String(50 * 1024 * 1024);
+
+  it("refuses a body past the limit, declared or streamed, saying so", async () => {
+    fakeNetwork([new Response("x", { headers: { "Content-Length": large } })]);
+    await expect(safeFetch("https://api.example.com/big.csv")).rejects.toMatchObject({
+      code: "egress_response_too_large",
+      message: `response is ${large} bytes; the limit is ${DEFAULT_EGRESS.maxResponseBytes}`,
+    });
+    fakeNetwork([new Response(new Uint8Array(DEFAULT_EGRESS.maxResponseBytes + 1))]);
+    await expect(safeFetch("https://api.example.com/big.csv")).rejects.toMatchObject({ code: "egress_response_too_large" });
+  });
+
+  it("answers a HEAD, a 304 and a 204 with their headers and no body, whatever Content-Length says of the resource", async () => {
+    fakeNetwork([
+      new Response(null, { headers: { "Content-Length": large, ETag: '"v1"' } }),
+      new Response(null, { status: 304, headers: { "Content-Length": large, ETag: '"v1"' } }),
+      new Response(null, { status: 204 }),
+    ]);
+    const head = await safeFetch("https://api.example.com/big.csv", { method: "HEAD" });
+    expect([head.status, head.headers.get("Content-Length"), head.headers.get("ETag"), head.body]).toEqual([200, large, '"v1"', null]);
+    const unchanged = await safeFetch("https://api.example.com/big.csv", { headers: { "If-None-Match": '"v1"' } });
+    expect([unchanged.status, unchanged.headers.get("ETag"), unchanged.body]).toEqual([304, '"v1"', null]);
+    const deleted = await safeFetch("https://api.example.com/rows/1", { method: "DELETE" });
+    expect([deleted.status, deleted.body]).toEqual([204, null]);
+  });
+});
+
 describe("safeFetch's timeout", () => {
   afterEach(() => {
     vi.restoreAllMocks();

@@ -206,6 +206,8 @@ export function redactSecrets(text: string, secrets: readonly string[]): string 
 
 /** The statuses that redirect (Fetch standard); another 3xx is an answer like any other. */
 const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
+/** The statuses whose answers carry no body (Fetch standard's "null body status"). */
+export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([101, 204, 205, 304]);
 /** Headers that describe a request body: they go with it when a redirect drops the body. */
 const BODY_HEADERS = ["Content-Encoding", "Content-Language", "Content-Location", "Content-Type"];
 
@@ -291,8 +293,13 @@ export async function safeFetch(
         hop = nextHop(hop, response.status, checkEgressUrl(new URL(location, hop.url).toString(), policy));
         continue;
       }
-      const bytes = await readCapped(response, policy.maxResponseBytes);
-      return new Response(bytes, { status: response.status, statusText: response.statusText, headers: response.headers });
+      const answer = { status: response.status, statusText: response.statusText, headers: response.headers };
+      // No body to bound: Content-Length then describes the resource (a HEAD's GET, a 304's cached copy), not this answer.
+      if (hop.method === "HEAD" || NULL_BODY_STATUSES.has(response.status)) {
+        await response.body?.cancel();
+        return new Response(null, answer);
+      }
+      return new Response(await readCapped(response, policy.maxResponseBytes), answer);
     }
   } catch (error) {
     if (error instanceof EgressError) throw error;
