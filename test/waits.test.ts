@@ -199,6 +199,10 @@ describe("a run that is ending", () => {
     const sent = await signal(runId, key, { data: "too late" });
     expect(sent.status).toBe(409);
     expect(sent.body.error).toMatchObject({ code: "run_finished" });
+    // Its status still says waiting: the refusal says why (it said "is waiting; signals go to runs ... waiting").
+    expect(sent.body.error.message).toBe(
+      `run ${runId} is past its runtime limit (timeoutSeconds) and is being stopped; signals go to runs that are still running or waiting`,
+    );
     await runInDurableObject(coordinator, (_instance: unknown, state: DurableObjectState) => state.storage.setAlarm(Date.now()));
     expect((await waitForRun(runId)).error).toMatchObject({ code: "deadline_exceeded" });
     expect((await allEvents(runId)).some((e) => e.type === "signal.received")).toBe(false);
@@ -214,6 +218,13 @@ describe("a run that is ending", () => {
     try {
       expect((await signal(runId, "approve", { data: { ok: true } })).status).toBe(202);
       await faults.held(0);
+      // Shown running while its end is carried out: the refusal says it is ending (it said "is running; ... running").
+      const late = await signal(runId, "approve", { data: { ok: false } });
+      expect(late.status).toBe(409);
+      expect(late.body.error).toMatchObject({
+        code: "run_finished",
+        message: `run ${runId} is ending (its play has finished); signals go to runs that are still running or waiting`,
+      });
       cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
       expect((await apiJson(`/v1/runs/${runId}`)).body.status).not.toBe("cancelling");
     } finally {

@@ -3,7 +3,7 @@ import { type ChildAllotment, ChildFinished, type RunSource, type SignalResult, 
 import { TroupeError, ValidationError } from "../core/errors";
 import { ChildWaiters, recordChildEnd } from "../runtime/invocation/child-plays";
 import { policyFor } from "../core/policy";
-import { deliverSignal, EVENT_KEY, sameDelivery } from "../runtime/invocation/waits";
+import { deliverSignal, EVENT_KEY, sameDelivery, signalRefusal } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
 import { withOutbound, type Outbound, type OutboundGate } from "../core/outbound";
 import { lateAlarmRetryAt, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
@@ -172,8 +172,8 @@ export class RunCoordinator extends Server<Env> {
     if (earlier && !sameDelivery(earlier, eventKey, data)) return { outcome: "key_reused", eventKey: earlier.eventKey };
     if (earlier) return { outcome: "accepted", status: shownStatus(run), consumed: earlier.consumed, duplicate: true };
     // A run being cancelled (or carrying out an end it decided, or past its runtime limit) would take the signal and end without it.
-    if (isTerminal(run.status) || run.cancelRequested || this.#ending() || run.deadlineAt <= Date.now())
-      return { outcome: "finished", status: shownStatus(run) };
+    const why = signalRefusal(run, this.#ending(), Date.now());
+    if (why) return { outcome: "finished", status: shownStatus(run), why };
     if (!EVENT_KEY.test(eventKey)) throw new ValidationError(`event key ${JSON.stringify(eventKey)} must match ${EVENT_KEY.source}`);
     // Each is kept (up to 64 KiB) until a wait takes it: a sender posting to a key the play never waits on stops here.
     const open = this.#journal.openSignals();

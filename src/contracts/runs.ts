@@ -51,10 +51,13 @@ export interface ChildAllotment {
   uncapped?: boolean;
 }
 
+/** Why a run refuses a signal: it ended, is being cancelled, carries out an end it decided, or is past its runtime limit. */
+export type SignalRefusal = "ended" | "cancelling" | "ending" | "past_limit";
+
 /** What `signal` did: a missing (or other org's) run, a run that already ended, or accepted. */
 export type SignalResult =
   | { outcome: "not_found" }
-  | { outcome: "finished"; status: RunStatus | "cancelling" }
+  | { outcome: "finished"; status: RunStatus | "cancelling"; why: SignalRefusal }
   /** The run holds MAX_OPEN_SIGNALS (RunCoordinator) signals no wait has taken: this one is refused. */
   | { outcome: "full"; open: number }
   /** The dedupe key was used for another signal (another key or other data): `eventKey` is that signal's. */

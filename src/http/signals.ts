@@ -54,13 +54,16 @@ signalRoutes.post("/runs/:runId/signals/:eventKey", async (c) => {
     );
   }
   if (result.outcome === "finished") {
-    throw new TroupeError(
-      "run_finished",
-      `run ${runId} is ${result.status}; signals go to runs that are still running or waiting (not ending)`,
-      {
-        httpStatus: 409,
-      },
-    );
+    // A run ending or past its limit may still show running or waiting: say what stops it.
+    const state = {
+      ended: `is ${result.status}`,
+      cancelling: "is cancelling",
+      ending: "is ending (its play has finished)",
+      past_limit: "is past its runtime limit (timeoutSeconds) and is being stopped",
+    }[result.why];
+    throw new TroupeError("run_finished", `run ${runId} ${state}; signals go to runs that are still running or waiting`, {
+      httpStatus: 409,
+    });
   }
   return c.json({ runId, eventKey, status: result.status, consumed: result.consumed, duplicate: result.duplicate }, 202);
 });

@@ -10,11 +10,14 @@
  * gives it (effects.ts): `sleep:0`, `event:approve:1`.
  */
 import type { JournalStore, WaitEntry, WaitKind } from "../../stores/journal-store";
+import type { RunRecord } from "../../stores/run-store";
+import { isTerminal } from "../../core/statuses";
 import { TerminalError } from "../../core/errors";
 import { canonicalJson } from "../../core/hash";
 import { TestPolicyOverrides } from "../../core/policy";
 import { YieldSignal } from "./yield";
 import type { Emit } from "../../contracts/events";
+import type { SignalRefusal } from "../../contracts/runs";
 import type { EffectCall } from "./effects";
 
 /** Ends the invocation because the play waits: the run is `waiting` until `resumeAt` or a message. */
@@ -156,6 +159,15 @@ export class Waits {
     });
     return entry;
   }
+}
+
+/** Why a run takes no more signals: it ended, it is cancelling, it carries out the end its play reached, or its limit passed. */
+/** Why `run` refuses a signal now, or null when it takes one (`ending`: it carries out an end it decided). */
+export function signalRefusal(run: RunRecord, ending: boolean, now: number): SignalRefusal | null {
+  if (isTerminal(run.status)) return "ended";
+  if (run.cancelRequested) return "cancelling";
+  if (ending) return "ending";
+  return run.deadlineAt <= now ? "past_limit" : null;
 }
 
 /** Whether a retried delivery carries what `earlier` did: its key, and its data in any key order (as a run submit's fingerprint reads it). */
