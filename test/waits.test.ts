@@ -5,7 +5,7 @@ import { describe, expect, it } from "vitest";
 import type { LiveMessage } from "../src/client/index";
 import { RunProgress } from "../src/cli/progress";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
-import { allEvents, api, apiJson, eventsOfType, startRun, waitForRun } from "./helpers";
+import { allEvents, api, apiJson, eventsOfType, expectedEmail, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 const tag = (name: string) => `${name}-${Date.now().toString(36)}-${unique++}`;
@@ -158,6 +158,31 @@ describe("ctx.waitForEvent", () => {
     const late = await signal(runId, "ok", { data: 1 });
     expect(late.status).toBe(409);
     expect(late.body.error.code).toBe("run_finished");
+  });
+});
+
+describe("a play that catches every error around its wait", () => {
+  it("does not run its fallback while the signal has not come: one call, and the log says what was decided", async () => {
+    const key = tag("decide");
+    const runId = await startRun("test-wait-fallback", { key, timeoutMs: 60_000 });
+    await waitForStatus(runId, "waiting");
+    expect((await signal(runId, key, { data: { ok: true } })).body).toMatchObject({ consumed: true });
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ ok: true, email: expectedEmail("Approved Person", `${key}.test`) });
+    // A catch-all that took the park for a failure would log "decided no" (its replay's "decided yes" then skipped as
+    // already logged) and bill the rejection's call beside the approval's.
+    const logs = eventsOfType(await allEvents(runId), "log.appended").map((e) => e.line);
+    expect(logs.filter((line) => line.startsWith("decided"))).toEqual(["decided yes"]);
+    expect(run.usage.providerRequests).toBe(1);
+  });
+
+  it("runs its fallback once the wait has really failed", async () => {
+    const key = tag("silent");
+    const run = await waitForRun(await startRun("test-wait-fallback", { key, timeoutMs: 300 }));
+    expect(run.result).toEqual({ ok: false, email: expectedEmail("Rejected Person", `${key}.test`) });
+    const logs = eventsOfType(await allEvents(run.runId), "log.appended").map((e) => e.line);
+    expect(logs.filter((line) => line.startsWith("decided"))).toEqual(["decided no"]);
+    expect(run.usage.providerRequests).toBe(1);
   });
 });
 

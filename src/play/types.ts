@@ -8,9 +8,11 @@
  * provider call it already made. Keep play code deterministic outside `ctx`:
  * no `Math.random()` or `Date.now()` deciding what to call.
  *
- * A call that must wait (a map that yields, a child still running, a signal
- * not yet sent) ends the invocation by throwing through the play: when you
- * catch errors around `ctx` calls, rethrow those you do not recognise.
+ * A call that must wait (a map that yields, a child still running) ends the
+ * invocation by throwing through the play: when you catch errors around `ctx`
+ * calls, rethrow those you do not recognise. A wait or sleep that has not come
+ * does not settle in the invocation, which ends there: a `catch` around it
+ * runs only when it has failed (its timeout).
  */
 import type { z } from "zod";
 
@@ -156,7 +158,9 @@ export interface PlayContext extends ToolCaller, PlayCaller {
    * is taken by one wait. While it waits the run is `waiting` and costs
    * nothing (no invocation, no timer: one alarm at its earliest deadline).
    *
-   * @throws TerminalError `event_timeout` when `timeoutMs` passes first.
+   * @throws TerminalError `event_timeout` when `timeoutMs` passes first. While
+   * the signal is still to come the call does not settle (the run waits), so
+   * a `catch` that falls back runs at the timeout only.
    * @example
    * const decision = await ctx.waitForEvent<{ ok: boolean }>("approve", { timeoutMs: 86_400_000 });
    */

@@ -21,6 +21,7 @@ import {
   testThrowingRows,
   testOuterFields,
   testTwoInputs,
+  testWaitFallback,
 } from "./testing-extra";
 
 /** The demo plays: they call the simulated provider's tools, so they exist only where it is on. */
@@ -52,6 +53,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testOuterFields,
           testFetch,
           testTwoInputs,
+          testWaitFallback,
         ] as PlayDefinition[])
       : []),
   ];

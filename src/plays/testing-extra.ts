@@ -330,3 +330,20 @@ export const testRunChild = definePlay({
     return { child: await ctx.runPlay(input.play, input.input) };
   },
 });
+
+/**
+ * Waits for a decision, falling back on any error (a catch-all, as docs/plays.md asks plays not to write), then logs
+ * it and makes a tool call that depends on it: the fallback must run only if the wait really failed.
+ */
+export const testWaitFallback = definePlay({
+  name: "test-wait-fallback",
+  description: "test only: a catch-all fallback around ctx.waitForEvent, then effects that depend on the decision",
+  input: z.object({ key: z.string(), timeoutMs: z.number().optional() }),
+  async run(ctx, input) {
+    const decision = await ctx.waitForEvent<{ ok: boolean }>(input.key, { timeoutMs: input.timeoutMs }).catch(() => ({ ok: false }));
+    ctx.log(`decided ${decision.ok ? "yes" : "no"}`);
+    const name = decision.ok ? "Approved Person" : "Rejected Person";
+    const { email } = await ctx.tool<{ email: string }>("sim_find_email", { name, domain: `${input.key}.test` });
+    return { ok: decision.ok, email };
+  },
+});

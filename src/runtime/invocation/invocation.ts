@@ -183,7 +183,8 @@ export class Invocation implements InvocationScope {
 
   async #run(play: PlayDefinition, ctx: RunContext, services: PlayServices, maps: MapRunner): Promise<InvocationEnd> {
     try {
-      const result = await play.run(ctx, this.store.input());
+      // A wait or sleep that has not come ends the invocation here; its call never settles in the play.
+      const result = await Promise.race([play.run(ctx, this.store.input()), services.waits.held]);
       // A play that caught a map's yield (or its cancel, its infrastructure failure) and returned has not ended.
       if (maps.interrupted !== null) throw maps.interrupted;
       // Nor one that caught its run's cancel or runtime limit (a play-level call refused by it) and returned.

@@ -1,10 +1,10 @@
 /**
  * Durable waits for plays: `ctx.sleep` and `ctx.waitForEvent` over the
- * coordinator's journal. A wait that has not ended throws {@link WaitSignal}:
- * the invocation ends, the run is `waiting`, and the coordinator's one alarm
- * is set to the journal's earliest deadline. No timer stays alive meanwhile;
- * a signal (or a child's end) re-arms the alarm. The replayed play finds the
- * entry ended and goes on.
+ * coordinator's journal. A wait that has not ended never settles in this
+ * invocation, and the invocation ends ({@link Waits.held}): the run is
+ * `waiting`, and the coordinator's one alarm is set to the journal's earliest
+ * deadline. No timer stays alive meanwhile; a signal (or a child's end)
+ * re-arms the alarm. The replayed play finds the entry ended and goes on.
  *
  * Entries are keyed by the call's place in the play, which the effects funnel
  * gives it (effects.ts): `sleep:0`, `event:approve:1`.
@@ -82,9 +82,21 @@ export class Waits {
    * signal: the driver parks the run anyway.
    */
   parked: WaitSignal | null = null;
+  /**
+   * Rejects with the park of the first wait or sleep of this invocation that has not come: the driver races it with
+   * the play and ends the invocation then. The call itself never settles in this invocation, so no code of the play
+   * runs on as though it had come (a catch-all around it would take the park for a failure and bill its fallback).
+   */
+  readonly held: Promise<never>;
+  #hold!: (signal: WaitSignal) => void;
 
   constructor(options: WaitsOptions) {
     this.#deps = options;
+    this.held = new Promise<never>((_resolve, reject) => {
+      this.#hold = reject;
+    });
+    // Answered by the driver's race; an invocation that ends before any wait parks leaves it pending.
+    this.held.catch(() => {});
   }
 
   async sleep(ms: number, call: EffectCall): Promise<void> {
@@ -92,7 +104,7 @@ export class Waits {
     const key = `sleep:${call.ordinal}`;
     const entry = this.#entry(key, "sleep", { dueInMs: ms, timeoutMs: null });
     if (entry.state !== "waiting") return;
-    if (this.#deps.now() < entry.dueAt!) this.park(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
+    if (this.#deps.now() < entry.dueAt!) return this.#wait(`sleeping until ${new Date(entry.dueAt!).toISOString()}`);
     if (this.#deps.journal.settle(key, { state: "done", result: null }))
       this.#deps.emit("wait.finished", { kind: "sleep", key, outcome: "elapsed" });
   }
@@ -128,15 +140,25 @@ export class Waits {
     }
     if (entry.state === "done") return entry.result as T;
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
-    this.park(`waiting for the signal "${eventKey}"`);
+    return this.#wait(`waiting for the signal "${eventKey}"`);
   }
 
-  /** Ends the invocation: the run waits until the journal's earliest deadline or a message. */
+  /** Ends the invocation by throwing through the play (a child's wait): the run waits until the journal's earliest deadline or a message. */
   park(reason: string): never {
+    throw this.#park(reason);
+  }
+
+  /** A wait or sleep that has not come: the invocation ends ({@link held}), and the call never settles in it. */
+  #wait(reason: string): Promise<never> {
+    this.#hold(this.#park(reason));
+    return never();
+  }
+
+  #park(reason: string): WaitSignal {
     const due = this.#deps.journal.nextDue();
     const signal = new WaitSignal(Math.min(due ?? this.#deps.deadlineAt, this.#deps.deadlineAt), reason);
     this.parked ??= signal;
-    throw signal;
+    return signal;
   }
 
   /** The journal entry of this call: found on a replay, else opened now. */
@@ -191,6 +213,11 @@ export function deliverSignal(
   const waiting = journal.waitingFor(eventKey, now);
   if (waiting && journal.consumeSignal(seq, waiting.key, data ?? null)) return { consumedBy: waiting.key, duplicate };
   return { consumedBy: null, duplicate };
+}
+
+/** A promise that never settles, one per parked call: a shared one would keep every parked play's frame alive in its reactions. */
+function never(): Promise<never> {
+  return new Promise<never>(() => {});
 }
 
 function checkDuration(what: string, ms: unknown): void {
