@@ -8,6 +8,13 @@ describe("canonicalJson", () => {
     expect(canonicalJson({ b: 1, a: { d: [2, { f: 3, e: undefined }], c: null } })).toBe('{"a":{"c":null,"d":[2,{"f":3}]},"b":1}');
   });
 
+  it("writes a key __proto__ as a key: two inputs differing only in it get two receipt keys", () => {
+    const parsed = JSON.parse('{"__proto__":{"a":1},"b":2}');
+    expect(canonicalJson(parsed)).toBe('{"__proto__":{"a":1},"b":2}');
+    expect(canonicalJson(JSON.parse('{"__proto__":{"a":1}}'))).not.toBe(canonicalJson(JSON.parse('{"__proto__":{"a":2}}')));
+    expect(canonicalJson(JSON.parse('{"__proto__":{"a":1}}'))).not.toBe(canonicalJson({}));
+  });
+
   it("writes a Date as its ISO string, so two inputs differing only in a date get two receipt keys", async () => {
     expect(canonicalJson({ since: new Date("2020-01-01T00:00:00Z") })).toBe('{"since":"2020-01-01T00:00:00.000Z"}');
     // A tool input parsed with z.coerce.date(): the two calls were one receipt (the second reused the first's output).

@@ -28,7 +28,9 @@ function sortKeys(value: unknown): unknown {
       throw new TypeError(
         `${prototype?.constructor?.name ?? "this object"} is not JSON: give plain objects, arrays, strings, numbers, booleans or null`,
       );
-    const out: Record<string, unknown> = {};
+    // No prototype: a key `__proto__` (JSON.parse makes it an own key) is a key like any other, not the object's
+    // prototype, which JSON.stringify would leave out (`{"__proto__":{"a":1}}` was written `{}`).
+    const out: Record<string, unknown> = Object.create(null);
     for (const key of Object.keys(value).sort()) {
       const v = (value as Record<string, unknown>)[key];
       if (v !== undefined) out[key] = sortKeys(v);
