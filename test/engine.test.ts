@@ -97,6 +97,25 @@ describe("ctx.map keys and row errors", () => {
   });
 });
 
+describe("a map the play does not await", () => {
+  it("fails the run map_not_awaited when the play returns while it runs, its rows kept for a rerun: it completed, the map stopped", async () => {
+    await simReset();
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 100 } });
+    try {
+      const rows = Array.from({ length: 30 }, (_, i) => person(100 + i));
+      const run = await waitForRun(await startRun("test-unawaited-map", { rows }));
+      expect(run.status).toBe("failed");
+      expect(run.error).toMatchObject({ code: "map_not_awaited" });
+      expect(run.error.message).toContain('"unawaited"');
+      const stored = await datasetRows(run.runId, "unawaited");
+      for (const row of stored.filter((r) => r._status === "completed")) expect(row.email).toBe(expectedEmail(row.name, row.domain));
+      expect((await simStats()).duplicates).toBe(0);
+    } finally {
+      await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
+    }
+  });
+});
+
 describe("ctx.tool at play level", () => {
   it("dedupes identical calls and bills once", async () => {
     await simReset();

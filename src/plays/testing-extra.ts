@@ -273,6 +273,22 @@ export const testTwoInputs = definePlay({
   },
 });
 
+/** Starts a map of finds over `rows` without awaiting it and returns (a play with a missing `await`). */
+export const testUnawaitedMap = definePlay({
+  name: "test-unawaited-map",
+  description: "test only: ctx.map not awaited, the play returning while it runs",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string() })).max(1000) }),
+  async run(ctx, input) {
+    void ctx.map(
+      "unawaited",
+      input.rows,
+      { email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email },
+      { key: "id" },
+    );
+    return { returned: true };
+  },
+});
+
 /** Calls `test-leaf` without awaiting it (a bare call, `void`) and returns at once: the child is the play's all the same. */
 export const testDetachedChild = definePlay({
   name: "test-detached-child",

@@ -6,7 +6,7 @@
  */
 import { rowSchemaOf } from "../../play/define";
 import type { FaultProbe } from "../../clients/faults";
-import { messageOf, TroupeError } from "../../core/errors";
+import { messageOf, TerminalError, TroupeError } from "../../core/errors";
 import type { SubrequestMeter } from "../../core/meter";
 import type { RuntimePolicy } from "../../core/policy";
 import { type Emit, type Log, MAX_LOG_LINE } from "../../contracts/events";
@@ -166,7 +166,7 @@ export class Invocation implements InvocationScope {
       const end = await this.#run(play, ctx, services, maps);
       // Decided before what the play left running ends (below): a cancel then would stop children for a run that ends so.
       if (end.kind === "completed" || end.kind === "failed" || end.kind === "cancelled") this.#start.onEndDecided();
-      return maps.running > 0 ? withMapsStopped(end) : end;
+      return maps.running.length > 0 ? withMapsStopped(end) : end;
     } finally {
       // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.
       clearTimeout(timer);
@@ -190,6 +190,14 @@ export class Invocation implements InvocationScope {
       // Nor one that caught its run's cancel or runtime limit (a play-level call refused by it) and returned.
       if (this.cancelled || this.#limit.signal.aborted)
         throw new TroupeError("cancelled", "the play returned after its run was stopped; it ends as the stop says");
+      // Nor one that returned while a map it did not await still ran: its rows would stop half done, the run complete.
+      const running = maps.running;
+      if (running.length > 0) {
+        throw new TerminalError(
+          "map_not_awaited",
+          `the play returned while its map ${running.map((name) => JSON.stringify(name)).join(", ")} still ran: await each ctx.map (the rows it completed are kept, and a rerun goes on from them)`,
+        );
+      }
       await services.children.idle();
       return endAfterReturn(result, services.waits.parked?.resumeAt ?? null);
     } catch (error) {

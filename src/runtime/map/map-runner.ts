@@ -74,8 +74,8 @@ export class MapRunner {
   #inline = new Set<string>();
   /** See {@link interrupted}. */
   #interrupted: unknown = null;
-  /** The maps under way (see {@link idle}). */
-  #running = new Set<Promise<unknown>>();
+  /** The maps under way, by name (see {@link idle}). */
+  #running = new Map<Promise<unknown>, string>();
 
   constructor(options: MapRunnerOptions) {
     this.#deps = options;
@@ -111,22 +111,32 @@ export class MapRunner {
     return this.#interrupted;
   }
 
+  /** The names of the maps of this invocation under way now. */
+  get running(): string[] {
+    return [...this.#running.values()];
+  }
+
   /**
    * Resolves once no map of this invocation is under way: one the play left running (the other maps of a
    * `Promise.all` one of which threw) drains until the invocation's signal stops it (Invocation.play).
    */
-  /** Maps of this invocation under way now. */
-  get running(): number {
-    return this.#running.size;
-  }
-
   async idle(): Promise<void> {
-    while (this.#running.size > 0) await Promise.allSettled([...this.#running]);
+    while (this.#running.size > 0) await Promise.allSettled([...this.#running.keys()]);
   }
 
-  async map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+  /**
+   * `ctx.map`. A map the play does not await fails its run when the play returns (Invocation.play): its rejection
+   * then, as the invocation stops it, is expected, and is not reported as unhandled.
+   */
+  map(name: string, rows: MapRows, fields: FieldSet, options: MapOptions = {}): Promise<DatasetHandle> {
+    const called = this.#track(name, rows, fields, options);
+    called.catch(() => {});
+    return called;
+  }
+
+  async #track(name: string, rows: MapRows, fields: FieldSet, options: MapOptions): Promise<DatasetHandle> {
     const running = this.#map(name, rows, fields, options);
-    this.#running.add(running);
+    this.#running.set(running, name);
     try {
       return await running;
     } catch (error) {
