@@ -39,6 +39,22 @@ function wideCsv(rows: number, columns: number, nameChars: number): string {
 }
 
 describe("a run's input", () => {
+  it("refuses a field named __proto__, which the stored row lost without a word (rows in hand, CSV in hand)", async () => {
+    const before = await runIds();
+    const rows = '[{"id":"a","name":"A","domain":"d.test"},{"id":"b","name":"B","domain":"d.test","__proto__":{"x":1}}]';
+    const inputs: [string, string][] = [
+      [`{"rows":${rows}}`, "input.rows.1.__proto__"],
+      [JSON.stringify({ csv: "id,name,domain,__proto__\nb,B,d.test,1\n" }), "input.csv"],
+    ];
+    for (const [input, path] of inputs) {
+      const { status, body } = await postRaw("/v1/runs", `{"play":"demo-enrich","input":${input}}`);
+      expect(status, path).toBe(400);
+      expectError(body, "invalid_request");
+      expect(body.error.details, path).toEqual([{ path, message: expect.stringContaining('"__proto__"') }]);
+    }
+    expect(await runIds()).toEqual(before);
+  });
+
   it("refuses a numeric row id past 2^53, whose last digits JSON loses (two such ids were one row, the other dropped)", async () => {
     const before = await runIds();
     const body = (ids: string) =>
@@ -221,6 +237,14 @@ describe("every route", () => {
       ["an oversized field", `id,name\n1,${"x".repeat(70_000)}\n`, CSV, /line 2: this row is longer than 65536 bytes/],
       ["an NDJSON array", '{"id":1}\n[1]\n', NDJSON, /line 2: each line must be a JSON object/],
       ["an NDJSON file of blank lines", "\n\n", NDJSON, /no rows/],
+      // A field named __proto__ would be taken for a row's prototype and lost from the stored row.
+      ["a column named __proto__", "id,__proto__\n1,2\n", CSV, /line 1: the header names a column "__proto__"/],
+      [
+        "an NDJSON field named __proto__",
+        '{"id":1}\n{"id":2,"__proto__":{"a":1}}\n',
+        NDJSON,
+        /line 2: a field may not be named "__proto__"/,
+      ],
     ];
     for (const [label, file, type, message] of files) {
       const { status, body } = await apiJson("/v1/uploads", { method: "POST", body: file, headers: { "Content-Type": type } });

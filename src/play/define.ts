@@ -1,4 +1,5 @@
 /** The constructors play and tool authors use. */
+import { hasUnkeepableField, headerProblem, UNKEEPABLE_FIELD, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { MAX_ISSUES, messageOf } from "../core/errors";
@@ -190,6 +191,11 @@ function checkRows<R extends z.ZodType<Row, unknown>>(
     if (issues++ < MAX_ROW_ISSUES) report(at, message);
   };
   for (const [i, value] of list.entries()) {
+    if (value !== null && typeof value === "object" && hasUnkeepableField(value)) {
+      failed++;
+      refuse([i, UNKEEPABLE_FIELD], UNKEEPABLE_FIELD_MESSAGE);
+      continue;
+    }
     const result = safeParseRow(row, value);
     if (!result.success) {
       failed++;
@@ -278,12 +284,8 @@ function parseCsvRows(text: string): Row[] {
 }
 
 function refuseDuplicateColumns(header: string[]): string[] {
-  const seen = new Set<string>();
-  header.forEach((column, i) => {
-    if (seen.has(column))
-      throw new Error(`the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`);
-    seen.add(column);
-  });
+  const problem = headerProblem(header);
+  if (problem !== null) throw new Error(problem);
   return header;
 }
 

@@ -7,6 +7,7 @@
  * being read is held: a chunk's complete lines are parsed where they are,
  * and a partial line waits for the next chunk.
  */
+import { hasUnkeepableField, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { messageOf } from "../core/errors";
 import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
 import type { Row } from "../play/types";
@@ -124,6 +125,7 @@ function parseRow(bytes: Uint8Array, decoder: TextDecoder, line: number): Row | 
     const kind = value === null ? "null" : Array.isArray(value) ? "an array" : `a ${typeof value}`;
     throw new MalformedUploadError(line, `each line must be a JSON object; this one is ${kind}`);
   }
+  if (hasUnkeepableField(value)) throw new MalformedUploadError(line, UNKEEPABLE_FIELD_MESSAGE);
   const tooDeep = tooDeepAt(value, MAX_ROW_DEPTH);
   if (tooDeep) throw new MalformedUploadError(line, `${tooDeep.join(".")}: objects and arrays may nest at most ${MAX_ROW_DEPTH} levels`);
   const infinite = infiniteNumberAt(text, value);

@@ -4,6 +4,7 @@
  * bytes (SHA-256: two uploads of one file are one run's input to an
  * Idempotency-Key). Holds the columns and the index, never the rows.
  */
+import { headerProblem } from "../core/row-fields";
 import { MalformedUploadError, UploadTooLargeError } from "./errors";
 import { CsvScanner } from "./csv-scanner";
 import { INDEX_EVERY_ROWS, MAX_COLUMN_NAMES_CHARS, MAX_COLUMNS, MAX_INDEX_POSITIONS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
@@ -101,17 +102,8 @@ export class UploadScan {
   #header(fields: string[], line: number): void {
     if (fields.length > MAX_COLUMNS)
       throw new MalformedUploadError(line, `the header has ${fields.length} columns, at most ${MAX_COLUMNS} are allowed`);
-    const seen = new Set<string>();
-    fields.forEach((column, i) => {
-      // A column named twice would make each row keep only its last cell.
-      if (seen.has(column)) {
-        throw new MalformedUploadError(
-          line,
-          `the header names column ${JSON.stringify(column)} twice (again as column ${i + 1}); give each column one name`,
-        );
-      }
-      seen.add(column);
-    });
+    const problem = headerProblem(fields);
+    if (problem !== null) throw new MalformedUploadError(line, problem);
     this.#columns = fields;
     this.#headerLine = line;
   }
