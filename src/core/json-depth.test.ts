@@ -28,6 +28,7 @@ describe("infiniteNumberAt", () => {
     expect(at("-1E+309")).toEqual([]);
     expect(at(`{"n":${"9".repeat(309)}}`)).toEqual(["n"]);
     expect(at(`{"n":1${"0".repeat(250)}e99}`)).toEqual(["n"]);
+    expect(at('[[],{"a":[2,{}],"b":[3,{"c":[4,-1e999]}]}]')).toEqual(["1", "b", "1", "c", "1"]);
   });
 
   it("passes finite numbers, and text that cannot hold a larger one without walking it", () => {
