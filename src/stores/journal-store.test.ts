@@ -16,3 +16,23 @@ describe("JournalStore.open", () => {
     expect(entry.dueAt).toBe(entry.timeoutAt);
   });
 });
+
+describe("JournalStore.childCount", () => {
+  it("counts a child once however many entries (identical calls with different timeouts) wait on it", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`journal-${crypto.randomUUID()}`);
+    const counts = await runInDurableObject(stub, (_object, state) => {
+      const journal = new JournalStore({ sql: createSql(state.storage), now: () => 1_000 });
+      const open = (key: string, timeoutMs: number | null) =>
+        journal.open({ key, kind: "child", childPlay: "leaf", dueInMs: null, timeoutMs });
+      open("child:input:a", null);
+      open("child:input:a:timeout:800", 800);
+      const unbound = journal.childCount();
+      journal.bindChild("child:input:a", "run_a", true, null);
+      journal.bindChild("child:input:a:timeout:800", "run_a", true, null);
+      open("child:input:b", null);
+      return { unbound, bound: journal.childCount() };
+    });
+    // Not yet bound, two entries may still be two children; bound to one, they are one, beside another child.
+    expect(counts).toEqual({ unbound: 2, bound: 2 });
+  });
+});

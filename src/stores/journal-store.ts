@@ -139,7 +139,8 @@ export class JournalStore {
 
   /** Child entries of this run, started or reserved: what `maxChildrenPerRun` counts. */
   childCount(): number {
-    return this.#sql<{ n: number }>`SELECT count(*) AS n FROM waits WHERE kind = 'child'`[0]!.n;
+    // Identical calls with different timeouts have entries of their own on one child: it counts once.
+    return this.#sql<{ n: number }>`SELECT count(DISTINCT coalesce(child_run_id, key)) AS n FROM waits WHERE kind = 'child'`[0]!.n;
   }
 
   /** Records which run a child entry stands for, and when to check on it next. */
