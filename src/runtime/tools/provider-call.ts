@@ -107,9 +107,10 @@ export class NotSent extends Error {
 export async function callProvider<T>(
   ctx: ProviderCallContext,
   send: (reportHeaders: (headers: HeadersInit) => void) => Promise<T>,
+  firstAttempt = 1,
 ): Promise<ProviderOutcome<T>> {
   let last: Failure | null = null;
-  for (let attempt = 1; ; attempt++) {
+  for (let attempt = firstAttempt; ; attempt++) {
     let failure: Failure;
     let sending = false;
     let counted = false;
@@ -187,12 +188,14 @@ export async function retryWait(
   ctx: Pick<ProviderCallContext, "toolId" | "pacer" | "budget" | "retry" | "meter" | "log">,
   retry: RetryClass,
   attempt: number,
+  { tellPacer = true }: { tellPacer?: boolean } = {},
 ): Promise<number | null> {
   if (retry.kind === "rate_limited") {
     ctx.meter.rateLimited++;
-    await ctx.pacer.backpressure(retry.retryAfterMs).catch((error: unknown) => {
-      ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
-    });
+    if (tellPacer)
+      await ctx.pacer.backpressure(retry.retryAfterMs).catch((error: unknown) => {
+        ctx.log(`could not report a 429 of ${ctx.toolId} to the pacing gate: ${messageOf(error)}`);
+      });
   }
   if (!mayRetry(ctx.retry, retry, attempt)) return null;
   if (!ctx.budget.take()) {

@@ -27,6 +27,7 @@ import {
   retryWait,
 } from "./provider-call";
 import { ToolCallError } from "../../play/tool-error";
+import type { RetryClass } from "../../core/backoff";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
@@ -259,7 +260,8 @@ export class ToolQueue {
     return this.#workers ? this.#workers.external(request) : request;
   }
 
-  async #single(tool: AnyTool, call: QueuedCall): Promise<HeldOutcome> {
+  /** One call alone; `attempt`: its first try's number (a batch member refused before has had tries). */
+  async #single(tool: AnyTool, call: QueuedCall, attempt = 1): Promise<HeldOutcome> {
     const { signal, env } = this.#services;
     // Refused before anything was sent (the attempt stopped): the receipt may say it was never sent.
     await this.#enter(1, signal).catch((error: unknown) => {
@@ -268,17 +270,20 @@ export class ToolQueue {
     try {
       const result = await this.#outbound(
         this.#sending(tool, 1, () =>
-          callProvider(this.#context(tool), (reportHeaders) =>
-            this.#timed((requestSignal) =>
-              tool.execute(call.input, {
-                idempotencyKey: call.idempotencyKey,
-                signal: requestSignal,
-                env: toolEnv(tool, env),
-                authScopeDigest: call.authScopeDigest,
-                reportHeaders,
-                fetch: outboundFetch(requestSignal),
-              }),
-            ),
+          callProvider(
+            this.#context(tool),
+            (reportHeaders) =>
+              this.#timed((requestSignal) =>
+                tool.execute(call.input, {
+                  idempotencyKey: call.idempotencyKey,
+                  signal: requestSignal,
+                  env: toolEnv(tool, env),
+                  authScopeDigest: call.authScopeDigest,
+                  reportHeaders,
+                  fetch: outboundFetch(requestSignal),
+                }),
+              ),
+            attempt,
           ),
         ),
       );
@@ -335,7 +340,7 @@ export class ToolQueue {
     this.#workers?.gather(-pending.length);
     if (pending.length === 1) {
       const [only] = pending;
-      this.#single(tool, only!.call).then(only!.resolve, only!.reject);
+      this.#single(tool, only!.call, only!.attempt).then(only!.resolve, only!.reject);
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
@@ -413,10 +418,16 @@ export class ToolQueue {
       for (const member of members) member.reject(error);
       return;
     }
+    // Members refused as rate limited slow the provider's callers once for the batch, not once each.
+    let told = false;
     await Promise.all(
       members.map(async (member, i) => {
         const error = refused[i];
-        if (!error || !(await this.#retryMember(tool, member, error, outcomes[i]!))) member.resolve(this.#held(outcomes[i]!));
+        const failure = error ? classifyFailure(error, (e) => tool.isRateLimit?.(e) === true) : null;
+        const tellPacer = failure?.retry.kind === "rate_limited" && !told;
+        if (tellPacer) told = true;
+        if (!failure || !(await this.#retryMember(tool, member, failure.retry, tellPacer, outcomes[i]!)))
+          member.resolve(this.#held(outcomes[i]!));
       }),
     );
   }
@@ -428,10 +439,9 @@ export class ToolQueue {
    * call's request would (`callProvider` retries the batch request itself,
    * not its members). Answers false when it may not: its outcome stands.
    */
-  async #retryMember(tool: AnyTool, member: Pending, error: ToolCallError, outcome: CallOutcome): Promise<boolean> {
-    const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
+  async #retryMember(tool: AnyTool, member: Pending, retry: RetryClass, tellPacer: boolean, outcome: CallOutcome): Promise<boolean> {
     if (this.#services.signal.aborted) return false;
-    const waitMs = await retryWait(this.#context(tool), failure.retry, member.attempt);
+    const waitMs = await retryWait(this.#context(tool), retry, member.attempt, { tellPacer });
     if (waitMs === null) return false;
     // Out, as a request is, until it joins again: the chunk's bulk receipt calls wait for its row. It keeps its place
     // in the window meanwhile, as a call retried in `callProvider` does, and takes it again with its next batch.
