@@ -183,7 +183,6 @@ export class Waits {
   }
 }
 
-/** Why a run takes no more signals: it ended, it is cancelling, it carries out the end its play reached, or its limit passed. */
 /** Why `run` refuses a signal now, or null when it takes one (`ending`: it carries out an end it decided). */
 export function signalRefusal(run: RunRecord, ending: boolean, now: number): SignalRefusal | null {
   if (isTerminal(run.status)) return "ended";
