@@ -18,7 +18,8 @@
  * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a run's
  * status told to its org's directory, from a new run's first listing on); `run.alarm` is the coordinator's alarm after it
  * drove the run, before it re-armed itself; `run.finish`, the run's end decided and recorded,
- * before it is carried out.
+ * before it is carried out; `child.finished`, a run telling a parent it ended; `child.moved`, a shared
+ * child telling the parent it moved its spend from what it spent of that parent's cap.
  *
  * A rule with `hold: true` neither fails nor crashes: the matching call waits
  * until the test releases it (`FaultInjector.release`), which opens a window
@@ -61,6 +62,7 @@ export const FAULT_POINTS = [
   "run.report",
   "export.part",
   "child.finished",
+  "child.moved",
 ] as const;
 /** One of {@link FAULT_POINTS}. */
 export const FaultPoint = z.enum(FAULT_POINTS);

@@ -18,6 +18,7 @@
  * then on (that parent uncapped, the child is uncapped too). A child whose
  * cancel failed, with no other parent waiting, spends only what it holds.
  */
+import { faultProbeFor } from "../../clients/faults";
 import { RunClient } from "../../clients/runs";
 import { isTerminal } from "../../core/statuses";
 import type { ChildAllotment } from "../../contracts/runs";
@@ -25,7 +26,7 @@ import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
 import { toMicros } from "../../stores/spend-store";
 
-type RunsEnv = Pick<Env, "RUN_COORDINATOR">;
+type RunsEnv = Pick<Env, "RUN_COORDINATOR" | "FAULTS" | "TROUPE_TEST_MODE">;
 
 /** What a run's asks of its parents and answers to its children go through: its coordinator's stores. */
 export interface SpendLinks {
@@ -171,6 +172,7 @@ async function carryOut(links: SpendLinks, from: string, to: string): Promise<vo
   spend.moveAllotment(to, base, !answer.uncapped);
   if (!answer.uncapped) spend.setParentAllotment(granted);
   try {
+    await faultProbeFor(env, { play: run.play }).check("child.moved");
     await runs.childSpendMoved(from, run.runId, base - earlier);
   } catch (error) {
     // `from` keeps counting what it allotted (more than the run spent of it): its cap holds, its spend reads high.
