@@ -164,3 +164,27 @@ describe("a child two parents share", () => {
     expect(await childSpend(second)).toEqual([{ child: childRunId, micros: total - counted!.micros, ended: 1 }]);
   });
 });
+
+describe("a shared child's move its old parent is not told at first", () => {
+  it("is told again: that parent counts what the child spent of its cap, not what it allotted", async () => {
+    await simReset();
+    await setFaults([{ point: "child.moved", times: 1 }]);
+    const tag = crypto.randomUUID().slice(0, 8);
+    const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
+    const [first, second, childRunId] = await shareThenCancelFirst(child, { first: 10, second: 1_000 });
+    const counted = await until(
+      () => childSpend(first),
+      (rows) => rows[0]?.ended === 1,
+      "the first parent to count the child's spend as final",
+    );
+    expect(counted).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+
+    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    expect(shared.status).toBe("completed");
+    expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
+    expect((await simStats()).billed).toBe(2 * (FIRST + SECOND));
+    expect(await childSpend(second)).toEqual([{ child: childRunId, micros: SECOND * PER_LEAD_MICROS, ended: 1 }]);
+    expect(await childSpend(first)).toEqual(counted);
+  });
+});

@@ -103,7 +103,7 @@ export class RunCoordinator extends Server<Env> {
     this.#store = new RunStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#journal = new JournalStore({ sql: createSql(ctx.storage), now: Date.now });
     this.#redactor = redactorFor(env);
-    this.#spendLinks = { env, store: this.#store, journal: this.#journal };
+    this.#spendLinks = { env, store: this.#store, journal: this.#journal, wake: () => this.#wake() };
     this.#feed = new LiveFeed({
       events: (after, limit) => this.#store.ledger.events(after, limit),
       snapshot: () => ({ run: this.#view()!, seq: this.#store.ledger.lastSeq() }),
@@ -394,7 +394,7 @@ export class RunCoordinator extends Server<Env> {
       policy: policyFor(this.env, run?.testPolicy),
       meter,
       faults,
-      spend: await spendCapOf(this.env, this.#store, this.#journal),
+      spend: await spendCapOf(this.env, this.#spendLinks),
     };
     try {
       next = await driveRun(this.#host, start);

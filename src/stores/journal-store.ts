@@ -242,6 +242,25 @@ export class JournalStore {
   }
 
   /**
+   * `runId`, the parent allotting to this run, gave it up while another still waits on it: it is told nothing of the
+   * run's end, but that the run spent `micros` of its cap, which it counts as final (kept until told, {@link movesToTell}).
+   */
+  markMoved(runId: string, micros: number): void {
+    this.#sql.write`UPDATE watchers SET notified = 1, moved_micros = ${micros} WHERE run_id = ${runId}`;
+  }
+
+  /** The parents this run's allotment moved from that are still to be told what it spent of their caps. */
+  movesToTell(): { runId: string; micros: number }[] {
+    return this.#sql<{ run_id: string; micros: number }>`SELECT run_id, moved_micros AS micros FROM watchers
+      WHERE moved_micros IS NOT NULL ORDER BY run_id`.map((r) => ({ runId: r.run_id, micros: r.micros }));
+  }
+
+  /** The parent was told this run spent `micros` of its cap (a figure that changed meanwhile is still to tell). */
+  markMoveTold(runId: string, micros: number): void {
+    this.#sql.write`UPDATE watchers SET moved_micros = NULL WHERE run_id = ${runId} AND moved_micros = ${micros}`;
+  }
+
+  /**
    * The parents to tell of this run's end: those not told yet, and those told
    * it spent less than `spentMicros` (bills that came after its end).
    */

@@ -227,4 +227,7 @@ export const runMigrations = [
   // A shared child whose allotting parent gave it up while another waits spends from that other's cap from then on
   // (src/runtime/tools/child-spend.ts): which parent allots to it, and what the parents before counted of its spend.
   `CREATE TABLE allotment_source (id INTEGER PRIMARY KEY CHECK (id = 1), parent_run_id TEXT NOT NULL, base_micros INTEGER NOT NULL);`,
+  // What a parent the run's allotment moved from is to be told the run spent of its cap, until it is told (null: nothing
+  // to tell): a telling that failed, or that a crash cut short, is told again by the run's alarm.
+  `ALTER TABLE watchers ADD COLUMN moved_micros INTEGER;`,
 ];

@@ -13,6 +13,7 @@ import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits } from "../../stores/spend-store";
+import { tellMoves } from "../tools/child-spend";
 
 export interface RunLinksOptions {
   env: Env;
@@ -23,13 +24,16 @@ export interface RunLinksOptions {
 }
 
 /**
- * Tells every parent not yet told that this (terminal) run ended, or told it spent less than it has now. Returns
+ * Tells every parent not yet told that this (terminal) run ended, or told it spent less than it has now, and every
+ * parent its allotment moved from what it spent of its cap (running or not). Returns
  * how many could not be told: the caller tries those again. A parent asks a child it waits on by its alarm, but that
  * ask learns the end, not the spend: a capped parent would count the child's whole allotment for good.
  */
 export async function tellParents(o: RunLinksOptions): Promise<number> {
+  // A parent this run's allotment moved from is told what it spent of its cap, ended or not (child-spend.ts).
+  const unmoved = await tellMoves(o, o.faults);
   const run = o.store.run();
-  if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return 0;
+  if (!run || (run.status !== "completed" && run.status !== "failed" && run.status !== "cancelled")) return unmoved;
   // Told again when bills reach this run after its end (an attempt given up on reports at last): a capped parent counts them.
   // Parents that allotted to it before the one allotting now counted their share as it moved (child-spend.ts).
   const spent = o.store.spend.spentWithChildrenMicros() - (o.store.spend.allotmentSource()?.baseMicros ?? 0);
@@ -57,7 +61,7 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
       }
     }),
   );
-  return untold;
+  return unmoved + untold;
 }
 
 /**

@@ -14,11 +14,12 @@
  * it, as its own cancel, failure or runtime limit does) while another parent
  * still waits on it, the child goes on and moves to that parent's cap
  * ({@link moveAllotment}): it tells the first parent what it spent so far,
- * which that parent counts as final, and asks the other for allotments from
+ * which that parent counts as final (told again by the child's alarm until
+ * it is told: {@link tellMoves}), and asks the other for allotments from
  * then on (that parent uncapped, the child is uncapped too). A child whose
  * cancel failed, with no other parent waiting, spends only what it holds.
  */
-import { faultProbeFor } from "../../clients/faults";
+import { type FaultProbe, faultProbeFor } from "../../clients/faults";
 import { RunClient } from "../../clients/runs";
 import { isTerminal } from "../../core/statuses";
 import type { ChildAllotment } from "../../contracts/runs";
@@ -34,6 +35,8 @@ export interface SpendLinks {
   store: RunStore;
   /** The parents waiting on the run (its watchers). */
   journal: JournalStore;
+  /** Runs the run's alarm soon: it tells again what could not be told ({@link tellMoves}). */
+  wake(): Promise<void>;
 }
 
 /** Whether the run spends under a cap of its own or its parent's: its children then spend from it. */
@@ -154,11 +157,12 @@ async function carryOut(links: SpendLinks, from: string, to: string): Promise<vo
   const { env, store, journal } = links;
   const { spend } = store;
   const run = store.run()!;
-  // `from` is told nothing more of this run (it counts what it is told below as final).
-  journal.markNotified(from);
   const earlier = spend.allotmentSource()?.baseMicros ?? 0;
   const settled = spend.settledMicros();
   const inFlight = Math.max(0, spend.committedMicros() - settled);
+  // `from` is told nothing more of this run but what it spent of its cap, which it counts as final: with the calls
+  // in flight until `to` answers for them (told so by the alarm should this object die before it does).
+  journal.markMoved(from, settled + inFlight - earlier);
   spend.moveAllotment(to, settled, true);
   const runs = new RunClient({ env, org: run.org });
   let answer: ChildAllotment = { micros: 0, wait: false };
@@ -171,11 +175,37 @@ async function carryOut(links: SpendLinks, from: string, to: string): Promise<vo
   const base = answer.uncapped ? settled : settled + Math.max(0, inFlight - granted);
   spend.moveAllotment(to, base, !answer.uncapped);
   if (!answer.uncapped) spend.setParentAllotment(granted);
-  try {
-    await faultProbeFor(env, { play: run.play }).check("child.moved");
-    await runs.childSpendMoved(from, run.runId, base - earlier);
-  } catch (error) {
-    // `from` keeps counting what it allotted (more than the run spent of it): its cap holds, its spend reads high.
-    console.warn(`run ${run.runId}: could not tell parent run ${from} what it spent of its cap`, error);
-  }
+  journal.markMoved(from, base - earlier);
+  // Until told, `from` counts what it allotted (more than the run spent of it): the alarm tells it again.
+  if ((await tellEach(links, faultProbeFor(env, { play: run.play }))) > 0) await links.wake();
+}
+
+/**
+ * Tells each parent this run's allotment moved from, not told yet, what the run spent of its cap (stored as it
+ * moved). Returns how many could not be told: the caller tries those again (the run's alarm, a bounded number
+ * of times, as it does a run's end: run-links.ts tellParents).
+ */
+export async function tellMoves(links: Pick<SpendLinks, "env" | "store" | "journal">, faults: FaultProbe): Promise<number> {
+  // A move under way tells its figure as it ends: told now, it could be one the move lowers still.
+  return moves.has(links.store) ? 0 : tellEach(links, faults);
+}
+
+async function tellEach(links: Pick<SpendLinks, "env" | "store" | "journal">, faults: FaultProbe): Promise<number> {
+  const { env, store, journal } = links;
+  const run = store.run();
+  if (!run) return 0;
+  let untold = 0;
+  await Promise.all(
+    journal.movesToTell().map(async ({ runId: parent, micros }) => {
+      try {
+        await faults.check("child.moved");
+        await new RunClient({ env, org: run.org }).childSpendMoved(parent, run.runId, micros);
+        journal.markMoveTold(parent, micros);
+      } catch (error) {
+        untold++;
+        console.warn(`run ${run.runId}: could not tell parent run ${parent} what it spent of its cap; tried again shortly`, error);
+      }
+    }),
+  );
+  return untold;
 }

@@ -5,12 +5,11 @@
  * figures live in its OrgDirectory; the run's own in its coordinator's store.
  */
 import { isTerminal } from "../../core/statuses";
-import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits, toMicros } from "../../stores/spend-store";
 import { utcDay } from "../../stores/org-spend-store";
 import { type BillableRequest, type CapReason, MAX_GRANT_WAIT_MS, type SpendCap, SpendCapReached } from "./spend";
-import { askParent } from "./child-spend";
+import { askParent, type SpendLinks } from "./child-spend";
 import { sleep } from "../../core/time";
 import type { SpendGrant } from "../../contracts/executors";
 
@@ -278,12 +277,13 @@ export class InvocationSpendCap {
  * is reported first, which shrinks the hold of its last invocation to what
  * the run still has reserved.
  */
-export async function spendCapOf(env: DirectoryEnv, store: RunStore, journal: JournalStore): Promise<InvocationSpendCap> {
+export async function spendCapOf(env: DirectoryEnv, links: SpendLinks): Promise<InvocationSpendCap> {
+  const { store } = links;
   const run = store.run();
   if (!run || isTerminal(run.status)) return new InvocationSpendCap({ store, maxSpend: null, dailyLimit: null });
   const { maxSpend } = run;
   const org = new OrgClient({ env, org: run.org });
-  const fromParent = (wantedMicros: number, needMicros: number) => askParent({ env, store, journal }, wantedMicros, needMicros);
+  const fromParent = (wantedMicros: number, needMicros: number) => askParent(links, wantedMicros, needMicros);
   let dailyLimit: number | null;
   try {
     const reserved = store.spend.reservedMicros();
