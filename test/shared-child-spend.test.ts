@@ -187,4 +187,51 @@ describe("a shared child's move its old parent is not told at first", () => {
     expect(await childSpend(second)).toEqual([{ child: childRunId, micros: SECOND * PER_LEAD_MICROS, ended: 1 }]);
     expect(await childSpend(first)).toEqual(counted);
   });
+
+  it("lowers what the old parent, ended meanwhile, told its own capped parent: the child's allotment gives way to its spend", async () => {
+    await simReset();
+    // The move's first telling fails; the second waits until the old parent has ended and told its own parent.
+    await setFaults([
+      { point: "child.moved", times: 1 },
+      { point: "child.moved", fromCall: 2, times: 1, hold: true },
+    ]);
+    const tag = crypto.randomUUID().slice(0, 8);
+    const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
+    const top = await startRun("test-run-child", { play: "test-run-child", input: child }, { maxSpend: 10 });
+    const { childRunId: middle } = await childOf(top);
+    const { childRunId } = await childOf(middle);
+    await until(
+      () => allEvents(childRunId),
+      (events) => events.some((e) => e.type === "wait.started"),
+      "the child to wait for go",
+    );
+    const other = await startRun("test-run-child", child, { maxSpend: 1_000 });
+    expect(await childOf(other)).toMatchObject({ childRunId, reused: true });
+    expect((await apiJson(`/v1/runs/${middle}/cancel`, { method: "POST" })).status).toBe(202);
+    expect((await waitForRun(middle)).status).toBe("cancelled");
+    // Not told of the move yet, the middle run counted the child's allotment, and told the top run so.
+    const [told] = await until(
+      () => childSpend(top),
+      (rows) => rows[0]?.ended === 1,
+      "the top run to count the middle run's end",
+    );
+    expect(told!.micros).toBeGreaterThan(FIRST * PER_LEAD_MICROS);
+    await env.FAULTS!.getByName(FAULT_OBJECT_NAME).held(1);
+    expect(await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(1)).toBe(1);
+    // Told of the move, the middle run counts what the child spent of its allotment, and so does the top run.
+    await until(
+      () => childSpend(top),
+      (rows) => rows[0]?.micros === FIRST * PER_LEAD_MICROS,
+      "the top run to count what the child spent under it",
+    );
+    expect(await childSpend(middle)).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+    expect(await childSpend(top)).toEqual([{ child: middle, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+
+    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+    expect((await waitForRun(other, { timeoutMs: 60_000 })).status).toBe("completed");
+    expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
+    expect((await simStats()).billed).toBe(2 * (FIRST + SECOND));
+    expect(await childSpend(other)).toEqual([{ child: childRunId, micros: SECOND * PER_LEAD_MICROS, ended: 1 }]);
+    expect(await childSpend(top)).toEqual([{ child: middle, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
+  });
 });

@@ -15,7 +15,6 @@ import { type Redactor, redactorFor } from "../runtime/views/redact";
 import { driveRun, type RunHost } from "../runtime/invocation/run-driver";
 import { recordPlayHistory, reportSpend, spendCapOf } from "../runtime/tools/org-spend";
 import { allotToChild, moveAllotment, type SpendLinks } from "../runtime/tools/child-spend";
-import { toMicros } from "../stores/spend-store";
 import { cancelChildren, stopChildren, tellParents } from "../runtime/invocation/run-links";
 import { isTerminal } from "../core/statuses";
 import { RunStore, type RunRecord } from "../stores/run-store";
@@ -193,7 +192,7 @@ export class RunCoordinator extends Server<Env> {
     const run = this.#store.run();
     // What a child this run allotted some of its cap spent replaces its allotment (counted even once this run ended);
     // an ended run whose spend grew so tells its own parent again, by its alarm.
-    const counted = run && end.spentCredits !== undefined && this.#store.spend.childSpent(end.childRunId, toMicros(end.spentCredits));
+    const counted = run && this.#store.spend.childToldEnd(end);
     if (counted && isTerminal(run.status)) await this.ctx.storage.setAlarm(Date.now());
     if (!run || isTerminal(run.status)) return;
     const ended = recordChildEnd(

@@ -37,6 +37,8 @@ export const ChildFinished = z.object({
     .nullable(),
   /** What the child spent, its own children included, in credits: it replaces what its parent allotted it. */
   spentCredits: z.number().nonnegative().optional(),
+  /** `spentCredits` counts allotments the child's own children held (they may spend less): a lower figure may follow. */
+  spentProvisional: z.boolean().optional(),
 });
 export type ChildFinished = z.infer<typeof ChildFinished>;
 

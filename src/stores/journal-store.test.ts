@@ -36,3 +36,24 @@ describe("JournalStore.childCount", () => {
     expect(counts).toEqual({ unbound: 2, bound: 2 });
   });
 });
+
+describe("JournalStore.parentsToTell", () => {
+  it("tells a parent a lower figure once it counts no child's allotment, and the same figure once it stops counting one", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`journal-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const journal = new JournalStore({ sql: createSql(state.storage), now: Date.now });
+      journal.addWatcher("run_parent");
+      expect(journal.parentsToTell(5, true)).toEqual([{ runId: "run_parent", again: false }]);
+      journal.markTold("run_parent", 5, true);
+      // Counting a child's allotment still: only a larger figure is told.
+      expect(journal.parentsToTell(3, true)).toEqual([]);
+      expect(journal.parentsToTell(6, true)).toEqual([{ runId: "run_parent", again: true }]);
+      // Counting none: a lower figure is told, and so is the same one (the parent holds it as one that may drop).
+      expect(journal.parentsToTell(3)).toEqual([{ runId: "run_parent", again: true }]);
+      expect(journal.parentsToTell(5)).toEqual([{ runId: "run_parent", again: true }]);
+      journal.markTold("run_parent", 3);
+      expect(journal.parentsToTell(3)).toEqual([]);
+      expect(journal.parentsToTell(4)).toEqual([{ runId: "run_parent", again: true }]);
+    });
+  });
+});

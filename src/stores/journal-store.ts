@@ -261,21 +261,25 @@ export class JournalStore {
   }
 
   /**
-   * The parents to tell of this run's end: those not told yet, and those told
-   * it spent less than `spentMicros` (bills that came after its end).
+   * The parents to tell of this run's end: those not told yet, those told it spent less than `spentMicros` (bills
+   * that came after its end), and, unless `spentMicros` still counts allotments its children hold (`provisional`),
+   * those told more, or told a figure that counted such allotments.
    */
-  parentsToTell(spentMicros: number): { runId: string; again: boolean }[] {
+  parentsToTell(spentMicros: number, provisional = false): { runId: string; again: boolean }[] {
+    const exact = provisional ? 0 : 1;
     return this.#sql<{ run_id: string; told: number | null }>`SELECT run_id, told_micros AS told FROM watchers
-      WHERE notified = 0 OR (told_micros IS NOT NULL AND told_micros < ${spentMicros}) ORDER BY run_id`.map((r) => ({
+      WHERE notified = 0 OR (told_micros IS NOT NULL AND (told_micros < ${spentMicros}
+        OR (${exact} = 1 AND (told_micros > ${spentMicros} OR told_provisional = 1)))) ORDER BY run_id`.map((r) => ({
       runId: r.run_id,
-      // Told of this run's end already, when it had spent less.
+      // Told of this run's end already, when it had spent another figure.
       again: r.told !== null,
     }));
   }
 
-  /** The parent was told this run ended having spent `spentMicros` (a later, larger spend is told again). */
-  markTold(runId: string, spentMicros: number): void {
-    this.#sql.write`UPDATE watchers SET notified = 1, told_micros = max(coalesce(told_micros, 0), ${spentMicros}) WHERE run_id = ${runId}`;
+  /** The parent was told this run ended having spent `spentMicros` (another figure is told again: parentsToTell). */
+  markTold(runId: string, spentMicros: number, provisional = false): void {
+    this.#sql.write`UPDATE watchers SET notified = 1, told_micros = ${spentMicros}, told_provisional = ${provisional ? 1 : 0}
+      WHERE run_id = ${runId}`;
   }
 
   // ---- replay counters

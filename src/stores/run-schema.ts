@@ -230,4 +230,11 @@ export const runMigrations = [
   // What a parent the run's allotment moved from is to be told the run spent of its cap, until it is told (null: nothing
   // to tell): a telling that failed, or that a crash cut short, is told again by the run's alarm.
   `ALTER TABLE watchers ADD COLUMN moved_micros INTEGER;`,
+  // Whether an ended child's figure counts allotments its own children held as it told it (they may spend less): a
+  // later, lower figure of the child's replaces it (src/stores/spend-store.ts childEnded); and whether the figure a
+  // run told each parent was such a one (told again once it is not).
+  `
+  ALTER TABLE child_spend ADD COLUMN provisional INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE watchers ADD COLUMN told_provisional INTEGER NOT NULL DEFAULT 0;
+  `,
 ];

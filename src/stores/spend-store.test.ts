@@ -106,6 +106,28 @@ describe("SpendStore", () => {
     });
   });
 
+  it("lets a child's figure that counted its own children's allotments give way to one that does not, lower or not", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const spend = new SpendStore({ sql: createSql(state.storage), now: () => Date.UTC(2026, 11, 3) });
+      spend.allotChild("run_child", toMicros(10));
+      expect(spend.countsAllotments()).toBe(true);
+      // The child ended holding a grandchild's allotment: its figure counts it.
+      expect(spend.childEnded("run_child", toMicros(6), true)).toBe(true);
+      expect(spend.countsAllotments()).toBe(true);
+      // Of two such figures the larger stands, as of two exact ones.
+      expect(spend.childEnded("run_child", toMicros(5), true)).toBe(false);
+      expect(spend.childEnded("run_child", toMicros(7), true)).toBe(true);
+      // What the grandchild spent, once known, lowers it; a figure that still counted allotments comes too late.
+      expect(spend.childEnded("run_child", toMicros(2.5))).toBe(true);
+      expect(spend.childEnded("run_child", toMicros(7), true)).toBe(false);
+      expect(spend.childEnded("run_child", toMicros(2))).toBe(false);
+      expect(spend.childAllotment("run_child")).toEqual({ micros: toMicros(2.5), ended: true });
+      expect(spend.countsAllotments()).toBe(false);
+      expect(spend.committedMicros()).toBe(toMicros(2.5));
+    });
+  });
+
   it("reports each bill to the org once, however many bills the run holds", async () => {
     const stub = env.RUN_COORDINATOR.getByName(`spend-${crypto.randomUUID()}`);
     await runInDurableObject(stub, (_object, state) => {

@@ -220,20 +220,36 @@ export class SpendStore {
   /**
    * The child ended having spent `micros` (its own and its children's): that replaces its allotment. Told again
    * (bills that reached it after its end), the larger count stands: a message told twice, or out of order, counts
-   * once. True when the count changed.
+   * once. But for a `provisional` figure, which counts allotments the child's own children held (a child cancelled
+   * that went on for another parent, say): any figure that is not replaces it, lower or not, and a provisional one
+   * never replaces one that is not. True when the count changed.
    */
-  childEnded(childRunId: string, micros: number): boolean {
-    const held = this.childAllotment(childRunId);
-    if (held?.ended && micros <= held.micros) return false;
-    this.#sql.write`INSERT INTO child_spend (child_run_id, micros, ended) VALUES (${childRunId}, ${micros}, 1)
-      ON CONFLICT (child_run_id) DO UPDATE SET micros = excluded.micros, ended = 1`;
+  childEnded(childRunId: string, micros: number, provisional = false): boolean {
+    const held = this.#sql<{ micros: number; ended: number; provisional: number }>`SELECT micros, ended, provisional
+      FROM child_spend WHERE child_run_id = ${childRunId}`[0];
+    // Of two figures alike the larger stands; of two unlike, the one that counts no allotment.
+    const alike = held?.provisional === (provisional ? 1 : 0);
+    if (held?.ended === 1 && (alike ? micros <= held.micros : provisional)) return false;
+    this.#sql
+      .write`INSERT INTO child_spend (child_run_id, micros, ended, provisional) VALUES (${childRunId}, ${micros}, 1, ${provisional ? 1 : 0})
+      ON CONFLICT (child_run_id) DO UPDATE SET micros = excluded.micros, ended = 1, provisional = excluded.provisional`;
     this.#count(CHILDREN, "children", 0, micros - (held?.micros ?? 0));
     return true;
   }
 
   /** {@link childEnded} for a child this run allotted some of its cap; false (nothing counted) for any other. */
-  childSpent(childRunId: string, micros: number): boolean {
-    return this.childAllotment(childRunId) !== null && this.childEnded(childRunId, micros);
+  childSpent(childRunId: string, micros: number, provisional?: boolean): boolean {
+    return this.childAllotment(childRunId) !== null && this.childEnded(childRunId, micros, provisional);
+  }
+
+  /** {@link childSpent} as a child told its end (credits; none when its end was read from its view). */
+  childToldEnd(end: { childRunId: string; spentCredits?: number | undefined; spentProvisional?: boolean | undefined }): boolean {
+    return end.spentCredits !== undefined && this.childSpent(end.childRunId, toMicros(end.spentCredits), end.spentProvisional);
+  }
+
+  /** Whether what this run counts of its children counts allotments: a child's still running, or one a child held. */
+  countsAllotments(): boolean {
+    return this.#sql`SELECT 1 FROM child_spend WHERE ended = 0 OR provisional = 1 LIMIT 1`.length > 0;
   }
 
   /** What this run spent, its children's spend (or allotments, while they run) included. */

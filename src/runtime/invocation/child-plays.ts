@@ -47,6 +47,8 @@ export interface ChildEnd {
   error: { code: string; message: string } | null;
   /** What it spent, its own children included (credits); absent when read from its view. */
   spentCredits?: number;
+  /** `spentCredits` counts allotments its own children held: a later, lower figure replaces it. */
+  spentProvisional?: boolean;
 }
 
 /**

@@ -37,25 +37,28 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
   // Told again when bills reach this run after its end (an attempt given up on reports at last): a capped parent counts them.
   // Parents that allotted to it before the one allotting now counted their share as it moved (child-spend.ts).
   const spent = o.store.spend.spentWithChildrenMicros() - (o.store.spend.allotmentSource()?.baseMicros ?? 0);
+  // Counting a child's allotment (a child cancelled that went on for another parent, say), it may tell less later.
+  const provisional = o.store.spend.countsAllotments();
   const end: ChildEnd = {
     childRunId: run.runId,
     status: run.status,
     result: run.result,
     error: run.error ? { code: run.error.code, message: run.error.message } : null,
     spentCredits: toCredits(spent),
+    spentProvisional: provisional,
   };
   let untold = 0;
   await Promise.all(
-    o.journal.parentsToTell(spent).map(async ({ runId: parentRunId, again }) => {
+    o.journal.parentsToTell(spent, provisional).map(async ({ runId: parentRunId, again }) => {
       try {
         await o.faults.check("child.finished");
         await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
-        o.journal.markTold(parentRunId, spent);
+        o.journal.markTold(parentRunId, spent, provisional);
       } catch (error) {
         untold++;
         o.log(
           again
-            ? `could not tell parent run ${parentRunId} that this run's spend grew since its end (${messageOf(error)}); tried again shortly`
+            ? `could not tell parent run ${parentRunId} that this run's spend changed since its end (${messageOf(error)}); tried again shortly`
             : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); tried again shortly`,
         );
       }
