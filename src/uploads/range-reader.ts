@@ -73,7 +73,8 @@ export async function readRows(source: ByteSource, index: UploadIndex, range: { 
 
 /**
  * A CSV row as an object: each column an own property (a column named like
- * an Object.prototype member, `__proto__` included, is data like any other).
+ * an Object.prototype member is data like any other; an upload naming a
+ * column `__proto__` is refused by its scan, core/row-fields.ts).
  */
 export function rowOf(columns: readonly string[], fields: readonly string[]): Row {
   const row: Row = {};
