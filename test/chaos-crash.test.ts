@@ -215,10 +215,10 @@ describe("the coordinator dies between a chunk's end and its event", () => {
   it("tells that chunk's completion in the next invocation: the ledger has every chunk once", async () => {
     await simReset();
     await setSim({ latencyMs: 40 });
-    const rows = callRows("Untold", 600);
-    // In the coordinator, with the map's progress held back for a minute: a chunk that ends is stored done, and its
-    // chunks.completed waits for the drain's end.
-    const testPolicy = { maxExecutors: 0, progressIntervalMs: 60_000 };
+    const rows = callRows("Untold", 120);
+    // In the coordinator (12 chunks of 10 rows), with the map's progress held back for a minute: a chunk that ends is
+    // stored done, and its chunks.completed waits for the drain's end.
+    const testPolicy = { maxExecutors: 0, progressIntervalMs: 60_000, chunkRows: 10 };
     const runId = await startRun("test-calls", { rows, dataset: "untold" }, { testPolicy });
     const doneChunks = () =>
       runInDurableObject(
@@ -340,11 +340,15 @@ describe("an attempt no invocation waits for", () => {
 describe("alarm retries", () => {
   it("retries an alarm handler that throws, and dispatches no chunk twice", async () => {
     await simReset();
-    // 600 rows (12 chunks) take several invocations under this budget; the first two alarms throw after driving, before re-arming.
+    // 120 rows (12 chunks of 10) take several invocations under this budget; the first two alarms throw after driving, before re-arming.
     await setFaults([{ point: "run.alarm", fromCall: 1, times: 2 }]);
-    const rows = callRows("Alarm", 600);
+    const rows = callRows("Alarm", 120);
     // A coordinator that hands chunks to executors spends few subrequests: a small budget still makes it yield often.
-    const runId = await startRun("test-calls", { rows, dataset: "alarm-retries" }, { testPolicy: { invocationSubrequestBudget: 5 } });
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "alarm-retries" },
+      { testPolicy: { invocationSubrequestBudget: 5, chunkRows: 10 } },
+    );
     const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
