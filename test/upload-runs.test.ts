@@ -71,13 +71,13 @@ async function upload(csv: string, token?: string): Promise<string> {
 describe("a run over an upload", () => {
   it("reads its rows chunk by chunk in executors, fails rows that do not fit alone with their line, and reruns with no call", async () => {
     await simReset();
-    const { csv, rows } = leads("up", 430);
+    const { csv, rows } = leads("up", 230);
     const uploadId = await upload(csv);
     const valid = rows.filter((_, i) => !invalid(i));
 
     const estimate = await apiJson("/v1/runs/estimate", { method: "POST", json: { play: "demo-enrich", input: { upload: uploadId } } });
     expect(estimate.status).toBe(200);
-    expect(estimate.body.rows).toEqual({ total: 430, reusable: 0, toCompute: 430 });
+    expect(estimate.body.rows).toEqual({ total: 230, reusable: 0, toCompute: 230 });
     expect(estimate.body.calls.sim_find_email).toEqual({ reused: 0, new: valid.length });
 
     const runId = await startRun("demo-enrich", { upload: uploadId });
@@ -85,14 +85,14 @@ describe("a run over an upload", () => {
     expect(run.status, JSON.stringify(run.error)).toBe("completed");
     const failed = rows.length - valid.length;
     expect(run.result).toEqual({ rows: valid.length, failed });
-    expect(run.progress.maps.leads).toMatchObject({ total: 430, completed: valid.length, failed });
+    expect(run.progress.maps.leads).toMatchObject({ total: 230, completed: valid.length, failed });
 
     // The coordinator keeps the upload's id, never its rows.
     const source = await coordinator(runId).source("dev");
     expect(JSON.parse(source!.inputJson)).toEqual({ rows: { upload: uploadId } });
 
     const stored = await datasetRows(runId, "leads");
-    expect(stored).toHaveLength(430);
+    expect(stored).toHaveLength(230);
     stored.forEach((row, i) => {
       const lead = rows[i]!;
       if (invalid(i)) {
@@ -150,12 +150,12 @@ describe("a run over an upload", () => {
     for (const e of chunks) expect(e).toMatchObject({ completed: 50, failed: 0, reused: 50 });
     await expectEnriched(rerun.body.runId, rows);
 
-    // The same rows with 300 new ones among them: chunks holding new rows come back from their sweep, and only those rows are paid for.
-    const added = Array.from({ length: 300 }, (_, i) => person("sweep-new", i));
+    // The same rows with 60 new ones among them: chunks holding new rows come back from their sweep, and only those rows are paid for.
+    const added = Array.from({ length: 60 }, (_, i) => person("sweep-new", i));
     const mixed = [...rows.slice(0, 600), ...added, ...rows.slice(600)];
     const mixedRun = await waitForRun(await startRun("demo-enrich", { upload: await upload(csvOf(mixed)) }), { timeoutMs: 90_000 });
     expect(mixedRun.status, JSON.stringify(mixedRun.error)).toBe("completed");
-    expect(mixedRun.result).toEqual({ rows: 1500, failed: 0 });
+    expect(mixedRun.result).toEqual({ rows: 1260, failed: 0 });
     expect(mixedRun.usage.objectRpcsByKind["executor.sweep"]).toBeGreaterThanOrEqual(1);
     const stats = await simStats();
     expect(stats.duplicates).toBe(0);
@@ -230,7 +230,7 @@ describe("a run over an upload", () => {
   it("stops spending when cancelled, and a rerun finishes the rest without paying twice", async () => {
     await simReset();
     await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
-    const { csv, rows } = leads("cancel", 400);
+    const { csv, rows } = leads("cancel", 200);
     const runId = await startRun("demo-enrich", { upload: await upload(csv) });
     await until(
       () => runView(runId),
