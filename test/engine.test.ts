@@ -204,18 +204,18 @@ describe("durability of the coordinator", () => {
 
   it("reruns rows in hand in sweeps, in executors and in the coordinator: no call, the same rows, few claims", async () => {
     for (const [from, testPolicy] of [
-      [4000, {}],
-      [5000, { maxExecutors: 0 }],
+      [4000, { chunkRows: 10 }],
+      [5000, { chunkRows: 10, maxExecutors: 0 }],
     ] as const) {
-      // 12 chunks of 50 rows, keyed by a function: rows in hand are keyed before any chunk goes out.
-      const rows = Array.from({ length: 600 }, (_, i) => person(from + i));
+      // 12 chunks of 10 rows, keyed by a function: rows in hand are keyed before any chunk goes out.
+      const rows = Array.from({ length: 120 }, (_, i) => person(from + i));
       const first = await waitForRun(await startRun("test-map", { rows, keyMode: "function" }, { testPolicy }));
       expect(first.status).toBe("completed");
       const billed = (await simStats()).billed;
 
       const again = await waitForRun(await startRun("test-map", { rows, keyMode: "function" }, { testPolicy }));
       expect(again.status).toBe("completed");
-      expect(again.result).toMatchObject({ total: 600, completed: 600, failed: 0 });
+      expect(again.result).toMatchObject({ total: 120, completed: 120, failed: 0 });
       expect(again.usage.providerRequests).toBe(0);
       expect((await simStats()).billed).toBe(billed);
       // Each chunk claims once per shard it touches; after the first wholly reused chunks, the rest share one claim per shard.
@@ -235,7 +235,7 @@ describe("durability of the coordinator", () => {
   it("cancels a run: it ends cancelled, and a rerun completes every row", async () => {
     await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 30 } });
     try {
-      const rows = Array.from({ length: 300 }, (_, i) => person(3000 + i));
+      const rows = Array.from({ length: 100 }, (_, i) => person(3000 + i));
       const runId = await startRun("test-map", { rows });
       const cancel = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
       expect(cancel.status).toBe(202);
@@ -244,7 +244,7 @@ describe("durability of the coordinator", () => {
       expect((await allEvents(runId)).at(-1)!.type).toBe("run.cancelled");
       const rerun = await waitForRun(await startRun("test-map", { rows }));
       expect(rerun.status).toBe("completed");
-      expect(rerun.result).toMatchObject({ total: 300, completed: 300 });
+      expect(rerun.result).toMatchObject({ total: 100, completed: 100 });
     } finally {
       await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
     }
