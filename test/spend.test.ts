@@ -68,7 +68,7 @@ describe("maxSpend", () => {
   it("is never passed with chunks and batches in flight; the run fails spend_cap_reached and a rerun with a higher cap finishes, paying each call once", async () => {
     await simReset();
     await setSim({ latencyMs: 20 });
-    const rows = callRows("Capped", 400);
+    const rows = callRows("Capped", 200);
     const maxSpend = 60;
     const capped = await waitForRun(await submitWith({ rows, dataset: "capped" }, { maxSpend }));
     expect(capped.status).toBe("failed");
@@ -84,10 +84,10 @@ describe("maxSpend", () => {
     expect(rerun.status).toBe(202);
     const done = await waitForRun(rerun.body.runId);
     expect(done.status).toBe("completed");
-    expect(done.result).toEqual({ total: 400, completed: 400, failed: 0 });
+    expect(done.result).toEqual({ total: 200, completed: 200, failed: 0 });
     const stats = await simStats();
     expect(stats.duplicates).toBe(0);
-    expect(stats.billed).toBe(400);
+    expect(stats.billed).toBe(200);
     // Each call paid once, across both runs.
     expect(billedCredits(stats)).toBe(spent + done.usage.spend.total);
   });
@@ -97,7 +97,7 @@ describe("maxSpend", () => {
     await setSim({ latencyMs: 20 });
     // Calls claimed and waiting for a place in the dispatch window when the cap trips were never sent: a rerun must
     // not take them for requests whose outcome is unknown (which such a tool's rows fail).
-    const rows = Array.from({ length: 300 }, (_, i) => ({
+    const rows = Array.from({ length: 150 }, (_, i) => ({
       id: `uc${i}`,
       tool: "test_unkeyed_find",
       input: { name: `Unkeyed Capped ${i}`, domain: "capped.test" },
@@ -113,7 +113,7 @@ describe("maxSpend", () => {
     const failed = (await datasetRows(done.runId, "unkeyed-capped")).filter((row) => row._status === "failed");
     expect(failed.map((row) => row._error)).toEqual([]);
     expect(done.usage.outcomeUnknown).toBe(0);
-    expect(done.result).toEqual({ total: 300, completed: 300, failed: 0 });
+    expect(done.result).toEqual({ total: 150, completed: 150, failed: 0 });
     expect((await simStats()).duplicates).toBe(0);
   });
 });
