@@ -113,6 +113,7 @@ describe("batching", () => {
     expect(afterCancel.batchCalls).toBe(0);
     expect(afterCancel.byTool.sim_verify_email ?? { calls: 0, billed: 0 }).toEqual({ calls: 0, billed: 0 });
 
+    await setSim({ latencyMs: 0 });
     const rerun = await waitForRun(await startRun("demo-enrich", { rows }, { testPolicy }));
     expect(rerun.result).toEqual({ rows: 50, failed: 0 });
     const stats = await simStats();
@@ -253,11 +254,14 @@ describe("receipt dispositions", () => {
 
   it("waits for a live owner up to the receipt wait, then takes over", async () => {
     await simReset();
-    await setSim({ latencyMs: 20 });
-    // A live run to own the receipt: long enough to outlast the test's receipt wait (1 s).
-    const owner = await startRun("test-map", {
-      rows: Array.from({ length: 1500 }, (_, i) => ({ id: `live${i}`, name: `Live Owner ${i}`, domain: "live.test" })),
-    });
+    await setSim({ latencyMs: 200 });
+    // A live run to own the receipt: long enough to outlast the test's receipt wait (1 s). One executor's six
+    // connections at 200 ms take 10 s over its 300 rows, computing few of them while the test runs.
+    const owner = await startRun(
+      "test-map",
+      { rows: Array.from({ length: 300 }, (_, i) => ({ id: `live${i}`, name: `Live Owner ${i}`, domain: "live.test" })) },
+      { testPolicy: { minExecutors: 1, maxExecutors: 1 } },
+    );
     try {
       for (;;) {
         const { body } = await apiJson(`/v1/runs/${owner}`);
