@@ -66,6 +66,7 @@ describe("teardown releases leases", () => {
     expect(cancelled.status).toBe("cancelled");
     expect(cancelled.progress.maps.cancelled.completed).toBeLessThan(400);
 
+    await setSim({ latencyMs: 0 });
     const rerun = await startRun("test-calls", { rows, dataset: "cancelled" }, { testPolicy: NEVER_WAIT });
     const done = await waitForRun(rerun);
     expect(done.status).toBe("completed");
@@ -96,13 +97,13 @@ describe("teardown releases leases", () => {
   it("at the runtime limit: the run fails saying so (not cancelled), and a rerun completes the rest", async () => {
     await simReset();
     await setSim({ latencyMs: 400 });
-    const rows = callRows("Limit", 1000);
+    const rows = callRows("Limit", 400);
     const runId = await startRun("test-calls", { rows, dataset: "limit" }, { timeoutSeconds: 1, testPolicy: LONG_LEASES });
     const run = await waitForRun(runId);
     expect(run.status).toBe("failed");
     expect(run.error.code).toBe("deadline_exceeded");
     expect(run.error.message).toContain("runtime limit of 1 s");
-    expect(run.progress.maps.limit.completed).toBeLessThan(1000);
+    expect(run.progress.maps.limit.completed).toBeLessThan(400);
     const last = (await allEvents(runId)).at(-1);
     expect(last).toMatchObject({ type: "run.failed", error: { code: "deadline_exceeded" } });
 
@@ -143,7 +144,7 @@ describe("finalize", () => {
   it("runs again the chunks whose rows vanished from the sheets, without billing again", async () => {
     await simReset();
     await setSim({ latencyMs: 30 });
-    const rows = callRows("Lost", 1000);
+    const rows = callRows("Lost", 500);
     const runId = await startRun("test-calls", { rows, dataset: "vanish" }, { testPolicy: { chunkRows: 20 } });
     await until(
       () => allEvents(runId),
@@ -164,7 +165,7 @@ describe("finalize", () => {
 
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
-    expect(run.result).toEqual({ total: 1000, completed: 1000, failed: 0 });
+    expect(run.result).toEqual({ total: 500, completed: 500, failed: 0 });
     expect(await notices(runId)).toEqual(expect.arrayContaining(["map_repaired"]));
     await expectExactlyOnce(runId, "vanish", rows);
   });
