@@ -24,7 +24,7 @@ describe("cancel and rerun over HTTP", () => {
   it("cancel stops provider calls within one wave and ends the run cancelled; a rerun completes the rest and bills nothing twice", async () => {
     await simReset();
     await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 40 } });
-    const rows = rowsOf("cancel", 1200);
+    const rows = rowsOf("cancel", 600);
     let runId: string;
     let callsAtCancel: number;
     try {
@@ -36,7 +36,7 @@ describe("cancel and rerun over HTTP", () => {
       expect(cancel.body.runId).toBe(runId);
       const run = await waitForRun(runId);
       expect(run.status).toBe("cancelled");
-      expect(run.progress.maps.items.completed).toBeLessThan(1200);
+      expect(run.progress.maps.items.completed).toBeLessThan(600);
     } finally {
       await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
     }
@@ -48,9 +48,9 @@ describe("cancel and rerun over HTTP", () => {
       attempt: { attemptId: `${runId}/items/0/${runAttempt}`, runId, attemptSeq: runAttempt },
       leaseTtlMs: 60_000,
       recompute: false,
-      rows: [{ key: rows[1199]!.id, index: 1199, input: rows[1199]! }],
+      rows: [{ key: rows[599]!.id, index: 599, input: rows[599]! }],
     });
-    expect(late.rows).toEqual([{ key: rows[1199]!.id, status: "fenced", newerSeq: runAttempt + 1 }]);
+    expect(late.rows).toEqual([{ key: rows[599]!.id, status: "fenced", newerSeq: runAttempt + 1 }]);
 
     // Once the run is cancelled nothing more reaches the provider, and what did was at most the wave in flight.
     const settled = (await simStats()).calls;
@@ -75,10 +75,10 @@ describe("cancel and rerun over HTTP", () => {
     });
     expect(rerun.body.runId).not.toBe(runId);
     const done = await waitForRun(rerun.body.runId);
-    expect(done).toMatchObject({ status: "completed", play: "test-map", result: { total: 1200, completed: 1200, failed: 0 } });
+    expect(done).toMatchObject({ status: "completed", play: "test-map", result: { total: 600, completed: 600, failed: 0 } });
     const stats = await simStats();
     expect(stats.duplicates).toBe(0);
-    expect(stats.billed).toBe(1200);
+    expect(stats.billed).toBe(600);
     const stored = await datasetRows(rerun.body.runId, "items");
     expect(stored.map((r) => r._key)).toEqual(rows.map((r) => r.id));
   });
