@@ -12,12 +12,13 @@
  * the calls it holds up made attempts with short invocations lose every
  * lookup to their wind-down. What its answer says of the provider's limit is
  * told to the provider's pacer. A lookup that failed says nothing of how the
- * request ended, and asking again bills nothing, so it is asked again within
- * the run's retry budget unless the tool says the failure is permanent (a
- * `ToolCallError` not retryable): one answered as a rate limit (a 429, or
- * what the tool's `isRateLimit` says is one) slows every caller and waits as
- * a call's would, within the call's rate-limit attempts; any other (a 5xx,
- * the provider unreachable) after the calls' backoff, within their attempts.
+ * request ended, and asking again bills nothing, so a failure a call would
+ * retry is asked again within the run's retry budget: one answered as a rate
+ * limit (a 429, or what the tool's `isRateLimit` says is one) slows every
+ * caller and waits as a call's would, within the call's rate-limit attempts;
+ * one the tool throws as retryable (a 5xx) after the calls' backoff, within
+ * their attempts. Anything else (a permanent failure, an error that is not a
+ * `ToolCallError`, the attempt stopping) ends the lookup: nothing sure.
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -115,20 +116,19 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
 
 /**
  * A lookup that failed: a rate limit slows every caller of the provider and
- * waits as a call's 429 would; anything but a failure the tool calls
- * permanent may be asked again, after the calls' backoff, if the retry policy
- * and the run's budget allow (a lookup neither bills nor counts: only its
- * answer matters, and a failure is no answer).
+ * waits as a call's 429 would; a failure the tool calls retryable may be asked
+ * again after the calls' backoff, if the retry policy and the run's budget
+ * allow (a lookup neither bills nor counts: only its answer matters).
  */
 async function mayAskAgain(
   tool: AnyTool,
   { pacer, error, attempt }: { pacer: Pacer; error: unknown; attempt: number },
   { signal, meter, policy, budget, log }: RecoveryServices,
 ): Promise<boolean> {
+  // Stopped (a cancel, lost leases, a wind-down): the lookup is not asked again, and nothing is counted.
+  if (signal.aborted) return false;
   const failure = classifyFailure(error, (e) => tool.isRateLimit?.(e) === true);
-  const saysPermanent = error instanceof ToolCallError && !error.retryable;
-  const retry = failure.retry.kind === "permanent" && !saysPermanent ? ({ kind: "transient" } as const) : failure.retry;
-  const waitMs = await retryWait({ toolId: tool.id, pacer, budget, retry: policy, meter, log }, retry, attempt);
+  const waitMs = await retryWait({ toolId: tool.id, pacer, budget, retry: policy, meter, log }, failure.retry, attempt);
   if (waitMs === null || signal.aborted) return false;
   await sleep(waitMs, signal);
   return true;
