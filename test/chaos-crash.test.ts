@@ -75,32 +75,34 @@ describe("an executor dies mid-chunk", () => {
     },
   );
 
-  it("is evicted holding two attempts, the next alongside the one that drains: both chunks are redispatched, each row once", async () => {
-    await simReset();
-    await setSim({ latencyMs: 300 });
-    const rows = callRows("EvictedAlongside", 150);
-    // The first chunk's persist waits: its attempt has drained, and the executor holds it and the next one until the crash.
-    await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
-    const runId = await startRun(
-      "test-calls",
-      { rows, dataset: "evicted-alongside" },
-      { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50 } },
-    );
-    await until(
-      () => heldBy(`${runId}#0`),
-      (held) => held.length === 2,
-      "the executor to hold two attempts",
-    );
-    await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
-    // The held persist belonged to the aborted instance: letting it go reaches nothing.
-    await env.FAULTS!.getByName("faults").release(0);
+  // At 50 ms the executor held two attempts before the first chunk's rows were all answered: a crash then, before its
+  // persist was held, released nothing, and the hold caught the redispatched attempt's persist instead.
+  for (const latencyMs of [300, 50])
+    it(`is evicted holding two attempts, the next alongside the one that drains (${latencyMs} ms calls): both chunks are redispatched, each row once`, async () => {
+      await simReset();
+      await setSim({ latencyMs });
+      const rows = callRows(`EvictedAlongside${latencyMs}`, 150);
+      const dataset = `evicted-alongside-${latencyMs}`;
+      // The first chunk's persist waits: its attempt has drained, and the executor holds it and the next one until the crash.
+      await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
+      const runId = await startRun("test-calls", { rows, dataset }, { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 50 } });
+      const faults = env.FAULTS!.getByName("faults");
+      await faults.held(0);
+      await until(
+        () => heldBy(`${runId}#0`),
+        (held) => held.length === 2,
+        "the executor to hold two attempts",
+      );
+      await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
+      // The held persist belonged to the aborted instance: letting it go reaches nothing.
+      expect(await faults.release(0)).toBe(1);
 
-    const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
-    expect(run.runAttempt).toBeGreaterThanOrEqual(1);
-    expect(await notices(runId)).toContain("invocation_resumed");
-    await expectExactlyOnce(runId, "evicted-alongside", rows);
-  });
+      const run = await waitForRun(runId);
+      expect(run.status).toBe("completed");
+      expect(run.runAttempt).toBeGreaterThanOrEqual(1);
+      expect(await notices(runId)).toContain("invocation_resumed");
+      await expectExactlyOnce(runId, dataset, rows);
+    });
 
   it("is evicted with calls in flight at the provider: its chunk is redispatched and their results recovered", async () => {
     await simReset();
