@@ -56,36 +56,28 @@ describe("ctx.runPlay not awaited", () => {
 });
 
 describe("the same ctx.runPlay call made twice at once with different timeoutMs", () => {
-  it("times out only the call that has one: the child goes on for the other, which gets its result", async () => {
-    const leaf = { n: uniqueN(), waitForSignal: true };
-    const parentId = await startRun("test-child-timeouts", { leaf, timeouts: [null, 800] });
-    await until(
-      () => allEvents(parentId),
-      (events) => events.some((e) => e.type === "child.finished" || e.type === "run.completed" || e.type === "run.failed"),
-      "the call with a timeout to time out",
-    );
-    const [child] = await childrenOf(parentId);
-    expect((await runView(child.runId)).status).toBe("waiting");
-    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-    const parent = await waitForRun(parentId);
-    expect(parent.result).toEqual([{ result: { n: leaf.n, doubled: 2 * leaf.n } }, { code: "child_timeout" }]);
-    expect(await childrenOf(parentId)).toHaveLength(1);
-  });
+  it.each([
+    { order: "made second", timeouts: [null, 800], outcome: (result: unknown) => [result, { code: "child_timeout" }] },
+    { order: "made first", timeouts: [800, null], outcome: (result: unknown) => [{ code: "child_timeout" }, result] },
+  ])(
+    "times out only the call that has one ($order): the child goes on for the other, which gets its result",
+    async ({ timeouts, outcome }) => {
+      const leaf = { n: uniqueN(), waitForSignal: true };
+      const parentId = await startRun("test-child-timeouts", { leaf, timeouts });
+      await until(
+        () => allEvents(parentId),
+        (events) => events.some((e) => e.type === "child.finished" || e.type === "run.completed" || e.type === "run.failed"),
+        "the call with a timeout to time out",
+      );
+      const [child] = await childrenOf(parentId);
+      expect((await runView(child.runId)).status).toBe("waiting");
+      expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+      const parent = await waitForRun(parentId);
+      expect(parent.result).toEqual(outcome({ result: { n: leaf.n, doubled: 2 * leaf.n } }));
+      expect(await childrenOf(parentId)).toHaveLength(1);
+    },
+  );
 
-  it("does not time out the call that has none when the other, made first, has one", async () => {
-    const leaf = { n: uniqueN(), waitForSignal: true };
-    const parentId = await startRun("test-child-timeouts", { leaf, timeouts: [800, null] });
-    await until(
-      () => allEvents(parentId),
-      (events) => events.some((e) => e.type === "child.finished" || e.type === "run.completed" || e.type === "run.failed"),
-      "the call with a timeout to time out",
-    );
-    const [child] = await childrenOf(parentId);
-    expect((await runView(child.runId)).status).toBe("waiting");
-    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
-    const parent = await waitForRun(parentId);
-    expect(parent.result).toEqual([{ code: "child_timeout" }, { result: { n: leaf.n, doubled: 2 * leaf.n } }]);
-  });
   it("finds a call with a timeout journaled before (under the key without it) and waits on its child", async () => {
     const parentId = await startRun("test-parent", { leaf: { n: uniqueN(), waitForSignal: true }, timeoutMs: 60_000 });
     const child = await until(

@@ -38,15 +38,35 @@ const SECOND = 20;
 /** A find (1 credit) and a verify (0.25) per lead. */
 const PER_LEAD_MICROS = 1_250_000;
 
-/** Both parents on `child`, the first cancelled once the child spent its first part and waits for `go`: their run ids. */
-async function shareThenCancelFirst(child: unknown, caps: { first: number; second: number | null }): Promise<[string, string, string]> {
-  const first = await startRun("test-run-child", child, { maxSpend: caps.first });
-  const { childRunId } = await childOf(first);
+/** Once the child has spent its first part and waits for the signal `go`. */
+async function childWaitsForGo(childRunId: string): Promise<void> {
   await until(
     () => allEvents(childRunId),
     (events) => events.some((e) => e.type === "wait.started"),
     "the child to wait for go",
   );
+}
+
+/** What `parent` counts of the child's spend, once it counts it as final. */
+function countedAsFinal(parent: string): Promise<{ child: string; micros: number; ended: number }[]> {
+  return until(
+    () => childSpend(parent),
+    (rows) => rows[0]?.ended === 1,
+    "the first parent to count the child's spend as final",
+  );
+}
+
+/** Sends the child its `go`, and answers `parent` once it has ended. */
+async function goThenWait(childRunId: string, parent: string): Promise<any> {
+  expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+  return waitForRun(parent, { timeoutMs: 60_000 });
+}
+
+/** Both parents on `child`, the first cancelled once the child spent its first part and waits for `go`: their run ids. */
+async function shareThenCancelFirst(child: unknown, caps: { first: number; second: number | null }): Promise<[string, string, string]> {
+  const first = await startRun("test-run-child", child, { maxSpend: caps.first });
+  const { childRunId } = await childOf(first);
+  await childWaitsForGo(childRunId);
   const second = await startRun("test-run-child", child, caps.second === null ? {} : { maxSpend: caps.second });
   expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
   expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
@@ -72,11 +92,7 @@ describe("a child two parents share", () => {
         const first = await startRun("test-run-child", child, { maxSpend: 10, ...(stop === "runtime limit" ? { timeoutSeconds: 6 } : {}) });
         const { childRunId } = await childOf(first);
         // The child spends its first part under the first parent's cap, then waits for `go`.
-        await until(
-          () => allEvents(childRunId),
-          (events) => events.some((e) => e.type === "wait.started"),
-          "the child to wait for go",
-        );
+        await childWaitsForGo(childRunId);
         const second = await startRun("test-run-child", child, otherCap === null ? {} : { maxSpend: otherCap });
         expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
 
@@ -84,15 +100,10 @@ describe("a child two parents share", () => {
         const stopped = await waitForRun(first);
         expect(stopped.status).toBe(stop === "cancel" ? "cancelled" : "failed");
         // The first parent counts what the child spent while it allotted to it, as final: no more.
-        const counted = await until(
-          () => childSpend(first),
-          (rows) => rows[0]?.ended === 1,
-          "the first parent to count the child's spend as final",
-        );
+        const counted = await countedAsFinal(first);
         expect(counted).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
 
-        expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
-        const shared = await waitForRun(second, { timeoutMs: 60_000 });
+        const shared = await goThenWait(childRunId, second);
         expect(shared.status).toBe("completed");
         expect(shared.result).toEqual({ child: { rows: FIRST + SECOND, failed: 0 } });
         expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
@@ -112,13 +123,8 @@ describe("a child two parents share", () => {
     const tag = crypto.randomUUID().slice(0, 8);
     const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
     const [first, second, childRunId] = await shareThenCancelFirst(child, { first: 10, second: 10 });
-    await until(
-      () => childSpend(first),
-      (rows) => rows[0]?.ended === 1,
-      "the first parent to count the child's spend as final",
-    );
-    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
-    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    await countedAsFinal(first);
+    const shared = await goThenWait(childRunId, second);
     expect(shared.status).toBe("failed");
     expect(shared.error.code).toBe("spend_cap_reached");
     const spent = (await waitForRun(childRunId)).usage.spend.total;
@@ -141,21 +147,12 @@ describe("a child two parents share", () => {
     expect(await childOf(second)).toMatchObject({ childRunId, reused: true });
     expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
     expect((await waitForRun(first)).status).toBe("cancelled");
-    const [counted] = await until(
-      () => childSpend(first),
-      (rows) => rows[0]?.ended === 1,
-      "the first parent to count the child's spend as final",
-    );
+    const [counted] = await countedAsFinal(first);
     // The held call is billed after the first parent's cancel: it is not the first parent's.
     expect(counted!.micros).toBeLessThanOrEqual(FIRST * PER_LEAD_MICROS - 250_000);
     expect(await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0)).toBe(1);
-    await until(
-      () => allEvents(childRunId),
-      (events) => events.some((e) => e.type === "wait.started"),
-      "the child to wait for go",
-    );
-    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
-    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    await childWaitsForGo(childRunId);
+    const shared = await goThenWait(childRunId, second);
     expect(shared.status).toBe("completed");
     const total = (FIRST + SECOND) * PER_LEAD_MICROS;
     expect((await waitForRun(childRunId)).usage.spend.total).toBe(total / 1e6);
@@ -172,15 +169,10 @@ describe("a shared child's move its old parent is not told at first", () => {
     const tag = crypto.randomUUID().slice(0, 8);
     const child = { play: "test-enrich-in-two", input: { first: leads(`first-${tag}`, FIRST), second: leads(`second-${tag}`, SECOND) } };
     const [first, second, childRunId] = await shareThenCancelFirst(child, { first: 10, second: 1_000 });
-    const counted = await until(
-      () => childSpend(first),
-      (rows) => rows[0]?.ended === 1,
-      "the first parent to count the child's spend as final",
-    );
+    const counted = await countedAsFinal(first);
     expect(counted).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
 
-    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
-    const shared = await waitForRun(second, { timeoutMs: 60_000 });
+    const shared = await goThenWait(childRunId, second);
     expect(shared.status).toBe("completed");
     expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
     expect((await simStats()).billed).toBe(2 * (FIRST + SECOND));
@@ -200,11 +192,7 @@ describe("a shared child's move its old parent is not told at first", () => {
     const top = await startRun("test-run-child", { play: "test-run-child", input: child }, { maxSpend: 10 });
     const { childRunId: middle } = await childOf(top);
     const { childRunId } = await childOf(middle);
-    await until(
-      () => allEvents(childRunId),
-      (events) => events.some((e) => e.type === "wait.started"),
-      "the child to wait for go",
-    );
+    await childWaitsForGo(childRunId);
     const other = await startRun("test-run-child", child, { maxSpend: 1_000 });
     expect(await childOf(other)).toMatchObject({ childRunId, reused: true });
     expect((await apiJson(`/v1/runs/${middle}/cancel`, { method: "POST" })).status).toBe(202);
@@ -227,8 +215,7 @@ describe("a shared child's move its old parent is not told at first", () => {
     expect(await childSpend(middle)).toEqual([{ child: childRunId, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
     expect(await childSpend(top)).toEqual([{ child: middle, micros: FIRST * PER_LEAD_MICROS, ended: 1 }]);
 
-    expect((await apiJson(`/v1/runs/${childRunId}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
-    expect((await waitForRun(other, { timeoutMs: 60_000 })).status).toBe("completed");
+    expect((await goThenWait(childRunId, other)).status).toBe("completed");
     expect((await waitForRun(childRunId)).usage.spend.total).toBe(((FIRST + SECOND) * PER_LEAD_MICROS) / 1e6);
     expect((await simStats()).billed).toBe(2 * (FIRST + SECOND));
     expect(await childSpend(other)).toEqual([{ child: childRunId, micros: SECOND * PER_LEAD_MICROS, ended: 1 }]);
