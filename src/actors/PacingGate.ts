@@ -34,6 +34,7 @@ export const GateAcquire = z.object({
   provider: Provider,
   caller: z.string().min(1).max(200),
   slots: z.number().int().min(0).max(10_000),
+  rateOnly: z.number().int().min(0).max(10_000).optional(),
   inFlight: z.number().int().min(0).max(100_000),
   units: z.number().int().min(0).max(100_000).optional(),
   signal: GateSignalInput.optional(),

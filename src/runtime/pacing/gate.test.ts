@@ -356,6 +356,17 @@ describe("GateLedger: concurrency", () => {
     expect(b.startInMs.length).toBe(b.units);
   });
 
+  it("grants slots of the rate alone on the schedule to a caller whose requests hold every unit it may have", () => {
+    const policy: PacingPolicy = { requestsPerSecond: 10, concurrency: 2, batchParallelism: 1 };
+    const gate = new GateLedger();
+    expect(gate.acquire(policy, { caller: "a", slots: 2, inFlight: 0, now: 0 }).startInMs).toHaveLength(2);
+    // Both units busy: a call's slot waits for one, a lookup's slot of the rate alone does not, and takes its turn.
+    expect(gate.acquire(policy, { caller: "a", slots: 1, inFlight: 2, now: 10 }).startInMs).toEqual([]);
+    const grant = gate.acquire(policy, { caller: "a", slots: 2, rateOnly: 1, inFlight: 2, now: 10 });
+    expect(grant).toMatchObject({ units: 2, startInMs: [2 * (1000 / (10 * PACE_UTILIZATION)) - 10] });
+    expect(gate.snapshot(policy, 10)).toMatchObject({ slotsGranted: 3, unitsHeld: 2 });
+  });
+
   it("tells a caller without units to ask again soon, and trims the others to a fair share as they renew", () => {
     const p = policy({ concurrency: 10 });
     const gate = heardGate(p);

@@ -26,6 +26,9 @@
  * - **Concurrency.** Callers hold concurrency units for a lease TTL, renewed
  *   by every acquire; the units held never sum past the policy's limit. When
  *   a caller is starved, the others are trimmed to a fair share as they renew.
+ *   Slots of the rate alone (`rateOnly`: a recovery lookup, which its caller
+ *   needs before its calls can go on) are granted on the schedule whatever
+ *   units the caller holds, and hold none.
  *
  * State is memory only but for the pause ({@link GateLedger.pausedUntil}),
  * which the PacingGate object stores: a restarted gate starts a fresh
@@ -115,6 +118,8 @@ export interface AcquireRequest {
   caller: string;
   /** New slots wanted now. */
   slots: number;
+  /** Of `slots`, how many are of the rate alone: granted first, on the schedule, whatever the units (absent: none). */
+  rateOnly?: number;
   /** The caller's provider requests in flight. */
   inFlight: number;
   /** Concurrency units wanted in all (in flight, waiting, and some headroom); at least `inFlight + slots` is assumed. */
@@ -213,12 +218,14 @@ export class GateLedger {
     this.#rate.settle({ now, pausedUntil: this.#pausedUntil, history: this.#history });
     this.#rate.recover(policy, { now, pausedUntil: this.#pausedUntil });
     this.#expire(now);
-    let slots = Math.max(0, Math.min(request.slots, MAX_SLOTS_PER_LEASE));
+    const rateOnly = Math.max(0, Math.min(request.rateOnly ?? 0, request.slots, MAX_SLOTS_PER_LEASE));
+    let slots = Math.max(0, Math.min(request.slots, MAX_SLOTS_PER_LEASE) - rateOnly);
     let units: number | null = null;
     if (policy.concurrency !== null) {
       units = this.#units(policy.concurrency, caller, inFlight, Math.max(request.units ?? 0, inFlight + slots), now);
       slots = Math.min(slots, Math.max(0, units - inFlight));
     }
+    slots += rateOnly;
     const rps = this.#rate.effective(policy);
     const firstContact = this.#firstContact(policy, caller, now);
     if (firstContact === "wait")
@@ -257,7 +264,8 @@ export class GateLedger {
     this.#trim(now);
     let retryInMs: number | null = null;
     if (startInMs.length < slots || (startInMs.length === 0 && request.slots > 0)) {
-      const blockedByUnits = units !== null && units <= inFlight;
+      // Short of the slots of the rate alone, the schedule is what holds it back.
+      const blockedByUnits = startInMs.length >= rateOnly && units !== null && units <= inFlight;
       const slotAt = this.#withinBudget(Math.max(earliest, rps === null ? earliest : this.#nextSlotAt));
       const untilGrantable = measuring === null ? slotAt - now - horizonMs + LEASE_REFILL_MS : measuring - now;
       retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, untilGrantable);

@@ -101,6 +101,45 @@ describe("Pacer", () => {
       await p.close();
     }));
 
+  it("serves a slot of the rate alone (a lookup) while its own calls hold every unit, on the rate's schedule", () =>
+    onFakeClock(async () => {
+      const policy: PacingPolicy = { requestsPerSecond: 10, concurrency: null, batchParallelism: 1 };
+      const { gate, ledger } = fakeGate(policy);
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      const starts: number[] = [];
+      // Six calls hold every unit until ten lookups have been answered: none of them waits for a unit.
+      const calls = await Promise.all(Array.from({ length: 6 }, () => p.slot(signal).finally(() => starts.push(Date.now()))));
+      await Promise.all(
+        Array.from({ length: 10 }, async () => {
+          const lookup = await p.rateSlot(signal);
+          starts.push(Date.now());
+          lookup.release();
+        }),
+      );
+      for (const call of calls) call.release();
+      // Each took a slot of the gate's schedule: the sixteen starts keep to the rate.
+      expect(ledger.snapshot(policy, Date.now()).slotsGranted).toBe(16);
+      expect(mostInOneSecond(starts)).toBeLessThanOrEqual(10);
+      await p.close();
+    }));
+
+  it("serves a slot of the rate alone before the calls waiting, whatever their rank", () =>
+    onFakeClock(async () => {
+      const policy: PacingPolicy = { requestsPerSecond: 10, concurrency: null, batchParallelism: 1 };
+      const { gate } = fakeGate(policy);
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      const order: string[] = [];
+      const take = async (what: string, slot: Promise<{ release(): void }>) => {
+        (await slot).release();
+        order.push(what);
+      };
+      await Promise.all([take("call 0", p.slot(signal, 0)), take("call 1", p.slot(signal, 1)), take("lookup", p.rateSlot(signal, 5))]);
+      expect(order).toEqual(["lookup", "call 0", "call 1"]);
+      await p.close();
+    }));
+
   it("holds at most an object's six requests' units, and returns them when done", async () => {
     const policy = pacingPolicyFor("sim");
     const { gate, calls, ledger } = fakeGate(policy);

@@ -6,7 +6,9 @@
  * rows in order, src/core/request-rank.ts). A pacer holds at most as many
  * units as its object may have requests in flight; with every one busy it
  * asks the gate nothing until one of its requests ends, and it asks once for
- * the several that end about together. What the provider's answers say
+ * the several that end about together. A request its caller cannot go on
+ * without (a recovery lookup, `rateSlot`) takes a slot of the rate alone:
+ * before every call waiting, and without a unit. What the provider's answers say
  * about its limit (`PacerSlot.release`) and its 429s (`backpressure`) go to
  * the gate with the next lease, or at once when they cannot wait.
  */
@@ -17,21 +19,22 @@ import { HOLDER_TTL_MS, type GateSignal, type Grant } from "./gate";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
 import { HeardSignals } from "./heard";
 import { type RateLimitSignals, saneWaitMs } from "./signals";
+import { type PacerSlot, type Waiter, WaiterQueue } from "./waiters";
+
+export type { PacerSlot } from "./waiters";
 
 /** The gate as a pacer needs it (the PacingGate stub, bound to one provider). */
 export interface GateClient {
-  acquire(request: { caller: string; slots: number; inFlight: number; units: number; signal: GateSignal }): Promise<Grant>;
+  acquire(request: {
+    caller: string;
+    slots: number;
+    rateOnly: number;
+    inFlight: number;
+    units: number;
+    signal: GateSignal;
+  }): Promise<Grant>;
   report(request: { signal: GateSignal }): Promise<{ pausedForMs: number }>;
   release(request: { caller: string }): Promise<void>;
-}
-
-/** One provider request's permission to go: release it when the request ends. */
-export interface PacerSlot {
-  /**
-   * The request ended; `answer` is what the provider's answer said about its
-   * rate limit (null: nothing, or there was no answer). Idempotent.
-   */
-  release(answer?: RateLimitSignals | null): void;
 }
 
 /** The gate to lease from, this caller's id, and the policy assumed until the gate answers. */
@@ -43,15 +46,6 @@ export interface PacerOptions {
   policy: PacingPolicy;
   now(): number;
   log(line: string): void;
-}
-
-interface Waiter {
-  /** Lower goes first; equal ranks in order of arrival. */
-  rank: number;
-  resolve(slot: PacerSlot): void;
-  reject(error: unknown): void;
-  signal: AbortSignal;
-  onAbort(): void;
 }
 
 /** Units asked for beyond the requests waiting, so a trickle of calls does not ask the gate each time. */
@@ -128,7 +122,7 @@ export class Pacer {
   #durationMs: number | null = null;
   /** How far ahead of its asking the first slot of the last lease with slots started. */
   #leadMs = 0;
-  #waiters: Waiter[] = [];
+  #waiters = new WaiterQueue();
   #leasing = false;
   #retryTimer: ReturnType<typeof setTimeout> | null = null;
   #idleTimer: ReturnType<typeof setTimeout> | null = null;
@@ -155,22 +149,43 @@ export class Pacer {
 
   /** Waits for a slot (its start time and a concurrency unit); a lower `rank` is served first. */
   slot(signal: AbortSignal, rank = Number.POSITIVE_INFINITY): Promise<PacerSlot> {
+    return this.#wait(signal, rank, true);
+  }
+
+  /**
+   * Waits for a slot of the rate alone, for a request its caller must make
+   * before it can go on (a recovery lookup): it counts against the
+   * provider's rate like any slot, but it takes no concurrency unit and is
+   * served before every call waiting, so it never waits behind the calls
+   * whose units it would need (its caller's own, holding every unit).
+   */
+  rateSlot(signal: AbortSignal, rank = Number.POSITIVE_INFINITY): Promise<PacerSlot> {
+    return this.#wait(signal, rank, false);
+  }
+
+  /** How long its calls take, from their slot's start to their answer, smoothed (null until one ends). */
+  get callMs(): number | null {
+    return this.#durationMs;
+  }
+
+  #wait(signal: AbortSignal, rank: number, unit: boolean): Promise<PacerSlot> {
     signal.throwIfAborted();
     // Used again after close (a call late in its invocation): it asks the gate afresh.
     this.#closed = false;
     return new Promise<PacerSlot>((resolve, reject) => {
       const waiter: Waiter = {
         rank,
+        unit,
         resolve,
         reject,
         signal,
         onAbort: () => {
-          this.#waiters = this.#waiters.filter((w) => w !== waiter);
+          this.#waiters.remove(waiter);
           reject(signal.reason);
         },
       };
       signal.addEventListener("abort", waiter.onAbort, { once: true });
-      this.#enqueue(waiter, false);
+      this.#waiters.add(waiter, false);
       this.#pump();
     });
   }
@@ -223,7 +238,8 @@ export class Pacer {
       // 429, or when it could not be told, would start them at once): its end is the next time to ask.
       const paused = now < this.#pausedUntil;
       const unpaced = now < this.#unpacedUntil && !paused;
-      if (this.#inFlight >= this.#usable()) {
+      // The first waiter is served first: one of the rate alone, whenever there is any, needs no unit.
+      if (this.#waiters.first!.unit && this.#inFlight >= this.#usable()) {
         // Every unit is busy: a new slot is of no use before one of our requests ends (which pumps again),
         // unless the gate may grant more units than it did.
         if (this.#starved || (this.#units !== null && this.#units < this.#unitsWanted())) this.#lease();
@@ -243,20 +259,12 @@ export class Pacer {
       if (probe) this.#probeNext = false;
       if (leased === undefined) this.#heard.unpacedStart(this.#deps.now());
       const waiter = this.#waiters.shift()!;
-      this.#inFlight++;
+      if (waiter.unit) this.#inFlight++;
       const delay = at - this.#deps.now();
       if (delay <= 0) this.#grant(waiter, at, probe);
       else setTimeout(() => this.#grant(waiter, at, probe), delay);
     }
     if (this.#inFlight > 0) this.#armRenew();
-  }
-
-  /** Queues `waiter` after every lower rank, and after (or, `again`: before) its equals. */
-  #enqueue(waiter: Waiter, again: boolean): void {
-    const after = again ? (w: Waiter) => w.rank >= waiter.rank : (w: Waiter) => w.rank > waiter.rank;
-    const at = this.#waiters.findIndex(after);
-    if (at === -1) this.#waiters.push(waiter);
-    else this.#waiters.splice(at, 0, waiter);
   }
 
   /** Drops the leased slots whose start is too long past to use (see {@link LATE_SLOT_MS}). */
@@ -270,8 +278,8 @@ export class Pacer {
   /** Hands a slot over at its start time, unless a 429 arrived meanwhile or its timer fired too late (then the waiter queues again). */
   #grant(waiter: Waiter, at: number, probe: boolean): void {
     if (waiter.signal.aborted || at < this.#pausedUntil || this.#deps.now() - at > LATE_SLOT_MS) {
-      this.#inFlight--;
-      if (!waiter.signal.aborted) this.#enqueue(waiter, true);
+      if (waiter.unit) this.#inFlight--;
+      if (!waiter.signal.aborted) this.#waiters.add(waiter, true);
       // The probe was never sent: say so, or every caller waits for its answer until the gate gives up on it.
       if (probe) this.#answered(null, at, true);
       this.#pump();
@@ -283,10 +291,12 @@ export class Pacer {
       release: (answer) => {
         if (released) return;
         released = true;
+        this.#answered(answer ?? null, at, probe);
+        // A slot of the rate alone held no unit: its end frees nothing for the waiters.
+        if (!waiter.unit) return this.#armIdleRelease();
         this.#inFlight--;
         const heldMs = Math.max(0, this.#deps.now() - at);
         this.#durationMs = this.#durationMs === null ? heldMs : 0.8 * this.#durationMs + 0.2 * heldMs;
-        this.#answered(answer ?? null, at, probe);
         this.#pump(true);
         this.#armIdleRelease();
       },
@@ -362,9 +372,9 @@ export class Pacer {
     return this.#units === null ? MAX_UNITS : Math.min(this.#units, MAX_UNITS);
   }
 
-  /** Units worth holding now: the requests in flight and waiting, some headroom, never past {@link MAX_UNITS}. */
+  /** Units worth holding now: the calls in flight and waiting, some headroom, never past {@link MAX_UNITS}. */
   #unitsWanted(): number {
-    return Math.min(this.#inFlight + this.#waiters.length + UNIT_HEADROOM, MAX_UNITS);
+    return Math.min(this.#inFlight + this.#waiters.length - this.#waiters.rateOnly + UNIT_HEADROOM, MAX_UNITS);
   }
 
   /** How long to wait, after a request ended, for others to end before asking the gate. */
@@ -395,12 +405,18 @@ export class Pacer {
     if (this.#renewTimer) clearTimeout(this.#renewTimer);
     this.#renewTimer = null;
     const units = this.#unitsWanted();
-    // Slots only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
-    const slots = Math.max(0, Math.min(this.#waiters.length, units - this.#inFlight) - this.#stock.length);
+    // The stock goes to the waiters in order, those of the rate alone first; they need slots whatever the units.
+    const rateOnlyWaiting = this.#waiters.rateOnly;
+    const rateOnly = Math.max(0, rateOnlyWaiting - this.#stock.length);
+    const callsStock = Math.max(0, this.#stock.length - rateOnlyWaiting);
+    // Slots for calls only for the units this pacer may use: a slot it cannot start at its time would be wasted or start late.
+    const calls = this.#waiters.length - rateOnlyWaiting;
+    const slots = rateOnly + Math.max(0, Math.min(calls, units - this.#inFlight) - callsStock);
     const askedAt = this.#deps.now();
     const closes = this.#closes;
     this.#asked = true;
-    this.#deps.gate.acquire({ caller: this.#deps.caller, slots, inFlight: this.#inFlight, units, signal: this.#takeHeard() }).then(
+    const request = { caller: this.#deps.caller, slots, rateOnly, inFlight: this.#inFlight, units, signal: this.#takeHeard() };
+    this.#deps.gate.acquire(request).then(
       (grant) => {
         this.#leasing = false;
         if (closes !== this.#closes) {
@@ -423,8 +439,8 @@ export class Pacer {
         if (grant.probe && grant.startInMs.length > 0) this.#probeNext = true;
         for (const offset of grant.startInMs) if (startsAt + offset >= this.#pausedUntil) this.#stock.push(startsAt + offset);
         // Without a free unit, wait for one of ours to end (release pumps), or, when the gate gave us fewer than we
-        // asked for, for others' to return or lapse (the timer).
-        const blocked = this.#inFlight >= this.#usable();
+        // asked for, for others' to return or lapse (the timer); slots of the rate alone still short wait for the gate.
+        const blocked = this.#inFlight >= this.#usable() && this.#waiters.rateOnly <= this.#stock.length;
         if (blocked ? this.#starved : grant.retryInMs !== null) {
           const starvedMs = Math.min(STARVED_RETRY_MAX_MS, UNIT_RETRY_MS * 2 ** Math.min(this.#starvedRounds - 1, 8));
           this.#retryTimer = setTimeout(
@@ -448,7 +464,7 @@ export class Pacer {
           message: `the pacing gate could not be reached: ${messageOf(error)}`,
           retryable: true,
         });
-        for (const waiter of this.#waiters.splice(0)) {
+        for (const waiter of this.#waiters.clear()) {
           waiter.signal.removeEventListener("abort", waiter.onAbort);
           waiter.reject(failure);
         }
