@@ -1,7 +1,8 @@
 /**
  * Recovery lookups (a tool's `recover`, asking the provider how a request whose
- * outcome is unknown ended) are provider requests: what their answers say of
- * the provider's limit reaches its gate, and a 429 to one is a rate limit to
+ * outcome is unknown ended) are provider requests: paced by the provider's
+ * rate like calls (however many at once), what their answers say of the
+ * provider's limit reaches its gate, and a 429 to one is a rate limit to
  * wait out, not an unknown outcome; nor is a 5xx, asked again after a backoff.
  */
 import { afterEach, describe, expect, it } from "vitest";
@@ -76,5 +77,32 @@ describe("recovery lookups", () => {
     expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
     expect(run.usage.providerRetries).toBeGreaterThan(0);
     expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  });
+
+  it("of many calls taken over at once keep to the provider's declared rate: every row once, none sent twice", async () => {
+    await simReset();
+    await setSim({ latencyMs: 50, ratePerSecond: 10 });
+    expect((await api("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: 10 } })).status).toBe(200);
+    // The executor dies after its second call: the receipts its rows claimed (most still waiting for slots) are all
+    // taken over by the next invocation at once, each looked up before it is sent again.
+    await setFaults([{ point: "provider.after", fromCall: 2, times: 1, crash: true }]);
+    const rows = Array.from({ length: 40 }, (_, i) => ({
+      id: `Takeover${i}`,
+      tool: "sim_find_email",
+      input: { name: `Takeover Person ${i}`, domain: "takeover.test" },
+    }));
+    const runId = await startRun("test-calls", { rows, dataset: "takeover-lookups" });
+    const run = await waitForRun(runId, { timeoutMs: 60_000 });
+    expect(run.result).toEqual({ total: 40, completed: 40, failed: 0 });
+    expect(run.usage.providerLookups).toBeGreaterThanOrEqual(20);
+    // No lookup ran out of retries on 429s, so no call went out again with its key.
+    const stats = await simStats();
+    expect(stats).toMatchObject({ billed: 40, duplicates: 0 });
+    // Every lookup took a slot of the gate's schedule, and no second held more than the rate's.
+    const gate = (await apiJson("/v1/pacing/sim")).body.state;
+    expect(gate.slotsGranted).toBeGreaterThanOrEqual(stats.calls + run.usage.providerLookups);
+    expect(gate.maxSlotsPerSecond).toBeLessThanOrEqual(10);
+    // What 429s remain come from delivery jitter alone, as for calls (rate-limit-signals.test.ts).
+    expect(stats.rateLimited).toBeLessThanOrEqual(3);
   });
 });

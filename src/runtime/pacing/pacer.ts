@@ -303,14 +303,6 @@ export class Pacer {
     });
   }
 
-  /**
-   * What the answer to a request sent without a slot (a recovery lookup) said of the provider's limit: kept for the
-   * next gate call, as a slot's release keeps it.
-   */
-  heard(answer: RateLimitSignals | null, sentAt: number): void {
-    this.#answered(answer, sentAt, false);
-  }
-
   /** Keeps what an answer said for the next gate call, or tells the gate at once when it cannot wait (HeardSignals.answered). */
   #answered(answer: RateLimitSignals | null, sentAt: number, probe: boolean): void {
     if (this.#heard.answered(answer, sentAt, probe)) void this.#tell();

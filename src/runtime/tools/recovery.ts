@@ -7,17 +7,21 @@
  * second time. A request with the key still being answered is waited for,
  * within the call's receipt wait.
  *
- * A lookup is a provider request, but it takes no pacing slot: it is what
- * an attempt must learn before it may go on, and waiting for slots behind
- * the calls it holds up made attempts with short invocations lose every
- * lookup to their wind-down. What its answer says of the provider's limit is
- * told to the provider's pacer. A lookup that failed says nothing of how the
- * request ended, and asking again bills nothing, so a failure a call would
- * retry is asked again within the run's retry budget: one answered as a rate
- * limit (a 429, or what the tool's `isRateLimit` says is one) slows every
- * caller and waits as a call's would, within the call's rate-limit attempts;
- * one the tool throws as retryable (a 5xx) after the calls' backoff, within
- * their attempts. Anything else (a permanent failure, an error that is not a
+ * A lookup is a provider request, paced like a call by the provider's rate,
+ * but it takes a slot of the rate alone (`Pacer.rateSlot`): it is what an
+ * attempt must learn before it may go on, so it is served before the
+ * attempt's calls waiting and needs none of the concurrency units its calls
+ * hold (waiting behind them made attempts with short invocations lose every
+ * lookup to their wind-down). While the request is still being answered it is
+ * asked again no sooner than the provider's calls take to be answered. What
+ * its answer says of the provider's limit reaches the gate as a call's does.
+ * A lookup that failed says nothing of how the request ended, and asking
+ * again bills nothing, so a failure a call would retry is asked again within
+ * the run's retry budget: one answered as a rate limit (a 429, or what the
+ * tool's `isRateLimit` says is one) slows every caller and waits as a call's
+ * would, within the call's rate-limit attempts; one the tool throws as
+ * retryable (a 5xx) after the calls' backoff, within their attempts.
+ * Anything else (a permanent failure, an error that is not a
  * `ToolCallError`, the attempt stopping) ends the lookup: nothing sure.
  */
 import type { AnyTool } from "../../play/types";
@@ -26,7 +30,8 @@ import { sleep } from "../../core/time";
 import { outboundFetch } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
 import { ToolCallError } from "../../play/tool-error";
-import type { Pacer } from "../pacing/pacer";
+import { currentRank } from "../../core/request-rank";
+import type { Pacer, PacerSlot } from "../pacing/pacer";
 import { AnswerSignals } from "../pacing/signals";
 import { classifyFailure, retryWait } from "./provider-call";
 import type { DispatchServices } from "./services";
@@ -46,6 +51,7 @@ export type RecoveryServices = Pick<
   "env" | "signal" | "meter" | "policy" | "pacers" | "budget" | "faults" | "now" | "log"
 >;
 
+/** Waits between lookups of a request still being answered, or the provider's call time if longer. */
 const POLL_MS = [25, 50, 100, 200, 400];
 
 /** Recoveries per invocation (keyed by its log function), so the ledger gets a line at 1, 10, 100… not one per call. */
@@ -70,11 +76,14 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
   const until = now() + o.waitMs;
   for (let poll = 0, attempt = 1; ; poll++) {
     signal.throwIfAborted();
+    // Counted before its slot is taken: past the invocation's subrequest cap it throws, and a slot taken would be held.
     meter.lookups++;
-    const sentAt = now();
     const heard = new AnswerSignals();
+    let slot: PacerSlot | null = null;
     let answer: Awaited<ReturnType<typeof recover>>;
     try {
+      // A slot refused (the gate unreachable) is a lookup that failed: asked again as one.
+      slot = await pacer.rateSlot(signal, currentRank());
       await services.faults.check("provider.lookup", o.tool.id);
       answer = await recover(o.idempotencyKey, {
         idempotencyKey: o.idempotencyKey,
@@ -87,7 +96,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       });
     } catch (error) {
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
-      pacer.heard(heard.signals, sentAt);
+      slot?.release(heard.signals);
       if (await mayAskAgain(o.tool, { pacer, error, attempt }, services)) {
         attempt++;
         continue;
@@ -95,7 +104,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
-    pacer.heard(heard.signals, sentAt);
+    slot.release(heard.signals);
     if (answer.found) {
       const count = (recoveries.get(log) ?? 0) + 1;
       recoveries.set(log, count);
@@ -110,7 +119,9 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
     if (!answer.inFlight) return { found: false, known: true };
     const left = until - now();
     if (left <= 0) return { found: false, known: false };
-    await sleep(Math.min(left, POLL_MS[Math.min(poll, POLL_MS.length - 1)]!), signal);
+    // Asked sooner than the provider answers a call, a lookup would find it still in flight: a slot spent for nothing.
+    const pollMs = Math.max(POLL_MS[Math.min(poll, POLL_MS.length - 1)]!, pacer.callMs ?? 0);
+    await sleep(Math.min(left, pollMs), signal);
   }
 }
 
