@@ -72,6 +72,10 @@ describe("an executor dies mid-chunk", () => {
         expect(run.usage.providerRequests).toBeLessThanOrEqual((await simStats()).calls + MAX_OUTBOUND_IN_FLIGHT);
       }
       await expectExactlyOnce(runId, `crash-${point.replace(".", "-")}`, rows);
+      // Rows the dead attempt persisted were computed by this run: its chunks count them computed, not reused (the
+      // computed rows estimates learn from), whichever attempt reported them.
+      const chunks = chunkCompletions(await allEvents(runId));
+      expect(chunks.map((c) => c.completed - c.reused).reduce((a, b) => a + b, 0)).toBe(ROWS);
     },
   );
 

@@ -254,7 +254,7 @@ describe("claim and persist", () => {
     const retry = attempt("run-new", 1);
     expect((await claim(stub, retry, ["k1", "k2"], { recompute: true })).rows).toEqual([
       { key: "k1", status: "pending" },
-      { key: "k2", status: "completed" },
+      { key: "k2", status: "completed", own: true },
     ]);
     // While the recompute runs, the row is leased: other runs are blocked, not served stale data.
     expect((await claim(stub, attempt("run-third"), ["k1"])).rows).toEqual([
@@ -355,7 +355,7 @@ describe("leases and fencing", () => {
     // them (a failed row is not computed again), and a row another run leases blocked.
     expect((await claim(stub, attempt("run-a", 2), ["k1", "k2", "k3"])).rows).toEqual([
       { key: "k1", status: "failed", error: "provider said no" },
-      { key: "k2", status: "completed" },
+      { key: "k2", status: "completed", own: true },
       { key: "k3", status: "blocked", owner: attempt("run-b"), leaseExpiresAt: expect.any(Number) },
     ]);
   });
@@ -377,9 +377,9 @@ describe("leases and fencing", () => {
     };
     expect((await stub.claimRows(changed)).rows).toEqual([{ key: "k1", status: "pending" }]);
     // Run a's chunk, claimed again, keeps the k1 it completed: not blocked by b's lease, not computed again after b's write.
-    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed", own: true }]);
     await stub.persistRows({ attempt: b, rows: [{ key: "k1", status: "completed", data: { name: "k1", more: 1, by: "b" }, error: null }] });
-    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed", own: true }]);
     expect((await readAll(stub, "run-a"))[0]).toMatchObject({ key: "k1", status: "completed", data: { name: "k1", by: "a" } });
   });
 
@@ -388,7 +388,7 @@ describe("leases and fencing", () => {
     const a = attempt("run-a");
     await claim(stub, a, ["k1"]);
     await complete(stub, a, ["k1"]);
-    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed" }]);
+    expect((await claim(stub, attempt("run-a", 1), ["k1"])).rows).toEqual([{ key: "k1", status: "completed", own: true }]);
     // Another key at index 0 (a play that did not replay its rows alike), or the same key with another input: computed.
     expect((await claim(stub, attempt("run-a", 2), ["k9"])).rows).toEqual([{ key: "k9", status: "pending" }]);
     const changed = {

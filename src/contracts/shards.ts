@@ -36,8 +36,11 @@ export type ClaimRowsRequest = z.infer<typeof ClaimRowsRequest>;
 
 export type ClaimedRow =
   | { key: string; status: "pending" }
-  /** Reused: the run's view holds its completed version (read with the run's rows, not sent back here). */
-  | { key: string; status: "completed" }
+  /**
+   * Done: the run's view holds its completed version (read with the run's rows, not sent back here). `own`: this
+   * run wrote it (an earlier attempt or pass of the chunk computed it), so it counts computed, not reused.
+   */
+  | { key: string; status: "completed"; own?: true }
   /** The run's view holds its failed version already (the chunk was claimed again): counted failed, not computed again. */
   | { key: string; status: "failed"; error: string | null }
   | { key: string; status: "blocked"; owner: AttemptRef; leaseExpiresAt: number }

@@ -67,8 +67,8 @@ type RowRecord = {
 
 type RunRowRecord = { idx: number; key: string; status: string; data: string; error: string | null };
 
-/** A row settled in a run's view: its version's status and error. */
-type Settled = { status: "completed" | "failed"; error: string | null };
+/** A row settled in a run's view: its version's status and error; `own`: this run wrote that version. */
+type Settled = { status: "completed" | "failed"; error: string | null; own: boolean };
 
 const RowData = z.record(z.string(), z.unknown());
 const RowStatus = z.enum(["pending", "completed", "failed"]);
@@ -122,8 +122,8 @@ export class SheetStore {
     const created = new Map<string, { version: number; text: string; digest: string }>();
     const claimed = inputs.map((row): ClaimedRow => {
       const done = settled.get(row.index);
-      if (done)
-        return done.status === "failed" ? { key: row.key, status: "failed", error: done.error } : { key: row.key, status: "completed" };
+      if (done?.status === "failed") return { key: row.key, status: "failed", error: done.error };
+      if (done) return done.own ? { key: row.key, status: "completed", own: true } : { key: row.key, status: "completed" };
       const record = current.get(row.key);
       const blocker = record && blockingLease(record, attempt, now);
       if (blocker) {
@@ -393,12 +393,13 @@ export class SheetStore {
     )) {
       // CROSS JOIN keeps the claimed rows the outer loop: left to choose, SQLite walked every row of the run in the
       // shard (its key's prefix) and scanned the batch for each settled one, a claim costing the run's size.
-      for (const row of this.#sql<{ idx: number } & Settled>`SELECT r.idx AS idx, v.status AS status, v.error AS error
+      for (const row of this.#sql<{ idx: number; own: number } & Omit<Settled, "own">>`SELECT r.idx AS idx, v.status AS status,
+          v.error AS error, v.written_by_run IS ${runId} AS own
           FROM json_each(${JSON.stringify(batch)}) j
           CROSS JOIN run_rows r ON r.run_id = ${runId} AND r.idx = j.value ->> 'index' AND r.key = j.value ->> 'key'
           JOIN row_versions v ON v.key = r.key AND v.version = r.version
           WHERE v.status IN ('completed', 'failed') AND v.input_digest = j.value ->> 'digest'`) {
-        found.set(row.idx, { status: row.status, error: row.error });
+        found.set(row.idx, { status: row.status, error: row.error, own: row.own === 1 });
       }
     }
     return found;
@@ -477,11 +478,7 @@ function countWithin(sizes: readonly { chars: number }[], maxChars: number, limi
 }
 
 function rowToSheetRow(row: RunRowRecord): SheetRow {
-  return { index: row.idx, key: row.key, status: RowStatus.parse(row.status), data: parseRowData(row.data), error: row.error };
-}
-
-function parseRowData(text: string): Record<string, unknown> {
-  return RowData.parse(JSON.parse(text));
+  return { index: row.idx, key: row.key, status: RowStatus.parse(row.status), data: RowData.parse(JSON.parse(row.data)), error: row.error };
 }
 
 /** JSON text of a row's data; throws ValidationError unless it is an object within MAX_ROW_DATA_BYTES. */

@@ -211,7 +211,8 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       if (!claim) throw new Error(`claimRows returned no answer for row ${row.key}`);
       if (claim.status === "completed") {
         summary.completed++;
-        summary.reused++;
+        // Written by this run (an attempt that died after persisting it, or an earlier pass): computed, not reused.
+        if (!claim.own) summary.reused++;
         // Counted live as the computed ones are: a chunk computed again shows its attempt's count once it passes the earlier one's.
         this.#deps.onRow?.(chunk, "started");
         this.#deps.onRow?.(chunk, "completed");
