@@ -8,7 +8,7 @@
 import { env } from "cloudflare:workers";
 import { afterEach, expect, it } from "vitest";
 import { FAULT_OBJECT_NAME } from "../src/clients/faults";
-import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
 import { allEvents, api, apiJson, runView, simReset, startRun, waitForRun } from "./helpers";
 
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
@@ -201,4 +201,39 @@ it("ends as its play decided when a cancel comes after the play returned, while 
   expect(run.result).toEqual({ returned: true });
   // Both calls billed: the one left in flight too (find 1, verify 0.25).
   expect(run.usage.spend.total).toBe(1.25);
+});
+
+it("ends as its play decided when a cancel comes after the play failed and the invocation then dies before storing the end", async () => {
+  await simReset();
+  const play = "test-return-beside-call";
+  await setFaults([
+    // The call left in flight is held once the provider answered: the play has failed, its end waits for the call.
+    { point: "provider.after", tool: "sim_find_email", play, hold: true, times: 1 },
+    // The awaited call fails, retryable, at each of its attempts (4) in this invocation: the play throws it. A replay
+    // would send it again, and it would succeed.
+    { point: "provider.after", tool: "sim_verify_email", play, times: 4, error: { code: "provider_down", retryable: true } },
+    // The left call's receipt, once released: the invocation dies before the end is carried out.
+    { point: "receipt.complete", play, times: 1, crash: true },
+  ]);
+  const n = crypto.randomUUID().slice(0, 8);
+  const runId = await startRun(play, {
+    left: { tool: "sim_find_email", input: { name: `Left ${n}`, domain: "cancel.test" } },
+    awaited: { tool: "sim_verify_email", input: { email: `awaited-${n}@cancel.test` } },
+  });
+  await injector().held(0);
+  await until(
+    () => allEvents(runId),
+    (events) => events.some((e) => e.type === "log.appended" && e.line === "returning"),
+    "the play to fail",
+  );
+  const cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
+  expect(cancelled.status).toBe(202);
+  // Not cancelling: the run ends as its play decided.
+  expect(cancelled.body.status).toBe("running");
+  expect(await injector().release(0)).toBe(1);
+  const run = await waitForRun(runId);
+  expect((await faultState()).counts[2]).toBeGreaterThanOrEqual(1);
+  // As the cancel was told: failed, not the play run again (calling the provider after the cancel) to another end.
+  expect(run.status).toBe("failed");
+  expect(run.error.code).toBe("provider_down");
 });

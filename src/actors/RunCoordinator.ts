@@ -50,8 +50,8 @@ export const MAX_OPEN_SIGNALS = 1_000;
 /** How many times an ended run's failing alarm is armed again at its last retry (lateAlarmRetryAt: an hour of tries). */
 const MAX_ENDED_ALARM_FALLBACKS = 60;
 
-/** An alarm invocation under way; `decided`: its play ended the run (returned, or failed), before that end is stored. */
-type AlarmInvocation = { controller: AbortController; wake: boolean; decided: boolean };
+/** An alarm invocation under way. */
+type AlarmInvocation = { controller: AbortController; wake: boolean };
 
 /** The longest a run may take before it fails with `deadline_exceeded`, and its default limit. */
 export const MAX_RUN_TIMEOUT_SECONDS = 24 * 3600;
@@ -355,7 +355,7 @@ export class RunCoordinator extends Server<Env> {
       this.#invocation.wake = true;
       return;
     }
-    const invocation = { controller: new AbortController(), wake: false, decided: false };
+    const invocation = { controller: new AbortController(), wake: false };
     this.#invocation = invocation;
     let next: number | null = null;
     let failed = true;
@@ -387,9 +387,6 @@ export class RunCoordinator extends Server<Env> {
     if (run && this.#listed !== shownStatus(run)) await this.#syncDirectory().catch(() => {});
     const start = {
       cancel: invocation.controller.signal,
-      onEndDecided: () => {
-        invocation.decided = true;
-      },
       policy: policyFor(this.env, run?.testPolicy),
       meter,
       faults,
@@ -443,9 +440,9 @@ export class RunCoordinator extends Server<Env> {
     throw new Error(reason);
   }
 
-  /** The run carries out an end it decided: its play's, not stored yet, or stored (an invocation that died carrying it out). */
+  /** The run carries out an end it decided (its play's, stored as the play decided it: invocation.ts). */
   #ending(): boolean {
-    return this.#invocation?.decided === true || this.#store.ending() !== null;
+    return this.#store.ending() !== null;
   }
 
   /** Drives the run again at once (after the current invocation, if one is running). */

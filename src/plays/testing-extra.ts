@@ -150,7 +150,7 @@ export const testChildBesideCall = definePlay({
 
 /**
  * Returns while a play-level call it did not await is in flight (sent beside one it awaited): the run ends once the
- * call has. It logs `returning` as it returns.
+ * call has. It logs `returning` as it returns (or throws the awaited call's failure).
  */
 export const testReturnBesideCall = definePlay({
   name: "test-return-beside-call",
@@ -161,8 +161,11 @@ export const testReturnBesideCall = definePlay({
   }),
   async run(ctx, { left, awaited }) {
     ctx.tool(left.tool, left.input).catch(() => {});
-    await ctx.tool(awaited.tool, awaited.input);
-    ctx.log("returning");
+    try {
+      await ctx.tool(awaited.tool, awaited.input);
+    } finally {
+      ctx.log("returning");
+    }
     return { returned: true };
   },
 });

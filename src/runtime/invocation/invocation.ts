@@ -24,6 +24,7 @@ import type { SpendLedger } from "../tools/spend";
 import type { InvocationSpendCap } from "../tools/org-spend";
 import { capsItsChildren } from "../tools/child-spend";
 import { ChildPlays, type ChildWaiters } from "./child-plays";
+import { decideEnd } from "./decided-end";
 import { endAfterReturn, endAfterThrow, type InvocationEnd, withMapsStopped } from "./invocation-end";
 import { type PlayServices, playCalls, RunContext } from "./play-context";
 import { stopChildren } from "./run-links";
@@ -65,8 +66,6 @@ export interface RunHost {
 export interface InvocationStart {
   /** Aborted by the coordinator when the run is cancelled. */
   cancel: AbortSignal;
-  /** The play ended the run (it returned, or failed): a cancel from here on, before the end is stored, changes nothing. */
-  onEndDecided(): void;
   policy: RuntimePolicy;
   meter: SubrequestMeter;
   /** The test-only fault seam (the coordinator's can crash it). */
@@ -164,8 +163,10 @@ export class Invocation implements InvocationScope {
     try {
       await services.children.checkDue();
       const end = await this.#run(play, ctx, services, maps);
-      // Decided before what the play left running ends (below): a cancel then would stop children for a run that ends so.
-      if (end.kind === "completed" || end.kind === "failed" || end.kind === "cancelled") this.#start.onEndDecided();
+      // Stored before what the play left running ends (below): a cancel then changes nothing (it would stop children for
+      // a run that ends so), and an invocation that dies meanwhile leaves the next to carry it out, not to run the play.
+      if (end.kind === "completed" || end.kind === "failed" || end.kind === "cancelled")
+        decideEnd(this.store, end, (value) => this.secrets.redactDeep(value));
       return maps.running.length > 0 ? withMapsStopped(end) : end;
     } finally {
       // The play has ended: a limit passing from here on (while its calls end) must not cancel children it left.

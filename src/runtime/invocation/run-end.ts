@@ -4,48 +4,28 @@
  * fire next (null once nothing is left to do).
  */
 import { faultProbeFor } from "../../clients/faults";
-import { messageOf } from "../../core/errors";
-import { utf8BytesPast } from "../../core/utf8";
 import { ReceiptClient, SheetClient } from "../../clients/shards";
-import type { RunError, RunStore } from "../../stores/run-store";
+import type { RunEnding, RunError, RunStore } from "../../stores/run-store";
 import { MAX_RESTORE_TRIES } from "../../stores/salvage-store";
 import { toCredits } from "../../stores/spend-store";
 import { restoreSalvage } from "../tools/salvage";
 import type { Invocation } from "./invocation";
 import type { InvocationEnd } from "./invocation-end";
-
-/** The most bytes a play's result may take as JSON, in UTF-8. */
-export const MAX_RESULT_BYTES = 1024 * 1024;
+import { decideEnd } from "./decided-end";
 
 /** Acts on how the invocation ended; the alarm's next time, or null. */
 export async function settle(inv: Invocation, end: InvocationEnd): Promise<number | null> {
   // An invocation that ends normally ends a run of infrastructure failures (and of interrupted invocations).
   if (end.kind !== "retry") inv.store.noteInfraFailure(true);
   switch (end.kind) {
-    case "completed": {
-      // Stored in the run's row (2 MB at most) and sent to its watchers and parents: a larger one fails the run.
-      let json: string;
-      try {
-        json = JSON.stringify(end.result ?? null);
-      } catch (error) {
-        const message = `the play returned a result JSON cannot hold (${messageOf(error).slice(0, 200)}): return plain data`;
-        return finish(inv, "failed", { error: { code: "invalid_result", message } });
-      }
-      // Counted in UTF-8, as storage counts it (a character is up to three bytes).
-      const bytes = utf8BytesPast(json, MAX_RESULT_BYTES);
-      if (bytes !== null)
-        return finish(inv, "failed", {
-          error: {
-            code: "result_too_large",
-            message: `the play returned a result of ${bytes} bytes as JSON; the limit is ${MAX_RESULT_BYTES}: keep large outputs in a dataset (ctx.map) and return a summary`,
-          },
-        });
-      return finish(inv, "completed", { result: end.result });
-    }
+    case "completed":
     case "failed":
-      return finish(inv, "failed", { error: end.error });
     case "cancelled":
-      return finish(inv, "cancelled", {});
+      // Stored already when the play decided it (Invocation.play): stored again, the same, it is checked as kept.
+      return finish(
+        inv,
+        decideEnd(inv.store, end, (value) => inv.secrets.redactDeep(value)),
+      );
     case "parked":
       return park(inv, end.resumeAt, { waiting: true, chunksStopped: end.chunksStopped });
     case "yielded":
@@ -83,26 +63,18 @@ async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; 
  * leases, records the outcome (salvage included), appends the terminal event.
  * Returns when the alarm should retry the salvage still pending, else null.
  */
-async function finish(
-  inv: Invocation,
-  status: "completed" | "failed" | "cancelled",
-  decided: { result?: unknown; error?: RunError },
-): Promise<number | null> {
+async function finish(inv: Invocation, outcome: RunEnding): Promise<number | null> {
   const { store, meter } = inv;
-  // Redacted of the headers this invocation's fetches sent before it is kept: a next invocation carrying it out knows none.
-  const outcome = decided.error ? { ...decided, error: inv.secrets.redactDeep(decided.error) } : decided;
-  // Decided: an invocation that dies from here on (its leases released and fenced, say) leaves this end to the next.
-  store.setEnding(
-    status === "completed"
-      ? { kind: status, result: outcome.result }
-      : status === "failed"
-        ? { kind: status, error: outcome.error! }
-        : { kind: status },
-  );
+  const status = outcome.kind;
+  // Decided and stored: an invocation that dies from here on (its leases released and fenced, say) leaves this end to the next.
   await inv.faults.check("run.finish");
   const restore = store.salvage.pendingCount() > 0 ? await restoreSalvage(store.salvage, receiptClient(inv)) : null;
   if (status !== "completed") await releaseLeases(inv, { ended: true });
-  const raw = outcome.error ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() } : undefined;
+  const result = outcome.kind === "completed" ? outcome.result : undefined;
+  const raw =
+    outcome.kind === "failed"
+      ? { ...outcome.error, ...spentAtEnd(store, outcome.error), failureSamples: store.failureSamples() }
+      : undefined;
   const redacted = raw && inv.host.redact(raw);
   // Salvage is attached after redaction: it holds the exact billed outputs.
   const salvage = store.salvage.record();
@@ -117,10 +89,10 @@ async function finish(
   store.spend.releaseAll();
   await inv.faults.check("run.report");
   await inv.host.reportSpend();
-  store.setStatus(status, { result: outcome.result, error });
+  store.setStatus(status, { result, error });
   store.setEnding(null);
   const progress = store.allProgress();
-  if (status === "completed") inv.emit("run.completed", { result: outcome.result ?? null, progress });
+  if (status === "completed") inv.emit("run.completed", { result: result ?? null, progress });
   // A failed run always ends with an error (every failed end carries one).
   else if (status === "failed") inv.emit("run.failed", { error: error!, progress });
   else inv.emit("run.cancelled", { progress });
