@@ -137,6 +137,49 @@ describe("an alarm that keeps failing", () => {
     expect((await waitForRun(runId, { timeoutMs: 20_000 })).status).toBe("completed");
   });
 
+  it("ends a run whose invocation at the platform's last retry is killed before it re-arms", async () => {
+    const key = tag("killed");
+    // Its wait times out in 8 s (the play then returns): only an alarm can end it.
+    const runId = await startRun("test-waits", { keys: [key], timeoutMs: 8_000, catchTimeout: true });
+    const coordinator = env.RUN_COORDINATOR.getByName(runId);
+    await until(
+      () =>
+        runInDurableObject(coordinator, async (instance: RunCoordinator, state) => {
+          const alarm = await state.storage.getAlarm();
+          return !instance.invoking && alarm !== null && alarm > Date.now() + 2_000;
+        }),
+      (parked) => parked,
+      "the run to wait, its alarm at the wait's timeout",
+    );
+    await setFaults([{ point: "run.alarm", play: "test-waits", times: 1, crash: true }]);
+    // The platform's last retry (its alarm is no longer set), killed before its finally re-arms (CPU, memory, wall clock).
+    await runInDurableObject(coordinator, async (instance: RunCoordinator, state) => {
+      await state.storage.deleteAlarm();
+      await instance.alarm({ retryCount: 6, isRetry: true, scheduledTime: Date.now() });
+    }).then(
+      () => expect.unreachable("the invocation was not killed"),
+      (error: unknown) => expect(String(error)).toContain("crashed the invocation at run.alarm"),
+    );
+    // Read without GET /v1/runs/<id>, which would arm the alarm of a run that has none.
+    const events = await until(
+      () => allEvents(runId),
+      (all) => all.some((e) => e.type === "run.completed"),
+      "the run to end by its alarms alone",
+      20_000,
+    );
+    expect(eventsOfType(events, "run.completed")[0]!.result).toMatchObject({ timedOut: "event_timeout" });
+    // Ended, it is left no alarm: no watchdog goes on arming another.
+    await until(
+      () =>
+        runInDurableObject(env.RUN_COORDINATOR.getByName(runId), async (instance: RunCoordinator, state) =>
+          instance.invoking ? "invoking" : state.storage.getAlarm(),
+        ),
+      (alarm) => alarm === null,
+      "the ended run's alarm to be cleared",
+      5_000,
+    );
+  });
+
   it("leaves an ended run an alarm too, for what its end still has to tell (the org's directory and spend, its parents)", async () => {
     const runId = await waitingRun(tag("ended"));
     await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });

@@ -6,7 +6,8 @@ import { policyFor } from "../core/policy";
 import { deliverSignal, EVENT_KEY, sameDelivery, signalRefusal } from "../runtime/invocation/waits";
 import { SubrequestMeter } from "../core/meter";
 import { withOutbound, type Outbound, type OutboundGate } from "../core/outbound";
-import { lateAlarmRetryAt, outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { outboundGateFor, subrequestCapFor } from "../core/platform-limits";
+import { alarmAfter, watchdogAt } from "../runtime/invocation/alarm-watchdog";
 import type { DatasetLocation } from "../clients/shards";
 import { playRegistry } from "../plays";
 import { JournalStore } from "../stores/journal-store";
@@ -47,8 +48,6 @@ const PARENT_RETELL_RETRY_MS = 5_000;
 const MAX_PARENT_RETELL_TRIES = 120;
 /** Signals a run keeps that no wait has taken yet; more are refused (`too_many_signals`) unless a wait takes them now. */
 export const MAX_OPEN_SIGNALS = 1_000;
-/** How many times an ended run's failing alarm is armed again at its last retry (lateAlarmRetryAt: an hour of tries). */
-const MAX_ENDED_ALARM_FALLBACKS = 60;
 
 /** An alarm invocation under way. */
 type AlarmInvocation = { controller: AbortController; wake: boolean };
@@ -359,7 +358,11 @@ export class RunCoordinator extends Server<Env> {
     this.#invocation = invocation;
     let next: number | null = null;
     let failed = true;
+    // Set first: an invocation the platform kills runs no `finally` (alarm-watchdog.ts).
+    const ended = isTerminal(this.#store.run()?.status ?? "completed");
+    const watchdog = ended ? null : watchdogAt(this.#journal, Date.now());
     try {
+      if (watchdog !== null) await this.ctx.storage.setAlarm(watchdog);
       next = await withOutbound(this.#outbound(), () => this.#invoke(invocation));
       failed = false;
     } finally {
@@ -367,12 +370,12 @@ export class RunCoordinator extends Server<Env> {
       this.#invocation = null;
       const run = this.#store.run();
       const terminal = isTerminal(run?.status ?? "completed");
-      // A run with no alarm would never wake, time out or meet its deadline; an ended run's alarm still tells the
-      // directory, its parents and the org's spend: a few more tries for those.
-      const late = failed && run !== null ? lateAlarmRetryAt(this.#alarmRetry, Date.now()) : null;
-      const fallback = late !== null && (!terminal || this.#journal.bump("ended_alarm_fallbacks") <= MAX_ENDED_ALARM_FALLBACKS);
-      const at = invocation.wake && !terminal ? Date.now() : (next ?? (fallback ? late : null));
-      if (at !== null) await this.ctx.storage.setAlarm(at);
+      const retryCount = run === null ? 0 : this.#alarmRetry;
+      const at = alarmAfter(this.#journal, { failed, wake: invocation.wake, terminal, next, watchdog, retryCount }, Date.now());
+      if (typeof at === "number") await this.ctx.storage.setAlarm(at);
+      // Cleared unless something armed another meanwhile (a child's late spend of an ended run): input gates hold
+      // other events while storage answers, so none arms one between the read and the delete.
+      else if (at === "clear" && (await this.ctx.storage.getAlarm()) === watchdog) await this.ctx.storage.deleteAlarm();
     }
   }
 
