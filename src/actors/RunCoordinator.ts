@@ -210,11 +210,12 @@ export class RunCoordinator extends Server<Env> {
     return allotToChild(this.#spendLinks, childRunId, micros(wantedMicros), micros(needMicros), this.#childWaits, Date.now());
   }
 
-  /** A child this run allotted some of its cap spends from another parent's now: what it spent of this run's is final. */
-  async childSpendMoved(org: string, childRunId: string, spentMicros: number): Promise<void> {
+  /** A child this run allotted some of its cap moved to another's, or ended once this run gave it up: what it spent of it. */
+  async childSpendMoved(org: string, childRunId: string, spentMicros: number, provisional = false): Promise<void> {
     const run = this.#runOf(org);
+    const valid = Number.isSafeInteger(spentMicros) && spentMicros >= 0;
     // Counted as a child's end is (an ended run tells its own parent again, by its alarm).
-    const counted = run && Number.isSafeInteger(spentMicros) && spentMicros >= 0 && this.#store.spend.childSpent(childRunId, spentMicros);
+    const counted = run && valid && this.#store.spend.childSpent(childRunId, spentMicros, provisional === true);
     if (counted && isTerminal(run.status)) await this.ctx.storage.setAlarm(Date.now());
   }
 
@@ -246,14 +247,14 @@ export class RunCoordinator extends Server<Env> {
   /**
    * Stops new provider calls at once and ends the run `cancelled` (by the alarm, which releases leases); a run carrying
    * out an end it decided (its play returned, or failed) ends so. `parentRunId`: a parent that started this run cancels
-   * it (it failed, was cancelled, or stopped waiting): it is told nothing more, and the run goes on while another parent
+   * it (it failed, was cancelled, or stopped waiting): it is told only its spend, and the run goes on while another parent
    * still waits on it (the same call of theirs), spending from its cap if it spent from this one's (moveAllotment).
    */
   async cancel(org: string, parentRunId?: string): Promise<RunView | null> {
     const run = this.#runOf(org);
     if (!run) return null;
     if (parentRunId !== undefined) {
-      this.#journal.markNotified(parentRunId);
+      this.#journal.markGaveUp(parentRunId);
       const [waiting] = this.#journal.unnotifiedWatchers();
       if (waiting !== undefined) return moveAllotment(this.#spendLinks, parentRunId, waiting).then(() => this.#view());
     }

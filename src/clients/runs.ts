@@ -18,7 +18,7 @@ interface RunCoordinatorRpc {
   cancel(org: string, parentRunId?: string): Promise<RunView | null>;
   childFinished(message: ChildFinished): Promise<void>;
   allotChildSpend(org: string, childRunId: string, wantedMicros: number, needMicros: number): Promise<ChildAllotment>;
-  childSpendMoved(org: string, childRunId: string, spentMicros: number): Promise<void>;
+  childSpendMoved(org: string, childRunId: string, spentMicros: number, provisional?: boolean): Promise<void>;
 }
 
 export class RunClient {
@@ -61,9 +61,13 @@ export class RunClient {
     return this.#stub(parentRunId, "allotChildSpend").allotChildSpend(this.#org, childRunId, wantedMicros, needMicros);
   }
 
-  /** Tells a parent that its child spends from another parent's cap now, having spent `spentMicros` of its own (child-spend.ts). */
-  childSpendMoved(parentRunId: string, childRunId: string, spentMicros: number): Promise<void> {
-    return this.#stub(parentRunId, "childSpendMoved").childSpendMoved(this.#org, childRunId, spentMicros);
+  /**
+   * Tells a parent what its child spent of the parent's cap, `spentMicros`, which replaces its allotment: the child
+   * spends from another parent's cap now, or ended once this parent gave it up (child-spend.ts, run-links.ts).
+   * `provisional`: the figure counts allotments the child's own children held (a lower one may follow).
+   */
+  childSpendMoved(parentRunId: string, childRunId: string, spentMicros: number, provisional?: boolean): Promise<void> {
+    return this.#stub(parentRunId, "childSpendMoved").childSpendMoved(this.#org, childRunId, spentMicros, provisional);
   }
 
   /** The coordinator of `runId`, counted as one call of `run.<method>` when the client has a meter. */

@@ -6,6 +6,7 @@ import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 import {
   testChildBesideCall,
+  testChildThenEnrich,
   testChildTimeouts,
   testDetachedChild,
   testUnawaitedMap,
@@ -45,6 +46,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testPlayCall,
           testFragileRows,
           testChildBesideCall,
+          testChildThenEnrich,
           testDetachedChild,
           testUnawaitedMap,
           testChildTimeouts,

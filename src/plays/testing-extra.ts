@@ -1,6 +1,7 @@
 /** Test plays beyond testing.ts (which is full). */
 import { z } from "zod";
 import { definePlay, rowsInput } from "../play/define";
+import type { PlayContext } from "../play/types";
 
 /** Two stages: the second map reads the first one's stored rows (`handle.rows()`). */
 export const testStages = definePlay({
@@ -317,22 +318,26 @@ export const testChildTimeouts = definePlay({
 
 const Lead = z.object({ id: z.string(), name: z.string(), domain: z.string() });
 
+/** demo-enrich's two fields (a find, 1 credit, and a verify, 0.25) over `rows`, as the map `name`. */
+function enrichLeads(ctx: PlayContext, name: string, rows: z.infer<typeof Lead>[]) {
+  return ctx.map(
+    name,
+    rows,
+    {
+      email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
+      verdict: async (row, c) => (await c.tool<{ verdict: string }>("sim_verify_email", { email: row.email })).verdict,
+    },
+    { key: "id" },
+  );
+}
+
 /** Finds and verifies an email for each lead of `first`, waits for the signal `go`, then does `second` the same way. */
 export const testEnrichInTwo = definePlay({
   name: "test-enrich-in-two",
   description: "test only: demo-enrich over `first`, then a wait for the signal go, then over `second`",
   input: z.object({ first: z.array(Lead).max(1000), second: z.array(Lead).max(1000) }),
   async run(ctx, input) {
-    const enrich = (name: string, rows: z.infer<typeof Lead>[]) =>
-      ctx.map(
-        name,
-        rows,
-        {
-          email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
-          verdict: async (row, c) => (await c.tool<{ verdict: string }>("sim_verify_email", { email: row.email })).verdict,
-        },
-        { key: "id" },
-      );
+    const enrich = (name: string, rows: z.infer<typeof Lead>[]) => enrichLeads(ctx, name, rows);
     const first = await enrich("first", input.first);
     await ctx.waitForEvent("go");
     const second = await enrich("second", input.second);
@@ -364,5 +369,28 @@ export const testWaitFallback = definePlay({
     const name = decision.ok ? "Approved Person" : "Rejected Person";
     const { email } = await ctx.tool<{ email: string }>("sim_find_email", { name, domain: `${input.key}.test` });
     return { ok: decision.ok, email };
+  },
+});
+
+/**
+ * Runs a child play with `timeoutMs` (its outcome: its result, or `child_timeout`), waits for the signal `go`, then
+ * enriches `leads` as demo-enrich does.
+ */
+export const testChildThenEnrich = definePlay({
+  name: "test-child-then-enrich",
+  description: "test only: ctx.runPlay with a timeout, a wait for the signal go, then demo-enrich over `leads`",
+  input: z.object({ play: z.string(), input: z.unknown(), timeoutMs: z.number(), leads: z.array(Lead).max(100) }),
+  async run(ctx, input) {
+    // Only the timeout is caught: a child still running parks the run by throwing through the play (docs/plays.md).
+    const child = await ctx.runPlay(input.play, input.input, { timeoutMs: input.timeoutMs }).then(
+      (result) => ({ result }),
+      (error: { code?: string }) => {
+        if (error.code !== "child_timeout") throw error;
+        return { code: error.code };
+      },
+    );
+    await ctx.waitForEvent("go");
+    const leads = await enrichLeads(ctx, "leads", input.leads);
+    return { child, completed: leads.completed, failed: leads.failed };
   },
 });

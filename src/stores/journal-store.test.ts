@@ -43,17 +43,34 @@ describe("JournalStore.parentsToTell", () => {
     await runInDurableObject(stub, (_object, state) => {
       const journal = new JournalStore({ sql: createSql(state.storage), now: Date.now });
       journal.addWatcher("run_parent");
-      expect(journal.parentsToTell(5, true)).toEqual([{ runId: "run_parent", again: false }]);
+      expect(journal.parentsToTell(5, true)).toEqual([{ runId: "run_parent", again: false, gaveUp: false }]);
       journal.markTold("run_parent", 5, true);
       // Counting a child's allotment still: only a larger figure is told.
       expect(journal.parentsToTell(3, true)).toEqual([]);
-      expect(journal.parentsToTell(6, true)).toEqual([{ runId: "run_parent", again: true }]);
+      expect(journal.parentsToTell(6, true)).toEqual([{ runId: "run_parent", again: true, gaveUp: false }]);
       // Counting none: a lower figure is told, and so is the same one (the parent holds it as one that may drop).
-      expect(journal.parentsToTell(3)).toEqual([{ runId: "run_parent", again: true }]);
-      expect(journal.parentsToTell(5)).toEqual([{ runId: "run_parent", again: true }]);
+      expect(journal.parentsToTell(3)).toEqual([{ runId: "run_parent", again: true, gaveUp: false }]);
+      expect(journal.parentsToTell(5)).toEqual([{ runId: "run_parent", again: true, gaveUp: false }]);
       journal.markTold("run_parent", 3);
       expect(journal.parentsToTell(3)).toEqual([]);
-      expect(journal.parentsToTell(4)).toEqual([{ runId: "run_parent", again: true }]);
+      expect(journal.parentsToTell(4)).toEqual([{ runId: "run_parent", again: true, gaveUp: false }]);
+    });
+  });
+
+  it("tells a parent that gave the run up only its spend, even one whose first telling failed; one it moved from, nothing more", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`journal-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      const journal = new JournalStore({ sql: createSql(state.storage), now: Date.now });
+      journal.addWatcher("run_gave_up");
+      journal.addWatcher("run_moved_from");
+      journal.markGaveUp("run_gave_up");
+      journal.markGaveUp("run_moved_from");
+      journal.markMoved("run_moved_from", 2);
+      expect(journal.parentsToTell(5)).toEqual([{ runId: "run_gave_up", again: false, gaveUp: true }]);
+      journal.markTold("run_gave_up", 5);
+      expect(journal.parentsToTell(5)).toEqual([]);
+      // Bills that reach the run after its end are told it again.
+      expect(journal.parentsToTell(6)).toEqual([{ runId: "run_gave_up", again: true, gaveUp: true }]);
     });
   });
 });

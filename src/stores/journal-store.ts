@@ -236,9 +236,12 @@ export class JournalStore {
     return this.#sql<{ run_id: string }>`SELECT run_id FROM watchers WHERE notified = 0 ORDER BY run_id`.map((r) => r.run_id);
   }
 
-  /** The parent gave this run up (it cancelled it): it is told nothing more. */
-  markNotified(runId: string): void {
-    this.#sql.write`UPDATE watchers SET notified = 1 WHERE run_id = ${runId}`;
+  /**
+   * The parent gave this run up (it cancelled it): it is told nothing of the run's end but, as it ends, what it spent
+   * of the parent's cap (a capped parent counts that in place of its allotment: {@link parentsToTell}).
+   */
+  markGaveUp(runId: string): void {
+    this.#sql.write`UPDATE watchers SET notified = 1, gave_up = 1 WHERE run_id = ${runId}`;
   }
 
   /**
@@ -246,7 +249,7 @@ export class JournalStore {
    * run's end, but that the run spent `micros` of its cap, which it counts as final (kept until told, {@link movesToTell}).
    */
   markMoved(runId: string, micros: number): void {
-    this.#sql.write`UPDATE watchers SET notified = 1, moved_micros = ${micros} WHERE run_id = ${runId}`;
+    this.#sql.write`UPDATE watchers SET notified = 1, gave_up = 0, moved_micros = ${micros} WHERE run_id = ${runId}`;
   }
 
   /** The parents this run's allotment moved from that are still to be told what it spent of their caps. */
@@ -263,16 +266,19 @@ export class JournalStore {
   /**
    * The parents to tell of this run's end: those not told yet, those told it spent less than `spentMicros` (bills
    * that came after its end), and, unless `spentMicros` still counts allotments its children hold (`provisional`),
-   * those told more, or told a figure that counted such allotments.
+   * those told more, or told a figure that counted such allotments. A parent that gave the run up (`gaveUp`) is told
+   * only what it spent, likewise.
    */
-  parentsToTell(spentMicros: number, provisional = false): { runId: string; again: boolean }[] {
+  parentsToTell(spentMicros: number, provisional = false): { runId: string; again: boolean; gaveUp: boolean }[] {
     const exact = provisional ? 0 : 1;
-    return this.#sql<{ run_id: string; told: number | null }>`SELECT run_id, told_micros AS told FROM watchers
-      WHERE notified = 0 OR (told_micros IS NOT NULL AND (told_micros < ${spentMicros}
-        OR (${exact} = 1 AND (told_micros > ${spentMicros} OR told_provisional = 1)))) ORDER BY run_id`.map((r) => ({
+    return this.#sql<{ run_id: string; told: number | null; gave_up: number }>`SELECT run_id, told_micros AS told, gave_up
+      FROM watchers WHERE notified = 0 OR (gave_up = 1 AND told_micros IS NULL) OR (told_micros IS NOT NULL
+        AND (told_micros < ${spentMicros} OR (${exact} = 1 AND (told_micros > ${spentMicros} OR told_provisional = 1))))
+      ORDER BY run_id`.map((r) => ({
       runId: r.run_id,
       // Told of this run's end already, when it had spent another figure.
       again: r.told !== null,
+      gaveUp: r.gave_up === 1,
     }));
   }
 

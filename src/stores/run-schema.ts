@@ -237,4 +237,7 @@ export const runMigrations = [
   ALTER TABLE child_spend ADD COLUMN provisional INTEGER NOT NULL DEFAULT 0;
   ALTER TABLE watchers ADD COLUMN told_provisional INTEGER NOT NULL DEFAULT 0;
   `,
+  // Whether the parent gave this run up (it cancelled it): it is told nothing of the run's end but what it spent of
+  // the parent's cap, which the parent counts in place of its allotment (src/runtime/invocation/run-links.ts).
+  `ALTER TABLE watchers ADD COLUMN gave_up INTEGER NOT NULL DEFAULT 0;`,
 ];

@@ -13,7 +13,7 @@ import { messageOf } from "../../core/errors";
 import type { JournalStore } from "../../stores/journal-store";
 import type { RunStore } from "../../stores/run-store";
 import { toCredits } from "../../stores/spend-store";
-import { tellMoves } from "../tools/child-spend";
+import { spendsFromCapOf, tellMoves } from "../tools/child-spend";
 
 export interface RunLinksOptions {
   env: Env;
@@ -25,7 +25,8 @@ export interface RunLinksOptions {
 
 /**
  * Tells every parent not yet told that this (terminal) run ended, or told it spent less than it has now, and every
- * parent its allotment moved from what it spent of its cap (running or not). Returns
+ * parent its allotment moved from what it spent of its cap (running or not). A parent that gave it up (cancelled
+ * it) is told only what it spent of that parent's cap, if it spends from it. Returns
  * how many could not be told: the caller tries those again. A parent asks a child it waits on by its alarm, but that
  * ask learns the end, not the spend: a capped parent would count the child's whole allotment for good.
  */
@@ -48,18 +49,24 @@ export async function tellParents(o: RunLinksOptions): Promise<number> {
     spentProvisional: provisional,
   };
   let untold = 0;
+  const runs = new RunClient({ env: o.env, org: run.org });
+  // A parent that gave this run up and counts none of its spend (uncapped, or its allotment moved on) has nothing to hear.
+  const parents = o.journal.parentsToTell(spent, provisional).filter(({ runId, gaveUp }) => !gaveUp || spendsFromCapOf(o.store, runId));
   await Promise.all(
-    o.journal.parentsToTell(spent, provisional).map(async ({ runId: parentRunId, again }) => {
+    parents.map(async ({ runId: parentRunId, again, gaveUp }) => {
       try {
         await o.faults.check("child.finished");
-        await new RunClient({ env: o.env, org: run.org }).childFinished(parentRunId, end);
+        if (gaveUp) await runs.childSpendMoved(parentRunId, run.runId, spent, provisional);
+        else await runs.childFinished(parentRunId, end);
         o.journal.markTold(parentRunId, spent, provisional);
       } catch (error) {
         untold++;
         o.log(
-          again
-            ? `could not tell parent run ${parentRunId} that this run's spend changed since its end (${messageOf(error)}); tried again shortly`
-            : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); tried again shortly`,
+          gaveUp
+            ? `could not tell parent run ${parentRunId}, which gave this run up, what it spent of its cap (${messageOf(error)}); tried again shortly`
+            : again
+              ? `could not tell parent run ${parentRunId} that this run's spend changed since its end (${messageOf(error)}); tried again shortly`
+              : `could not tell parent run ${parentRunId} that this run ended (${messageOf(error)}); tried again shortly`,
         );
       }
     }),

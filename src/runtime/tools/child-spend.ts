@@ -5,7 +5,8 @@
  * needs one, more each time, and the parent grants it out of what its cap
  * leaves (its own bills and reservations and every child's allotment
  * counted). A child that ends tells its parent what it spent, which replaces
- * its allotment. A run and all its descendants never bill past its cap.
+ * its allotment: a parent that cancelled it too (run-links.ts tellParents).
+ * A run and all its descendants never bill past its cap.
  *
  * A child another parent's same call reuses spends from the cap of the
  * parent that started it while that parent waits on it. A run that is ending
@@ -97,6 +98,11 @@ export async function allotToChild(
 /** The parent allotting to the run now (the one that started it, unless it moved: {@link moveAllotment}). */
 function allotter(store: RunStore): string | null {
   return store.spend.allotmentSource()?.parentRunId ?? store.run()!.parentRunId;
+}
+
+/** Whether the run spends from `parentRunId`'s cap (that parent counts its spend). */
+export function spendsFromCapOf(store: RunStore, parentRunId: string): boolean {
+  return store.spend.parentAllotment() !== null && allotter(store) === parentRunId;
 }
 
 /** Moves of a run's allotment under way, one at a time per run (per coordinator instance). */
