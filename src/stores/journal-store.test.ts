@@ -74,3 +74,33 @@ describe("JournalStore.parentsToTell", () => {
     });
   });
 });
+
+describe("JournalStore.settledSinceParked", () => {
+  it("says whether an entry settled since the play that parked the run began, and whether a wait but a child's is due", async () => {
+    const stub = env.RUN_COORDINATOR.getByName(`journal-${crypto.randomUUID()}`);
+    await runInDurableObject(stub, (_object, state) => {
+      let clock = 1_000;
+      const journal = new JournalStore({ sql: createSql(state.storage), now: () => clock });
+      // Never parked (a run parked before this was kept): the play runs.
+      expect(journal.settledSinceParked()).toBe(true);
+      journal.open({ key: "child:input:a", kind: "child", childPlay: "leaf", dueInMs: null, timeoutMs: null });
+      journal.bindChild("child:input:a", "run_a", true, 1_100);
+      journal.open({ key: "sleep:1", kind: "sleep", dueInMs: 500, timeoutMs: null });
+      const began = journal.settles();
+      // An entry settled while the play ran, after it had looked: the next alarm replays it.
+      journal.open({ key: "event:go:2", kind: "event", eventKey: "go", dueInMs: null, timeoutMs: null });
+      journal.settle("event:go:2", { state: "done", result: 1 });
+      journal.notePark(began);
+      expect(journal.settledSinceParked()).toBe(true);
+      journal.notePark(journal.settles());
+      expect(journal.settledSinceParked()).toBe(false);
+      clock = 1_200;
+      // Only the child's check is due: no replay for it.
+      expect(journal.othersDue(clock)).toBe(false);
+      clock = 1_500;
+      expect(journal.othersDue(clock)).toBe(true);
+      journal.settle("child:input:a", { state: "done", result: 2 });
+      expect(journal.settledSinceParked()).toBe(true);
+    });
+  });
+});

@@ -11,6 +11,10 @@
  */
 import type { Sql } from "./sql";
 
+/** Counters of entries settled, and of those settled when the play that last parked the run began. */
+const SETTLES = "wait_settles";
+const PARKED_AT = "parked_at_settles";
+
 export type WaitKind = "sleep" | "event" | "child";
 export type WaitState = "waiting" | "done" | "failed";
 
@@ -119,11 +123,34 @@ export class JournalStore {
   settle(key: string, outcome: WaitOutcome): boolean {
     const result = outcome.state === "done" ? JSON.stringify(outcome.result ?? null) : null;
     const error = outcome.state === "failed" ? JSON.stringify(outcome.error) : null;
-    return (
+    const settled =
       this.#sql
         .write`UPDATE waits SET state = ${outcome.state}, result = ${result}, error = ${error}, due_at = NULL, updated_at = ${this.#now()}
-      WHERE key = ${key} AND state = 'waiting'` > 0
-    );
+      WHERE key = ${key} AND state = 'waiting'` > 0;
+    if (settled) this.bump(SETTLES);
+    return settled;
+  }
+
+  /** How many entries have settled so far: a play replayed from here on sees them all ({@link notePark}). */
+  settles(): number {
+    return this.counter(SETTLES);
+  }
+
+  /** The run parked, its play having run with the entries settled up to `settles` (the count as it began). */
+  notePark(settles: number): void {
+    this.#sql.write`INSERT INTO counters (name, value) VALUES (${PARKED_AT}, ${settles})
+      ON CONFLICT (name) DO UPDATE SET value = excluded.value`;
+  }
+
+  /** Whether an entry settled since the play that parked the run began (true when no park was noted). */
+  settledSinceParked(): boolean {
+    const parked = this.#sql<{ value: number }>`SELECT value FROM counters WHERE name = ${PARKED_AT}`[0];
+    return parked === undefined || parked.value !== this.settles();
+  }
+
+  /** Whether a waiting entry but a child's has come to its deadline (a sleep's end, a wait's timeout): a replay settles it. */
+  othersDue(now: number): boolean {
+    return this.#sql`SELECT 1 FROM waits WHERE state = 'waiting' AND kind != 'child' AND due_at <= ${now} LIMIT 1`.length > 0;
   }
 
   setDue(key: string, dueAt: number | null): void {

@@ -91,6 +91,8 @@ export class Invocation implements InvocationScope {
   /** The secret header values this invocation's fetches sent: redacted from its log lines, rows' errors and its own. */
   readonly secrets = new SecretValues();
   readonly #start: InvocationStart;
+  /** The journal's entries settled as this invocation began: its play sees those, and maybe later ones. */
+  readonly settlesAtStart: number;
   /** A row whose child runs long stops this invocation the way a cancel would, except that the run goes on (waiting). */
   readonly #suspension = new AbortController();
   /** The runtime limit holds inside an invocation too: at the deadline the run stops as a cancel would, then fails. */
@@ -111,6 +113,7 @@ export class Invocation implements InvocationScope {
     this.meter = start.meter;
     this.faults = start.faults;
     this.#start = start;
+    this.settlesAtStart = host.journal.settles();
     this.signal = AbortSignal.any([start.cancel, this.#suspension.signal, this.#limit.signal, this.#ended.signal]);
   }
 
@@ -218,6 +221,11 @@ export class Invocation implements InvocationScope {
         },
       });
     }
+  }
+
+  /** Asks the children whose check has come how they are doing, without running the play (ChildPlays.checkDue). */
+  async checkChildren(): Promise<void> {
+    await this.#playServices().children.checkDue();
   }
 
   /** What an executor of this invocation needs to run the play up to a map (runtime/executor/capture.ts). */

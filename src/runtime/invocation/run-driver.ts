@@ -16,10 +16,39 @@ export async function driveRun(host: RunHost, start: InvocationStart): Promise<n
   if (!run) return null;
   const invocation = new Invocation(host, start, run);
   if (isTerminal(run.status)) return retrySalvageOfEndedRun(invocation);
+  const quiet = await checkChildrenOnly(invocation);
+  if (quiet !== null) return quiet;
   const before = await beforePlay(invocation);
   if (before) return settle(invocation, before);
   const play = host.plays.get(run.play)!;
   return settle(invocation, await invocation.play(play));
+}
+
+/**
+ * A parked run woken with nothing for its play (no entry settled since the play that parked it began, no sleep or
+ * wait timeout come): the children whose check has come are asked how they are doing, and unless that settled one,
+ * the run parks again without a replay, its alarm at the journal's next deadline. Null: the play runs. A child left
+ * waiting by a row another run completed, or one that simply runs long, cost a replay of the play at every check.
+ */
+async function checkChildrenOnly(inv: Invocation): Promise<number | null> {
+  const { store, journal } = inv;
+  const quiet = () => {
+    const run = store.run()!;
+    return (
+      run.status === "waiting" &&
+      !run.cancelRequested &&
+      store.ending() === null &&
+      inv.now() < run.deadlineAt &&
+      !journal.settledSinceParked() &&
+      !journal.othersDue(inv.now())
+    );
+  };
+  if (!quiet()) return null;
+  await inv.checkChildren();
+  // A cancel, or a message that settled an entry, may have come meanwhile.
+  if (!quiet()) return null;
+  const { deadlineAt } = store.run()!;
+  return Math.min(journal.nextDue() ?? deadlineAt, deadlineAt);
 }
 
 /** An end reached before the play runs, or null to run it. */

@@ -52,6 +52,8 @@ async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; 
   const due = inv.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, store.run()!.deadlineAt);
   if (how.waiting) {
+    // A later alarm for a child's check only, with nothing settled since this play began, re-parks without it (run-driver.ts).
+    inv.journal.notePark(inv.settlesAtStart);
     store.setStatus("waiting");
     await inv.host.onStatus();
   }
