@@ -27,7 +27,7 @@ it("fails only the rows of an upload the schema or the key function throws on; t
   const rows = await datasetRows(run.runId, "fragile");
   expect(rows.map((row) => [row._key, row._status])).toEqual([
     ["a@x.test", "completed"],
-    ["#line:2", "failed"],
+    [`#line:2:${uploaded.body.uploadId}`, "failed"],
     ["c@x.test", "failed"],
     ["d@x.test", "completed"],
   ]);
@@ -71,7 +71,7 @@ it("fails a row whose key is not well-formed Unicode on its own in an upload, an
   const rows = await datasetRows(run.runId, "fragile");
   expect(rows.map((row) => [row._key, row._status])).toEqual([
     ["a@x.test", "completed"],
-    ["#line:2", "failed"],
+    [`#line:2:${uploaded.body.uploadId}`, "failed"],
     ["c@x.test", "completed"],
   ]);
   expect(rows[1]!._error).toMatch(/^invalid_row: line 2: has a key that is not well-formed Unicode/);
@@ -105,4 +105,48 @@ it("stores a failed row's error with the deployment's secrets redacted, as pages
   // Exports read what was stored: the error as redacted (the input column holds what the test sent).
   const ndjson = (await (await api(`/v1/runs/${run.runId}/datasets/thrown?format=ndjson`)).text()).trim().split("\n");
   expect(ndjson.map((line) => JSON.parse(line)._error)).toEqual(stored.map((row) => row._error));
+});
+
+it("keys a keyless row of an upload by its line and its upload: another upload's line, or a user's key, stays another row", async () => {
+  const uploadOf = async (lines: object[]) => {
+    const body = `${lines.map((line) => JSON.stringify(line)).join("\n")}\n`;
+    const uploaded = await apiJson("/v1/uploads", { method: "POST", body, headers: { "Content-Type": "application/x-ndjson" } });
+    expect(uploaded.status).toBe(201);
+    return uploaded.body.uploadId as string;
+  };
+  const view = async (runId: string) => (await datasetRows(runId, "fragile")).map((row) => [row._key, row._status, row.id]);
+  // A user's own key that reads like a keyless line's, and two uploads whose line 2 has no key.
+  const inHand = await waitForRun(await startRun(play, { rows: [{ id: "in-hand", email: "#line:2" }] }));
+  expect(inHand.result).toEqual({ completed: 1, failed: 0 });
+  const first = await uploadOf([{ id: "first-1", email: "first@x.test" }, { id: "first-2" }]);
+  const second = await uploadOf([{ id: "second-1", email: "second@x.test" }, { id: "second-2" }]);
+  const firstRun = await waitForRun(await startRun(play, { upload: first }));
+  const secondRun = await waitForRun(await startRun(play, { upload: second }));
+  expect([firstRun.result, secondRun.result]).toEqual([
+    { completed: 1, failed: 1 },
+    { completed: 1, failed: 1 },
+  ]);
+  // The user's row is still the dataset's row of its key: run again, it is reused, not computed again.
+  const estimate = await apiJson("/v1/runs/estimate", {
+    method: "POST",
+    json: { play, input: { rows: [{ id: "in-hand", email: "#line:2" }] } },
+  });
+  expect(estimate.status).toBe(200);
+  expect(estimate.body.rows).toEqual({ total: 1, reusable: 1, toCompute: 0 });
+  // Each run's view holds its own rows.
+  expect(await view(inHand.runId)).toEqual([["#line:2", "completed", "in-hand"]]);
+  expect(await view(firstRun.runId)).toEqual([
+    ["first@x.test", "completed", "first-1"],
+    [`#line:2:${first}`, "failed", "first-2"],
+  ]);
+  expect(await view(secondRun.runId)).toEqual([
+    ["second@x.test", "completed", "second-1"],
+    [`#line:2:${second}`, "failed", "second-2"],
+  ]);
+  // A rerun of the same upload makes the same keys: its view is the first run's.
+  const rerun = await apiJson(`/v1/runs/${firstRun.runId}/rerun`, { method: "POST", json: {} });
+  expect(rerun.status).toBe(202);
+  const again = await waitForRun(rerun.body.runId);
+  expect(again.result).toEqual({ completed: 1, failed: 1 });
+  expect(await view(again.runId)).toEqual(await view(firstRun.runId));
 });

@@ -213,14 +213,17 @@ describe("a run over an upload", () => {
     await simReset();
     await setFaults([{ point: "upload.read", fromCall: 2, times: 1, crash: true }]);
     const { csv, rows } = leads("crash", 200);
-    const runId = await startRun("demo-enrich", { upload: await upload(csv) });
+    const uploadId = await upload(csv);
+    const runId = await startRun("demo-enrich", { upload: uploadId });
     const run = await waitForRun(runId, { timeoutMs: 90_000 });
     expect(run.status, JSON.stringify(run.error)).toBe("completed");
     // The executor died with its second chunk read; that attempt was redispatched under a new epoch.
     expect((await faultState()).counts[0]).toBeGreaterThanOrEqual(2);
     expect(run.runAttempt).toBeGreaterThanOrEqual(1);
     const stored = await datasetRows(runId, "leads");
-    expect(stored.map((row) => row._key)).toEqual(rows.map((lead, i) => (invalid(i) && i % 40 === 11 ? `#line:${i + 2}` : lead.id)));
+    expect(stored.map((row) => row._key)).toEqual(
+      rows.map((lead, i) => (invalid(i) && i % 40 === 11 ? `#line:${i + 2}:${uploadId}` : lead.id)),
+    );
     const valid = rows.filter((_, i) => !invalid(i));
     const stats = await simStats();
     expect(stats.duplicates).toBe(0);

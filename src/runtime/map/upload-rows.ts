@@ -83,17 +83,17 @@ export class UploadRows {
     const rows = await readRows(source, index, { from: slice.from, to: slice.to });
     await this.#deps.faults?.check("upload.read");
     const planned: PlannedRow[] = [];
-    for (const { index: i, line, row } of rows) planned.push(await this.#plan(row, i, line));
+    for (const { index: i, line, row } of rows) planned.push(await this.#plan(row, i, line, slice.upload));
     return planned;
   }
 
   /** A row that does not fit (or throws in the schema's transforms or the key function) fails on its own, not its chunk. */
-  async #plan(raw: Row, index: number, line: number): Promise<PlannedRow> {
+  async #plan(raw: Row, index: number, line: number, upload: string): Promise<PlannedRow> {
     const { key, schema } = this.#deps;
     const parsed = checked(schema, raw);
     const input = parsed.success ? parsed.data : raw;
     const keyed = await rowKey(input, index, key);
-    if (typeof keyed !== "string") return { key: `#line:${line}`, index, input: raw, invalid: `line ${line}: ${keyed.error}` };
+    if (typeof keyed !== "string") return { key: lineKey(line, upload), index, input: raw, invalid: `line ${line}: ${keyed.error}` };
     if (!parsed.success) return { key: keyed, index, input: raw, invalid: `line ${line}: ${parsed.error}` };
     return { key: keyed, index, input };
   }
@@ -111,6 +111,15 @@ export class UploadRows {
     }
     return open;
   }
+}
+
+/**
+ * The key of a row with none of its own: its line, scoped by its upload. A rerun of the same upload makes the same
+ * keys; line n of another upload into the dataset, or a user's key `#line:n`, is another row (one key would make
+ * them one dataset row, each source's version replacing the other's).
+ */
+function lineKey(line: number, upload: string): string {
+  return `#line:${line}:${upload}`;
 }
 
 /** The row as the schema makes it, or what is wrong with it (a transform that throws included). */
