@@ -55,6 +55,28 @@ describe("a run's input", () => {
     expect(await runIds()).toEqual(before);
   });
 
+  it("refuses a key given twice in one object, whose first value JSON dropped without a word (rows, a signal, an NDJSON line)", async () => {
+    const [runsBefore, keysBefore] = [await runIds(), await bucketKeys()];
+    const rows = '[{"id":"a","name":"A","domain":"d.test"},{"id":"b","name":"B","domain":"d.test","id":"c"}]';
+    const run = await postRaw("/v1/runs", `{"play":"demo-enrich","input":{"rows":${rows}}}`);
+    expect(run.status).toBe(400);
+    expectError(run.body, "invalid_request");
+    expect(run.body.error.details).toEqual([{ path: "input.rows.1.id", message: "a key given twice in one object" }]);
+    expect(run.body.error.message).toMatch(/^input\.rows\.1\.id: the key "id" is given twice/);
+    const signal = await postRaw(`/v1/runs/${RUN}/signals/approve`, '{"data":{"ok":true,"ok":false}}');
+    expect(signal.status).toBe(400);
+    expect(signal.body.error).toMatchObject({ code: "invalid_request", details: [{ path: "data.ok" }] });
+    const file = '{"id":"1","name":"a","domain":"b"}\n{"id":"2","name":"a","domain":"b","name":"c"}\n';
+    const upload = await apiJson("/v1/uploads", { method: "POST", body: file, headers: { "Content-Type": NDJSON } });
+    expect(upload.status).toBe(400);
+    expect(upload.body.error).toMatchObject({
+      code: "malformed_upload",
+      details: { line: 2, reason: expect.stringMatching(/^the field "name" is given twice/) },
+    });
+    expect(await runIds()).toEqual(runsBefore);
+    expect(await bucketKeys()).toEqual(keysBefore);
+  });
+
   it("refuses a numeric row id past 2^53, whose last digits JSON loses (two such ids were one row, the other dropped)", async () => {
     const before = await runIds();
     const body = (ids: string) =>

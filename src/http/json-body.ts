@@ -1,6 +1,7 @@
 /** JSON request bodies: parsed, and refused when they nest deeper than the API accepts. */
 import { ValidationError, messageOf } from "../core/errors";
 import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
+import { repeatedKeyAt } from "../core/json-keys";
 
 /**
  * How many levels of objects and arrays a run's `input` or a signal's `data`
@@ -13,14 +14,19 @@ export const MAX_INPUT_DEPTH = 32;
 /** The body's own object adds one level above `input` and `data`. */
 const MAX_BODY_DEPTH = MAX_INPUT_DEPTH + 1;
 
-/** Reads the request's body as JSON, or throws a 400 (not JSON, nested too deeply, or a number past a double's range). */
+/**
+ * Reads the request's body as JSON, or throws a 400 (not JSON, nested too deeply, a number past a double's range, or a
+ * key given twice in one object).
+ */
 export async function readJsonBody(request: Request): Promise<unknown> {
   return parseJsonBody(await request.text());
 }
 
 /**
- * Parses a JSON body and checks its depth, and that its numbers are finite,
- * before anything else reads it.
+ * Parses a JSON body and checks its depth, that its numbers are finite, and
+ * that no object gives a key twice (`JSON.parse` keeps the last value, so a
+ * row's field would lose the other without a word), before anything else
+ * reads it.
  * `JSON.parse` itself does not recurse, so any depth parses; the check then
  * stops at {@link MAX_BODY_DEPTH} levels, so it cannot overflow the stack either.
  */
@@ -44,6 +50,14 @@ export function parseJsonBody(text: string): unknown {
     throw new ValidationError(
       `${path}: a number past what a JSON number holds (about 1.8e308) would be stored as null; send it as a string`,
       [{ path, message: "a number past ±1.8e308" }],
+    );
+  }
+  const repeated = repeatedKeyAt(text);
+  if (repeated) {
+    const path = [...repeated.path, repeated.key].join(".");
+    throw new ValidationError(
+      `${path}: the key ${JSON.stringify(repeated.key)} is given twice in one object (JSON keeps only the last value); send each key once`,
+      [{ path, message: "a key given twice in one object" }],
     );
   }
   return body;

@@ -3,13 +3,16 @@
  * LF (a CR before it is dropped); blank lines are skipped; a UTF-8 byte-order
  * mark at the file's start is skipped. A line that is not valid UTF-8, not
  * JSON, not an object, nested too deeply, too long, or holding a number past
- * a double's range (`1e400`) fails the scan naming its line. Only the line
+ * a double's range (`1e400`), or giving a key twice in one object (JSON
+ * keeps the last value, so a field's other value would be lost without a
+ * word) fails the scan naming its line. Only the line
  * being read is held: a chunk's complete lines are parsed where they are,
  * and a partial line waits for the next chunk.
  */
 import { hasUnkeepableField, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { messageOf } from "../core/errors";
 import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
+import { repeatedKeyAt } from "../core/json-keys";
 import type { Row } from "../play/types";
 import { MalformedUploadError } from "./errors";
 import { MAX_ROW_DEPTH, MAX_ROW_LINE_BYTES } from "./limits";
@@ -29,10 +32,16 @@ export class NdjsonScanner implements RowScanner {
   /** Just past the last row handed out, and its line: where the next row may be read from. */
   #resumeAt: FilePosition;
   #atFileStart: boolean;
+  #refuseRepeatedKeys: boolean;
 
-  constructor(options: ScanOptions<Row>) {
+  /**
+   * `refuseRepeatedKeys: false` (a run's range read of a file its upload scanned whole) takes a key given twice as
+   * `JSON.parse` does, the last value: an upload stored before such lines were refused is read as it was then.
+   */
+  constructor(options: ScanOptions<Row> & { refuseRepeatedKeys?: boolean }) {
     const start = options.start ?? FILE_START;
     this.#onRow = options.onRow;
+    this.#refuseRepeatedKeys = options.refuseRepeatedKeys ?? true;
     this.#lineStart = { ...start };
     this.#resumeAt = { ...start };
     this.#atFileStart = start.offset === 0;
@@ -85,7 +94,7 @@ export class NdjsonScanner implements RowScanner {
     }
     if (bytes.at(-1) === CR) bytes = bytes.subarray(0, -1);
     if (bytes.length > MAX_ROW_LINE_BYTES) throw this.#tooLong(start.line);
-    const row = parseRow(bytes, this.#decoder, start.line);
+    const row = parseRow(bytes, this.#decoder, start.line, this.#refuseRepeatedKeys);
     if (row === null) return;
     this.#onRow(row, { line: start.line, resumeAt: this.#resumeAt, end });
     this.#resumeAt = { offset: end, line: start.line + 1 };
@@ -106,7 +115,7 @@ export class NdjsonScanner implements RowScanner {
 }
 
 /** The row a line holds, or null for a blank line. */
-function parseRow(bytes: Uint8Array, decoder: TextDecoder, line: number): Row | null {
+function parseRow(bytes: Uint8Array, decoder: TextDecoder, line: number, refuseRepeatedKeys: boolean): Row | null {
   let text: string;
   try {
     text = decoder.decode(bytes);
@@ -134,5 +143,13 @@ function parseRow(bytes: Uint8Array, decoder: TextDecoder, line: number): Row | 
       line,
       `${infinite.join(".")}: a number past what a JSON number holds (about 1.8e308); write it as a string`,
     );
+  const repeated = refuseRepeatedKeys ? repeatedKeyAt(text) : null;
+  if (repeated) {
+    const where = repeated.path.length ? ` of ${repeated.path.join(".")}` : "";
+    throw new MalformedUploadError(
+      line,
+      `the field ${JSON.stringify(repeated.key)}${where} is given twice in one object (JSON keeps only the last value); give each field once`,
+    );
+  }
   return value as Row;
 }

@@ -123,6 +123,13 @@ describe("readRows", () => {
     expect(reads[0]!.length).toBeLessThan(bytes.length / 10);
   });
 
+  it("reads a line of a file stored before a key given twice was refused as JSON.parse does, its last value", async () => {
+    // The index of a file of the same bytes but for the repeated key: what the scan recorded back then.
+    const index = await indexOf("ndjson", encode('{"id":1,"n":1}\n{"id":2,"n":2}\n'), 1);
+    const stored = encode('{"id":1,"n":1}\n{"id":2,"id":3}\n');
+    expect((await readRows(memorySource(stored), index, { from: 0, to: 2 })).map((r) => r.row)).toEqual([{ id: 1, n: 1 }, { id: 3 }]);
+  });
+
   it("refuses a range outside the upload's rows", async () => {
     const { bytes } = csvFixture(5, "\n");
     const index = await indexOf("csv", bytes, 2);

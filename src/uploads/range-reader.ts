@@ -50,7 +50,7 @@ export async function readRows(source: ByteSource, index: UploadIndex, range: { 
           // The upload's scan took every row of the file: a read in other pieces does not judge them again.
           boundRecordBytes: false,
         })
-      : new NdjsonScanner({ start: plan.start, onRow: (row, place) => take(row, place.line) });
+      : new NdjsonScanner({ start: plan.start, onRow: (row, place) => take(row, place.line), refuseRepeatedKeys: false });
   const reader = (await source.read({ offset: plan.start.offset, length: plan.end - plan.start.offset })).getReader();
   try {
     while (next < to) {

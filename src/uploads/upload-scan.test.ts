@@ -195,6 +195,21 @@ describe("UploadScan: NDJSON", () => {
     }
   });
 
+  it("refuses a key given twice in one object, naming the line and the key (JSON.parse kept the last value)", async () => {
+    for (const size of [3, 1000]) {
+      expect(await malformedLine("ndjson", '{"id":1,"name":"a"}\n\n{"id":2,"name":"b","id":"3"}\n', size)).toEqual({
+        line: 3,
+        message: 'line 3: the field "id" is given twice in one object (JSON keeps only the last value); give each field once',
+      });
+    }
+    expect(await malformedLine("ndjson", '{"id":1,"meta":{"tags":[{"k":1,"k":2}]}}\n')).toMatchObject({
+      line: 1,
+      message: expect.stringContaining('the field "k" of meta.tags.0 is given twice'),
+    });
+    // The same name in two objects, or as a value, is no repeat.
+    expect(await scan("ndjson", '{"id":"id","sub":{"id":1}}\n{"id":2}\n')).toMatchObject({ rows: 2, columns: ["id", "sub"] });
+  });
+
   it("measures a line without its CR and byte-order mark, however the chunks fall", async () => {
     const lineOf = (bytes: number) => `{"a":"${"x".repeat(bytes - 8)}"}`;
     const line = lineOf(MAX_ROW_LINE_BYTES);
