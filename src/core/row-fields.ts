@@ -17,10 +17,13 @@ export function hasUnkeepableField(row: object): boolean {
   return Object.hasOwn(row, UNKEEPABLE_FIELD);
 }
 
-/** Why `header` cannot name a CSV file's columns (a name given twice, or `__proto__`), or null when it can. */
+/** Why `header` cannot name a CSV file's columns (a name empty, given twice, or `__proto__`), or null when it can. */
 export function headerProblem(header: readonly string[]): string | null {
   const seen = new Set<string>();
   for (const [i, column] of header.entries()) {
+    // An empty name (`id,,name`, a trailing comma) is no field a play could read: most often a stray comma.
+    if (column === "")
+      return `the header's column ${i + 1} has no name; name every column (a comma at the end of the header line makes an unnamed one)`;
     if (column === UNKEEPABLE_FIELD)
       return `the header names a column "${UNKEEPABLE_FIELD}" (column ${i + 1}): ${UNKEEPABLE_FIELD_MESSAGE}`;
     // A column named twice would make each row keep only its last cell.

@@ -102,6 +102,18 @@ describe("UploadScan: CSV", () => {
     expect(await scan("csv", rows, 4 << 20, 1 << 20)).toMatchObject({ rows: MAX_PENDING_BREAKS + 10 });
   });
 
+  it("refuses a header with a column of no name, naming its position", async () => {
+    for (const header of ["id,,name", "id,name,", '"",id', 'id,"",""']) {
+      const at = header.split(",").findIndex((name) => name === "" || name === '""') + 1;
+      expect(await malformedLine("csv", `\n${header}\n1,2,3\n`), header).toMatchObject({
+        line: 2,
+        message: expect.stringContaining(`the header's column ${at} has no name`),
+      });
+    }
+    // A name of spaces is a name.
+    expect(await scan("csv", "id, \n1,2\n")).toMatchObject({ columns: ["id", " "], rows: 1 });
+  });
+
   it("refuses an empty file, a header naming a column twice, too many columns", async () => {
     expect(await malformedLine("csv", "")).toMatchObject({ line: 1, message: expect.stringContaining("empty") });
     expect(await malformedLine("csv", "\n\n")).toMatchObject({ line: 1, message: expect.stringContaining("empty") });
