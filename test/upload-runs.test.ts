@@ -9,6 +9,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import {
   allEvents,
+  api,
   chunkCompletions,
   apiJson,
   datasetRows,
@@ -344,6 +345,25 @@ describe("a run over an upload", () => {
     expect(body.calls.sim_find_email.new).toBe(rows.filter((_, i) => !invalid(i)).length);
     expect(body.exact).toBe(false);
     expect(body.notes.join(" ")).toContain("estimated from its first 2000, scaled to all of them");
+  });
+
+  it("takes a file of no rows, a CSV of its header or an empty NDJSON (as an empty dataset exports), and the run completes", async () => {
+    const empty = await waitForRun(await startRun("demo-enrich", { rows: [] }));
+    const exported = await api(`/v1/runs/${empty.runId}/datasets/leads?format=ndjson`);
+    expect(exported.status).toBe(200);
+    const files: [string, string, string][] = [
+      ["text/csv", "id,name,domain\n", "a CSV of its header"],
+      ["application/x-ndjson", await exported.text(), "the NDJSON export of an empty dataset"],
+      ["application/x-ndjson", "\n \n", "an NDJSON file of blank lines"],
+    ];
+    for (const [type, body, label] of files) {
+      const uploaded = await apiJson("/v1/uploads", { method: "POST", body, headers: { "Content-Type": type } });
+      expect(uploaded.status, `${label}: ${JSON.stringify(uploaded.body)}`).toBe(201);
+      expect(uploaded.body.rows, label).toBe(0);
+      const run = await waitForRun(await startRun("demo-enrich", { upload: uploaded.body.uploadId }));
+      expect(run.status, label).toBe("completed");
+      expect(run.result, label).toEqual({ rows: 0, failed: 0 });
+    }
   });
 
   it("refuses an upload that is not this org's, not ready, or not an upload id", async () => {

@@ -61,9 +61,6 @@ export class UploadScan {
     if (this.#format === "csv" && this.#columns === null) {
       throw new MalformedUploadError(1, "the file is empty: a CSV upload starts with a header line naming its columns");
     }
-    if (this.#format === "ndjson" && this.#rows === 0) {
-      throw new MalformedUploadError(1, "the file has no rows: an NDJSON upload holds one JSON object per line");
-    }
     await this.#hashing.close();
     const sha256 = Array.from(new Uint8Array(await this.#digest.digest), (b) => b.toString(16).padStart(2, "0")).join("");
     return {
