@@ -154,6 +154,25 @@ describe("a run's input", () => {
     expectError(body, "request_too_large");
     expect(await runIds()).toEqual(before);
   });
+
+  it("leaves the Idempotency-Key of a request refused for its size free: a retry with smaller rows and that key starts its run", async () => {
+    const key = `too-large-${crypto.randomUUID()}`;
+    const row = (i: number) => `{"id":"${i}","name":"P","domain":"d.test","x":[${"-0,".repeat(20_999)}-0]}`;
+    const large = `{"play":"demo-enrich","input":{"rows":[${Array.from({ length: 178 }, (_, i) => row(i)).join(",")}]}}`;
+    const huge = `{"play":"demo-enrich","input":{"rows":[{"id":"1","name":"${"n".repeat(17 * 1024 * 1024)}","domain":"d.test"}]}}`;
+    for (const text of [large, huge]) {
+      const refused = await postRaw("/v1/runs", text, { "Idempotency-Key": key });
+      expect(refused.status).toBe(413);
+      expectError(refused.body, "request_too_large");
+    }
+    const small = '{"play":"demo-enrich","input":{"rows":[{"id":"1","name":"P","domain":"d.test"}]}}';
+    const started = await postRaw("/v1/runs", small, { "Idempotency-Key": key });
+    expect(started.status, JSON.stringify(started.body)).toBe(202);
+    // The key now stands for that run: sent again, it answers the same run; with the large rows, it is another request.
+    const again = await postRaw("/v1/runs", small, { "Idempotency-Key": key });
+    expect(again.body.runId).toBe(started.body.runId);
+    expect((await postRaw("/v1/runs", large, { "Idempotency-Key": key })).status).toBe(409);
+  });
 });
 
 describe("every route", () => {

@@ -4,6 +4,7 @@ import {
   directoryMigrations,
   ExecutorLeaseRequest,
   IdempotentSubmit,
+  KeyRelease,
   RunEntry,
   type IdempotentRun,
   type ListRunsRequest,
@@ -47,6 +48,11 @@ export class OrgDirectory extends DurableObject<Env> {
       const budget = this.#budget(parsed.now);
       return this.#store.claimKey(parsed, !pastDailyLimit(budget)) ?? { overDailyLimit: budget };
     });
+  }
+
+  /** Frees a key its submit could not start a run under, if it still stands for that run (DirectoryStore.releaseKey). */
+  async releaseIdempotencyKey(release: KeyRelease): Promise<boolean> {
+    return this.#store.releaseKey(KeyRelease.parse(release));
   }
 
   async list(request: ListRunsRequest) {

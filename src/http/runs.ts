@@ -197,7 +197,8 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
   } else {
     await refuseOverDailyLimit(env, org);
   }
-  const run = await env.RUN_COORDINATOR.getByName(runId)
+  const coordinator = env.RUN_COORDINATOR.getByName(runId);
+  const run = await coordinator
     .start({
       runId,
       org,
@@ -211,10 +212,27 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
       maxSpend,
       retryUnknown,
     })
-    .catch((error: unknown) => {
-      throw RPC_TOO_LARGE.test(messageOf(error)) ? inputTooLarge() : error;
+    .catch(async (error: unknown) => {
+      if (!RPC_TOO_LARGE.test(messageOf(error))) throw error;
+      if (idempotencyKey !== null) await releaseKey(env, { org, key: idempotencyKey, runId, coordinator });
+      throw inputTooLarge();
     });
   return { runId, status: run.status };
+}
+
+/**
+ * Frees the key of a submit whose input was too large to hand to its run: nothing was sent, so the key stands for a
+ * run that never started, and a retry with smaller rows and the same key starts its own. The key is kept if another
+ * submit of the same key and fingerprint did start that run meanwhile (its rows differ from these only where a
+ * fingerprint cannot tell, `-0` for `0`, and fit); one that starts it between the look and the release leaves the key
+ * free, and a later retry starts a second run of the same rows (which reuses every receipt: nothing is billed twice).
+ */
+async function releaseKey(
+  env: Env,
+  { org, key, runId, coordinator }: { org: string; key: string; runId: string; coordinator: ReturnType<typeof coordinatorOf> },
+): Promise<void> {
+  if (await coordinator.getRun(org)) return;
+  await env.ORG_DIRECTORY.getByName(org).releaseIdempotencyKey({ key, runId });
 }
 
 /** How the runtime refuses an RPC whose arguments are past 32 MiB as it serializes them: nothing was sent. */

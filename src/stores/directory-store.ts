@@ -65,6 +65,10 @@ export const IdempotentSubmit = z.object({
 });
 export type IdempotentSubmit = z.infer<typeof IdempotentSubmit>;
 
+/** A key to free, as long as it still stands for `runId` (see {@link DirectoryStore.releaseKey}). */
+export const KeyRelease = IdempotentSubmit.pick({ key: true, runId: true });
+export type KeyRelease = z.infer<typeof KeyRelease>;
+
 /** The run a key stands for: `created` only for the submit that recorded it. */
 export interface IdempotentRun {
   runId: string;
@@ -159,6 +163,14 @@ export class DirectoryStore {
       fingerprint: string;
     }>`SELECT run_id, fingerprint FROM idempotency_keys WHERE key = ${submit.key}`[0]!;
     return { runId: row.run_id, fingerprint: row.fingerprint, created: created > 0 };
+  }
+
+  /**
+   * Frees `key` if it still stands for `runId`: the submit that claimed it could not hand that run its input at all
+   * (too large once parsed), so no run holds the key and a retry with smaller rows may take it. True when it did.
+   */
+  releaseKey(release: KeyRelease): boolean {
+    return this.#sql.write`DELETE FROM idempotency_keys WHERE key = ${release.key} AND run_id = ${release.runId}` > 0;
   }
 
   list({ limit, cursor }: ListRunsRequest): { runs: RunEntry[]; nextCursor: string | null } {
