@@ -19,6 +19,18 @@ describe("tooDeepAt", () => {
   it("handles 10,000 levels without overflowing the stack", () => {
     expect(tooDeepAt(nested(10_000))).not.toBeNull();
   });
+
+  it("walks an array of millions of items, and a sparse one, naming the first item too deep", () => {
+    const wide: unknown[] = Array(3_000_000).fill(0);
+    expect(tooDeepAt(wide, 1)).toBeNull();
+    wide[2_999_999] = [[1]];
+    expect(tooDeepAt(wide, 2)).toEqual(["2999999", "0"]);
+    // A hole is no value (an array built with a length, or a `delete`d item).
+    const sparse: unknown[] = [];
+    sparse[5] = { a: [] };
+    expect(tooDeepAt(sparse, 3)).toBeNull();
+    expect(tooDeepAt(sparse, 2)).toEqual(["5", "a"]);
+  });
 });
 
 describe("infiniteNumberAt", () => {

@@ -11,17 +11,26 @@ export const MAX_JSON_DEPTH = 64;
 /**
  * The path (keys and array indexes, outermost first) of the first object or
  * array nested deeper than `maxDepth` levels (`{}` is one), or null when
- * `value` is within it. Iterative, and it looks no deeper than `maxDepth + 1`
- * levels, so a value nested millions of levels deep costs nothing more.
+ * `value` is within it. Iterative, one frame per level open (the walk's stack
+ * is the path), and it looks no deeper than `maxDepth + 1` levels: a value
+ * nested millions of levels deep, or an array of millions of items, costs no
+ * memory per item.
  */
 export function tooDeepAt(value: unknown, maxDepth = MAX_JSON_DEPTH): string[] | null {
-  const stack: Array<{ value: unknown; path: string[] }> = [{ value, path: [] }];
+  if (value === null || typeof value !== "object") return null;
+  if (maxDepth <= 0) return [];
+  const stack: Frame[] = [frameOf(value)];
   while (stack.length > 0) {
-    const { value: current, path } = stack.pop()!;
-    if (current === null || typeof current !== "object") continue;
-    if (path.length >= maxDepth) return path;
-    const entries = Array.isArray(current) ? current.map((item, i) => [String(i), item] as const) : Object.entries(current);
-    for (let i = entries.length - 1; i >= 0; i--) stack.push({ value: entries[i]![1], path: [...path, entries[i]![0]] });
+    const frame = stack[stack.length - 1]!;
+    const item = nextItem(frame);
+    if (item === DONE) {
+      stack.pop();
+      continue;
+    }
+    if (item === null || typeof item !== "object") continue;
+    // `item` is one level below the containers open: past the limit once they are `maxDepth` of them.
+    if (stack.length >= maxDepth) return pathOf(stack);
+    stack.push(frameOf(item));
   }
   return null;
 }
@@ -49,6 +58,22 @@ function frameOf(container: object): Frame {
     : { array: null, object: container as Record<string, unknown>, keys: Object.keys(container), next: 0 };
 }
 
+/** What {@link nextItem} answers once a container's items are all walked. */
+const DONE: unique symbol = Symbol("done");
+
+/** The container's next item (a hole of a sparse array is `undefined`), or DONE. */
+function nextItem(frame: Frame): unknown {
+  const size = frame.array ? frame.array.length : frame.keys!.length;
+  if (frame.next >= size) return DONE;
+  const at = frame.next++;
+  return frame.array ? frame.array[at] : frame.object![frame.keys![at]!];
+}
+
+/** The path of the item each open container last gave, outermost first. */
+function pathOf(stack: readonly Frame[]): string[] {
+  return stack.map((f) => (f.keys ? f.keys[f.next - 1]! : String(f.next - 1)));
+}
+
 /**
  * The path of the first number in `value` (parsed from `text`) that is
  * ±Infinity, or null. `JSON.parse` reads a literal past a double's range
@@ -64,14 +89,12 @@ export function infiniteNumberAt(text: string, value: unknown): string[] | null 
   const stack: Frame[] = [frameOf(value)];
   while (stack.length > 0) {
     const frame = stack[stack.length - 1]!;
-    const size = frame.array ? frame.array.length : frame.keys!.length;
-    if (frame.next >= size) {
+    const item = nextItem(frame);
+    if (item === DONE) {
       stack.pop();
       continue;
     }
-    const at = frame.next++;
-    const item = frame.array ? frame.array[at] : frame.object![frame.keys![at]!];
-    if (typeof item === "number" && !Number.isFinite(item)) return stack.map((f) => (f.keys ? f.keys[f.next - 1]! : String(f.next - 1)));
+    if (typeof item === "number" && !Number.isFinite(item)) return pathOf(stack);
     if (item !== null && typeof item === "object") stack.push(frameOf(item));
   }
   return null;
