@@ -112,16 +112,41 @@ describe("a run's input", () => {
     expect(await runIds()).toEqual(before);
   });
 
-  it("refuses an input that breaks its schema in too many places to list (a stack overflow, a 500)", async () => {
+  it("refuses an input that breaks its schema in too many places, listing the first (a stack overflow, a 500)", async () => {
     const before = await runIds();
-    // 300,000 issues: zod gathers them into one array, spread as arguments.
+    // 300,000 issues: zod gathered them into one array, spread as arguments.
     const accounts = Array.from({ length: 300 }, (_, i) => ({ id: String(i), domain: "d.test", people: Array(1000).fill(0) }));
     for (const path of ["/v1/runs", "/v1/runs/estimate"]) {
       const { status, body } = await apiJson(path, { method: "POST", json: { play: "demo-accounts", input: { accounts } } });
       expect(status, path).toBe(400);
       expectError(body, "invalid_request");
-      expect(body.error.details).toEqual([{ path: "input", message: expect.stringContaining("too many") }]);
+      expect(body.error.details).toHaveLength(101);
+      expect(body.error.details[0]).toEqual({ path: "input.accounts.0.people.0", message: expect.stringContaining("expected string") });
+      expect(body.error.details[100]).toEqual({ path: "input", message: "and more issues, not looked for" });
     }
+    expect(await runIds()).toEqual(before);
+  });
+
+  it("refuses 16 MB of millions of wrong items listing the first, and takes a large input that fits (the issues were gigabytes)", async () => {
+    const before = await runIds();
+    const accounts = (count: number, person: string) =>
+      `[${Array.from({ length: count }, (_, i) => `{"id":"${i}","domain":"d.test","people":[${`${person},`.repeat(999)}${person}]}`).join(",")}]`;
+    // Each person a wrong type (0: 7,900,000 of them), or a string its check refuses ("": 5,400,000): zod made an issue
+    // of each, 3 GB in all, where an answer lists 100.
+    for (const [person, count, message] of [
+      ["0", 7_900, "expected string"],
+      ['""', 5_400, ">=1 characters"],
+    ] as const) {
+      const text = `{"play":"demo-accounts","input":{"accounts":${accounts(count, person)}}}`;
+      const { status, body } = await postRaw("/v1/runs", text);
+      expect(status, person).toBe(400);
+      expectError(body, "invalid_request");
+      expect(body.error.details[0], person).toEqual({ path: "input.accounts.0.people.0", message: expect.stringContaining(message) });
+      expect(body.error.details.at(-1)).toEqual({ path: "input", message: "and more issues, not looked for" });
+    }
+    // 80,000 people that fit are checked in parts, then whole: the estimate reads them all.
+    const fits = await postRaw("/v1/runs/estimate", `{"play":"demo-accounts","input":{"accounts":${accounts(80, '"Ann Lee"')}}}`);
+    expect(fits.status, JSON.stringify(fits.body).slice(0, 500)).toBe(200);
     expect(await runIds()).toEqual(before);
   });
 

@@ -47,7 +47,10 @@ export interface Issue {
 }
 
 /** zod issues as {@link Issue}s; `prefix` is prepended to each path, `root` names a value with no path. */
-export function issuesOf(error: z.ZodError, options: { prefix?: (string | number)[]; root?: string } = {}): Issue[] {
+export function issuesOf(
+  error: Pick<z.ZodError, "issues"> | { issues: readonly { path: readonly PropertyKey[]; message: string }[] },
+  options: { prefix?: (string | number)[]; root?: string } = {},
+): Issue[] {
   const root = options.root ?? "(root)";
   const issues = error.issues.slice(0, MAX_ISSUES).map((issue) => ({
     path: cut([...(options.prefix ?? []), ...issue.path].map(String).join(".") || root),

@@ -2,7 +2,8 @@
 import type { Context } from "hono";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import type { z } from "zod";
-import { asTroupeError, issuesOf, ValidationError } from "../core/errors";
+import { asTroupeError, issuesOf, MAX_ISSUES, ValidationError } from "../core/errors";
+import { issuesInParts } from "./bounded-issues";
 
 export interface ErrorBody {
   error: { code: string; message: string; details?: unknown };
@@ -13,12 +14,24 @@ export function errorResponse(c: Context, status: ContentfulStatusCode, code: st
   return c.json(body, status);
 }
 
-/** Parses `value` with `schema`, or throws a 400 naming every offending field. */
+/**
+ * Parses `value` with `schema`, or throws a 400 naming every offending field (the first {@link MAX_ISSUES}). A large
+ * value is checked in parts first (src/http/bounded-issues.ts), so that finding its issues stays within memory.
+ */
 export function validate<S extends z.ZodType>(schema: S, value: unknown, what: string, prefix: (string | number)[] = []): z.infer<S> {
+  const parts = issuesInParts(schema, value);
+  if (parts && parts.length > 0) {
+    const details = issuesOf({ issues: parts.slice(0, MAX_ISSUES) }, { prefix, root: "(body)" });
+    if (parts.length > MAX_ISSUES) details.push({ path: prefix.join(".") || "(body)", message: "and more issues, not looked for" });
+    throw invalid(what, details);
+  }
   const result = safeParse(schema, value, what, prefix);
   if (result.success) return result.data;
-  const details = issuesOf(result.error, { prefix, root: "(body)" });
-  throw new ValidationError(`${what} is invalid: ${details.map((d) => `${d.path}: ${d.message}`).join("; ")}`, details);
+  throw invalid(what, issuesOf(result.error, { prefix, root: "(body)" }));
+}
+
+function invalid(what: string, details: { path: string; message: string }[]): ValidationError {
+  return new ValidationError(`${what} is invalid: ${details.map((d) => `${d.path}: ${d.message}`).join("; ")}`, details);
 }
 
 /**
