@@ -264,7 +264,7 @@ function parseCsvRows(text: string): Row[] {
   const rows: Row[] = parse(text, {
     columns: (names: string[]) => {
       header = true;
-      return refuseDuplicateColumns(names);
+      return refuseBadHeader(names);
     },
     skip_empty_lines: true,
     bom: true,
@@ -283,7 +283,8 @@ function parseCsvRows(text: string): Row[] {
   return rows;
 }
 
-function refuseDuplicateColumns(header: string[]): string[] {
+/** The header's column names, or an error naming what makes them no header (src/core/row-fields.ts `headerProblem`). */
+function refuseBadHeader(header: string[]): string[] {
   const problem = headerProblem(header);
   if (problem !== null) throw new Error(problem);
   return header;
