@@ -200,6 +200,8 @@ describe("troupe", () => {
       ["run", "demo-enrich", "--csv", join(dir, "missing.csv")],
       ["run", "demo-enrich", "--input", "{not json"],
       ["run", "demo-enrich", "--input", '{"rows":[{"id":"1"}]}'],
+      // A key twice: parsed here, the server would get one of its values dropped.
+      ["run", "demo-enrich", "--input", '{"rows":[{"id":"1","name":"A","name":"B","domain":"a.test"}]}'],
       ["run", "no-such-play", "--input", "{}"],
       ["run", "demo-enrich", "--csv", csvFile, "--max-spend", "lots"],
       ["runs", "--limit", "0"],

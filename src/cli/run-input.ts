@@ -11,6 +11,7 @@
 import { constants, openAsBlob } from "node:fs";
 import { access, stat } from "node:fs/promises";
 import type { TroupeClient } from "../client/index.ts";
+import { repeatedKeyAt } from "../api/json-keys.ts";
 import { describeError, EXIT, UsageError } from "./exit-codes.ts";
 import { RETRY_DELAYS_MS, retrying } from "./retry.ts";
 
@@ -120,13 +121,23 @@ export async function discardUpload(client: TroupeClient, uploadId: string | nul
   }
 }
 
-/** Parses JSON given on the command line, or a usage error saying where it is wrong. */
+/**
+ * Parses JSON given on the command line, or a usage error saying where it is wrong. A key given twice in one object
+ * is refused, as the server refuses it: parsed here, it would reach the server with one of its values dropped.
+ */
 export function parseJson(text: string, what: string): unknown {
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch (error) {
     throw new UsageError(`${what} is not valid JSON: ${(error as Error).message}`);
   }
+  const repeated = repeatedKeyAt(text);
+  if (repeated)
+    throw new UsageError(
+      `${what} gives the key ${JSON.stringify([...repeated.path, repeated.key].join("."))} twice in one object: give each key once`,
+    );
+  return value;
 }
 
 /**

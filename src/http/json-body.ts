@@ -1,7 +1,7 @@
 /** JSON request bodies: parsed, and refused when they nest deeper than the API accepts. */
 import { ValidationError, messageOf } from "../core/errors";
 import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
-import { repeatedKeyAt } from "../core/json-keys";
+import { repeatedKeyAt } from "../api/json-keys";
 
 /**
  * How many levels of objects and arrays a run's `input` or a signal's `data`

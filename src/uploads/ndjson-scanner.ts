@@ -12,7 +12,7 @@
 import { hasUnkeepableField, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { messageOf } from "../core/errors";
 import { infiniteNumberAt, tooDeepAt } from "../core/json-depth";
-import { repeatedKeyAt } from "../core/json-keys";
+import { repeatedKeyAt } from "../api/json-keys";
 import type { Row } from "../play/types";
 import { MalformedUploadError } from "./errors";
 import { MAX_ROW_DEPTH, MAX_ROW_LINE_BYTES } from "./limits";

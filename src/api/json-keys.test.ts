@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { repeatedKeyAt } from "./json-keys";
+import { repeatedKeyAt } from "./json-keys.ts";
 
 describe("repeatedKeyAt", () => {
   it("names a key given twice in one object, with the path of that object", () => {
