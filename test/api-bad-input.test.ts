@@ -262,6 +262,14 @@ describe("every route", () => {
     ["a daily limit of Infinity", "/v1/spend/limits", put('{"dailyCredits":1e400}'), 400, "invalid_request"],
     ["a daily limit as a string", "/v1/spend/limits", put('{"dailyCredits":"5"}'), 400, "invalid_request"],
     ["a pacing rate below 0.01", "/v1/pacing/sim", put('{"requestsPerSecond":0}'), 400, "invalid_request"],
+    // Read as JSON.parse reads it, the last (5) was set without a word.
+    [
+      "a pacing override giving a key twice",
+      "/v1/pacing/sim",
+      put('{"requestsPerSecond":0,"requestsPerSecond":5}'),
+      400,
+      "invalid_request",
+    ],
     ["a pacing provider of 70 characters", `/v1/pacing/${"p".repeat(70)}`, put("{}"), 400, "invalid_request"],
     ["a body over 16 MiB", "/v1/spend/limits", put("x".repeat(17 * 1024 * 1024)), 413, "request_too_large"],
     // Query parameters: cursors, limits, offsets.

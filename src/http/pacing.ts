@@ -17,7 +17,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { validate } from "./errors";
-import { readJson } from "../sim/protocol";
+import { readJsonBody } from "./json-body";
 import { PacingOverride } from "../runtime/pacing/policy";
 import { pacingGate } from "../clients/pacing-gates";
 
@@ -34,7 +34,7 @@ pacingRoutes.get("/:provider", async (c) => {
 
 pacingRoutes.put("/:provider", async (c) => {
   const provider = validate(ProviderName, c.req.param("provider"), "the provider", ["provider"]);
-  const override = validate(PacingOverride, await readJson(c.req.raw), "the pacing override");
+  const override = validate(PacingOverride, await readJsonBody(c.req.raw), "the pacing override");
   return c.json(await gate(c.env, c.get("org"), provider).configure(provider, override));
 });
 
