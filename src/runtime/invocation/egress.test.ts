@@ -138,6 +138,8 @@ describe("safeFetch follows redirects as browsers do", () => {
     const sent = fakeNetwork([redirect(303, "https://elsewhere.example/done"), new Response("ok")]);
     const res = await safeFetch("https://api.example.com/submit", post);
     expect(await res.text()).toBe("ok");
+    // Answered as fetch answers: where it came from after the redirect, and that it was redirected.
+    expect([res.url, res.redirected]).toEqual(["https://elsewhere.example/done", true]);
     expect(sent[0]).toMatchObject({
       method: "POST",
       body: '{"q":1}',
@@ -195,7 +197,8 @@ describe("safeFetch follows redirects as browsers do", () => {
     expect(sent).toHaveLength(1);
     vi.restoreAllMocks();
     fakeNetwork([redirect(304, "https://elsewhere.example/")]);
-    expect((await safeFetch("https://api.example.com/")).status).toBe(304);
+    const notModified = await safeFetch("https://api.example.com/");
+    expect([notModified.status, notModified.url, notModified.redirected]).toEqual([304, "https://api.example.com/", false]);
   });
 });
 

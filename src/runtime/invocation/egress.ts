@@ -204,6 +204,11 @@ export function redactSecrets(text: string, secrets: readonly string[]): string 
   return out;
 }
 
+/** `response` with the `url` it came from and whether redirects led there, as `fetch` answers them (a new one has none). */
+function answered(response: Response, url: URL, redirected: boolean): Response {
+  return Object.defineProperties(response, { url: { value: url.toString() }, redirected: { value: redirected } });
+}
+
 /** The statuses that redirect (Fetch standard); another 3xx is an answer like any other. */
 const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
 /** The statuses whose answers carry no body (Fetch standard's "null body status"). */
@@ -297,9 +302,9 @@ export async function safeFetch(
       // No body to bound: Content-Length then describes the resource (a HEAD's GET, a 304's cached copy), not this answer.
       if (hop.method === "HEAD" || NULL_BODY_STATUSES.has(response.status)) {
         await response.body?.cancel();
-        return new Response(null, answer);
+        return answered(new Response(null, answer), hop.url, redirects > 0);
       }
-      return new Response(await readCapped(response, policy.maxResponseBytes), answer);
+      return answered(new Response(await readCapped(response, policy.maxResponseBytes), answer), hop.url, redirects > 0);
     }
   } catch (error) {
     if (error instanceof EgressError) throw error;
