@@ -81,7 +81,8 @@ export class ChunkResults {
     });
     if (!done && chunk.retries + 1 > scope.policy.blockedRetries) outcome.failed(blockedTooLong(map, idx, chunk.retries + 1, byOthers));
     if (done && computed === 0 && summary.reused > 0) this.#deps.reusedOnly();
-    feed.computed(map, computed);
+    // Counted in the rate once, as the chunk ends: its later pass counts the rows this run computed in this one (`own`).
+    if (done) feed.computed(map, computed);
     this.#rowFailures(summary);
     feed.tell(map, false);
   }
