@@ -366,6 +366,34 @@ describe("a run over an upload", () => {
     }
   });
 
+  it("takes a CSV with unnamed columns (pandas' index, R's row names, a trailing comma), leaving them out of its rows", async () => {
+    const n = crypto.randomUUID().slice(0, 8);
+    const files: [string, string][] = [
+      // pandas' `to_csv()` writes its index as a first column of no name.
+      [`,id,name,domain\n0,pd-${n},Ada Pandas,pandas.example.com\n`, "pandas"],
+      // R's `write.csv` names its row names "".
+      [`"","id","name","domain"\n"1","r-${n}","Ada R","r.example.com"\n`, "R"],
+      // A spreadsheet's trailing comma, beside pandas' index.
+      [`,id,name,domain,\n0,tc-${n},Ada Comma,comma.example.com,\n`, "a trailing comma"],
+    ];
+    for (const [csv, label] of files) {
+      const uploaded = await apiJson("/v1/uploads", { method: "POST", body: csv, headers: { "Content-Type": "text/csv" } });
+      expect(uploaded.status, `${label}: ${JSON.stringify(uploaded.body)}`).toBe(201);
+      for (const input of [{ upload: uploaded.body.uploadId }, { csv }]) {
+        const started = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input } });
+        expect(started.status, `${label}: ${JSON.stringify(started.body)}`).toBe(202);
+        const run = await waitForRun(started.body.runId);
+        expect(run.status, label).toBe("completed");
+        const [row] = await datasetRows(run.runId, "leads");
+        expect(Object.hasOwn(row, ""), label).toBe(false);
+        expect(row.email, label).toBe(expectedEmail(row.name, row.domain));
+      }
+    }
+    // A header of no named column at all names none: still refused.
+    const unnamed = await apiJson("/v1/uploads", { method: "POST", body: ",\n1,2\n", headers: { "Content-Type": "text/csv" } });
+    expect(unnamed).toMatchObject({ status: 400, body: { error: { code: "malformed_upload" } } });
+  });
+
   it("refuses an upload that is not this org's, not ready, or not an upload id", async () => {
     const start = (input: unknown, token?: string) => apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input }, token });
     const theirs = await upload("id,name,domain\n1,A,a.com\n", "other-token");

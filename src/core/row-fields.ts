@@ -17,13 +17,16 @@ export function hasUnkeepableField(row: object): boolean {
   return Object.hasOwn(row, UNKEEPABLE_FIELD);
 }
 
-/** Why `header` cannot name a CSV file's columns (a name empty, given twice, or `__proto__`), or null when it can. */
+/**
+ * Why `header` cannot name a CSV file's columns (no name at all, a name given twice, or `__proto__`), or null when it
+ * can. A column of no name (pandas' index, R's row names, a comma ending the header line) is no field: its cells are
+ * left out of each row ({@link isUnnamedColumn}).
+ */
 export function headerProblem(header: readonly string[]): string | null {
+  if (header.every(isUnnamedColumn)) return "the header names no column; name the columns a play reads";
   const seen = new Set<string>();
   for (const [i, column] of header.entries()) {
-    // An empty name (`id,,name`, a trailing comma) is no field a play could read: most often a stray comma.
-    if (column === "")
-      return `the header's column ${i + 1} has no name; name every column (a comma at the end of the header line makes an unnamed one)`;
+    if (isUnnamedColumn(column)) continue;
     if (column === UNKEEPABLE_FIELD)
       return `the header names a column "${UNKEEPABLE_FIELD}" (column ${i + 1}): ${UNKEEPABLE_FIELD_MESSAGE}`;
     // A column named twice would make each row keep only its last cell.
@@ -32,4 +35,9 @@ export function headerProblem(header: readonly string[]): string | null {
     seen.add(column);
   }
   return null;
+}
+
+/** Whether a CSV header's column has no name: it is no field of the rows (pandas' index, R's row names, a trailing comma). */
+export function isUnnamedColumn(column: string): boolean {
+  return column === "";
 }

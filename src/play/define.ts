@@ -1,5 +1,5 @@
 /** The constructors play and tool authors use. */
-import { hasUnkeepableField, headerProblem, UNKEEPABLE_FIELD, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
+import { hasUnkeepableField, headerProblem, isUnnamedColumn, UNKEEPABLE_FIELD, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { z } from "zod";
 import { parse } from "csv-parse/sync";
 import { MAX_ISSUES, messageOf } from "../core/errors";
@@ -283,11 +283,11 @@ function parseCsvRows(text: string): Row[] {
   return rows;
 }
 
-/** The header's column names, or an error naming what makes them no header (src/core/row-fields.ts `headerProblem`). */
-function refuseBadHeader(header: string[]): string[] {
+/** The header's names, refused as an upload's are (core/row-fields.ts); a column of no name is skipped (`false`), no field. */
+function refuseBadHeader(header: string[]): (string | false)[] {
   const problem = headerProblem(header);
   if (problem !== null) throw new Error(problem);
-  return header;
+  return header.map((column) => !isUnnamedColumn(column) && column);
 }
 
 /**

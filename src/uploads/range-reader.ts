@@ -5,6 +5,7 @@
  * Neither the file nor the rows outside the range are ever held. This is how
  * a run's executors will read their chunk of an uploaded input.
  */
+import { isUnnamedColumn } from "../core/row-fields";
 import type { Row } from "../play/types";
 import { CsvScanner } from "./csv-scanner";
 import { NdjsonScanner } from "./ndjson-scanner";
@@ -79,6 +80,8 @@ export async function readRows(source: ByteSource, index: UploadIndex, range: { 
 export function rowOf(columns: readonly string[], fields: readonly string[]): Row {
   const row: Row = {};
   columns.forEach((column, i) => {
+    // A column of no name is no field (core/row-fields.ts).
+    if (isUnnamedColumn(column)) return;
     Object.defineProperty(row, column, { value: fields[i], enumerable: true, writable: true, configurable: true });
   });
   return row;
