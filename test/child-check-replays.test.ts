@@ -3,10 +3,13 @@
  * replaying its play: nothing the play waits on has changed until an entry of its journal settles.
  */
 import { expect, it, afterEach } from "vitest";
-import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
+import { clearFaults, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
 import { allEvents, apiJson, runView, startRun, waitForRun } from "./helpers";
 
-afterEach(clearFaults);
+afterEach(async () => {
+  await clearFaults();
+  await setSim(SIM_DEFAULTS);
+});
 
 /** The child the run started, once it has. */
 async function childOf(runId: string): Promise<string> {
@@ -44,4 +47,32 @@ it("a run parked on a long child asks it at every check without replaying its pl
   const run = await waitForRun(parent);
   expect(run.status).toBe("completed");
   expect(run.result).toEqual({ first: { n, doubled: 2 * n }, second: null });
+});
+
+it("a run parked by a row's long child goes on with the map's other rows at each check, and completes when the child ends", async () => {
+  // Each row's call takes a while: the rows without a child cannot all end within the one row's inline wait.
+  await setSim({ latencyMs: 100 });
+  const n = Date.now() * 1000 + 13;
+  const rows = Array.from({ length: 40 }, (_, i) => ({
+    id: `oc${n}-${i}`,
+    name: `One Child ${i}`,
+    domain: "one-child.test",
+    ...(i === 0 ? { child: n } : {}),
+  }));
+  // One row a chunk, four chunks at once in the coordinator: row 0's chunk waits on its child while the others run.
+  const testPolicy = { childCheckIntervalMs: 200, chunkRows: 1, maxExecutors: 0 };
+  const parent = await startRun("test-map-one-child", { rows }, { testPolicy });
+  const child = await childOf(parent);
+  // The row's child runs on (it waits for its signal): the run parks, yet the other 39 rows are not the child's to hold up.
+  const parked = await until(
+    () => runView(parent),
+    (run) => run.progress.maps.rows?.completed === 39,
+    `the rows of run ${parent} without a child to complete while row 0's child runs`,
+  );
+  expect(parked.status).not.toBe("completed");
+
+  expect((await apiJson(`/v1/runs/${child}/signals/go`, { method: "POST", json: { data: true } })).status).toBe(202);
+  const run = await waitForRun(parent);
+  expect(run.status).toBe("completed");
+  expect(run.result).toEqual({ completed: 40, failed: 0 });
 });

@@ -7,6 +7,7 @@ import { testPlays } from "./testing";
 import {
   testChildBesideCall,
   testChildThenEnrich,
+  testMapOneChild,
   testChildTimeouts,
   testDetachedChild,
   testUnawaitedMap,
@@ -47,6 +48,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testFragileRows,
           testChildBesideCall,
           testChildThenEnrich,
+          testMapOneChild,
           testDetachedChild,
           testUnawaitedMap,
           testChildTimeouts,

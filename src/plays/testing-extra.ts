@@ -394,3 +394,24 @@ export const testChildThenEnrich = definePlay({
     return { child, completed: leads.completed, failed: leads.failed };
   },
 });
+
+/** demo-enrich's find over `rows`; a row with `child` also runs `test-leaf` of that n, waiting for its signal `go`. */
+export const testMapOneChild = definePlay({
+  name: "test-map-one-child",
+  description: "test only: a map of tool calls in which some rows also run a child play that waits for a signal",
+  input: z.object({
+    rows: z.array(z.object({ id: z.string(), name: z.string(), domain: z.string(), child: z.number().optional() })).max(1000),
+  }),
+  async run(ctx, input) {
+    const mapped = await ctx.map(
+      "rows",
+      input.rows,
+      {
+        email: async (row, c) => (await c.tool<{ email: string }>("sim_find_email", { name: row.name, domain: row.domain })).email,
+        child: (row, c) => (typeof row.child === "number" ? c.runPlay("test-leaf", { n: row.child, waitForSignal: true }) : null),
+      },
+      { key: "id" },
+    );
+    return { completed: mapped.completed, failed: mapped.failed };
+  },
+});

@@ -92,6 +92,9 @@ describe("JournalStore.settledSinceParked", () => {
       journal.settle("event:go:2", { state: "done", result: 1 });
       journal.notePark(began);
       expect(journal.settledSinceParked()).toBe(true);
+      // Parked with a map's chunks stopped: its other rows go on at the next alarm.
+      journal.notePark(null);
+      expect(journal.settledSinceParked()).toBe(true);
       journal.notePark(journal.settles());
       expect(journal.settledSinceParked()).toBe(false);
       clock = 1_200;

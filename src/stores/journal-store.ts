@@ -136,13 +136,18 @@ export class JournalStore {
     return this.counter(SETTLES);
   }
 
-  /** The run parked, its play having run with the entries settled up to `settles` (the count as it began). */
-  notePark(settles: number): void {
-    this.#sql.write`INSERT INTO counters (name, value) VALUES (${PARKED_AT}, ${settles})
+  /**
+   * The run parked, its play having run with the entries settled up to `settles` (the count as it began); null: it
+   * parked with work of its own left (a map's chunks it stopped), which a replay goes on with whatever has settled.
+   */
+  notePark(settles: number | null): void {
+    if (settles === null) this.resetCounter(PARKED_AT);
+    else
+      this.#sql.write`INSERT INTO counters (name, value) VALUES (${PARKED_AT}, ${settles})
       ON CONFLICT (name) DO UPDATE SET value = excluded.value`;
   }
 
-  /** Whether an entry settled since the play that parked the run began (true when no park was noted). */
+  /** Whether an entry settled since the play that parked the run began (true when no park was noted, or it left work). */
   settledSinceParked(): boolean {
     const parked = this.#sql<{ value: number }>`SELECT value FROM counters WHERE name = ${PARKED_AT}`[0];
     return parked === undefined || parked.value !== this.settles();

@@ -52,8 +52,9 @@ async function park(inv: Invocation, resumeAt: number, how: { waiting: boolean; 
   const due = inv.journal.nextDue();
   const at = Math.min(resumeAt, due ?? resumeAt, store.run()!.deadlineAt);
   if (how.waiting) {
-    // A later alarm for a child's check only, with nothing settled since this play began, re-parks without it (run-driver.ts).
-    inv.journal.notePark(inv.settlesAtStart);
+    // A later alarm for a child's check only, with nothing settled since this play began, re-parks without it (run-driver.ts);
+    // unless the park stopped a map's chunks (a row's child ran long): the map's other rows go on at each check.
+    inv.journal.notePark(how.chunksStopped ? null : inv.settlesAtStart);
     store.setStatus("waiting");
     await inv.host.onStatus();
   }
