@@ -67,3 +67,35 @@ it("keeps a billed answer that comes after another run failed its receipt outcom
   expect((await runView(second.runId)).usage.spend.total).toBe(0);
   expect(again.usage.spend.total).toBe(0);
 }, 60_000);
+
+it("leaves a taken-over request to the next taker when the run stops during its lookup: not failed outcome_unknown", async () => {
+  await simReset();
+  const tool = "test_unkeyed_lookup_find";
+  const input = { name: "Stopped Lookup", domain: "stopped-lookup.test" };
+  const rows = [{ id: "s0", tool, input }];
+  await setFaults([
+    // The first run's request is answered (and billed), its answer held on its way back: it never completes the receipt.
+    { point: "provider.after", tool, hold: true, times: 1 },
+    // The second run's lookup of that request, held until the run has been cancelled.
+    { point: "provider.lookup", tool, hold: true, times: 1 },
+  ]);
+  const first = await startRun("test-calls", { rows, dataset: "stopped-lookup-a" });
+  await faults().held(0);
+  expect((await apiJson(`/v1/runs/${first}/cancel`, { method: "POST" })).status).toBe(202);
+  expect((await waitForRun(first)).status).toBe("cancelled");
+  // The second run takes the request over and asks the provider; it is cancelled while it asks.
+  const second = await startRun("test-calls", { rows, dataset: "stopped-lookup-b" }, { testPolicy: { maxExecutors: 0 } });
+  await faults().held(1);
+  expect((await apiJson(`/v1/runs/${second}/cancel`, { method: "POST" })).status).toBe(202);
+  expect(await faults().release(1)).toBe(1);
+  expect((await waitForRun(second)).status).toBe("cancelled");
+  // Stopping says nothing of how the request ended: the receipt is not failed for good.
+  expect((await receiptOf(tool, input))?.error?.code).not.toBe("outcome_unknown");
+  // A third run asks the provider, which answered the first: its answer, with nothing sent or billed again.
+  const third = await waitForRun(await startRun("test-calls", { rows, dataset: "stopped-lookup-c" }));
+  expect((await datasetRows(third.runId, "stopped-lookup-c"))[0]).toMatchObject({
+    _status: "completed",
+    out: { email: "stopped.lookup@stopped-lookup.test" },
+  });
+  expect(await simStats()).toMatchObject({ calls: 1, billed: 1 });
+}, 60_000);

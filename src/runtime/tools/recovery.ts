@@ -22,7 +22,8 @@
  * would, within the call's rate-limit attempts; one the tool throws as
  * retryable (a 5xx) after the calls' backoff, within their attempts.
  * Anything else (a permanent failure, an error that is not a
- * `ToolCallError`, the attempt stopping) ends the lookup: nothing sure.
+ * `ToolCallError`) ends the lookup: nothing sure. The attempt stopping
+ * meanwhile ends it with the stop's reason: that says nothing of the request.
  */
 import type { AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
@@ -97,10 +98,14 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
     } catch (error) {
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
       slot?.release(heard.signals);
-      if (await mayAskAgain(o.tool, { pacer, error, attempt }, services)) {
+      // Stopped while it waited for its slot or asked (a cancel, lost leases, a wind-down): the attempt stops, having
+      // learnt nothing, and the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller
+      // would fail it outcome_unknown for good (a provider that ignores idempotency keys), though the provider knows.
+      if (!signal.aborted && (await mayAskAgain(o.tool, { pacer, error, attempt }, services))) {
         attempt++;
         continue;
       }
+      if (signal.aborted) throw signal.reason;
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
