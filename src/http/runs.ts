@@ -214,7 +214,8 @@ async function submitRun(env: Env, request: Submit): Promise<{ runId: string; st
     })
     .catch(async (error: unknown) => {
       if (!RPC_TOO_LARGE.test(messageOf(error))) throw error;
-      if (idempotencyKey !== null) await releaseKey(env, { org, key: idempotencyKey, runId, coordinator });
+      // The 413 stands whatever the release does: a key it could not free stays claimed, as before the release was made.
+      if (idempotencyKey !== null) await releaseKey(env, { org, key: idempotencyKey, runId, coordinator }).catch(() => {});
       throw inputTooLarge();
     });
   return { runId, status: run.status };
