@@ -8,11 +8,11 @@
  * provider call it already made. Keep play code deterministic outside `ctx`:
  * no `Math.random()` or `Date.now()` deciding what to call.
  *
- * A call that must wait (a map that yields, a child still running) ends the
- * invocation by throwing through the play: when you catch errors around `ctx`
- * calls, rethrow those you do not recognise. A wait or sleep that has not come
- * does not settle in the invocation, which ends there: a `catch` around it
- * runs only when it has failed (its timeout).
+ * A map that yields ends the invocation by throwing through the play: when
+ * you catch errors around `ctx` calls, rethrow those you do not recognise. A
+ * wait or sleep that has not come, or a child play still running, does not
+ * settle in the invocation, which ends there: a `catch` around it runs only
+ * when it has failed (its timeout, the child's failure).
  */
 import type { z } from "zod";
 
@@ -89,7 +89,9 @@ export interface PlayCaller {
    * play does not await still starts its child, and the run waits for it.
    *
    * @throws TerminalError `child_failed` / `child_cancelled` / `child_timeout`
-   *   when the child did not complete; inside `ctx.map` the row fails.
+   *   when the child did not complete; inside `ctx.map` the row fails. At play
+   *   level the call does not settle while the child still runs (the run
+   *   waits), so a `catch` that falls back runs only once it has not completed.
    * @example
    * const leads = await ctx.runPlay("demo-enrich", { rows }, { key: account.id });
    */

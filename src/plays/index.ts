@@ -6,6 +6,7 @@ import { demoEnrich } from "./demo-enrich";
 import { testPlays } from "./testing";
 import {
   testChildBesideCall,
+  testChildFallback,
   testChildThenEnrich,
   testMapOneChild,
   testChildTimeouts,
@@ -47,6 +48,7 @@ export function playRegistry(env: Env): ReadonlyMap<string, PlayDefinition> {
           testPlayCall,
           testFragileRows,
           testChildBesideCall,
+          testChildFallback,
           testChildThenEnrich,
           testMapOneChild,
           testDetachedChild,

@@ -381,7 +381,7 @@ export const testChildThenEnrich = definePlay({
   description: "test only: ctx.runPlay with a timeout, a wait for the signal go, then demo-enrich over `leads`",
   input: z.object({ play: z.string(), input: z.unknown(), timeoutMs: z.number(), leads: z.array(Lead).max(100) }),
   async run(ctx, input) {
-    // Only the timeout is caught: a child still running parks the run by throwing through the play (docs/plays.md).
+    // Only the timeout is caught (a child still running does not settle the call: the run waits, docs/plays.md).
     const child = await ctx.runPlay(input.play, input.input, { timeoutMs: input.timeoutMs }).then(
       (result) => ({ result }),
       (error: { code?: string }) => {
@@ -413,5 +413,31 @@ export const testMapOneChild = definePlay({
       { key: "id" },
     );
     return { completed: mapped.completed, failed: mapped.failed };
+  },
+});
+
+/**
+ * Runs `test-leaf` falling back on any error (a catch-all: `.catch`, or with `tryCatch` a `try` around its `await`),
+ * then logs which it got and makes a tool call that depends on it: the fallback must run only if the child really
+ * failed or timed out, never while it still runs.
+ */
+export const testChildFallback = definePlay({
+  name: "test-child-fallback",
+  description: "test only: a catch-all fallback around ctx.runPlay, then effects that depend on the child's answer",
+  input: z.object({ leaf: z.unknown(), domain: z.string(), timeoutMs: z.number().optional(), tryCatch: z.boolean().default(false) }),
+  async run(ctx, input) {
+    const options = input.timeoutMs === undefined ? {} : { timeoutMs: input.timeoutMs };
+    let child: { doubled: number } | null;
+    if (input.tryCatch) {
+      try {
+        child = await ctx.runPlay<{ doubled: number }>("test-leaf", input.leaf, options);
+      } catch {
+        child = null;
+      }
+    } else child = await ctx.runPlay<{ doubled: number }>("test-leaf", input.leaf, options).catch(() => null);
+    ctx.log(`child ${child === null ? "fell back" : "answered"}`);
+    const name = child === null ? "Fallback Person" : "Child Person";
+    const { email } = await ctx.tool<{ email: string }>("sim_find_email", { name, domain: input.domain });
+    return { doubled: child?.doubled ?? null, email };
   },
 });

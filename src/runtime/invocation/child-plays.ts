@@ -17,8 +17,10 @@
  * The parent learns of the end by a message from the child's coordinator
  * (`childFinished`); if that is lost, the parent's alarm asks the child when
  * the entry's check deadline comes. At play level a running child parks the
- * run (`waiting`). Inside `ctx.map` a row waits for its child in process for
- * up to `childInlineWaitMs`, then its chunk yields: the invocation stops
+ * run (`waiting`): the call does not settle in that invocation, which ends
+ * there (Waits.held), and the replay after the child's end settles it. Inside
+ * `ctx.map` a row waits for its child in process for up to
+ * `childInlineWaitMs`, then its chunk yields: the invocation stops
  * (like a cancel that ends nothing), completed rows are kept, and the chunk
  * is redispatched when the child has ended, finding its result in the journal.
  */
@@ -31,10 +33,13 @@ import { canonicalJson, sha256Hex } from "../../core/hash";
 import { describeIssues, messageOf, TerminalError } from "../../core/errors";
 import { PARENT_CAP_REFUSAL, SpendCapReached } from "../tools/spend";
 import { InfraError } from "./yield";
-import type { WaitPolicy, Waits } from "./waits";
+import { never, type WaitPolicy, type Waits } from "./waits";
 import { forEachLimited, getOrInsert } from "../../core/collections";
 import { isTerminal } from "../../core/statuses";
 import type { Emit } from "../../contracts/events";
+
+/** What a play-level call whose child has not ended answers {@link ChildPlays.run}, which leaves the play's call unsettled. */
+const HELD: unique symbol = Symbol("held");
 
 /** Generations of one child identity tried before giving up (each failed generation is skipped). */
 const MAX_CHILD_GENERATIONS = 50;
@@ -161,7 +166,11 @@ export class ChildPlays {
     // Also handles an un-awaited call's end: its park (the run's own control flow), or a failure the play left unread.
     const forget = () => this.#calls.delete(call);
     call.then(forget, forget);
-    return call;
+    // A child still running never settles the call in this invocation (the driver ends it: Waits.held), so a catch-all
+    // around it does not take the park for a failure and run its fallback beside the child.
+    const seen = call.then((value) => (value === HELD ? never() : value));
+    seen.catch(() => {});
+    return seen;
   }
 
   async #run(name: string, input: unknown, options: RunPlayOptions, row: string | null): Promise<unknown> {
@@ -289,7 +298,7 @@ export class ChildPlays {
       entry = journal.get(entry.key)!;
       // Its cancel failed: the wait fails once the child is cancelled, from its next check on.
       if (entry.state === "waiting") {
-        if (row === null) this.#deps.waits.park(`cancelling timed-out child play ${entry.childPlay} (${entry.childRunId})`);
+        if (row === null) return this.#hold(`cancelling timed-out child play ${entry.childPlay} (${entry.childRunId})`);
         throw this.#deps.suspend(
           entry.dueAt ?? now() + this.#deps.policy.childCheckIntervalMs,
           `${row === null ? "the play" : `row ${row}`} cancels its timed-out child ${entry.childRunId}`,
@@ -304,7 +313,7 @@ export class ChildPlays {
         : new TerminalError("child_failed", entry.error!.message);
     if (entry.state === "failed") throw new TerminalError(entry.error!.code, entry.error!.message);
     const what = `child play ${entry.childPlay} (${entry.childRunId})`;
-    if (row === null) this.#deps.waits.park(`waiting for ${what}`);
+    if (row === null) return this.#hold(`waiting for ${what}`);
     const until = Math.min(now() + this.#deps.policy.childInlineWaitMs, entry.timeoutAt ?? Infinity);
     await this.#deps.waiters.wait(entry.childRunId!, until - now(), this.#scope.signal);
     const after = journal.get(entry.key)!;
@@ -313,6 +322,12 @@ export class ChildPlays {
       Math.min(after.dueAt ?? Infinity, now() + this.#deps.policy.childCheckIntervalMs),
       `row ${row} waits for ${what}`,
     );
+  }
+
+  /** A play-level call whose child has not ended: the invocation ends ({@link Waits.hold}), the call left unsettled. */
+  #hold(reason: string): typeof HELD {
+    this.#deps.waits.hold(reason);
+    return HELD;
   }
 
   /** Finds (or starts) the run this entry stands for and records it. */

@@ -187,8 +187,14 @@ export class Invocation implements InvocationScope {
 
   async #run(play: PlayDefinition, ctx: RunContext, services: PlayServices, maps: MapRunner): Promise<InvocationEnd> {
     try {
-      // A wait or sleep that has not come ends the invocation here; its call never settles in the play.
-      const result = await Promise.race([play.run(ctx, this.store.input()), services.waits.held]);
+      // A call that must wait (a wait or sleep not come, a child still running) never settles in the play: the invocation
+      // ends here once the play can go on only through such calls (its other calls beside them settled first).
+      const stalled = services.waits.held.catch(async (signal: unknown) => {
+        await ctx.stalled(services.waits);
+        throw signal;
+      });
+      stalled.catch(() => {});
+      const result = await Promise.race([play.run(ctx, this.store.input()), stalled]);
       // A play that caught a map's yield (or its cancel, its infrastructure failure) and returned has not ended.
       if (maps.interrupted !== null) throw maps.interrupted;
       // Nor one that caught its run's cancel or runtime limit (a play-level call refused by it) and returned.

@@ -52,6 +52,9 @@ export class RunContext implements PlayContext {
   #log: (line: string) => void;
   #services: PlayServices;
   #effects = new Effects();
+  /** The play-level effects not settled yet (one that must wait never settles in its invocation), and how many were made. */
+  #inFlight = new Set<Promise<unknown>>();
+  #made = 0;
 
   #trace: EffectTrace;
 
@@ -135,6 +138,24 @@ export class RunContext implements PlayContext {
     );
   }
 
+  /**
+   * Resolves once the play can go on only through its calls held by `waits` (they never settle in this invocation):
+   * none of its other effects is in flight, and a turn of the event loop saw it make none.
+   */
+  async stalled(waits: Pick<Waits, "holds" | "nextHold">): Promise<void> {
+    for (;;) {
+      if (this.#inFlight.size > waits.holds) {
+        // One settles, or one more is held.
+        await Promise.race([waits.nextHold(), ...[...this.#inFlight].map((effect) => effect.then(noop, noop))]);
+        continue;
+      }
+      const made = this.#made;
+      // The play's reactions to what settled last run first (microtasks), and may make more calls.
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      if (this.#made === made && this.#inFlight.size <= waits.holds) return;
+    }
+  }
+
   /** Play-level lines are counted in the journal: a replay skips the lines it already appended. */
   log(...args: unknown[]): void {
     this.#effect("log", "", {
@@ -160,6 +181,12 @@ export class RunContext implements PlayContext {
         const result = at.play(call);
         // What an executor replays to reach a map (runtime/executor/capture.ts).
         this.#trace.record(call, result, input === undefined ? null : callIdentity(input));
+        this.#made++;
+        if (result instanceof Promise) {
+          this.#inFlight.add(result);
+          const settled = () => void this.#inFlight.delete(result);
+          result.then(settled, settled);
+        }
         return result;
       };
       return this.#effects.make(kind, name, row !== undefined, { play, row: row && at.row ? () => at.row!(row) : undefined });
@@ -218,6 +245,8 @@ async function refusing<T>(rc: RowContext, effect: () => Promise<T>): Promise<T>
     throw error;
   }
 }
+
+function noop(): void {}
 
 /** A log argument as text: JSON, or its string form when JSON cannot hold it. */
 export function safeStringify(value: unknown): string {

@@ -83,12 +83,16 @@ export class Waits {
    */
   parked: WaitSignal | null = null;
   /**
-   * Rejects with the park of the first wait or sleep of this invocation that has not come: the driver races it with
-   * the play and ends the invocation then. The call itself never settles in this invocation, so no code of the play
-   * runs on as though it had come (a catch-all around it would take the park for a failure and bill its fallback).
+   * Rejects with the park of the first wait, sleep or child of this invocation that has not come ({@link hold}): the
+   * driver races it with the play, and ends the invocation once the play can go on only through calls held. A held call
+   * never settles in this invocation, so no code of the play runs on as though it had come (a catch-all around it
+   * would take the park for a failure and bill its fallback).
    */
   readonly held: Promise<never>;
+  /** How many calls of this invocation were held ({@link hold}): each never settles in it. */
+  holds = 0;
   #hold!: (signal: WaitSignal) => void;
+  #holdWaiters: (() => void)[] = [];
 
   constructor(options: WaitsOptions) {
     this.#deps = options;
@@ -143,14 +147,24 @@ export class Waits {
     return this.#wait(`waiting for the signal "${eventKey}"`);
   }
 
-  /** Ends the invocation by throwing through the play (a child's wait): the run waits until the journal's earliest deadline or a message. */
-  park(reason: string): never {
-    throw this.#park(reason);
+  /**
+   * A play-level call that must wait (a wait or sleep that has not come, a child still running): the invocation ends
+   * ({@link held}), and the caller leaves the call unsettled in it.
+   */
+  hold(reason: string): void {
+    this.holds++;
+    this.#hold(this.#park(reason));
+    for (const wake of this.#holdWaiters.splice(0)) wake();
+  }
+
+  /** Resolves at the next call held ({@link hold}). */
+  nextHold(): Promise<void> {
+    return new Promise((resolve) => this.#holdWaiters.push(resolve));
   }
 
   /** A wait or sleep that has not come: the invocation ends ({@link held}), and the call never settles in it. */
   #wait(reason: string): Promise<never> {
-    this.#hold(this.#park(reason));
+    this.hold(reason);
     return never();
   }
 
@@ -215,7 +229,7 @@ export function deliverSignal(
 }
 
 /** A promise that never settles, one per parked call: a shared one would keep every parked play's frame alive in its reactions. */
-function never(): Promise<never> {
+export function never(): Promise<never> {
   return new Promise<never>(() => {});
 }
 
