@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { until } from "./chaos-helpers";
-import { allEvents, apiJson, eventsOfType, expectedEmail, runView, startRun, waitForRun } from "./helpers";
+import { allEvents, apiJson, datasetRows, eventsOfType, expectedEmail, runView, startRun, waitForRun } from "./helpers";
 
 let unique = 0;
 /** A number no other test uses: child identities are shared by the whole org. */
@@ -63,6 +63,36 @@ describe("a play that catches every error around its child", () => {
     );
     expect(run.result).toEqual({ doubled: null, email: expectedEmail("Fallback Person", at) });
     expect(await childLines(run.runId)).toEqual(["child fell back"]);
+    expect(run.usage.providerRequests).toBe(1);
+  });
+});
+
+describe("a field function that catches every error around its row's child", () => {
+  it("does not run its fallback while the child still runs, past the row's in-process wait", async () => {
+    const at = domain();
+    const parentId = await startRun("test-row-child-fallback", { rows: [{ id: "r1", n: uniqueN() }], domain: at, timeoutMs: 60_000 });
+    // The row waits for its child in process (500 ms under test), then its chunk yields and the run waits.
+    await until(
+      () => runView(parentId),
+      (run) => run.status === "waiting",
+      "the parent to wait for its row's child",
+    );
+    const [child] = await childrenOf(parentId);
+    expect((await runView(parentId)).usage.providerRequests).toBe(0);
+    expect((await apiJson(`/v1/runs/${child.runId}/signals/go`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    const run = await waitForRun(parentId);
+    expect(run.result).toEqual({ completed: 1, failed: 0 });
+    expect((await datasetRows(parentId, "rows")).map((row) => row.email)).toEqual([expectedEmail("Child Person", `r1.${at}`)]);
+    expect(run.usage.providerRequests).toBe(1);
+  });
+
+  it("runs its fallback once the row's child has timed out", async () => {
+    const at = domain();
+    const run = await waitForRun(
+      await startRun("test-row-child-fallback", { rows: [{ id: "r1", n: uniqueN() }], domain: at, timeoutMs: 300 }),
+    );
+    expect(run.result).toEqual({ completed: 1, failed: 0 });
+    expect((await datasetRows(run.runId, "rows")).map((row) => row.email)).toEqual([expectedEmail("Fallback Person", `r1.${at}`)]);
     expect(run.usage.providerRequests).toBe(1);
   });
 });

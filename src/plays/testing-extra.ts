@@ -441,3 +441,25 @@ export const testChildFallback = definePlay({
     return { doubled: child?.doubled ?? null, email };
   },
 });
+
+/** The same as `test-child-fallback` in a field function: one `test-leaf` per row, waiting for its signal `go`. */
+export const testRowChildFallback = definePlay({
+  name: "test-row-child-fallback",
+  description: "test only: a catch-all fallback around a row's ctx.runPlay, then a row's tool call that depends on it",
+  input: z.object({ rows: z.array(z.object({ id: z.string(), n: z.number() })).max(10), domain: z.string(), timeoutMs: z.number() }),
+  async run(ctx, input) {
+    const rows = await ctx.map(
+      "rows",
+      input.rows,
+      {
+        email: async (row, c) => {
+          const leaf = await c.runPlay("test-leaf", { n: row.n, waitForSignal: true }, { timeoutMs: input.timeoutMs }).catch(() => null);
+          const name = leaf === null ? "Fallback Person" : "Child Person";
+          return (await c.tool<{ email: string }>("sim_find_email", { name, domain: `${row.id}.${input.domain}` })).email;
+        },
+      },
+      { key: "id" },
+    );
+    return { completed: rows.completed, failed: rows.failed };
+  },
+});
