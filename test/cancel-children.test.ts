@@ -171,10 +171,11 @@ it("cancels a child whose start was under way as the cancel arrived, without wai
   expect((await waitForRun(parent)).status).toBe("cancelled");
 });
 
-it("ends as its play decided when a cancel comes after the play returned, while a call it left is in flight", async () => {
-  await simReset();
-  // Held once the provider answered: the play returns without it, and its end waits for the call.
-  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-return-beside-call", hold: true }]);
+/**
+ * Starts test-return-beside-call, waits for its left call's hold and for its play to have ended (returned or thrown,
+ * it logs `returning`), then cancels it: the answer shows the status the run ends with, not `cancelling`.
+ */
+async function cancelOnceEnded(): Promise<string> {
   const n = crypto.randomUUID().slice(0, 8);
   const runId = await startRun("test-return-beside-call", {
     left: { tool: "sim_find_email", input: { name: `Left ${n}`, domain: "cancel.test" } },
@@ -184,12 +185,19 @@ it("ends as its play decided when a cancel comes after the play returned, while 
   await until(
     () => allEvents(runId),
     (events) => events.some((e) => e.type === "log.appended" && e.line === "returning"),
-    "the play to return",
+    "the play to end",
   );
   const cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
   expect(cancelled.status).toBe(202);
-  // The answer shows the status the run ends with: not `cancelling`, for a run whose play returned.
   expect(cancelled.body.status).toBe("running");
+  return runId;
+}
+
+it("ends as its play decided when a cancel comes after the play returned, while a call it left is in flight", async () => {
+  await simReset();
+  // Held once the provider answered: the play returns without it, and its end waits for the call.
+  await setFaults([{ point: "provider.after", tool: "sim_find_email", play: "test-return-beside-call", hold: true }]);
+  const runId = await cancelOnceEnded();
   expect((await runView(runId)).status).toBe("running");
   // Nor would it take a signal: it would end without it.
   const sent = await apiJson(`/v1/runs/${runId}/signals/late`, { method: "POST", json: { data: 1 } });
@@ -215,21 +223,7 @@ it("ends as its play decided when a cancel comes after the play failed and the i
     // The left call's receipt, once released: the invocation dies before the end is carried out.
     { point: "receipt.complete", play, times: 1, crash: true },
   ]);
-  const n = crypto.randomUUID().slice(0, 8);
-  const runId = await startRun(play, {
-    left: { tool: "sim_find_email", input: { name: `Left ${n}`, domain: "cancel.test" } },
-    awaited: { tool: "sim_verify_email", input: { email: `awaited-${n}@cancel.test` } },
-  });
-  await injector().held(0);
-  await until(
-    () => allEvents(runId),
-    (events) => events.some((e) => e.type === "log.appended" && e.line === "returning"),
-    "the play to fail",
-  );
-  const cancelled = await apiJson(`/v1/runs/${runId}/cancel`, { method: "POST" });
-  expect(cancelled.status).toBe(202);
-  // Not cancelling: the run ends as its play decided.
-  expect(cancelled.body.status).toBe("running");
+  const runId = await cancelOnceEnded();
   expect(await injector().release(0)).toBe(1);
   const run = await waitForRun(runId);
   expect((await faultState()).counts[2]).toBeGreaterThanOrEqual(1);

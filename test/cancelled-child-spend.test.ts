@@ -6,7 +6,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, expect, it } from "vitest";
-import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
+import { childOf, clearFaults, faultState, setFaults, until } from "./chaos-helpers";
 import { allEvents, apiJson, simReset, startRun, waitForRun } from "./helpers";
 
 afterEach(clearFaults);
@@ -22,16 +22,6 @@ function childSpend(runId: string): Promise<{ child: string; micros: number; end
 
 function leads(prefix: string, n: number): { id: string; name: string; domain: string }[] {
   return Array.from({ length: n }, (_, i) => ({ id: `${prefix}-${i}`, name: `${prefix} Lead ${i}`, domain: "cancelled-child.test" }));
-}
-
-/** The child the run started, once it has. */
-async function childOf(runId: string): Promise<string> {
-  const events = await until(
-    () => allEvents(runId),
-    (found) => found.some((e) => e.type === "child.started"),
-    `run ${runId} to start its child`,
-  );
-  return (events.find((e) => e.type === "child.started") as never as { childRunId: string }).childRunId;
 }
 
 /** What `parent` counts of its child's spend, once it counts it as final. */

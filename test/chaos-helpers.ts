@@ -71,6 +71,16 @@ export async function until<T>(read: () => Promise<T>, ok: (value: T) => boolean
   }
 }
 
+/** The child `runId` started (its first `child.started`), once it has. */
+export async function childOf(runId: string): Promise<string> {
+  const events = await until(
+    () => allEvents(runId),
+    (found) => found.some((e) => e.type === "child.started"),
+    `run ${runId} to start its child`,
+  );
+  return (events.find((e) => e.type === "child.started") as never as { childRunId: string }).childRunId;
+}
+
 export async function logLines(runId: string): Promise<string[]> {
   return (await allEvents(runId)).filter((e) => e.type === "log.appended").map((e) => String(e.line));
 }

@@ -3,23 +3,13 @@
  * replaying its play: nothing the play waits on has changed until an entry of its journal settles.
  */
 import { expect, it, afterEach } from "vitest";
-import { clearFaults, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
-import { allEvents, apiJson, runView, startRun, waitForRun } from "./helpers";
+import { childOf, clearFaults, faultState, setFaults, setSim, SIM_DEFAULTS, until } from "./chaos-helpers";
+import { apiJson, runView, startRun, waitForRun } from "./helpers";
 
 afterEach(async () => {
   await clearFaults();
   await setSim(SIM_DEFAULTS);
 });
-
-/** The child the run started, once it has. */
-async function childOf(runId: string): Promise<string> {
-  const events = await until(
-    () => allEvents(runId),
-    (found) => found.some((e) => e.type === "child.started"),
-    `run ${runId} to start its child`,
-  );
-  return (events.find((e) => e.type === "child.started") as never as { childRunId: string }).childRunId;
-}
 
 /** The run, once it is parked and has asked its child at least `checks` times. */
 function checkedAtLeast(runId: string, checks: number): Promise<any> {
