@@ -35,8 +35,11 @@ afterEach(async () => {
   await setSim(SIM_DEFAULTS);
 });
 
-/** Test policy: chunks of 50 rows, 4 executors to start with (src/core/policy.ts). 160 rows are 4 chunks, all in flight at once. */
-const ROWS = 160;
+/**
+ * Test policy: chunks of 50 rows, 4 executors to start with (src/core/policy.ts). 100 rows are 2 chunks, both in flight
+ * at once: the crash kills one executor's attempt while the other's goes on.
+ */
+const ROWS = 100;
 
 describe("an executor dies mid-chunk", () => {
   const phases = [
@@ -85,7 +88,8 @@ describe("an executor dies mid-chunk", () => {
     it(`is evicted holding two attempts, the next alongside the one that drains (${latencyMs} ms calls): both chunks are redispatched, each row once`, async () => {
       await simReset();
       await setSim({ latencyMs });
-      const rows = callRows(`EvictedAlongside${latencyMs}`, 150);
+      // Two chunks: the one whose persist is held and the one assigned alongside it.
+      const rows = callRows(`EvictedAlongside${latencyMs}`, 100);
       const dataset = `evicted-alongside-${latencyMs}`;
       // The first chunk's persist waits: its attempt has drained, and the executor holds it and the next one until the crash.
       await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
@@ -111,7 +115,7 @@ describe("an executor dies mid-chunk", () => {
   it("is evicted with calls in flight at the provider: its chunk is redispatched and their results recovered", async () => {
     await simReset();
     await setSim({ latencyMs: 200 });
-    const rows = callRows("ExecutorEvicted", 200);
+    const rows = callRows("ExecutorEvicted", 100);
     const runId = await startRun("test-calls", { rows, dataset: "executor-evicted" });
     await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
     await crash(env.MAP_EXECUTOR.getByName(`${runId}#0`));
@@ -131,7 +135,8 @@ describe("the coordinator dies while its executors run", () => {
   it("is evicted mid-map: the executors finish and report, and the next invocation reuses their rows", async () => {
     await simReset();
     await setSim({ latencyMs: 60 });
-    const rows = callRows("Evicted", 300);
+    // 4 chunks, one for each of the executors the run starts with: all in flight when the coordinator dies.
+    const rows = callRows("Evicted", 200);
     const runId = await startRun("test-calls", { rows, dataset: "evicted" });
     await until(simStats, (s) => s.calls >= 20, "provider calls in flight");
     expect((await runView(runId)).status).toBe("running");
@@ -248,7 +253,7 @@ describe("a stale coordinator", () => {
   it("gives a chunk that newer executors own to two more executors: neither runs it, nor stops the current attempt", async () => {
     await simReset();
     await setSim({ latencyMs: 150 });
-    const rows = callRows("Stale", 200);
+    const rows = callRows("Stale", 100);
     const runId = await startRun("test-calls", { rows, dataset: "stale-coordinator" });
     await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
     // The coordinator restarts: its next invocation redispatches every chunk in flight under epoch 1.
