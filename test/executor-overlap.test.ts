@@ -42,11 +42,11 @@ describe("attempts alongside", () => {
   it("gives an executor its next chunk while its current one drains, on the same six connections, and runs every row once", async () => {
     await simReset();
     await updateSimConfig(env, { latencyMs: 300 });
-    // One executor, three chunks of 50 rows, one call each. The first chunk's persist waits for the test: its attempt
+    // One executor, two chunks of 50 rows, one call each. The first chunk's persist waits for the test: its attempt
     // has drained by then, so the window in which the executor holds it and the next one stays open however slow the
     // machine (left to timing, a late drain report on a loaded machine can arrive after the attempt ended).
     await setFaults([{ point: "sheet.persist", play: "test-calls", hold: true, times: 1 }]);
-    const rows = Array.from({ length: 150 }, (_, i) => ({
+    const rows = Array.from({ length: 100 }, (_, i) => ({
       id: `${id()}-${i}`,
       tool: "sim_find_email",
       input: { name: `Overlap Person ${i}`, domain: "example.com" },
@@ -68,12 +68,12 @@ describe("attempts alongside", () => {
     const run = await waitForRun(runId);
     expect(run.status).toBe("completed");
     const stored = await datasetRows(runId, "calls");
-    expect(stored).toHaveLength(150);
+    expect(stored).toHaveLength(100);
     expect(stored.every((row) => row._status === "completed" && row.out)).toBe(true);
     const stats = await simStats();
     // The two attempts shared the one executor's six connections; each call billed once.
     expect(stats.maxInFlightByCaller).toEqual({ [`MapExecutor:${executor}`]: MAX_OUTBOUND_IN_FLIGHT });
-    expect(stats).toMatchObject({ calls: 150, billed: 150, duplicates: 0 });
+    expect(stats).toMatchObject({ calls: 100, billed: 100, duplicates: 0 });
   });
 
   it("keeps one held alongside alive while its executor starts nothing more and the older one ends slowly", async () => {
@@ -198,7 +198,7 @@ describe("attempts alongside", () => {
 
   it("counts rows waiting in a gathering batch as drained: the next chunk comes while that batch is still to go out", async () => {
     await simReset();
-    await updateSimConfig(env, { latencyMs: 300 });
+    await updateSimConfig(env, { latencyMs: 100 });
     // demo-enrich: each row finds, then verifies (batchable). A chunk's verifications gather while its finds answer
     // and go out as one batch, which the test holds at the provider: the chunk's rows cannot settle before it
     // returns, so only rows that wait in the batch counting as drained let the next chunk come alongside.
