@@ -48,7 +48,7 @@ export interface Issue {
 
 /** zod issues as {@link Issue}s; `prefix` is prepended to each path, `root` names a value with no path. */
 export function issuesOf(
-  error: Pick<z.ZodError, "issues"> | { issues: readonly { path: readonly PropertyKey[]; message: string }[] },
+  error: { issues: readonly { path: readonly PropertyKey[]; message: string }[] },
   options: { prefix?: (string | number)[]; root?: string } = {},
 ): Issue[] {
   const root = options.root ?? "(root)";

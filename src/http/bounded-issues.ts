@@ -47,8 +47,7 @@ function check(schema: z.ZodType, value: unknown, path: PropertyKey[], issues: P
   if (issues.length >= MAX_ISSUES) return;
   const large = valuesUpTo(value, WHOLE_PARSE_VALUES + 1) > WHOLE_PARSE_VALUES;
   if (!large) {
-    const result = schema.safeParse(value);
-    if (!result.success) for (const issue of result.error.issues) issues.push({ path: [...path, ...issue.path], message: issue.message });
+    parseInto(schema, value, path, issues);
     return;
   }
   const inner = unwrapped(schema, value);
@@ -62,12 +61,17 @@ function check(schema: z.ZodType, value: unknown, path: PropertyKey[], issues: P
   } else if (def.type === "array" && def.element && Array.isArray(value)) {
     if (value.length > maxItems(inner)) {
       // Past its `.max`, zod answers that alone without walking the items (one issue).
-      const result = inner.safeParse(value);
-      if (!result.success) for (const issue of result.error.issues) issues.push({ path: [...path, ...issue.path], message: issue.message });
+      parseInto(inner, value, path, issues);
       return;
     }
     for (let i = 0; i < value.length && issues.length < MAX_ISSUES; i++) check(def.element, value[i], [...path, i], issues);
   }
+}
+
+/** `value` parsed whole by `schema`: its issues into `issues`, their paths from the root. */
+function parseInto(schema: z.ZodType, value: unknown, path: PropertyKey[], issues: PartIssue[]): void {
+  const result = schema.safeParse(value);
+  if (!result.success) for (const issue of result.error.issues) issues.push({ path: [...path, ...issue.path], message: issue.message });
 }
 
 /** The most items an array schema takes (its `.max` / `.length`), from its checks as zod's internals list them. */
