@@ -11,7 +11,7 @@ import { shardOf } from "../src/core/hash";
 import { AuthScopes } from "../src/runtime/tools/auth-scope";
 import { receiptKey } from "../src/runtime/tools/receipt-keys";
 import { toolRegistry } from "../src/tools/index";
-import { clearFaults, setFaults, until } from "./chaos-helpers";
+import { clearFaults, heldBy, setFaults, until } from "./chaos-helpers";
 import { apiJson, datasetRows, runView, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 const faults = () => env.FAULTS!.getByName("faults");
@@ -98,4 +98,12 @@ it("leaves a taken-over request to the next taker when the run stops during its 
     out: { email: "stopped.lookup@stopped-lookup.test" },
   });
   expect(await simStats()).toMatchObject({ calls: 1, billed: 1 });
+  // The first request's answer, let go and waited for here: left to the file's teardown, its executor was still
+  // ending its attempt as the environment closed (an unhandled teardown error under load).
+  expect(await faults().release(0)).toBe(1);
+  await until(
+    () => heldBy(`${first}#0`),
+    (held) => held.length === 0,
+    "the first run's executor to end its attempt",
+  );
 }, 60_000);
