@@ -401,6 +401,7 @@ export class MapExecutor extends DurableObject<Env> {
         // Held first: should this object die now, the next alarm goes on with it all the same.
         if (!this.#store.resume(attemptId, end.resume, assignment)) return;
         await reporter.suspend().catch(() => {});
+        await faults.check("executor.held");
         if (windDown.signal.aborted && !stop.signal.aborted) {
           // Its coordinator asked while it was being held: the rows go back all the same.
           await this.#endHeld(attemptId, reporter, handedBack({ assignment, resume: end.resume }), assignment);

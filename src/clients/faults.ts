@@ -15,7 +15,8 @@
  * The `*.claimed`, `sheet.persisted` points come right after the operation
  * succeeded (crash points between the phases of a chunk; `executor.reported`:
  * a report the coordinator applied whose answer is lost; `executor.end` and
- * `executor.ended`, the same two of a report carrying an attempt's end; `directory.sync`: a run's
+ * `executor.ended`, the same two of a report carrying an attempt's end; `executor.held`, an executor's attempt
+ * wound down and held to go on in its next invocation, before that invocation; `directory.sync`: a run's
  * status told to its org's directory, from a new run's first listing on); `run.alarm` is the coordinator's alarm after it
  * drove the run, before it re-armed itself; `run.finish`, the run's end decided and recorded,
  * before it is carried out; `child.finished`, a run telling a parent it ended; `child.moved`, a shared
@@ -57,6 +58,7 @@ export const FAULT_POINTS = [
   "executor.reported",
   "executor.end",
   "executor.ended",
+  "executor.held",
   "directory.sync",
   "run.finish",
   "run.report",
