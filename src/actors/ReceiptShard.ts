@@ -12,7 +12,9 @@ import {
   WriteReceiptsRequest,
   type WriteReceiptsResult,
 } from "../contracts/shards";
-import { OUTCOME_UNKNOWN, RECEIPT_MIGRATIONS, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../stores/receipt-store";
+import { AnswerBudget } from "../stores/answer-budget";
+import { RECEIPT_MIGRATIONS } from "../stores/receipt-schema";
+import { OUTCOME_UNKNOWN, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../stores/receipt-store";
 import { createSql, migrate } from "../stores/sql";
 
 export const GetReceiptRequest = z.object({ key: z.string().min(1).max(512) });
@@ -69,14 +71,18 @@ export class ReceiptShard extends DurableObject<Env> {
     return result;
   }
 
-  /** Completions, failures, then claims of one attempt, in one transaction (see WriteReceiptsRequest). */
+  /**
+   * Completions, failures, then claims of one attempt, in one transaction (see WriteReceiptsRequest). The claims
+   * stop before the reused output that would take the answer past MAX_ANSWER_OUTPUT_CHARS (see WriteReceiptsResult).
+   */
   async write(input: WriteReceiptsRequest): Promise<WriteReceiptsResult<StoredReceiptClaim>> {
     const { attempt, complete, fail, claims } = parseRpcInput(WriteReceiptsRequest, input);
     const none: ReceiptWriteResult = { accepted: [], rejected: [] };
+    const budget = new AnswerBudget();
     const result = this.ctx.storage.transactionSync(() => ({
       completed: complete.length ? this.#store.complete({ attempt, items: complete }) : none,
       failed: fail.length ? this.#store.fail({ attempt, items: fail }) : none,
-      claims: claims.map((group) => this.#store.claim({ ...group, attempt })),
+      claims: claims.map((group) => this.#store.claim({ ...group, attempt }, budget)),
     }));
     await this.#armNextAlarm();
     return result;
@@ -98,20 +104,25 @@ export class ReceiptShard extends DurableObject<Env> {
     return { released };
   }
 
-  /** Which receipts a claim would reuse now, with their outputs (read only; the others come back not reusable). */
+  /**
+   * Which receipts a claim would reuse now, with their outputs (read only; the others come back not reusable), in
+   * order: the first keys only, up to the output that would take the answer past MAX_ANSWER_OUTPUT_CHARS.
+   */
   async peek(input: PeekReceiptsRequest): Promise<{ receipts: PeekedReceiptOverRpc[] }> {
     const { keys } = parseRpcInput(PeekReceiptsRequest, input);
     const found = this.#store.getMany(keys);
-    return {
-      receipts: keys.map((key): PeekedReceiptOverRpc => {
-        const receipt = found.get(key);
-        if (receipt?.status === "completed")
-          return { key, state: "reused", output: receipt.output as {} | null, boughtAt: receipt.boughtAt };
-        if (receipt?.status === "failed" && !receipt.retryable)
-          return { key, state: receipt.error?.code === OUTCOME_UNKNOWN ? "unknown" : "failed", boughtAt: receipt.boughtAt };
-        return { key, state: "new" };
-      }),
-    };
+    const budget = new AnswerBudget();
+    const receipts: PeekedReceiptOverRpc[] = [];
+    for (const key of keys) {
+      const receipt = found.get(key);
+      if (receipt?.status === "completed") {
+        if (!budget.take(receipt.output)) break;
+        receipts.push({ key, state: "reused", output: receipt.output as {} | null, boughtAt: receipt.boughtAt });
+      } else if (receipt?.status === "failed" && !receipt.retryable)
+        receipts.push({ key, state: receipt.error?.code === OUTCOME_UNKNOWN ? "unknown" : "failed", boughtAt: receipt.boughtAt });
+      else receipts.push({ key, state: "new" });
+    }
+    return { receipts };
   }
 
   /** One receipt as plain data, or null (diagnostics and tests). */

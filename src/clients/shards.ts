@@ -310,15 +310,22 @@ export class ReceiptClient {
     return this.#ns.getByName(receiptShardName(this.#org, shard));
   }
 
-  /** What a claim of each key would find now (read only: estimates), one call per shard per 1,000 keys. */
+  /**
+   * What a claim of each key would find now (read only: estimates), one call per shard per 1,000 keys, and more
+   * where their outputs pass MAX_ANSWER_OUTPUT_CHARS (a shard answers the keys before that; the rest are asked again).
+   */
   async peek(keys: readonly string[]): Promise<Map<string, PeekedReceipt>> {
     const found = new Map<string, PeekedReceipt>();
     const groups = groupByShard([...new Set(keys)], (key) => key, this.shardCount);
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
         inPages(group, 1000).map(async (page) => {
-          for (const receipt of (await this.#stub(shard, "peek").peek({ keys: page })).receipts)
-            found.set(receipt.key, receipt as PeekedReceipt);
+          for (let rest = page; rest.length > 0; ) {
+            const { receipts } = await this.#stub(shard, "peek").peek({ keys: rest });
+            if (receipts.length === 0) throw new Error(`receipt shard ${shard} answered none of ${rest.length} peeks`);
+            for (const receipt of receipts) found.set(receipt.key, receipt as PeekedReceipt);
+            rest = rest.slice(receipts.length);
+          }
         }),
       ),
     );
@@ -327,7 +334,9 @@ export class ReceiptClient {
 
   /**
    * Completions, failures and claims in one call (WriteReceiptsRequest), each
-   * passing the fault points its own call would.
+   * passing the fault points its own call would. Claims the shard left
+   * unanswered, their reused outputs past what one answer carries
+   * (WriteReceiptsResult), are sent again in order, as many calls as it takes.
    */
   async write(shard: number, request: WriteReceiptsRequest): Promise<WriteReceiptsResult> {
     const claiming = request.claims.length > 0;
@@ -335,13 +344,28 @@ export class ReceiptClient {
     if (request.fail.length) await this.#faults.check("receipt.fail");
     if (claiming) await this.#faults.check("receipt.claim");
     this.#finishing(shard, [...request.complete, ...request.fail]);
+    const result = await this.#write(shard, request);
+    const claims = result.claims.map((group) => [...group]);
+    for (;;) {
+      const rest = request.claims.map((group, i) => ({ ...group, items: group.items.slice(claims[i]!.length) }));
+      const left = rest.reduce((sum, group) => sum + group.items.length, 0);
+      if (left === 0) break;
+      const more = await this.#write(shard, { attempt: request.attempt, complete: [], fail: [], claims: rest });
+      if (more.claims.every((group) => group.length === 0)) throw new Error(`receipt shard ${shard} answered none of ${left} claims`);
+      for (const [i, group] of more.claims.entries()) claims[i]!.push(...group);
+    }
+    if (request.complete.length) await this.#faults.check("receipt.completed");
+    if (claiming) await this.#faults.check("receipt.claimed");
+    return { ...result, claims };
+  }
+
+  /** One `write` call; the claims it answered `claimed` are the attempt's to renew. */
+  async #write(shard: number, request: WriteReceiptsRequest): Promise<WriteReceiptsResult> {
     const result = (await this.#stub(shard, "write").write(request)) as WriteReceiptsResult;
     this.#leases?.claimed(
       shard,
       result.claims.flatMap((group) => group.filter((r) => r.disposition === "claimed").map((r) => r.key)),
     );
-    if (request.complete.length) await this.#faults.check("receipt.completed");
-    if (claiming) await this.#faults.check("receipt.claimed");
     return result;
   }
 

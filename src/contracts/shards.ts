@@ -221,7 +221,19 @@ export const WriteReceiptsRequest = z.object({
 });
 export type WriteReceiptsRequest = z.infer<typeof WriteReceiptsRequest>;
 
-/** One result per part of a {@link WriteReceiptsRequest}: `claims` in the request's groups and order. */
+/**
+ * Characters of receipt outputs (as JSON) one `write` or `peek` answer carries
+ * at most, past its first: an output may hold 512 KiB, and a thousand reused
+ * at once would pass the 32 MiB an RPC may carry. The shard answers the items
+ * before the output that would pass it; the caller asks again for the rest.
+ */
+export const MAX_ANSWER_OUTPUT_CHARS = 8 * 1024 * 1024;
+
+/**
+ * One result per part of a {@link WriteReceiptsRequest}: `claims` in the request's groups and order. A shard's
+ * answer may claim only the first items (of the first groups): past MAX_ANSWER_OUTPUT_CHARS of reused outputs it
+ * stops, the items after it unclaimed, to be sent again (`ReceiptClient.write` does).
+ */
 export interface WriteReceiptsResult<Claim = ReceiptClaim> {
   completed: ReceiptWriteResult;
   failed: ReceiptWriteResult;

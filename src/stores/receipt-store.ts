@@ -23,6 +23,7 @@ import type {
   ReceiptError,
   ReceiptWriteResult,
 } from "../contracts/shards";
+import type { AnswerBudget } from "./answer-budget";
 import { batches, type Sql } from "./sql";
 
 /** Error code of a receipt whose owner stopped renewing its lease (set by the alarm). */
@@ -36,32 +37,6 @@ export const RELEASED = "released";
 export const OUTCOME_UNKNOWN = "outcome_unknown";
 /** A call cut off before its request left (a cancel): retryable, and nothing reached the provider. */
 export const NOT_SENT = "not_sent";
-
-/** Ordered schema migrations of a ReceiptShard; apply with `migrate()`. */
-export const RECEIPT_MIGRATIONS: readonly string[] = [
-  `CREATE TABLE receipts (
-     key TEXT PRIMARY KEY, tool_id TEXT NOT NULL,
-     status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'failed')),
-     output TEXT, error_code TEXT, error_message TEXT, retryable INTEGER NOT NULL DEFAULT 0,
-     generation INTEGER NOT NULL DEFAULT 0,
-     owner_run_id TEXT NOT NULL, owner_attempt_id TEXT NOT NULL, owner_seq INTEGER NOT NULL,
-     lease_expires_at INTEGER, finished_by_run TEXT,
-     created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
-     CHECK (status <> 'running' OR lease_expires_at IS NOT NULL),
-     CHECK (status <> 'failed' OR error_code IS NOT NULL)
-   ) WITHOUT ROWID;
-   CREATE INDEX receipts_by_lease ON receipts (status, lease_expires_at);`,
-  // Only running receipts need finding by lease (expiry, the alarm, teardown). Indexing every receipt put each
-  // completed one at a random place in the index (ordered by its digest key): at a million receipts per shard that
-  // index was a fifth of the database and its random writes about a third of each claim's and completion's cost.
-  `DROP INDEX receipts_by_lease;
-   CREATE INDEX receipts_running_by_lease ON receipts (lease_expires_at) WHERE status = 'running';`,
-  // The attempt a takeover took the receipt from, its request's end unknown: its late answer may still settle it.
-  `ALTER TABLE receipts ADD COLUMN unknown_from TEXT;`,
-  // When the current generation's result may have been bought (see Receipt.boughtAt); receipts from before it read
-  // their last write's time.
-  `ALTER TABLE receipts ADD COLUMN bought_at INTEGER;`,
-];
 
 export type ReceiptStatus = "running" | "completed" | "failed";
 
@@ -173,11 +148,19 @@ export class ReceiptStore {
   /**
    * Claims each item for `request.attempt`, in request order (a key repeated in
    * one request sees the effect of its earlier occurrence). See `decideClaim`
-   * for the disposition rules.
+   * for the disposition rules. With a `budget`, claims stop at the first
+   * reused output it has no room for: only the items before it are claimed and
+   * answered (none once the budget is full), the others left as they were.
    */
-  claim(request: ClaimReceiptsRequest): StoredReceiptClaim[] {
+  claim(request: ClaimReceiptsRequest, budget?: AnswerBudget): StoredReceiptClaim[] {
+    if (budget?.full) return [];
     const now = this.#now();
-    return this.#apply(request.items, (receipt, item) => decideClaim(receipt, item, request, now));
+    return this.#apply(request.items, (receipt, item) => {
+      const decision = decideClaim(receipt, item, request, now);
+      // A reuse changes nothing: stopping at it leaves the receipt as a claim asked again will find it.
+      if (budget && decision.result.disposition === "reused" && !budget.take(decision.result.output)) return null;
+      return decision;
+    });
   }
 
   /**
@@ -284,18 +267,26 @@ export class ReceiptStore {
     return new Map(rows.map((row) => [row.key, rowToReceipt(row)]));
   }
 
-  /** One read, one decision per item in order (each sees the earlier ones' effect), one bulk write. */
-  #apply<I extends { key: string }, R>(items: I[], decide: (receipt: Receipt | undefined, item: I) => { result: R; next?: Receipt }): R[] {
+  /**
+   * One read, one decision per item in order (each sees the earlier ones' effect), one bulk write. A decision of
+   * null stops there: the results are the earlier items'.
+   */
+  #apply<I extends { key: string }, R>(
+    items: I[],
+    decide: (receipt: Receipt | undefined, item: I) => { result: R; next?: Receipt } | null,
+  ): R[] {
     const receipts = this.#load(items.map((item) => item.key));
     const changed = new Map<string, Receipt>();
-    const results = items.map((item) => {
-      const { result, next } = decide(receipts.get(item.key), item);
-      if (next) {
-        receipts.set(item.key, next);
-        changed.set(item.key, next);
+    const results: R[] = [];
+    for (const item of items) {
+      const decision = decide(receipts.get(item.key), item);
+      if (decision === null) break;
+      if (decision.next) {
+        receipts.set(item.key, decision.next);
+        changed.set(item.key, decision.next);
       }
-      return result;
-    });
+      results.push(decision.result);
+    }
     this.#save([...changed.values()]);
     return results;
   }

@@ -62,6 +62,19 @@ export const testHugeFind = defineTool({
   },
 });
 
+/** Characters of `test_padded_find`'s padding: its answers fit in a row (256 KiB), and a few dozen pass what one RPC answer carries of them. */
+export const PADDED_FIND_CHARS = 200_000;
+
+/** `sim_find_email` whose provider pads its answer with its input's name, repeated to PADDED_FIND_CHARS: a large answer a receipt stores. */
+export const testPaddedFind = defineTool({
+  ...simFindEmail,
+  id: "test_padded_find",
+  async execute(input, call) {
+    const padding = input.name.repeat(Math.ceil(PADDED_FIND_CHARS / input.name.length)).slice(0, PADDED_FIND_CHARS);
+    return { ...(await simFindEmail.execute(input, call)), padding };
+  },
+});
+
 /**
  * `sim_verify_email` as a provider that ignores idempotency keys, whose batch
  * answers this tool cannot split (a bug in `split`): every member was billed,
@@ -141,6 +154,7 @@ export const testTools = [
   testUnkeyedBlindFind,
   testUnkeyedLookupFind,
   testHugeFind,
+  testPaddedFind,
   testDeepFind,
   testUnkeyedBrokenSplit,
   testForbiddenWhenLimitedFind,

@@ -1,0 +1,166 @@
+/**
+ * Answers of shard claims and peeks stay under what one RPC carries (32 MiB in
+ * production; workerd does not enforce it locally): past MAX_ANSWER_OUTPUT_CHARS
+ * of reused receipt outputs a shard answers the first items and the client asks
+ * again for the rest, and a claim of rows sends their inputs in pages. Each test
+ * uses real sizes over one shard and counts the calls it took.
+ */
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { ReceiptClient, SheetClient } from "../src/clients/shards";
+import { type AttemptRef, MAX_ANSWER_OUTPUT_CHARS, type PlannedRow } from "../src/contracts/shards";
+import { SubrequestMeter } from "../src/core/meter";
+import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
+import { apiJson, startRun, waitForRun } from "./helpers";
+
+const LEASE_MS = 60_000;
+/** Outputs of 500,000 characters: 17 of them pass MAX_ANSWER_OUTPUT_CHARS (an output holds 512 KiB at most). */
+const OUTPUT_CHARS = 500_000;
+const REUSED = 20;
+
+function attemptOf(runId: string): AttemptRef {
+  return { attemptId: `${runId}:a0`, runId, attemptSeq: 0 };
+}
+
+/** A distinct output of OUTPUT_CHARS characters (about) for receipt `i`. */
+function outputOf(i: number) {
+  return { n: i, text: `${i}:`.padEnd(OUTPUT_CHARS, String.fromCharCode(97 + (i % 26))) };
+}
+
+/** An org's receipts on one shard, the first REUSED of them completed by run `first` with outputOf(i). */
+async function completedReceipts() {
+  const org = `claim-size-${crypto.randomUUID()}`;
+  const meter = new SubrequestMeter();
+  const claimed: string[] = [];
+  const receipts = new ReceiptClient({
+    env,
+    org,
+    shardCount: 1,
+    meter,
+    leases: { claimed: (_shard, keys) => void claimed.push(...keys), finished: () => {} },
+  });
+  const keys = Array.from({ length: REUSED }, (_, i) => `r${i}`);
+  const first = attemptOf("first");
+  const items = keys.map((key) => ({ key, toolId: "t" }));
+  await receipts.write(0, { attempt: first, complete: [], fail: [], claims: [{ leaseTtlMs: LEASE_MS, refresh: false, items }] });
+  const written = await receipts.write(0, {
+    attempt: first,
+    complete: keys.map((key, i) => ({ key, output: outputOf(i) })),
+    fail: [],
+    claims: [],
+  });
+  expect(written.completed.accepted).toHaveLength(REUSED);
+  claimed.length = 0;
+  return { receipts, meter, keys, claimed };
+}
+
+describe("receipt answers carrying outputs", () => {
+  it("a write whose claims reuse more outputs than one answer carries claims them all, in order, over more than one call", async () => {
+    expect(REUSED * OUTPUT_CHARS).toBeGreaterThan(MAX_ANSWER_OUTPUT_CHARS);
+    const { receipts, meter, keys, claimed } = await completedReceipts();
+    const before = meter.rpcByKind["receipt.write"] ?? 0;
+    const second = attemptOf("second");
+    // New keys around the reused ones, one reused key asked twice, and a refresh of a reused key after them all: the
+    // refresh (a second group) comes after every claim of the first, however many calls they took.
+    const items = ["new-a", ...keys, "new-b", "r5"].map((key) => ({ key, toolId: "t" }));
+    const result = await receipts.write(0, {
+      attempt: second,
+      complete: [],
+      fail: [],
+      claims: [
+        { leaseTtlMs: LEASE_MS, refresh: false, items },
+        { leaseTtlMs: LEASE_MS, refresh: true, items: [{ key: "r0", toolId: "t" }] },
+      ],
+    });
+
+    expect((meter.rpcByKind["receipt.write"] ?? 0) - before).toBe(2);
+    const [plain, refreshed] = result.claims;
+    expect(plain!.map((claim) => [claim.key, claim.disposition])).toEqual(
+      items.map((item) => [item.key, item.key.startsWith("new") ? "claimed" : "reused"]),
+    );
+    for (const claim of plain!) {
+      if (claim.disposition !== "reused") continue;
+      expect(claim.output).toEqual(outputOf(Number(claim.key.slice(1))));
+      expect(claim.finishedByRun).toBe("first");
+    }
+    expect(refreshed).toEqual([{ key: "r0", disposition: "claimed", generation: 1 }]);
+    // The attempt renews what it claimed, whichever call claimed it.
+    expect(claimed.sort()).toEqual(["new-a", "new-b", "r0"]);
+  });
+
+  it("a peek of more outputs than one answer carries finds them all over more than one call", async () => {
+    const { receipts, meter, keys } = await completedReceipts();
+    const found = await receipts.peek([...keys, "never-claimed"]);
+
+    expect(meter.rpcByKind["receipt.peek"]).toBe(2);
+    expect(found.get("never-claimed")).toEqual({ key: "never-claimed", state: "new" });
+    for (const [i, key] of keys.entries()) {
+      const receipt = found.get(key);
+      expect(receipt?.state).toBe("reused");
+      expect(receipt?.state === "reused" && receipt.output).toEqual(outputOf(i));
+    }
+  });
+
+  it("a write of small outputs takes one call, as before", async () => {
+    const org = `claim-size-${crypto.randomUUID()}`;
+    const meter = new SubrequestMeter();
+    const receipts = new ReceiptClient({ env, org, shardCount: 1, meter });
+    const items = Array.from({ length: 500 }, (_, i) => ({ key: `s${i}`, toolId: "t" }));
+    const first = attemptOf("first");
+    await receipts.write(0, { attempt: first, complete: [], fail: [], claims: [{ leaseTtlMs: LEASE_MS, refresh: false, items }] });
+    await receipts.write(0, {
+      attempt: first,
+      complete: items.map(({ key }) => ({ key, output: { email: `${key}@example.test`, note: "x".repeat(1000) } })),
+      fail: [],
+      claims: [],
+    });
+    const result = await receipts.write(0, {
+      attempt: attemptOf("second"),
+      complete: [],
+      fail: [],
+      claims: [{ leaseTtlMs: LEASE_MS, refresh: false, items }],
+    });
+    expect(meter.rpcByKind["receipt.write"]).toBe(3);
+    expect(result.claims[0]!.every((claim) => claim.disposition === "reused")).toBe(true);
+  });
+});
+
+/** Every row of a run's dataset, by cursor (helpers' `datasetRows` pages by offset and takes a page cut by its size for the last). */
+async function allRows(runId: string, dataset: string): Promise<any[]> {
+  const rows: any[] = [];
+  for (let path = `/v1/runs/${runId}/datasets/${dataset}?limit=1000`; ; ) {
+    const { status, body } = await apiJson(path);
+    expect(status).toBe(200);
+    rows.push(...body.rows);
+    if (body.nextCursor === null) return rows;
+    path = `/v1/runs/${runId}/datasets/${dataset}?cursor=${body.nextCursor}&limit=1000`;
+  }
+}
+
+describe("a rerun of a map whose tool calls answered large outputs", () => {
+  it("reuses every call's output, as stored, and bills nothing", { timeout: 120_000 }, async () => {
+    const rows = Array.from({ length: 100 }, (_, i) => ({
+      id: `padded-${i}`,
+      tool: "test_padded_find",
+      input: { name: `Padded Person ${i}`, domain: "padded.test" },
+    }));
+    // One chunk: every row claims its call at once.
+    const options = { testPolicy: { chunkRows: 100 } };
+    const dataset = `padded-${crypto.randomUUID()}`;
+    const first = await waitForRun(await startRun("test-calls", { rows, dataset }, options), { timeoutMs: 90_000 });
+    expect(first.status).toBe("completed");
+    const computed = await allRows(first.runId, dataset);
+    expect(computed).toHaveLength(rows.length);
+    expect(computed.every((row) => row.out.padding.length === PADDED_FIND_CHARS)).toBe(true);
+
+    // Computed again (force), each row's call finds its receipt: its output comes back with the claim.
+    const rerun = await waitForRun(await startRun("test-calls", { rows, dataset }, { ...options, force: true }), { timeoutMs: 90_000 });
+    expect(rerun.status).toBe("completed");
+    expect(rerun.usage.providerRequests).toBe(0);
+    expect(rerun.usage.spend.total).toBe(0);
+    expect(await allRows(rerun.runId, dataset)).toEqual(computed);
+    // More outputs than one answer carries came back: in more calls than one per shard.
+    const outputChars = rows.length * PADDED_FIND_CHARS;
+    expect(rerun.usage.objectRpcsByKind["receipt.write"]).toBeGreaterThanOrEqual(Math.ceil(outputChars / MAX_ANSWER_OUTPUT_CHARS));
+  });
+});
