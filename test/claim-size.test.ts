@@ -7,7 +7,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ReceiptClient, SheetClient } from "../src/clients/shards";
+import { ROW_PAGE_CHARS, ReceiptClient, SheetClient } from "../src/clients/shards";
 import { type AttemptRef, MAX_ANSWER_OUTPUT_CHARS, type PlannedRow } from "../src/contracts/shards";
 import { SubrequestMeter } from "../src/core/meter";
 import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
@@ -122,6 +122,53 @@ describe("receipt answers carrying outputs", () => {
     });
     expect(meter.rpcByKind["receipt.write"]).toBe(3);
     expect(result.claims[0]!.every((claim) => claim.disposition === "reused")).toBe(true);
+  });
+});
+
+describe("row claims carrying large inputs", () => {
+  it("go in pages, each key's rows in one page, answered as one claim would be; a rerun's claim reuses every row", async () => {
+    const meter = new SubrequestMeter();
+    const dataset = `claim-size-${crypto.randomUUID()}`;
+    const sheets = new SheetClient({ env, meter, location: { org: "dev", play: "test-calls", dataset, shardCount: 1 } });
+    // 150 inputs of 60,000 characters (a row's input holds 64 KiB): past ROW_PAGE_CHARS on the one shard.
+    const rows: PlannedRow[] = Array.from({ length: 150 }, (_, index) => ({
+      key: `k${index}`,
+      index,
+      input: { name: `k${index}`, pad: String(index % 10).repeat(60_000) },
+    }));
+    expect(rows.length * 60_000).toBeGreaterThan(ROW_PAGE_CHARS);
+    // k7 again, last, with another input: answered blocked (by this attempt) as in one claim, not a second lease.
+    const repeated: PlannedRow = { key: "k7", index: rows.length, input: { name: "k7", pad: "again" } };
+    const first = attemptOf("first");
+    const claims = await sheets.claimRows({ attempt: first, rows: [...rows, repeated], recompute: false, leaseTtlMs: LEASE_MS });
+
+    expect(meter.rpcByKind["sheet.claimRows"]).toBe(2);
+    expect(rows.every((row) => claims.get(row.index)?.status === "pending")).toBe(true);
+    expect(claims.get(repeated.index)).toMatchObject({ status: "blocked", owner: first });
+
+    const data = (row: PlannedRow) => ({ ...row.input, out: `computed ${row.key}` });
+    const persisted = await sheets.persistRows(
+      first,
+      rows.map((row) => ({ key: row.key, status: "completed" as const, data: data(row), error: null })),
+    );
+    expect(persisted.written).toHaveLength(rows.length);
+
+    const rerun = attemptOf("rerun");
+    const reused = await sheets.claimRows({ attempt: rerun, rows, recompute: false, leaseTtlMs: LEASE_MS });
+    expect(meter.rpcByKind["sheet.claimRows"]).toBe(4);
+    expect(rows.map((row) => reused.get(row.index))).toEqual(rows.map((row) => ({ key: row.key, status: "completed" })));
+    const read = await sheets.readRunRows("rerun", 0, rows.length);
+    expect(read.map((row) => row.data)).toEqual(rows.map(data));
+  });
+
+  it("of small inputs take one call per shard, as before", async () => {
+    const meter = new SubrequestMeter();
+    const dataset = `claim-size-${crypto.randomUUID()}`;
+    const sheets = new SheetClient({ env, meter, location: { org: "dev", play: "test-calls", dataset, shardCount: 4 } });
+    const rows: PlannedRow[] = Array.from({ length: 1000 }, (_, index) => ({ key: `k${index}`, index, input: { name: "x".repeat(1000) } }));
+    const claims = await sheets.claimRows({ attempt: attemptOf("small"), rows, recompute: false, leaseTtlMs: LEASE_MS });
+    expect(meter.rpcByKind["sheet.claimRows"]).toBe(4);
+    expect(claims.size).toBe(rows.length);
   });
 });
 

@@ -1,7 +1,8 @@
 /**
  * Callers' side of the storage actors: route keys to shards and make one RPC
- * per shard per operation (more only where one would carry too much: a
- * persist of large rows, a read cut short). Every stub call is counted, because an invocation
+ * per shard per operation (more only where one would carry too much: a claim
+ * or persist of large rows, a read cut short, claims or peeks of receipts
+ * whose outputs pass what one answer carries). Every stub call is counted, because an invocation
  * may make at most 10,000 subrequests and the coordinator budgets for them.
  */
 import { shardOf } from "../core/hash";
@@ -29,11 +30,12 @@ import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert } from "../core/collections";
 
 /**
- * Characters of row data one `persistRows` call carries at most (a row past it
- * goes alone): rows of 256 KiB by the hundred on one shard passed the 32 MiB an
+ * Characters of row data one `claimRows` (their inputs) or `persistRows` call
+ * carries at most (a row past it goes alone): rows of 256 KiB by the hundred
+ * on one shard, or a chunk of a thousand 64 KiB inputs, passed the 32 MiB an
  * RPC may carry.
  */
-const PERSIST_PAGE_CHARS = 8 * 1024 * 1024;
+export const ROW_PAGE_CHARS = 8 * 1024 * 1024;
 
 /** Groups items by the shard their key routes to. */
 export function groupByShard<T>(items: readonly T[], keyOf: (item: T) => string, shardCount: number): Map<number, T[]> {
@@ -96,6 +98,10 @@ export class SheetClient {
     return this.#ns.getByName(sheetShardName(org, play, dataset, shard));
   }
 
+  /**
+   * Claims the rows for the attempt (SheetStore.claimRows), answered by row index: one call per shard, and more
+   * where their inputs pass ROW_PAGE_CHARS (every row of one key goes in one call).
+   */
   async claimRows(options: {
     attempt: AttemptRef;
     rows: readonly PlannedRow[];
@@ -108,16 +114,18 @@ export class SheetClient {
     const claimed = new Map<number, ClaimedRow>();
     const groups = groupByShard(options.rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
-      [...groups].map(async ([shard, rows]) => {
-        const result = await this.#stub(shard, "claimRows").claimRows({
-          attempt: options.attempt,
-          leaseTtlMs: options.leaseTtlMs,
-          recompute: options.recompute,
-          reuseOnly: options.reuseOnly,
-          rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
-        });
-        for (const [i, row] of result.rows.entries()) claimed.set(rows[i]!.index, row as ClaimedRow);
-      }),
+      [...groups].flatMap(([shard, group]) =>
+        claimPages(group).map(async (rows) => {
+          const result = await this.#stub(shard, "claimRows").claimRows({
+            attempt: options.attempt,
+            leaseTtlMs: options.leaseTtlMs,
+            recompute: options.recompute,
+            reuseOnly: options.reuseOnly,
+            rows: rows.map((r) => ({ key: r.key, index: r.index, input: r.input })),
+          });
+          for (const [i, row] of result.rows.entries()) claimed.set(rows[i]!.index, row as ClaimedRow);
+        }),
+      ),
     );
     await this.#faults.check("sheet.claimed");
     return claimed;
@@ -141,13 +149,13 @@ export class SheetClient {
     return reusable;
   }
 
-  /** Writes the attempt's settled rows, one call per shard and PERSIST_PAGE_CHARS of their data (an RPC carries 32 MiB). */
+  /** Writes the attempt's settled rows, one call per shard and ROW_PAGE_CHARS of their data (an RPC carries 32 MiB). */
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     const results = await Promise.all(
       [...groups].flatMap(([shard, group]) =>
-        inSizedPages(group, PERSIST_PAGE_CHARS, persistedChars).map((page) =>
+        inSizedPages(group, ROW_PAGE_CHARS, persistedChars).map((page) =>
           this.#stub(shard, "persistRows").persistRows({ attempt, rows: page }),
         ),
       ),
@@ -401,7 +409,6 @@ export class ReceiptClient {
   }
 }
 
-/** `items` cut into consecutive pages of at most `size`. */
 /** Consecutive pages of `items` of at most `maxChars` by `sizeOf` (a larger item is a page of its own). */
 function inSizedPages<T>(items: readonly T[], maxChars: number, sizeOf: (item: T) => number): T[][] {
   const pages: T[][] = [];
@@ -421,11 +428,35 @@ function inSizedPages<T>(items: readonly T[], maxChars: number, sizeOf: (item: T
   return pages;
 }
 
+/**
+ * One shard's rows to claim in pages of ROW_PAGE_CHARS of inputs, in their order, every row of a key in one page:
+ * a key repeated with another input is answered by its earlier rows in the same claim (SheetStore.claimRows).
+ */
+function claimPages(rows: readonly PlannedRow[]): PlannedRow[][] {
+  const charsOf = new Map<string, number>();
+  for (const row of rows) charsOf.set(row.key, (charsOf.get(row.key) ?? 0) + row.key.length + (JSON.stringify(row.input)?.length ?? 0));
+  const pageOf = new Map<string, number>();
+  let page = 0;
+  let chars = 0;
+  for (const [key, size] of charsOf) {
+    if (chars > 0 && chars + size > ROW_PAGE_CHARS) {
+      page++;
+      chars = 0;
+    }
+    pageOf.set(key, page);
+    chars += size;
+  }
+  const pages: PlannedRow[][] = Array.from({ length: page + 1 }, () => []);
+  for (const row of rows) pages[pageOf.get(row.key)!]!.push(row);
+  return pages;
+}
+
 /** About how many characters a row to persist takes in its call (its data as JSON, its key and error). */
 function persistedChars(row: PersistRowsRequest["rows"][number]): number {
   return (JSON.stringify(row.data)?.length ?? 0) + row.key.length + (row.error?.length ?? 0);
 }
 
+/** `items` cut into consecutive pages of at most `size`. */
 function inPages<T>(items: readonly T[], size: number): T[][] {
   const pages: T[][] = [];
   for (let i = 0; i < items.length; i += size) pages.push(items.slice(i, i + size));
