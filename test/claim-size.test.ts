@@ -152,6 +152,9 @@ describe("row claims carrying large inputs", () => {
       rows.map((row) => ({ key: row.key, status: "completed" as const, data: data(row), error: null })),
     );
     expect(persisted.written).toHaveLength(rows.length);
+    // An estimate's look at them sends their inputs in pages too.
+    expect(await sheets.peekRows(rows, false)).toEqual(new Set(rows.map((row) => row.key)));
+    expect(meter.rpcByKind["sheet.peekRows"]).toBe(2);
 
     const rerun = attemptOf("rerun");
     const reused = await sheets.claimRows({ attempt: rerun, rows, recompute: false, leaseTtlMs: LEASE_MS });

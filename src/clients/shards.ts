@@ -27,7 +27,7 @@ import type {
 import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
-import { getOrInsert } from "../core/collections";
+import { getOrInsert, inSizedPages } from "../core/collections";
 
 /**
  * Characters of row data one `claimRows` (their inputs) or `persistRows` call
@@ -131,13 +131,13 @@ export class SheetClient {
     return claimed;
   }
 
-  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows. */
+  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows and ROW_PAGE_CHARS of inputs. */
   async peekRows(rows: readonly { key: string; input: unknown }[], recompute: boolean): Promise<Set<string>> {
     const reusable = new Set<string>();
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
-        inPages(group, 1000).map(async (page) => {
+        inSizedPages(group, ROW_PAGE_CHARS, (r) => r.key.length + (JSON.stringify(r.input)?.length ?? 0), 1000).map(async (page) => {
           const result = await this.#stub(shard, "peekRows").peekRows({
             recompute,
             rows: page.map((r) => ({ key: r.key, input: r.input })),
@@ -407,25 +407,6 @@ export class ReceiptClient {
     const results = await Promise.all(shards.map((s) => this.#stub(s, "releaseRun").releaseRun({ runId })));
     return results.reduce((sum, r) => sum + r.released, 0);
   }
-}
-
-/** Consecutive pages of `items` of at most `maxChars` by `sizeOf` (a larger item is a page of its own). */
-function inSizedPages<T>(items: readonly T[], maxChars: number, sizeOf: (item: T) => number): T[][] {
-  const pages: T[][] = [];
-  let page: T[] = [];
-  let chars = 0;
-  for (const item of items) {
-    const size = sizeOf(item);
-    if (page.length > 0 && chars + size > maxChars) {
-      pages.push(page);
-      page = [];
-      chars = 0;
-    }
-    page.push(item);
-    chars += size;
-  }
-  if (page.length > 0) pages.push(page);
-  return pages;
 }
 
 /**

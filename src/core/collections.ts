@@ -22,3 +22,25 @@ export async function forEachLimited<T>(items: readonly T[], limit: number, fn: 
     }),
   );
 }
+
+/**
+ * Consecutive pages of `items` of at most `maxChars` by `sizeOf` (an item past it is a page of its own), and at
+ * most `maxItems` each.
+ */
+export function inSizedPages<T>(items: readonly T[], maxChars: number, sizeOf: (item: T) => number, maxItems = Infinity): T[][] {
+  const pages: T[][] = [];
+  let page: T[] = [];
+  let chars = 0;
+  for (const item of items) {
+    const size = sizeOf(item);
+    if (page.length > 0 && (chars + size > maxChars || page.length >= maxItems)) {
+      pages.push(page);
+      page = [];
+      chars = 0;
+    }
+    page.push(item);
+    chars += size;
+  }
+  if (page.length > 0) pages.push(page);
+  return pages;
+}
