@@ -6,10 +6,14 @@
  * uses real sizes over one shard and counts the calls it took.
  */
 import { env } from "cloudflare:workers";
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ROW_PAGE_CHARS, ReceiptClient, SheetClient } from "../src/clients/shards";
 import { type AttemptRef, MAX_ANSWER_OUTPUT_CHARS, type PlannedRow } from "../src/contracts/shards";
 import { SubrequestMeter } from "../src/core/meter";
+import { restoreSalvage } from "../src/runtime/tools/salvage";
+import { SalvageStore } from "../src/stores/salvage-store";
+import { createSql } from "../src/stores/sql";
 import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
 import { apiJson, startRun, waitForRun } from "./helpers";
 
@@ -122,6 +126,30 @@ describe("receipt answers carrying outputs", () => {
     });
     expect(meter.rpcByKind["receipt.write"]).toBe(3);
     expect(result.claims[0]!.every((claim) => claim.disposition === "reused")).toBe(true);
+  });
+});
+
+describe("salvage written back", () => {
+  it("sends outputs of more than a call carries in more than one call, and writes each as billed", async () => {
+    const org = `claim-size-${crypto.randomUUID()}`;
+    const meter = new SubrequestMeter();
+    const receipts = new ReceiptClient({ env, org, shardCount: 1, meter });
+    const keys = Array.from({ length: REUSED }, (_, i) => `r${i}`);
+    const attempt = attemptOf("salvaged");
+    const items = keys.map((key) => ({ key, toolId: "t" }));
+    await receipts.write(0, { attempt, complete: [], fail: [], claims: [{ leaseTtlMs: LEASE_MS, refresh: false, items }] });
+    const stub = env.RUN_COORDINATOR.getByName(`claim-size-${crypto.randomUUID()}`);
+    const restored = await runInDurableObject(stub, (_object, state) => {
+      const salvage = new SalvageStore({ sql: createSql(state.storage) });
+      for (const [i, receiptKey] of keys.entries())
+        salvage.add({ receiptKey, toolId: "t", attempt, output: outputOf(i), completeAttempts: 3, error: "overloaded", at: i });
+      return restoreSalvage(salvage, receipts);
+    });
+
+    expect(restored).toEqual({ pending: 0, failure: null });
+    expect(meter.rpcByKind["receipt.complete"]).toBe(2);
+    const found = await receipts.peek(keys);
+    for (const [i, key] of keys.entries()) expect(found.get(key)).toMatchObject({ state: "reused", output: outputOf(i) });
   });
 });
 

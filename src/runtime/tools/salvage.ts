@@ -3,9 +3,10 @@ import type { ReceiptClient } from "../../clients/shards";
 import type { AttemptRef } from "../../contracts/shards";
 import { messageOf } from "../../core/errors";
 import type { SalvageStore } from "../../stores/salvage-store";
-import { getOrInsert } from "../../core/collections";
+import { getOrInsert, inSizedPages } from "../../core/collections";
+import { WRITE_BATCH_CHARS } from "./receipt-writes";
 
-/** Receipts written back per call. */
+/** Receipts written back per call, and at most WRITE_BATCH_CHARS of their outputs (a call carries 32 MiB). */
 const RESTORE_BATCH = 500;
 
 /**
@@ -25,9 +26,10 @@ export async function restoreSalvage(salvage: SalvageStore, receipts: ReceiptCli
   }
   let failure: string | null = null;
   for (const group of groups.values()) {
-    for (let i = 0; i < group.items.length; i += RESTORE_BATCH) {
+    const pages = inSizedPages(group.items, WRITE_BATCH_CHARS, (item) => JSON.stringify(item.output ?? null).length, RESTORE_BATCH);
+    for (const items of pages) {
       try {
-        const result = await receipts.complete(group.shard, { attempt: group.attempt, items: group.items.slice(i, i + RESTORE_BATCH) });
+        const result = await receipts.complete(group.shard, { attempt: group.attempt, items });
         salvage.recordRestore({ restored: result.accepted, superseded: result.rejected });
       } catch (error) {
         failure ??= messageOf(error);
