@@ -312,6 +312,16 @@ describe("every route", () => {
     expect(await bucketKeys()).toEqual(keysBefore);
   });
 
+  // A fixed path beside a parameter route is not taken for an id: GET /v1/runs/estimate is no run named "estimate".
+  it("answers a wrong method on /v1/runs/estimate saying the route takes POST", async () => {
+    for (const method of ["GET", "PUT", "DELETE"]) {
+      const { status, body } = await apiJson("/v1/runs/estimate", { method });
+      expect(status, method).toBe(404);
+      expect(body.error, method).toMatchObject({ code: "not_found", message: expect.stringContaining("takes POST") });
+      expect(body.error.message, method).not.toMatch(/no run "estimate"/);
+    }
+  });
+
   it("refuses a malformed CSV or NDJSON file naming its line, and keeps nothing of it", async () => {
     const keysBefore = await bucketKeys();
     const files: [string, string, string, RegExp][] = [

@@ -52,6 +52,12 @@ const limitedBody = bodyLimit({
 // Hono's body limit reads a body of unknown length into memory to measure it: uploads stream theirs and limit it themselves.
 app.use("/v1/*", (c, next) => (STREAMED_BODY_ROUTE.test(new URL(c.req.url).pathname) ? next() : limitedBody(c, next)));
 
+// A fixed path beside a parameter route is answered as itself for every method: GET /v1/runs/estimate would otherwise be
+// taken for the run "estimate" (GET /v1/runs/:runId). A wrong method is 404 not_found, as for any path no route takes.
+app.on(["GET", "PUT", "PATCH", "DELETE"], "/v1/runs/estimate", (c) =>
+  errorResponse(c, 404, "not_found", `no route for ${c.req.method} /v1/runs/estimate: it takes POST, with the body of a run to estimate`),
+);
+
 app.route("/v1", playRoutes);
 app.route("/v1", runRoutes);
 app.route("/v1", datasetRoutes);
