@@ -28,3 +28,26 @@ describe("planRows keys", () => {
     });
   });
 });
+
+describe("planRows keys that are numbers past 2^53", () => {
+  it("refuses a whole-number key past 2^53, naming the row: JSON parsed distinct ids to one double, merging their rows", async () => {
+    // 12345678901234567890 and ...891 as JSON numbers: both parse to 12345678901234567000.
+    const rows = JSON.parse('[{"id":1},{"id":12345678901234567890},{"id":12345678901234567891}]') as { id: number }[];
+    await expect(planRows(rows, "id")).rejects.toMatchObject({
+      code: "invalid_row_key",
+      message: expect.stringMatching(/^row 1 has a key that is a number past 9007199254740991.*send the id as a string/),
+    });
+    await expect(planRows([{ id: 2 ** 53 }], (row) => (row as { id: number }).id as unknown as string)).rejects.toMatchObject({
+      code: "invalid_row_key",
+    });
+  });
+
+  it("keeps taking ordinary numbers: safe integers, negatives and fractions", async () => {
+    const ids = [Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER, 0, 1.5, 1e-7];
+    const plan = await planRows(
+      ids.map((id) => ({ id })),
+      "id",
+    );
+    expect(plan.rows.map((r) => r.key)).toEqual(ids.map(String));
+  });
+});

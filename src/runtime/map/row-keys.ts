@@ -56,6 +56,12 @@ export function keyOfRow(input: Row, i: number, key: NonNullable<MapOptions["key
       raw instanceof Promise ? "a promise (a key function must not be async)" : kind === "number" ? String(raw) : `of type ${kind}`;
     return { error: `has a key that is ${what}, not a string or a number` };
   }
+  // JSON parses a whole number past 2^53 to the nearest double: distinct ids sent as digits would be one row, keyed by
+  // digits no one sent.
+  if (kind === "number" && Number.isInteger(raw) && !Number.isSafeInteger(raw))
+    return {
+      error: `has a key that is a number past ${Number.MAX_SAFE_INTEGER} (${String(raw)}), whose last digits JSON does not keep: send the id as a string`,
+    };
   const k = String(raw);
   if (k.length > MAX_KEY_LENGTH) return { error: `has a key longer than ${MAX_KEY_LENGTH} characters` };
   // Storage writes a lone surrogate as U+FFFD: the stored key would not be the row's.
