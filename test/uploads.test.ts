@@ -155,6 +155,31 @@ describe("POST /v1/uploads", () => {
     expect(await bucketKeys()).toEqual(before);
   });
 
+  it("refuses a row within the row limit as written but past it as JSON, as the same rows in hand are refused", async () => {
+    const before = await bucketKeys();
+    // A control character is one byte in the file and six in JSON (\u0001); 1e20 is four, and 21 as JSON writes it.
+    const control = "\u0001".repeat(20_000);
+    const cases: Array<[string, string, number]> = [
+      [`id,name,domain,note\r\n1,a,b,c\r\n2,a,b,"x\r\ny"\r\n3,a,b,${control}\r\n`, CSV, 5],
+      [`{"id":"1"}\n\n{"id":"2","n":[${Array(10_000).fill("1e20").join(",")}]}\n`, NDJSON, 3],
+    ];
+    for (const [file, type, line] of cases) {
+      expect(encode(file).length, type).toBeLessThan(MAX_ROW_LINE_BYTES);
+      const { status, body } = await upload(file, type);
+      expect(status, type).toBe(400);
+      expect(body.error, type).toMatchObject({
+        code: "malformed_upload",
+        message: expect.stringMatching(new RegExp(`^line ${line}: this row is \\d+ bytes as JSON.* ${MAX_ROW_LINE_BYTES}`)),
+        details: { line },
+      });
+    }
+    expect(await bucketKeys()).toEqual(before);
+    // The same CSV in hand: refused at submit, naming the row.
+    const inHand = await apiJson("/v1/runs", { method: "POST", json: { play: "demo-enrich", input: { csv: cases[0]![0] } } });
+    expect(inHand.status).toBe(400);
+    expect(JSON.stringify(inHand.body.error.details)).toContain(`over ${MAX_ROW_LINE_BYTES} bytes`);
+  });
+
   it("takes an NDJSON line of exactly the row limit ending in CRLF, byte-order mark and all, however the chunks fall", async () => {
     const lineOf = (bytes: number) => `{"a":"${"x".repeat(bytes - 8)}"}`;
     const line = lineOf(MAX_ROW_LINE_BYTES);

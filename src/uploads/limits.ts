@@ -44,6 +44,20 @@ export const MAX_COLUMN_NAMES_CHARS = 64 * 1024;
  */
 export const MAX_ROW_LINE_BYTES = MAX_ROW_BYTES;
 
+/**
+ * The most bytes a row may take as UTF-8 JSON, as a run holds it: what a
+ * run's row in hand may take. A row within {@link MAX_ROW_LINE_BYTES} as
+ * written may pass it: a control character is one byte in a file and six as
+ * JSON (`\u0001`), and each CSV row repeats the header's column names.
+ */
+export const MAX_ROW_JSON_BYTES = MAX_ROW_BYTES;
+
+/**
+ * How many times its bytes in the file a row's UTF-8 JSON may take at most: a
+ * control character's six (`\u0001`); an NDJSON `1e20` is written out in 21.
+ */
+export const MAX_JSON_GROWTH = 6;
+
 /** The most bytes a CSV record may take as written, however few characters its fields hold. */
 export { MAX_CSV_RECORD_BYTES } from "../play/define";
 

@@ -139,11 +139,16 @@ describe("UploadScan: CSV", () => {
       expect(await malformedLine("csv", `a,b\r\n1,2\r\n\r\n\n${empty}\n`, size)).toEqual({ line: 5, message: `line 5: ${tooLong}` });
     for (const size of [7, 100_000])
       expect(await malformedLine("csv", `a,b\n"1\n",2\n${quotedEmpty}`, size)).toEqual({ line: 4, message: `line 4: ${tooLong}` });
-    // A row within the row limit by its characters, of three bytes each, is not past it.
+    // A row within the row limit by its characters, of three bytes each, is not past it as written: it is past it
+    // as UTF-8 JSON, as the same row in hand is.
     const wide = `${Array.from({ length: 1000 }, () => "€".repeat(60)).join(",")}\n`;
     expect(encode(wide).length).toBeGreaterThan(2.5 * MAX_ROW_LINE_BYTES);
     const header = `${Array.from({ length: 1000 }, (_, i) => `c${i}`).join(",")}\n`;
-    for (const size of [7, 100_000]) expect(await scan("csv", `${header}${wide}${wide}`, size)).toMatchObject({ rows: 2 });
+    for (const size of [7, 100_000])
+      expect(await malformedLine("csv", `${header}${wide}${wide}`, size)).toEqual({
+        line: 2,
+        message: expect.stringMatching(/^line 2: this row is 189891 bytes as JSON/),
+      });
   });
 
   it("leaves the bound on a record's bytes to the upload: a range read's scanner takes such a record", async () => {
@@ -164,6 +169,27 @@ describe("UploadScan: CSV", () => {
     });
     const utf16 = new Uint8Array([0xff, 0xfe, 0x61, 0x00]);
     expect(await scan("csv", utf16, 1)).toMatchObject({ code: "malformed_upload", message: expect.stringContaining("UTF-16") });
+  });
+});
+
+describe("UploadScan: a row's size as JSON", () => {
+  it("takes a row of exactly the row limit as UTF-8 JSON and refuses one byte more, in CSV and NDJSON, however chunked", async () => {
+    // `{"a":"` and `"}` are 8 bytes, each control character 6 (\u0001): 8 + 60,000 + 5,528 is the limit.
+    const csvRow = (x: number) => `${"\u0001".repeat(10_000)}${"x".repeat(x)}`;
+    for (const size of [7, 100_000]) {
+      expect(await scan("csv", `a\n${csvRow(5528)}\n`, size)).toMatchObject({ rows: 1 });
+      expect(await malformedLine("csv", `a\n1\n${csvRow(5529)}\n`, size)).toEqual({
+        line: 3,
+        message: `line 3: this row is ${MAX_ROW_LINE_BYTES + 1} bytes as JSON, as a run holds it (a control character is six bytes there, \\u0001), over ${MAX_ROW_LINE_BYTES}, the most one row may hold`,
+      });
+    }
+    // A column of no name is no field of the row, so not of its JSON.
+    expect(await scan("csv", `,a\nzzz,${csvRow(5528)}\n`)).toMatchObject({ rows: 1 });
+    // `{"n":[` and `]}` are 8 bytes, each 1e20 21 as JSON, each 1 one, and a comma between two: with a last 12, the limit.
+    const ndjsonRow = (last: string) => `{"n":[${[...Array(2900).fill("1e20"), ...Array(863).fill("1"), last].join(",")}]}\n`;
+    expect(JSON.stringify(JSON.parse(ndjsonRow("12"))).length).toBe(MAX_ROW_LINE_BYTES);
+    expect(await scan("ndjson", ndjsonRow("12"), 1000)).toMatchObject({ rows: 1 });
+    expect(await malformedLine("ndjson", `\n${ndjsonRow("123")}`, 1000)).toMatchObject({ line: 2 });
   });
 });
 

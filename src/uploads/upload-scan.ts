@@ -4,11 +4,23 @@
  * bytes (SHA-256: two uploads of one file are one run's input to an
  * Idempotency-Key). Holds the columns and the index, never the rows.
  */
-import { headerProblem } from "../core/row-fields";
+import { headerProblem, isUnnamedColumn } from "../core/row-fields";
+import { utf8Bytes } from "../core/utf8";
+import type { Row } from "../play/types";
 import { MalformedUploadError, UploadTooLargeError } from "./errors";
 import { CsvScanner } from "./csv-scanner";
-import { INDEX_EVERY_ROWS, MAX_COLUMN_NAMES_CHARS, MAX_COLUMNS, MAX_INDEX_POSITIONS, MAX_UPLOAD_ROWS, type UploadFormat } from "./limits";
+import {
+  INDEX_EVERY_ROWS,
+  MAX_COLUMN_NAMES_CHARS,
+  MAX_COLUMNS,
+  MAX_INDEX_POSITIONS,
+  MAX_JSON_GROWTH,
+  MAX_ROW_JSON_BYTES,
+  MAX_UPLOAD_ROWS,
+  type UploadFormat,
+} from "./limits";
 import { NdjsonScanner } from "./ndjson-scanner";
+import { rowOf } from "./range-reader";
 import type { FilePosition, RowPlace, RowScanner } from "./scanning";
 import type { UploadIndex } from "./upload-index";
 
@@ -19,6 +31,8 @@ export class UploadScan {
   #scanner: RowScanner;
   #columns: string[] | null = null;
   #headerLine = 0;
+  /** CSV: what the header's names add to each row as JSON (`{"id":"","name":""}` less the values). */
+  #namesJsonBytes = 0;
   /** NDJSON: every field name seen so far. */
   #seenColumns = new Set<string>();
   /** The characters of {@link #seenColumns} together. */
@@ -93,6 +107,8 @@ export class UploadScan {
         `this row has ${fields.length} field${fields.length === 1 ? "" : "s"}, the header (line ${this.#headerLine}) has ${this.#columns.length} columns`,
       );
     }
+    const columns = this.#columns;
+    this.#refuseLargeAsJson(place, this.#namesJsonBytes, () => rowOf(columns, fields));
     this.#row(place);
   }
 
@@ -103,6 +119,25 @@ export class UploadScan {
     if (problem !== null) throw new MalformedUploadError(line, problem);
     this.#columns = fields;
     this.#headerLine = line;
+    const named = fields.filter((column) => !isUnnamedColumn(column));
+    // Braces, and for each field its name, a colon, its value's quotes, and a comma between two.
+    this.#namesJsonBytes = 2 + named.reduce((sum, column) => sum + utf8Bytes(JSON.stringify(column)) + 4, 0) - Math.min(named.length, 1);
+  }
+
+  /**
+   * Refuses a row past {@link MAX_ROW_JSON_BYTES} as JSON, as a run's rows in hand are refused: it would fail at run
+   * time, or pass as an upload's row where it is refused in hand. Only a row whose written bytes (`place`) could
+   * reach it is written out as JSON to be measured; `fixedBytes` is what the row's JSON holds besides its values.
+   */
+  #refuseLargeAsJson(place: RowPlace, fixedBytes: number, row: () => Row): void {
+    if (fixedBytes + MAX_JSON_GROWTH * (place.end - place.resumeAt.offset) <= MAX_ROW_JSON_BYTES) return;
+    const bytes = utf8Bytes(JSON.stringify(row()));
+    if (bytes > MAX_ROW_JSON_BYTES) {
+      throw new MalformedUploadError(
+        place.line,
+        `this row is ${bytes} bytes as JSON, as a run holds it (a control character is six bytes there, \\u0001), over ${MAX_ROW_JSON_BYTES}, the most one row may hold`,
+      );
+    }
   }
 
   #ndjsonRow(row: Record<string, unknown>, place: RowPlace): void {
@@ -123,6 +158,7 @@ export class UploadScan {
       this.#seenColumns.add(key);
       this.#seenColumnsChars += key.length;
     }
+    this.#refuseLargeAsJson(place, 0, () => row);
     this.#row(place);
   }
 
