@@ -1,7 +1,7 @@
 /** The constructors play and tool authors use. */
 import { hasUnkeepableField, headerProblem, isUnnamedColumn, UNKEEPABLE_FIELD, UNKEEPABLE_FIELD_MESSAGE } from "../core/row-fields";
 import { z } from "zod";
-import { parse } from "csv-parse/sync";
+import { CsvError, type Options, parse } from "csv-parse/sync";
 import { MAX_ISSUES, messageOf } from "../core/errors";
 import { hasLoneSurrogate, utf8Bytes } from "../core/utf8";
 import { describeInputAs } from "./json-schema";
@@ -250,40 +250,113 @@ export function isUploadedRows(rows: unknown): rows is UploadedRows {
 
 /**
  * CSV text with a header line as row objects. Records end at CRLF, LF or a
- * lone CR, as an upload's do (src/uploads/csv-scanner.ts). csv-parse defines
- * each cell as an own property, so a column named like an Object.prototype
- * member (`toString`) is the row's data like any other. A column named twice
- * would silently keep only its last cell, so such a header is refused
- * instead, as is a record past {@link MAX_CSV_RECORD_BYTES}.
+ * lone CR, as an upload's do (src/uploads/csv-scanner.ts). Each cell is an
+ * own property, so a column named like an Object.prototype member
+ * (`toString`) is the row's data like any other. A column named twice would
+ * silently keep only its last cell, so such a header is refused instead, as
+ * is a record past {@link MAX_CSV_RECORD_BYTES}. A refusal names the line the
+ * record starts on, as an upload's does: csv-parse's own count is where it
+ * stopped, and counts a quoted CRLF twice.
  */
 function parseCsvRows(text: string): Row[] {
   // Where the record's first field ends, in csv-parse's byte count: `cast` sees each field as it ends, with that count.
   // What follows it is a lower bound of the record's bytes, and holds its every other field.
   let firstFieldEnd = 0;
-  let header = false;
-  const rows: Row[] = parse(text, {
-    columns: (names: string[]) => {
-      header = true;
-      return refuseBadHeader(names);
-    },
+  let header: (string | false)[] | null = null;
+  // Where the last record ends (past its line break, in csv-parse's UTF-8 byte count) and the blank lines skipped by
+  // then: the next record starts on the line after, past the blank lines skipped since. Lines are counted only for a
+  // refusal.
+  let lastEnd = 0;
+  let lastBlankLines = 0;
+  let headerLine = () => 1;
+  const lineOf = (blankLines: number) => lineAtByte(text, lastEnd) + blankLines - lastBlankLines;
+  const refuse = (blankLines: number, reason: string) => new Error(`line ${lineOf(blankLines)}: ${reason}`);
+  const options: Options<Row, string[]> = {
     skip_empty_lines: true,
     bom: true,
     record_delimiter: ["\r\n", "\n", "\r"],
-    // One row past the limit is enough to refuse it: a 16 MiB text of short lines is millions of rows, past an isolate's memory.
-    to: MAX_INPUT_ROWS + 1,
+    // Rows of another length are refused here, naming their line.
+    relax_column_count: true,
+    // One row past the limit is enough to refuse it: a 16 MiB text of short lines is millions of rows, past an
+    // isolate's memory. The header is a record too.
+    to: MAX_INPUT_ROWS + 2,
     cast: (field, context) => {
       if (context.index === 0) firstFieldEnd = context.bytes;
       else if (context.bytes - firstFieldEnd > MAX_CSV_RECORD_BYTES)
-        throw new Error(`the row on line ${context.lines} is longer than ${MAX_ROW_BYTES} bytes, the most one row may hold`);
+        throw refuse(context.empty_lines, `this row is longer than ${MAX_ROW_BYTES} bytes, the most one row may hold`);
       return field;
     },
-  });
+    on_record: (fields: string[], info) => {
+      let row: Row | null = null;
+      if (header === null) {
+        header = refuseBadHeader(fields);
+        const [end, blankLines] = [lastEnd, lastBlankLines];
+        headerLine = () => lineAtByte(text, end) + info.empty_lines - blankLines;
+      } else if (fields.length !== header.length) {
+        const count = `${fields.length} field${fields.length === 1 ? "" : "s"}`;
+        throw refuse(info.empty_lines, `this row has ${count}, the header (line ${headerLine()}) has ${header.length} columns`);
+      } else row = rowOf(header, fields);
+      lastEnd = info.bytes;
+      lastBlankLines = info.empty_lines;
+      return row;
+    },
+  };
+  let rows: Row[];
+  try {
+    // The typings give records of their own objects only with `columns`: here `on_record` makes them.
+    rows = parse(text, options as unknown as Options) as unknown as Row[];
+  } catch (error) {
+    if (!(error instanceof CsvError)) throw error;
+    // csv-parse's line is where it stopped, counting a quoted CRLF twice: the line named is where the record starts.
+    const blankLines = typeof error.empty_lines === "number" ? error.empty_lines : lastBlankLines;
+    throw refuse(blankLines, error.message.replace(/\s*\b(at|on) line \d+/g, ""));
+  }
   // Empty text is no table: rows need the header's column names (an empty upload is refused so too).
-  if (!header) throw new Error("the text has no header line (the first line names the columns)");
+  if (header === null) throw new Error("the text has no header line (the first line names the columns)");
   return rows;
 }
 
-/** The header's names, refused as an upload's are (core/row-fields.ts); a column of no name is skipped (`false`), no field. */
+/** A CSV row as an object: each named column an own property (a column named `toString` is data like any other). */
+function rowOf(columns: readonly (string | false)[], fields: readonly string[]): Row {
+  const row: Row = {};
+  columns.forEach((column, i) => {
+    if (column === false) return;
+    Object.defineProperty(row, column, { value: fields[i], enumerable: true, writable: true, configurable: true });
+  });
+  return row;
+}
+
+/**
+ * The 1-based line of `text` that its UTF-8 byte `offset` is on, as an upload counts lines: CRLF, LF and a lone CR
+ * each end one. Walks the text from its start: for a refusal's message only.
+ */
+function lineAtByte(text: string, offset: number): number {
+  let line = 1;
+  let bytes = 0;
+  for (let i = 0; i < text.length && bytes < offset; i++) {
+    const unit = text.charCodeAt(i);
+    // A CRLF is counted at its CR; a lone LF or CR on its own.
+    if (unit === 0x0d || (unit === 0x0a && text.charCodeAt(i - 1) !== 0x0d)) line++;
+    // A surrogate pair is four bytes, two per unit; a lone surrogate is encoded as U+FFFD's three.
+    bytes += unit < 0x80 ? 1 : unit < 0x800 ? 2 : isPairedSurrogate(text, i) ? 2 : 3;
+  }
+  return line;
+}
+
+function isPairedSurrogate(text: string, i: number): boolean {
+  const unit = text.charCodeAt(i);
+  if (unit >= 0xd800 && unit <= 0xdbff) {
+    const next = text.charCodeAt(i + 1);
+    return next >= 0xdc00 && next <= 0xdfff;
+  }
+  if (unit >= 0xdc00 && unit <= 0xdfff) {
+    const previous = text.charCodeAt(i - 1);
+    return previous >= 0xd800 && previous <= 0xdbff;
+  }
+  return false;
+}
+
+/** The header's names, refused as an upload's are (core/row-fields.ts); a column of no name is `false`, no field. */
 function refuseBadHeader(header: string[]): (string | false)[] {
   const problem = headerProblem(header);
   if (problem !== null) throw new Error(problem);
