@@ -20,7 +20,8 @@
  * status told to its org's directory, from a new run's first listing on); `run.alarm` is the coordinator's alarm after it
  * drove the run, before it re-armed itself; `run.finish`, the run's end decided and recorded,
  * before it is carried out; `child.finished`, a run telling a parent it ended; `child.moved`, a shared
- * child telling the parent it moved its spend from what it spent of that parent's cap.
+ * child telling the parent it moved its spend from what it spent of that parent's cap. `upload.commit` is an upload's
+ * file checked (a multipart upload's, by its `complete`), before the records that make it ready are written.
  *
  * A rule with `hold: true` neither fails nor crashes: the matching call waits
  * until the test releases it (`FaultInjector.release`), which opens a window
@@ -48,6 +49,7 @@ export const FAULT_POINTS = [
   "provider.after",
   "provider.lookup",
   "upload.read",
+  "upload.commit",
   "sheet.claimed",
   "receipt.claimed",
   "receipt.completed",

@@ -5,6 +5,7 @@
  */
 import { Hono } from "hono";
 import { z } from "zod";
+import { faultProbeFor } from "../clients/faults";
 import { TroupeError } from "../core/errors";
 import { MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "../uploads/limits";
 import { UploadTooLargeError } from "../uploads/errors";
@@ -24,7 +25,7 @@ const PART_NUMBER = /^[1-9][0-9]{0,4}$/;
 
 export const uploadRoutes = new Hono<AppEnv>();
 
-const uploadsOf = (env: Env, org: string) => new Uploads({ bucket: env.UPLOADS, org });
+const uploadsOf = (env: Env, org: string) => new Uploads({ bucket: env.UPLOADS, org, faults: faultProbeFor(env) });
 
 uploadRoutes.post("/uploads", async (c) => {
   const { multipart } = validate(StartQuery, c.req.query(), "the query");

@@ -136,13 +136,17 @@ export class UploadStore {
     await this.bucket.put(key, json, { httpMetadata: { contentType: "application/json" } });
   }
 
+  /**
+   * Deletes until a list finds nothing under `prefix`: an object written there meanwhile (a complete's records, as a
+   * DELETE of its upload runs) is deleted too, unless written after that last list (`Uploads.complete` then finds
+   * the file gone).
+   */
   async #deleteUnder(prefix: string): Promise<void> {
     // Listed again from the start after each delete: what was deleted is gone, so no cursor is needed.
     for (;;) {
       const page = await this.bucket.list({ prefix, limit: DELETE_BATCH });
       if (page.objects.length === 0) return;
       await this.bucket.delete(page.objects.map((o) => o.key));
-      if (!page.truncated) return;
     }
   }
 }

@@ -25,13 +25,20 @@ export interface OpenUpload {
   source: ByteSource;
 }
 
+/** Injected faults (the test runner's; src/clients/faults.ts): `upload.commit`, a checked file's records about to be written. */
+export interface UploadFaults {
+  check(point: "upload.commit"): Promise<void>;
+}
+
 export class Uploads {
   #store: UploadStore;
   #now: () => number;
+  #faults: UploadFaults | null;
 
-  constructor(options: { bucket: R2Bucket; org: string; now?: () => number }) {
+  constructor(options: { bucket: R2Bucket; org: string; now?: () => number; faults?: UploadFaults }) {
     this.#store = new UploadStore(options);
     this.#now = options.now ?? Date.now;
+    this.#faults = options.faults ?? null;
   }
 
   /**
@@ -127,6 +134,13 @@ export class Uploads {
       if (!(await this.#store.readMultipart(uploadId)) && !(await this.#readyRecord(uploadId))) throw uploadNotFound(uploadId);
       return { createdAt: multipart.createdAt, index };
     });
+    // Deleted between that look and the commit: the file is gone, and the records just written make a ready upload of
+    // nothing. A DELETE deletes until it finds nothing left, so records written before its last look went with the
+    // file, and records written after it find the file gone here.
+    if (!(await this.#store.bucket.head(dataKey))) {
+      await this.#store.discard(uploadId);
+      throw uploadNotFound(uploadId);
+    }
     await this.#store.forgetParts(uploadId);
     return view;
   }
@@ -202,6 +216,7 @@ export class Uploads {
         ...(index.sha256 ? { sha256: index.sha256 } : {}),
         createdAt,
       };
+      await this.#faults?.check("upload.commit");
       await this.#store.commit(record, index);
       return viewOf(record);
     } catch (error) {
