@@ -15,7 +15,7 @@ import { restoreSalvage } from "../src/runtime/tools/salvage";
 import { SalvageStore } from "../src/stores/salvage-store";
 import { createSql } from "../src/stores/sql";
 import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
-import { apiJson, startRun, waitForRun } from "./helpers";
+import { datasetRows, startRun, waitForRun } from "./helpers";
 
 const LEASE_MS = 60_000;
 /** Outputs of 500,000 characters: 17 of them pass MAX_ANSWER_OUTPUT_CHARS (an output holds 512 KiB at most). */
@@ -203,18 +203,6 @@ describe("row claims carrying large inputs", () => {
   });
 });
 
-/** Every row of a run's dataset, by cursor (helpers' `datasetRows` pages by offset and takes a page cut by its size for the last). */
-async function allRows(runId: string, dataset: string): Promise<any[]> {
-  const rows: any[] = [];
-  for (let path = `/v1/runs/${runId}/datasets/${dataset}?limit=1000`; ; ) {
-    const { status, body } = await apiJson(path);
-    expect(status).toBe(200);
-    rows.push(...body.rows);
-    if (body.nextCursor === null) return rows;
-    path = `/v1/runs/${runId}/datasets/${dataset}?cursor=${body.nextCursor}&limit=1000`;
-  }
-}
-
 describe("a rerun of a map whose tool calls answered large outputs", () => {
   it("reuses every call's output, as stored, and bills nothing", { timeout: 120_000 }, async () => {
     const rows = Array.from({ length: 100 }, (_, i) => ({
@@ -227,7 +215,7 @@ describe("a rerun of a map whose tool calls answered large outputs", () => {
     const dataset = `padded-${crypto.randomUUID()}`;
     const first = await waitForRun(await startRun("test-calls", { rows, dataset }, options), { timeoutMs: 90_000 });
     expect(first.status).toBe("completed");
-    const computed = await allRows(first.runId, dataset);
+    const computed = await datasetRows(first.runId, dataset);
     expect(computed).toHaveLength(rows.length);
     expect(computed.every((row) => row.out.padding.length === PADDED_FIND_CHARS)).toBe(true);
 
@@ -236,7 +224,7 @@ describe("a rerun of a map whose tool calls answered large outputs", () => {
     expect(rerun.status).toBe("completed");
     expect(rerun.usage.providerRequests).toBe(0);
     expect(rerun.usage.spend.total).toBe(0);
-    expect(await allRows(rerun.runId, dataset)).toEqual(computed);
+    expect(await datasetRows(rerun.runId, dataset)).toEqual(computed);
     // More outputs than one answer carries came back: in more calls than one per shard.
     const outputChars = rows.length * PADDED_FIND_CHARS;
     expect(rerun.usage.objectRpcsByKind["receipt.write"]).toBeGreaterThanOrEqual(Math.ceil(outputChars / MAX_ANSWER_OUTPUT_CHARS));

@@ -62,11 +62,13 @@ export async function waitForRun(runId: string, options: { token?: string; timeo
 /** Every row of a run's dataset, paged through the API. */
 export async function datasetRows(runId: string, name: string): Promise<any[]> {
   const rows: any[] = [];
-  for (let offset = 0; ; offset += 1000) {
-    const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/${name}?offset=${offset}&limit=1000`);
+  // By cursor: a page of large rows is cut short by its size, not at its limit.
+  for (let query = "limit=1000"; ; ) {
+    const { status, body } = await apiJson(`/v1/runs/${runId}/datasets/${name}?${query}`);
     if (status !== 200) throw new Error(`dataset: ${status} ${JSON.stringify(body)}`);
     rows.push(...body.rows);
-    if (offset + 1000 >= body.total) return rows;
+    if (body.nextCursor === null) return rows;
+    query = `cursor=${body.nextCursor}&limit=1000`;
   }
 }
 
