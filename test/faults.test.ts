@@ -412,6 +412,17 @@ describe("an org directory that cannot be told of a new run", () => {
     const listed = (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === body.runId);
     expect(listed).toMatchObject({ status: "completed" });
   });
+
+  it("lists a run ended as soon as its own answer says it ended, while its end's telling is still on its way", async () => {
+    // Told at submit, as it starts, then as it ends: that last telling is held (a loaded machine's slow call).
+    await setFaults([{ point: "directory.sync", play: "test-calls", fromCall: 3, times: 1, hold: true }]);
+    const runId = await startRun("test-calls", { rows: findRows("Told", 2), dataset: "told" });
+    await injector().held(0);
+    expect((await waitForRun(runId)).status).toBe("completed");
+    const listed = (await apiJson("/v1/runs?limit=200")).body.runs.find((r: { runId: string }) => r.runId === runId);
+    expect(listed).toMatchObject({ status: "completed" });
+    expect(await injector().release(0)).toBe(1);
+  });
 });
 
 describe("an org directory that missed a status", () => {

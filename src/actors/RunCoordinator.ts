@@ -234,13 +234,14 @@ export class RunCoordinator extends Server<Env> {
     return this.#executors.grant(attemptId, wantedMicros);
   }
 
-  /** The run as its org sees it; reading a non-terminal run also makes sure its alarm is armed. */
+  /** The run as its org sees it: its alarm armed if it has not ended, or its end told to its org's list first. */
   async getRun(org: string): Promise<RunView | null> {
     const run = this.#runOf(org);
     if (!run) return null;
-    if (!isTerminal(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null) {
+    if (!isTerminal(run.status) && !this.#invocation && (await this.ctx.storage.getAlarm()) === null)
       await this.ctx.storage.setAlarm(Date.now());
-    }
+    // The alarm ending a run tells the list last: a reader who sees the end finds it listed (a failure is the alarm's).
+    else if (isTerminal(run.status) && this.#listed !== shownStatus(run)) await this.#syncDirectory().catch(() => {});
     return this.#view();
   }
 
