@@ -90,9 +90,11 @@ describe("an executor invocation near its subrequest limit", () => {
 describe("an executor invocation near its time limit", () => {
   it("winds its attempt down as well: the requests in flight are answered and stored, the rest sent from the next invocation", async () => {
     await updateSimConfig(env, { latencyMs: 100 });
-    const rows = leads(60);
-    // 120 calls at six at a time, 100 ms each: about 2 s, over invocations of 400 ms.
-    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 400 } });
+    const rows = leads(120);
+    // 240 calls at six at a time, 100 ms each: about 4 s, over invocations of a second. An invocation must settle a
+    // row (its verification batch sent and answered): three in a row that settle none are a stalled attempt, which
+    // is redispatched. Invocations of 400 ms settled none beside three busy CPUs.
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, chunkRows: 120, executorWindDownMs: 1000 } });
     const { windDowns } = await expectWhole(runId, rows);
     expect(windDowns).toBeGreaterThanOrEqual(2);
   });
