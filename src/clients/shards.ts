@@ -137,7 +137,7 @@ export class SheetClient {
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
-        inSizedPages(group, ROW_PAGE_CHARS, (r) => r.key.length + (JSON.stringify(r.input)?.length ?? 0), 1000).map(async (page) => {
+        inSizedPages(group, ROW_PAGE_CHARS, inputChars, 1000).map(async (page) => {
           const result = await this.#stub(shard, "peekRows").peekRows({
             recompute,
             rows: page.map((r) => ({ key: r.key, input: r.input })),
@@ -409,13 +409,18 @@ export class ReceiptClient {
   }
 }
 
+/** What a row's key and input take of a page. */
+function inputChars(row: { key: string; input: unknown }): number {
+  return row.key.length + (JSON.stringify(row.input)?.length ?? 0);
+}
+
 /**
  * One shard's rows to claim in pages of ROW_PAGE_CHARS of inputs, in their order, every row of a key in one page:
  * a key repeated with another input is answered by its earlier rows in the same claim (SheetStore.claimRows).
  */
 function claimPages(rows: readonly PlannedRow[]): PlannedRow[][] {
   const charsOf = new Map<string, number>();
-  for (const row of rows) charsOf.set(row.key, (charsOf.get(row.key) ?? 0) + row.key.length + (JSON.stringify(row.input)?.length ?? 0));
+  for (const row of rows) charsOf.set(row.key, (charsOf.get(row.key) ?? 0) + inputChars(row));
   const pageOf = new Map<string, number>();
   let page = 0;
   let chars = 0;
