@@ -204,6 +204,14 @@ describe("provider failures", () => {
   });
 });
 
+/**
+ * A provider that has not read a request when the run's timeout cuts it off never executes it (the simulator cannot
+ * read a body whose sender went away), so these tests give it a timeout long enough to read every request on a
+ * loaded machine (at 100 ms, one in many runs had a request cut off unread), and answers well after it.
+ */
+const TIMEOUT_MS = 300;
+const LATE_MS = 1_000;
+
 describe("a provider that does not answer in time", () => {
   afterEach(async () => {
     await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 0 } });
@@ -211,9 +219,13 @@ describe("a provider that does not answer in time", () => {
 
   it("has each request stopped at the provider timeout and retried under the same key; the row fails retryably, billed once", async () => {
     await simReset();
-    // Every answer comes after 400 ms; the run stops waiting at 100 ms.
-    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
-    const runId = await startRun("test-calls", { rows: findRows("Hang", 2), dataset: "hang" }, { testPolicy: { providerTimeoutMs: 100 } });
+    // Every answer comes after a second; the run stops waiting at 300 ms.
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: LATE_MS } });
+    const runId = await startRun(
+      "test-calls",
+      { rows: findRows("Hang", 2), dataset: "hang" },
+      { testPolicy: { providerTimeoutMs: TIMEOUT_MS } },
+    );
     const run = await waitForRun(runId);
 
     expect(run.status).toBe("completed");
@@ -233,13 +245,13 @@ describe("a provider that does not answer in time", () => {
 
   it("has a request to a provider that ignores idempotency keys stopped once, not sent again: its row fails outcome_unknown", async () => {
     await simReset();
-    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: LATE_MS } });
     const rows = unkeyedRows("test_unkeyed_find", "Unkeyed");
-    const runId = await startRun("test-calls", { rows, dataset: "unkeyed-hang" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const runId = await startRun("test-calls", { rows, dataset: "unkeyed-hang" }, { testPolicy: { providerTimeoutMs: TIMEOUT_MS } });
     const run = await waitForRun(runId);
     expect(run.result).toEqual({ total: 2, completed: 0, failed: 2 });
     for (const row of await datasetRows(runId, "unkeyed-hang"))
-      expect(row._error).toMatch(/^outcome_unknown: .*did not answer within 100 ms/);
+      expect(row._error).toMatch(/^outcome_unknown: .*did not answer within 300 ms/);
     expect(run.usage).toMatchObject({ providerRequests: 2, providerRetries: 0, outcomeUnknown: 2 });
     // Sent again, each would have executed (and billed) twice at a provider that ignores the key.
     const stats = await until(simStats, (s) => s.billed === 2, "the stopped requests answered");
@@ -256,10 +268,14 @@ describe("a provider that does not answer in time", () => {
 
   it("asks a provider that ignores idempotency keys for a timed-out request's answer, and stores it without sending again", async () => {
     await simReset();
-    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: 400 } });
+    await api("/v1/sim/config", { method: "PUT", json: { latencyMs: LATE_MS } });
     const rows = unkeyedRows("test_unkeyed_lookup_find", "Looked");
     // The lookup finds each request still being answered, and waits (within the receipt wait) for its answer.
-    const runId = await startRun("test-calls", { rows, dataset: "unkeyed-lookup" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "unkeyed-lookup" },
+      { testPolicy: { providerTimeoutMs: TIMEOUT_MS, receiptWaitMs: 5_000 } },
+    );
     const run = await waitForRun(runId);
     expect(run.result).toEqual({ total: 2, completed: 2, failed: 0 });
     const stored = await datasetRows(runId, "unkeyed-lookup");

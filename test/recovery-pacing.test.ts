@@ -27,13 +27,27 @@ const lookupRows = (prefix: string, count: number) =>
     input: { name: `${prefix} Person ${i}`, domain: "lookup.test" },
   }));
 
+/**
+ * The call's answer never reaches the run, as the provider timeout cuts it off, once the provider has executed (and
+ * billed) it: a fault, not a short timeout against the simulator's latency, which would race the provider's
+ * reading of the request (a provider that had not read it when the run gave up never executes it, and a loaded
+ * machine can take longer than a short timeout to deliver it).
+ */
+const lostAnswer = {
+  point: "provider.after",
+  tool: "test_unkeyed_lookup_find",
+  times: 1,
+  error: { code: "provider_timeout", message: "the provider did not answer in time (test fault)" },
+} as const;
+
 describe("recovery lookups", () => {
   it("wait out a 429 and ask again: the row gets its answer, not outcome_unknown", async () => {
     await simReset();
-    // One request a second: the lookup right after the cut-off call is answered 429 with its Retry-After.
-    await setSim({ latencyMs: 400, ratePerSecond: 1 });
+    // One request a second: the lookup right after the call is answered 429 with its Retry-After.
+    await setSim({ ratePerSecond: 1 });
+    await setFaults([lostAnswer]);
     const rows = lookupRows("Limited", 1);
-    const runId = await startRun("test-calls", { rows, dataset: "limited-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const runId = await startRun("test-calls", { rows, dataset: "limited-lookups" });
     const run = await waitForRun(runId);
     expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
     const [row] = await datasetRows(runId, "limited-lookups");
@@ -45,10 +59,16 @@ describe("recovery lookups", () => {
 
   it("tell the gate what their answers say of the provider's quota", async () => {
     await simReset();
-    // Every call is cut off before its answer: only the lookups' answers bring the quota's headers.
-    await setSim({ latencyMs: 400, ratePerSecond: 50, rateLimitHeaders: "x-ratelimit" });
+    // Every call is cut off by the provider timeout before its answer: only the lookups' answers bring the quota's
+    // headers. The timeout leaves the provider ample time to read each request (one it has not read when the run gives
+    // up is never executed), the lookups ample time to wait for the answers (faults.test.ts, "does not answer in time").
+    await setSim({ latencyMs: 1_000, ratePerSecond: 50, rateLimitHeaders: "x-ratelimit" });
     const rows = lookupRows("Quota", 2);
-    const runId = await startRun("test-calls", { rows, dataset: "quota-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "quota-lookups" },
+      { testPolicy: { providerTimeoutMs: 300, receiptWaitMs: 5_000 } },
+    );
     const run = await waitForRun(runId);
     expect(run.result).toEqual({ total: 2, completed: 2, failed: 0 });
     expect(run.usage.providerLookups).toBeGreaterThan(0);
@@ -58,9 +78,9 @@ describe("recovery lookups", () => {
 
   it("ask again after a 5xx: the row gets its answer, not outcome_unknown", async () => {
     await simReset();
-    // The call is cut off (its answer comes at 400 ms); the provider's first answer to a lookup is a 503.
-    await setSim({ latencyMs: 400 });
+    // The call's answer is lost; the provider's first answer to a lookup is a 503.
     await setFaults([
+      lostAnswer,
       {
         point: "provider.lookup",
         tool: "test_unkeyed_lookup_find",
@@ -69,7 +89,7 @@ describe("recovery lookups", () => {
       },
     ]);
     const rows = lookupRows("Unavailable", 1);
-    const runId = await startRun("test-calls", { rows, dataset: "unavailable-lookups" }, { testPolicy: { providerTimeoutMs: 100 } });
+    const runId = await startRun("test-calls", { rows, dataset: "unavailable-lookups" });
     const run = await waitForRun(runId);
     expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
     const [row] = await datasetRows(runId, "unavailable-lookups");

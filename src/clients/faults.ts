@@ -11,7 +11,9 @@
  * coordinator aborts itself, as a crash or eviction would), leaving whatever
  * it had in flight for the next invocation to redispatch.
  *
- * `provider.lookup` is a recovery lookup (a tool's `recover`), before it is sent.
+ * `provider.lookup` is a recovery lookup (a tool's `recover`), before it is sent. A provider point's rule with the
+ * code `provider_timeout` throws what the engine's provider timeout throws: at `provider.after`, a request the
+ * provider answered (and billed) whose answer never reached the run.
  * The `*.claimed`, `sheet.persisted` points come right after the operation
  * succeeded (crash points between the phases of a chunk; `executor.reported`:
  * a report the coordinator applied whose answer is lost; `executor.end` and
@@ -36,7 +38,7 @@
  * { rules: [{ point: "provider.after", fromCall: 2, times: 1, crash: true }] }
  */
 import { z } from "zod";
-import { ToolCallError } from "../play/tool-error";
+import { PROVIDER_TIMEOUT, ProviderTimeout, ToolCallError } from "../play/tool-error";
 import { TroupeError } from "../core/errors";
 
 /** The operations a fault can be injected into. */
@@ -84,7 +86,7 @@ export const FaultRule = z
     fromCall: z.number().int().min(1).default(1),
     /** How many matching calls fail from `fromCall` on; absent means every one. */
     times: z.number().int().min(1).optional(),
-    /** What the failed call throws. Provider points throw a `ToolCallError` with this code. */
+    /** What the failed call throws. Provider points throw a `ToolCallError` with this code (`provider_timeout`: the engine's timeout). */
     error: z
       .object({
         code: z
@@ -225,7 +227,12 @@ class RemoteFaultProbe implements FaultProbe {
       if (this.#crash) this.#crash(reason);
       throw new TroupeError("injected_crash", reason);
     }
-    if (point.startsWith("provider.")) throw new ToolCallError({ ...decision.error });
+    if (point.startsWith("provider.")) {
+      // The engine's own timeout, at `provider.after` a request the provider answered (and billed) whose answer was lost:
+      // deterministic where a real cut-off races the provider's reading of the request.
+      if (decision.error.code === PROVIDER_TIMEOUT) throw new ProviderTimeout(decision.error.message);
+      throw new ToolCallError({ ...decision.error });
+    }
     throw new TroupeError(decision.error.code, decision.error.message);
   }
 

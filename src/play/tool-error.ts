@@ -11,6 +11,12 @@ import { TroupeError } from "../core/errors";
  */
 export const AUTH_SCOPE_CHANGED = "auth_scope_changed";
 
+/**
+ * The engine's provider timeout cut a request off: it may have reached the provider, and nothing says how it
+ * ended. (Test fault plans throw it too, with this code: a request answered whose answer was lost.)
+ */
+export const PROVIDER_TIMEOUT = "provider_timeout";
+
 /** What a tool says about a failed call; see {@link ToolCallError}. */
 export interface ToolCallErrorOptions {
   code: string;
@@ -67,5 +73,12 @@ function headersOf(init: HeadersInit | null): Headers | null {
   } catch {
     // Malformed headers must not turn the tool's failure into another one: they only carried pacing hints.
     return null;
+  }
+}
+
+/** A request cut off by the engine's provider timeout ({@link PROVIDER_TIMEOUT}): retryable, its outcome unknown. */
+export class ProviderTimeout extends ToolCallError {
+  constructor(message: string) {
+    super({ code: PROVIDER_TIMEOUT, message, retryable: true });
   }
 }

@@ -7,7 +7,7 @@
  * and every 429 is counted on the meter.
  */
 import { withSendHooks } from "../../core/outbound";
-import { ToolCallError } from "../../play/tool-error";
+import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import type { SubrequestMeter } from "../../core/meter";
 import type { Pacer } from "../pacing/pacer";
 import { AnswerSignals, readRateLimitSignals, saneWaitMs } from "../pacing/signals";
@@ -36,13 +36,6 @@ export interface ProviderCallContext {
    * provider timeout cut off may have been executed, so it is not sent again here ({@link ProviderOutcome} `unanswered`).
    */
   unkeyed?: boolean;
-}
-
-/** The engine's provider timeout cut the request off: it may have reached the provider, and nothing says how it ended. */
-export class ProviderTimeout extends ToolCallError {
-  constructor(timeoutMs: number) {
-    super({ code: "provider_timeout", message: `the provider did not answer within ${timeoutMs} ms`, retryable: true });
-  }
 }
 
 /**

@@ -17,16 +17,8 @@ import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { checkSplit, planBatches } from "./batching";
-import {
-  callProvider,
-  classifyFailure,
-  NotSent,
-  type ProviderCallContext,
-  type ProviderOutcome,
-  ProviderTimeout,
-  retryWait,
-} from "./provider-call";
-import { ToolCallError } from "../../play/tool-error";
+import { callProvider, classifyFailure, NotSent, type ProviderCallContext, type ProviderOutcome, retryWait } from "./provider-call";
+import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import type { RetryClass } from "../../core/backoff";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
@@ -233,7 +225,7 @@ export class ToolQueue {
    */
   async #timed<T>(send: (signal: AbortSignal) => Promise<T>): Promise<T> {
     const timeoutMs = this.#services.policy.providerTimeoutMs;
-    const timeout = timeoutSignal(timeoutMs, () => new ProviderTimeout(timeoutMs));
+    const timeout = timeoutSignal(timeoutMs, () => new ProviderTimeout(`the provider did not answer within ${timeoutMs} ms`));
     try {
       // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
       // Its clock stops while it waits for one of the object's six slots (a pacer holds six units per provider, but
