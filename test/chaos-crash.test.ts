@@ -10,6 +10,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { env } from "cloudflare:workers";
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { sheetShardName } from "../src/clients/shards";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { ExecutorStore } from "../src/stores/executor-store";
@@ -152,7 +153,16 @@ describe("the coordinator dies while its executors run", () => {
   it("has an executor start no attempt of the old epoch after it: the trace it was answered before is not reused", async () => {
     await simReset();
     await setSim({ latencyMs: 150 });
-    const runId = await startRun("test-calls", { rows: callRows("HeldAcross", 200), dataset: "held-across" });
+    // The run's own rows find by a tool the attempts below do not use, and every call of it past the eighth is held
+    // once answered: the run cannot end before the coordinator restarts (on a loaded machine, 200 rows of free calls
+    // ended before the steps below reached the restart).
+    await setFaults([{ point: "provider.after", tool: "test_scoped_find", fromCall: 9, hold: true }]);
+    const ownRows = callRows("HeldAcross", 200).map((row, i) => ({
+      id: row.id,
+      tool: "test_scoped_find",
+      input: { name: `HeldAcross Person ${i}`, domain: "chaos.test" },
+    }));
+    const runId = await startRun("test-calls", { rows: ownRows, dataset: "held-across" });
     await until(simStats, (s) => s.calls >= 8, "provider calls in flight");
     const { runAttempt } = await runView(runId);
     // Attempts of the run's map whose rows (datasets of their own) no invocation watches: each stops at its first
@@ -199,6 +209,9 @@ describe("the coordinator dies while its executors run", () => {
     expect(await heldBy(`${runId}#7`)).toEqual([]);
     expect((await claimed("second")).total).toBe(0);
 
+    // No call is held from here on, and those held go on: the cancel ends the attempts that made them.
+    await clearFaults();
+    await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0);
     await coordinator(runId).cancel("dev");
     expect((await waitForRun(runId)).status).toBe("cancelled");
   });
