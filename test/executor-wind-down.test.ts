@@ -38,7 +38,7 @@ function leads(count: number) {
 /** The run completed every lead with the provider's answers, each call billed once, and never redispatched a chunk. */
 async function expectWhole(runId: string, rows: ReturnType<typeof leads>) {
   const run = await waitForRun(runId);
-  expect(run.status).toBe("completed");
+  expect(run.status, JSON.stringify(run.error)).toBe("completed");
   expect(run.result).toEqual({ rows: rows.length, failed: 0 });
   await expectExactlyOnce(runId, rows);
   const events = await allEvents(runId);
@@ -112,7 +112,7 @@ describe("a coordinator invocation near its time limit", () => {
       { testPolicy: { minExecutors: 1, maxExecutors: 1, chunkRows: 200, coordinatorWindDownMs: 1_500 } },
     );
     const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
     await expectCallsOnce(runId, "calls", rows);
     const events = await allEvents(runId);
     const lines = events.flatMap((e) => (e.type === "log.appended" ? [e.line] : [])).join("\n");
@@ -139,7 +139,7 @@ describe("an executor evicted around a wind-down", () => {
     await setFaults([{ point: "sheet.persisted", play: "demo-enrich", fromCall: 1, times: 1, crash: true }]);
     const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 60 } });
     const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
     await expectExactlyOnce(runId, rows);
   });
 
@@ -176,7 +176,7 @@ describe("a field that catches its call's error", () => {
     // Rows wait for the executor's six connections: at each wind-down, most have a call refused, which they catch.
     const runId = await startRun("test-catching", { rows }, { testPolicy: { ...oneChunk, executorWindDownMs: 300 } });
     const run = await waitForRun(runId);
-    expect(run.status).toBe("completed");
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
     expect(await notices(runId)).toContain("attempt_wound_down");
     const stored = new Map((await datasetRows(runId, "leads")).map((row) => [row._key, row]));
     for (const row of rows) expect(stored.get(row.id)).toMatchObject({ _status: "completed", email: expectedEmail(row.name, row.domain) });
@@ -194,7 +194,7 @@ describe("a field that catches a call it made through the play's ctx (a closure)
       const rows = leads(100);
       const runId = await startRun("test-catching", { rows, outer: true }, { testPolicy: policy });
       const run = await waitForRun(runId);
-      expect(run.status).toBe("completed");
+      expect(run.status, JSON.stringify(run.error)).toBe("completed");
       expect(await notices(runId)).toContain("attempt_wound_down");
       const stored = new Map((await datasetRows(runId, "leads")).map((row) => [row._key, row]));
       for (const row of rows)
