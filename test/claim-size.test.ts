@@ -8,12 +8,14 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ROW_PAGE_CHARS, ReceiptClient, SheetClient } from "../src/clients/shards";
+import { ROW_PAGE_CHARS, ReceiptClient, receiptShardName, SheetClient } from "../src/clients/shards";
 import { type AttemptRef, MAX_ANSWER_OUTPUT_CHARS, type PlannedRow } from "../src/contracts/shards";
 import { SubrequestMeter } from "../src/core/meter";
 import { restoreSalvage } from "../src/runtime/tools/salvage";
 import { SalvageStore } from "../src/stores/salvage-store";
-import { createSql } from "../src/stores/sql";
+import { AnswerBudget } from "../src/stores/answer-budget";
+import { ReceiptStore } from "../src/stores/receipt-store";
+import { createSql, type Sql, type SqlValue } from "../src/stores/sql";
 import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
 import { datasetRows, startRun, waitForRun } from "./helpers";
 
@@ -55,7 +57,19 @@ async function completedReceipts() {
   });
   expect(written.completed.accepted).toHaveLength(REUSED);
   claimed.length = 0;
-  return { receipts, meter, keys, claimed };
+  return { org, receipts, meter, keys, claimed };
+}
+
+/** `sql`, counting the characters of the strings its reads return. */
+function counting(sql: Sql): { sql: Sql; read: () => number } {
+  let chars = 0;
+  const wrapped = (<T extends Record<string, SqlStorageValue>>(strings: TemplateStringsArray, ...values: SqlValue[]) => {
+    const rows = sql<T>(strings, ...values);
+    for (const row of rows) for (const value of Object.values(row)) if (typeof value === "string") chars += value.length;
+    return rows;
+  }) as Sql;
+  wrapped.write = sql.write;
+  return { sql: wrapped, read: () => chars };
 }
 
 describe("receipt answers carrying outputs", () => {
@@ -103,6 +117,27 @@ describe("receipt answers carrying outputs", () => {
       expect(receipt?.state).toBe("reused");
       expect(receipt?.state === "reused" && receipt.output).toEqual(outputOf(i));
     }
+  });
+
+  it("a shard reads from storage only the outputs it answers", async () => {
+    const { org, keys } = await completedReceipts();
+    const shard = env.RECEIPT_SHARD.getByName(receiptShardName(org, 0));
+    await runInDurableObject(shard, (_instance, state) => {
+      const { sql, read } = counting(createSql(state.storage));
+      const store = new ReceiptStore({ sql, now: Date.now });
+      // What a peek looks at first: every receipt's status, none of the outputs.
+      const found = store.getMany(keys);
+      expect([...found.values()].every((receipt) => receipt.status === "completed")).toBe(true);
+      expect(read()).toBeLessThan(OUTPUT_CHARS);
+      // A claim whose answer has room for two of the twenty outputs reads those two and the one that did not fit.
+      const claims = store.claim(
+        { attempt: attemptOf("reader"), leaseTtlMs: LEASE_MS, refresh: false, items: keys.map((key) => ({ key, toolId: "t" })) },
+        new AnswerBudget(2 * OUTPUT_CHARS + 100),
+      );
+      expect(claims.map((claim) => claim.disposition)).toEqual(["reused", "reused"]);
+      expect(claims.map((claim) => claim.disposition === "reused" && claim.output)).toEqual([outputOf(0), outputOf(1)]);
+      expect(read()).toBeLessThan(4 * OUTPUT_CHARS);
+    });
   });
 
   it("a write of small outputs takes one call, as before", async () => {

@@ -106,13 +106,16 @@ type ReceiptRow = {
   bought_at: number | null;
 };
 
-function rowToReceipt(row: ReceiptRow): Receipt {
+/** A receipt's row without its output: whether it has one (`stored_output`, 1 or 0) instead. */
+type ReceiptHead = Omit<ReceiptRow, "output"> & { stored_output: number };
+
+function rowToReceipt(row: Omit<ReceiptRow, "output">, output: JsonValue): Receipt {
   return {
     key: row.key,
     toolId: row.tool_id,
     // The column's CHECK constraint admits only the three statuses.
     status: row.status as ReceiptStatus,
-    output: row.output === null ? null : (JSON.parse(row.output) as JsonValue),
+    output,
     error: row.error_code === null ? null : { code: row.error_code, message: row.error_message ?? "" },
     retryable: row.retryable === 1,
     generation: row.generation,
@@ -251,20 +254,40 @@ export class ReceiptStore {
     return row?.at ?? null;
   }
 
-  /** One receipt, or null. */
+  /** One receipt as plain data (its output read), or null. */
   get(key: string): Receipt | null {
-    return this.#load([key]).get(key) ?? null;
+    const receipt = this.#load([key]).get(key);
+    return receipt ? { ...receipt } : null;
   }
 
-  /** The receipts of `keys` that exist, by key. */
+  /** The receipts of `keys` that exist, by key; an output is read from storage when used (in the same synchronous call). */
   getMany(keys: string[]): Map<string, Receipt> {
     return this.#load(keys);
   }
 
+  /**
+   * The receipts of `keys`, each output read from storage when first used (in the same synchronous call): a claim or
+   * peek answers only the outputs one RPC carries, and reading hundreds of 512 KiB outputs passed an isolate's 128 MB.
+   */
   #load(keys: string[]): Map<string, Receipt> {
-    const rows = this.#sql<ReceiptRow>`
-      SELECT * FROM receipts WHERE key IN (SELECT value FROM json_each(${JSON.stringify([...new Set(keys)])}))`;
-    return new Map(rows.map((row) => [row.key, rowToReceipt(row)]));
+    const rows = this.#sql<ReceiptHead>`
+      SELECT key, tool_id, status, output IS NOT NULL AS stored_output, error_code, error_message, retryable, generation,
+        owner_run_id, owner_attempt_id, owner_seq, lease_expires_at, finished_by_run, created_at, updated_at,
+        unknown_from, bought_at
+      FROM receipts WHERE key IN (SELECT value FROM json_each(${JSON.stringify([...new Set(keys)])}))`;
+    return new Map(rows.map((row) => [row.key, row.stored_output ? this.#withStoredOutput(row) : rowToReceipt(row, null)]));
+  }
+
+  /** `row`'s receipt, whose `output` is read (and parsed) from storage on first use. */
+  #withStoredOutput(row: Omit<ReceiptRow, "output">): Receipt {
+    let output: { value: JsonValue } | null = null;
+    const get = () => {
+      if (output) return output.value;
+      const [stored] = this.#sql<{ output: string }>`SELECT output FROM receipts WHERE key = ${row.key}`;
+      output = { value: JSON.parse(stored!.output) as JsonValue };
+      return output.value;
+    };
+    return Object.defineProperty(rowToReceipt(row, null), "output", { enumerable: true, get });
   }
 
   /**
