@@ -1,6 +1,6 @@
 /**
  * Answers of shard claims and peeks stay under what one RPC carries (32 MiB in
- * production; workerd does not enforce it locally): past MAX_ANSWER_OUTPUT_CHARS
+ * production; workerd does not enforce it locally): past RPC_PAGE_CHARS
  * of reused receipt outputs a shard answers the first items and the client asks
  * again for the rest, and a claim of rows sends their inputs in pages. Each test
  * uses real sizes over one shard and counts the calls it took.
@@ -8,8 +8,8 @@
 import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ROW_PAGE_CHARS, ReceiptClient, receiptShardName, SheetClient } from "../src/clients/shards";
-import { type AttemptRef, MAX_ANSWER_OUTPUT_CHARS, type PlannedRow } from "../src/contracts/shards";
+import { ReceiptClient, receiptShardName, SheetClient } from "../src/clients/shards";
+import { type AttemptRef, type PlannedRow, RPC_PAGE_CHARS } from "../src/contracts/shards";
 import { SubrequestMeter } from "../src/core/meter";
 import { restoreSalvage } from "../src/runtime/tools/salvage";
 import { SalvageStore } from "../src/stores/salvage-store";
@@ -20,7 +20,7 @@ import { PADDED_FIND_CHARS } from "../src/tools/test-tools";
 import { datasetRows, startRun, waitForRun } from "./helpers";
 
 const LEASE_MS = 60_000;
-/** Outputs of 500,000 characters: 17 of them pass MAX_ANSWER_OUTPUT_CHARS (an output holds 512 KiB at most). */
+/** Outputs of 500,000 characters: 17 of them pass RPC_PAGE_CHARS (an output holds 512 KiB at most). */
 const OUTPUT_CHARS = 500_000;
 const REUSED = 20;
 
@@ -74,7 +74,7 @@ function counting(sql: Sql): { sql: Sql; read: () => number } {
 
 describe("receipt answers carrying outputs", () => {
   it("a write whose claims reuse more outputs than one answer carries claims them all, in order, over more than one call", async () => {
-    expect(REUSED * OUTPUT_CHARS).toBeGreaterThan(MAX_ANSWER_OUTPUT_CHARS);
+    expect(REUSED * OUTPUT_CHARS).toBeGreaterThan(RPC_PAGE_CHARS);
     const { receipts, meter, keys, claimed } = await completedReceipts();
     const before = meter.rpcByKind["receipt.write"] ?? 0;
     const second = attemptOf("second");
@@ -193,13 +193,13 @@ describe("row claims carrying large inputs", () => {
     const meter = new SubrequestMeter();
     const dataset = `claim-size-${crypto.randomUUID()}`;
     const sheets = new SheetClient({ env, meter, location: { org: "dev", play: "test-calls", dataset, shardCount: 1 } });
-    // 150 inputs of 60,000 characters (a row's input holds 64 KiB): past ROW_PAGE_CHARS on the one shard.
+    // 150 inputs of 60,000 characters (a row's input holds 64 KiB): past RPC_PAGE_CHARS on the one shard.
     const rows: PlannedRow[] = Array.from({ length: 150 }, (_, index) => ({
       key: `k${index}`,
       index,
       input: { name: `k${index}`, pad: String(index % 10).repeat(60_000) },
     }));
-    expect(rows.length * 60_000).toBeGreaterThan(ROW_PAGE_CHARS);
+    expect(rows.length * 60_000).toBeGreaterThan(RPC_PAGE_CHARS);
     // k7 again, last, with another input: answered blocked (by this attempt) as in one claim, not a second lease.
     const repeated: PlannedRow = { key: "k7", index: rows.length, input: { name: "k7", pad: "again" } };
     const first = attemptOf("first");
@@ -262,6 +262,6 @@ describe("a rerun of a map whose tool calls answered large outputs", () => {
     expect(await datasetRows(rerun.runId, dataset)).toEqual(computed);
     // More outputs than one answer carries came back: in more calls than one per shard.
     const outputChars = rows.length * PADDED_FIND_CHARS;
-    expect(rerun.usage.objectRpcsByKind["receipt.write"]).toBeGreaterThanOrEqual(Math.ceil(outputChars / MAX_ANSWER_OUTPUT_CHARS));
+    expect(rerun.usage.objectRpcsByKind["receipt.write"]).toBeGreaterThanOrEqual(Math.ceil(outputChars / RPC_PAGE_CHARS));
   });
 });

@@ -73,7 +73,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /**
    * Completions, failures, then claims of one attempt, in one transaction (see WriteReceiptsRequest). The claims
-   * stop before the reused output that would take the answer past MAX_ANSWER_OUTPUT_CHARS (see WriteReceiptsResult).
+   * stop before the reused output that would take the answer past RPC_PAGE_CHARS (see WriteReceiptsResult).
    */
   async write(input: WriteReceiptsRequest): Promise<WriteReceiptsResult<StoredReceiptClaim>> {
     const { attempt, complete, fail, claims } = parseRpcInput(WriteReceiptsRequest, input);
@@ -106,7 +106,7 @@ export class ReceiptShard extends DurableObject<Env> {
 
   /**
    * Which receipts a claim would reuse now, with their outputs (read only; the others come back not reusable), in
-   * order: the first keys only, up to the output that would take the answer past MAX_ANSWER_OUTPUT_CHARS.
+   * order: the first keys only, up to the output that would take the answer past RPC_PAGE_CHARS.
    */
   async peek(input: PeekReceiptsRequest): Promise<{ receipts: PeekedReceiptOverRpc[] }> {
     const { keys } = parseRpcInput(PeekReceiptsRequest, input);

@@ -24,18 +24,10 @@ import type {
   WriteReceiptsRequest,
   WriteReceiptsResult,
 } from "../contracts/shards";
-import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS } from "../contracts/shards";
+import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS, RPC_PAGE_CHARS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
 import { getOrInsert, inSizedPages } from "../core/collections";
-
-/**
- * Characters of row data one `claimRows` (their inputs) or `persistRows` call
- * carries at most (a row past it goes alone): rows of 256 KiB by the hundred
- * on one shard, or a chunk of a thousand 64 KiB inputs, passed the 32 MiB an
- * RPC may carry.
- */
-export const ROW_PAGE_CHARS = 8 * 1024 * 1024;
 
 /** Groups items by the shard their key routes to. */
 export function groupByShard<T>(items: readonly T[], keyOf: (item: T) => string, shardCount: number): Map<number, T[]> {
@@ -100,7 +92,7 @@ export class SheetClient {
 
   /**
    * Claims the rows for the attempt (SheetStore.claimRows), answered by row index: one call per shard, and more
-   * where their inputs pass ROW_PAGE_CHARS (every row of one key goes in one call).
+   * where their inputs pass RPC_PAGE_CHARS (every row of one key goes in one call).
    */
   async claimRows(options: {
     attempt: AttemptRef;
@@ -131,13 +123,13 @@ export class SheetClient {
     return claimed;
   }
 
-  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows and ROW_PAGE_CHARS of inputs. */
+  /** The keys of `rows` a run would reuse now (read only: estimates), one call per shard per 1,000 rows and RPC_PAGE_CHARS of inputs. */
   async peekRows(rows: readonly { key: string; input: unknown }[], recompute: boolean): Promise<Set<string>> {
     const reusable = new Set<string>();
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     await Promise.all(
       [...groups].flatMap(([shard, group]) =>
-        inSizedPages(group, ROW_PAGE_CHARS, inputChars, 1000).map(async (page) => {
+        inSizedPages(group, RPC_PAGE_CHARS, inputChars, 1000).map(async (page) => {
           const result = await this.#stub(shard, "peekRows").peekRows({
             recompute,
             rows: page.map((r) => ({ key: r.key, input: r.input })),
@@ -149,13 +141,13 @@ export class SheetClient {
     return reusable;
   }
 
-  /** Writes the attempt's settled rows, one call per shard and ROW_PAGE_CHARS of their data (an RPC carries 32 MiB). */
+  /** Writes the attempt's settled rows, one call per shard and RPC_PAGE_CHARS of their data (an RPC carries 32 MiB). */
   async persistRows(attempt: AttemptRef, rows: PersistRowsRequest["rows"]): Promise<PersistRowsResult> {
     await this.#faults.check("sheet.persist");
     const groups = groupByShard(rows, (r) => r.key, this.location.shardCount);
     const results = await Promise.all(
       [...groups].flatMap(([shard, group]) =>
-        inSizedPages(group, ROW_PAGE_CHARS, persistedChars).map((page) =>
+        inSizedPages(group, RPC_PAGE_CHARS, persistedChars).map((page) =>
           this.#stub(shard, "persistRows").persistRows({ attempt, rows: page }),
         ),
       ),
@@ -320,7 +312,7 @@ export class ReceiptClient {
 
   /**
    * What a claim of each key would find now (read only: estimates), one call per shard per 1,000 keys, and more
-   * where their outputs pass MAX_ANSWER_OUTPUT_CHARS (a shard answers the keys before that; the rest are asked again).
+   * where their outputs pass RPC_PAGE_CHARS (a shard answers the keys before that; the rest are asked again).
    */
   async peek(keys: readonly string[]): Promise<Map<string, PeekedReceipt>> {
     const found = new Map<string, PeekedReceipt>();
@@ -415,7 +407,7 @@ function inputChars(row: { key: string; input: unknown }): number {
 }
 
 /**
- * One shard's rows to claim in pages of ROW_PAGE_CHARS of inputs, in their order, every row of a key in one page:
+ * One shard's rows to claim in pages of RPC_PAGE_CHARS of inputs, in their order, every row of a key in one page:
  * a key repeated with another input is answered by its earlier rows in the same claim (SheetStore.claimRows).
  */
 function claimPages(rows: readonly PlannedRow[]): PlannedRow[][] {
@@ -425,7 +417,7 @@ function claimPages(rows: readonly PlannedRow[]): PlannedRow[][] {
   let page = 0;
   let chars = 0;
   for (const [key, size] of charsOf) {
-    if (chars > 0 && chars + size > ROW_PAGE_CHARS) {
+    if (chars > 0 && chars + size > RPC_PAGE_CHARS) {
       page++;
       chars = 0;
     }

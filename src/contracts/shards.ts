@@ -222,16 +222,22 @@ export const WriteReceiptsRequest = z.object({
 export type WriteReceiptsRequest = z.infer<typeof WriteReceiptsRequest>;
 
 /**
- * Characters of receipt outputs (as JSON) one `write` or `peek` answer carries
- * at most, past its first: an output may hold 512 KiB, and a thousand reused
- * at once would pass the 32 MiB an RPC may carry. The shard answers the items
- * before the output that would pass it; the caller asks again for the rest.
+ * Characters of row data or receipt outputs (as JSON) one shard call carries
+ * at most, past its first item, both ways: an RPC carries 32 MiB, and rows of
+ * 256 KiB, inputs of 64 KiB or outputs of 512 KiB by the hundred pass it. A
+ * request is sent in pages of it; a `write` or `peek` answer stops before the
+ * output that would pass it, and the caller asks again for the rest.
  */
-export const MAX_ANSWER_OUTPUT_CHARS = 8 * 1024 * 1024;
+export const RPC_PAGE_CHARS = 8 * 1024 * 1024;
+
+/** What a receipt output takes of an RPC_PAGE_CHARS page: its length as JSON. */
+export function outputChars(output: unknown): number {
+  return JSON.stringify(output ?? null).length;
+}
 
 /**
  * One result per part of a {@link WriteReceiptsRequest}: `claims` in the request's groups and order. A shard's
- * answer may claim only the first items (of the first groups): past MAX_ANSWER_OUTPUT_CHARS of reused outputs it
+ * answer may claim only the first items (of the first groups): past RPC_PAGE_CHARS of reused outputs it
  * stops, the items after it unclaimed, to be sent again (`ReceiptClient.write` does).
  */
 export interface WriteReceiptsResult<Claim = ReceiptClaim> {

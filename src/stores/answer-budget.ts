@@ -1,8 +1,8 @@
 /** How much of the stored outputs one RPC answer carries (an RPC carries 32 MiB at most). */
-import { MAX_ANSWER_OUTPUT_CHARS } from "../contracts/shards";
+import { outputChars, RPC_PAGE_CHARS } from "../contracts/shards";
 
 /**
- * The outputs one answer may still carry: MAX_ANSWER_OUTPUT_CHARS of them as
+ * The outputs one answer may still carry: RPC_PAGE_CHARS of them as
  * JSON, and its first whatever its size. Full once an output did not fit.
  */
 export class AnswerBudget {
@@ -10,7 +10,7 @@ export class AnswerBudget {
   #taken = false;
   #full = false;
 
-  constructor(maxChars = MAX_ANSWER_OUTPUT_CHARS) {
+  constructor(maxChars = RPC_PAGE_CHARS) {
     this.#left = maxChars;
   }
 
@@ -20,7 +20,7 @@ export class AnswerBudget {
 
   /** Counts `output` in the answer when it fits; false (and full from now on) when it does not. */
   take(output: unknown): boolean {
-    const chars = JSON.stringify(output ?? null).length;
+    const chars = outputChars(output);
     if (this.#full || (this.#taken && chars > this.#left)) {
       this.#full = true;
       return false;

@@ -6,11 +6,8 @@
  */
 import { BulkQueue, type WorkerBarrier } from "../../core/bulk-queue";
 import { getOrInsert } from "../../core/collections";
-import type { AttemptRef, ReceiptClaim, ReceiptError } from "../../contracts/shards";
+import { type AttemptRef, type ReceiptClaim, type ReceiptError, RPC_PAGE_CHARS } from "../../contracts/shards";
 import type { DispatchServices } from "./services";
-
-/** Characters of outputs one write carries at most (a larger output goes alone): a call carries 32 MiB. */
-export const WRITE_BATCH_CHARS = 8 * 1024 * 1024;
 
 export type ClaimItem = { key: string; toolId: string; takeover: boolean; staleBefore?: number };
 type CompleteItem = { key: string; output: unknown };
@@ -48,7 +45,7 @@ export class ReceiptWrites {
       maxBatch: 500,
       // Completions carry outputs of up to 512 KiB: 500 of 64 KiB would pass the 32 MiB a call may carry.
       maxBatchSize: {
-        max: WRITE_BATCH_CHARS,
+        max: RPC_PAGE_CHARS,
         sizeOf: (op) => (op.kind === "complete" ? op.chars : 0),
       },
       workers: options.workers,

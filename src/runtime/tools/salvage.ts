@@ -1,12 +1,11 @@
 /** Writing a run's salvage back into its receipts (the store keeps the entries; this makes the calls). */
 import type { ReceiptClient } from "../../clients/shards";
-import type { AttemptRef } from "../../contracts/shards";
+import { type AttemptRef, outputChars, RPC_PAGE_CHARS } from "../../contracts/shards";
 import { messageOf } from "../../core/errors";
 import type { SalvageStore } from "../../stores/salvage-store";
 import { getOrInsert, inSizedPages } from "../../core/collections";
-import { WRITE_BATCH_CHARS } from "./receipt-writes";
 
-/** Receipts written back per call, and at most WRITE_BATCH_CHARS of their outputs (a call carries 32 MiB). */
+/** Receipts written back per call, and at most RPC_PAGE_CHARS of their outputs (a call carries 32 MiB). */
 const RESTORE_BATCH = 500;
 
 /**
@@ -26,7 +25,7 @@ export async function restoreSalvage(salvage: SalvageStore, receipts: ReceiptCli
   }
   let failure: string | null = null;
   for (const group of groups.values()) {
-    const pages = inSizedPages(group.items, WRITE_BATCH_CHARS, (item) => JSON.stringify(item.output ?? null).length, RESTORE_BATCH);
+    const pages = inSizedPages(group.items, RPC_PAGE_CHARS, (item) => outputChars(item.output), RESTORE_BATCH);
     for (const items of pages) {
       try {
         const result = await receipts.complete(group.shard, { attempt: group.attempt, items });
