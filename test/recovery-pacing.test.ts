@@ -5,8 +5,10 @@
  * provider's limit reaches its gate, and a 429 to one is a rate limit to
  * wait out, not an unknown outcome; nor is a 5xx, asked again after a backoff.
  */
+import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { clearFaults, setFaults } from "./chaos-helpers";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
+import { clearFaults, faultState, setFaults, until } from "./chaos-helpers";
 import { api, apiJson, datasetRows, expectedEmail, simReset, simStats, startRun, waitForRun } from "./helpers";
 
 async function setSim(config: Record<string, unknown>): Promise<void> {
@@ -54,6 +56,31 @@ describe("recovery lookups", () => {
     expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
     expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
     expect(run.usage.rateLimited).toBeGreaterThan(0);
+    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+  });
+
+  it("wait for a request still being answered from their first answer, not from a lookup held back before it", async () => {
+    await simReset();
+    // The call is cut off at 1 s and answered at 5 s. Its first lookup is held back 3 s (as a slot's wait or 429s
+    // waited out would), past the 2 s receipt wait, then finds the request still being answered: the wait for it
+    // starts there, and the row gets its answer.
+    await setSim({ latencyMs: 5_000 });
+    await setFaults([{ point: "provider.lookup", tool: "test_unkeyed_lookup_find", times: 1, hold: true }]);
+    const rows = lookupRows("Held", 1);
+    const runId = await startRun(
+      "test-calls",
+      { rows, dataset: "held-lookups" },
+      { testPolicy: { providerTimeoutMs: 1_000, receiptWaitMs: 2_000 } },
+    );
+    await until(faultState, (state) => state.counts[0] === 1, "the first lookup held");
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0);
+    const run = await waitForRun(runId);
+    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+    const [row] = await datasetRows(runId, "held-lookups");
+    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
+    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    expect(run.usage.providerLookups).toBeGreaterThan(1);
     expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   });
 

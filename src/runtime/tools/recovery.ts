@@ -13,7 +13,9 @@
  * attempt's calls waiting and needs none of the concurrency units its calls
  * hold (waiting behind them made attempts with short invocations lose every
  * lookup to their wind-down). While the request is still being answered it is
- * asked again no sooner than the provider's calls take to be answered. What
+ * asked again no sooner than the provider's calls take to be answered, for up
+ * to the receipt wait from the first answer that said so: time spent getting
+ * an answer (a slot, 429s waited out) is not time the request was waited for. What
  * its answer says of the provider's limit reaches the gate as a call's does.
  * A lookup that failed says nothing of how the request ended, and asking
  * again bills nothing, so a failure a call would retry is asked again within
@@ -74,7 +76,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
   if (!recover) return { found: false, known: false };
   const { signal, meter, now, log } = services;
   const pacer = services.pacers.for(o.tool.provider);
-  const until = now() + o.waitMs;
+  let until: number | null = null;
   for (let poll = 0, attempt = 1; ; poll++) {
     signal.throwIfAborted();
     // Counted before its slot is taken: past the invocation's subrequest cap it throws, and a slot taken would be held.
@@ -122,6 +124,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       return { found: true, output: answer.output };
     }
     if (!answer.inFlight) return { found: false, known: true };
+    until ??= now() + o.waitMs;
     const left = until - now();
     if (left <= 0) return { found: false, known: false };
     // Asked sooner than the provider answers a call, a lookup would find it still in flight: a slot spent for nothing.
