@@ -94,6 +94,25 @@ describe("a key repeated across chunks of one upload", () => {
     expect(chunks.map((c) => c.reused)).toEqual([0, 0, 0, 0, 0, 0, 0]);
   }, 60_000);
 
+  it("one key with a different input in 7 chunks, run again: every place reuses its own input's version, nothing runs", async () => {
+    await simReset();
+    const p = `again${crypto.randomUUID().slice(0, 6)}`;
+    const rows: Lead[] = Array.from({ length: 350 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
+    for (let c = 0; c < 7; c++) rows[c * 50 + 5] = { id: `${p}-shared`, name: `${p} Shared ${c}`, domain: "dup.example" };
+    const first = await runUpload(rows, 3);
+    const calls = (await simStats()).calls;
+    const { status, body } = await apiJson(`/v1/runs/${first}/rerun`, { method: "POST", json: {} });
+    expect(status, JSON.stringify(body)).toBe(202);
+    const again = await waitForRun(body.runId, { timeoutMs: 50_000 });
+    expect(again.status, JSON.stringify(again.error)).toBe("completed");
+    expectEnriched(await datasetRows(body.runId, "leads"), rows);
+    // No place of the shared key was computed again (each once had its own version), so no chunk waited on another.
+    expect(ownLeaseLines(await logLines(body.runId))).toEqual([]);
+    const chunks = (await allEvents(body.runId)).flatMap((e) => (e.type === "chunks.completed" ? e.chunks : []));
+    expect(chunks.reduce((sum, c) => sum + c.reused, 0)).toBe(350);
+    expect((await simStats()).calls).toBe(calls);
+  }, 60_000);
+
   it("one key with a different input 5 times in one chunk: more blocks than blockedRetries, and the run completes", async () => {
     await simReset();
     const p = `one${crypto.randomUUID().slice(0, 6)}`;

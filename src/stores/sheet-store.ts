@@ -10,7 +10,9 @@
  * computed or reused, so what a run returns and exports is fixed when it ends:
  *
  * - a completed version is reused only for the same input (a digest of its
- *   canonical JSON), and under `recompute` only by the run that wrote it;
+ *   canonical JSON), and under `recompute` only by the run that wrote it: the
+ *   latest, or else the newest version computed from that input (a key an
+ *   upload repeats with other inputs reuses each one's own on a rerun);
  * - anything else (a new key, a changed input, a failed row, `force`) gets a
  *   new version; a pending version is taken over only by a later attempt of
  *   the run that created it.
@@ -34,6 +36,7 @@ import type {
   SheetRow,
 } from "../contracts/shards";
 import { batches, type Sql } from "./sql";
+import { blockingLease, newRecord, resumable, reusable, type RowRecord } from "./row-versions";
 import {
   MAX_READ_CHARS,
   MAX_READ_ROWS,
@@ -49,21 +52,6 @@ import {
 
 /** Largest serialized row data (input or output) a shard stores. */
 export const MAX_ROW_DATA_BYTES = 1024 * 1024;
-
-/** A row's head joined with its latest version (its data and error stay in storage: claims and writes never need them). */
-type RowRecord = {
-  key: string;
-  version: number;
-  status: string;
-  input_digest: string | null;
-  created_by_run: string | null;
-  written_by_attempt: string | null;
-  written_by_run: string | null;
-  lease_attempt_id: string | null;
-  lease_run_id: string | null;
-  lease_seq: number | null;
-  lease_expires_at: number | null;
-};
 
 type RunRowRecord = { idx: number; key: string; status: string; data: string; error: string | null };
 
@@ -132,8 +120,9 @@ export class SheetStore {
         members.push({ key: row.key, index: row.index, version: null });
         return { key: row.key, status: "blocked", ...blocker };
       }
-      if (record && reusable(record, row.digest, attempt, recompute)) {
-        members.push({ key: row.key, index: row.index, version: record.version });
+      const reuse = record ? this.#reusableVersion(record, row.digest, attempt, recompute) : null;
+      if (reuse !== null) {
+        members.push({ key: row.key, index: row.index, version: reuse });
         return { key: row.key, status: "completed" };
       }
       if (request.reuseOnly) return { key: row.key, status: "pending" };
@@ -405,6 +394,19 @@ export class SheetStore {
     return found;
   }
 
+  /**
+   * The version of the row a claim for this input reuses (see the module comment): the latest; else, for another
+   * input than the latest's, the newest computed from this one, when it completed. Null: none.
+   */
+  #reusableVersion(record: RowRecord, digest: string, attempt: AttemptRef, recompute: boolean): number | null {
+    if (reusable(record, digest, attempt, recompute)) return record.version;
+    if (record.input_digest === digest) return null;
+    const newest = this.#sql<{ version: number; status: string; written_by_run: string | null }>`SELECT version, status,
+      written_by_run FROM row_versions WHERE key = ${record.key} AND input_digest = ${digest} ORDER BY version DESC LIMIT 1`[0];
+    if (newest?.status !== "completed") return null;
+    return !recompute || newest.written_by_run === attempt.runId ? newest.version : null;
+  }
+
   #load(keys: readonly string[]): Map<string, RowRecord> {
     const found = new Map<string, RowRecord>();
     for (const batch of batches([...new Set(keys)], (key) => key.length)) {
@@ -421,52 +423,9 @@ export class SheetStore {
   }
 }
 
-/**
- * A completed latest version serves this claim for the same input; under
- * `recompute` (force) only when this run wrote it. An attempt never reuses a
- * version it leases itself (it is computing it).
- */
-function reusable(record: RowRecord, digest: string, attempt: AttemptRef, recompute: boolean): boolean {
-  if (record.lease_attempt_id === attempt.attemptId || record.status !== "completed" || record.input_digest !== digest) return false;
-  return !recompute || record.written_by_run === attempt.runId;
-}
-
-/** A pending latest version of this run, for the same input, is computed by this attempt instead of a new one. */
-function resumable(record: RowRecord, digest: string, attempt: AttemptRef): boolean {
-  return record.status === "pending" && record.input_digest === digest && record.created_by_run === attempt.runId;
-}
-
 /** A digest of a row's input, independent of the order of its keys. */
 export function inputDigest(input: unknown): string {
   return createHash("sha256").update(canonicalJson(input)).digest("hex");
-}
-
-/**
- * The row's live lease when it bars this attempt. An expired lease, our own
- * lease, and a lease of an older attempt of our run (taken over) do not.
- */
-function blockingLease(record: RowRecord, attempt: AttemptRef, now: number): { owner: AttemptRef; leaseExpiresAt: number } | undefined {
-  const { lease_attempt_id: attemptId, lease_run_id: runId, lease_seq: attemptSeq, lease_expires_at: leaseExpiresAt } = record;
-  if (attemptId === null || runId === null || attemptSeq === null || leaseExpiresAt === null || leaseExpiresAt <= now) return undefined;
-  if (attemptId === attempt.attemptId) return undefined;
-  if (runId === attempt.runId && attemptSeq < attempt.attemptSeq) return undefined;
-  return { owner: { attemptId, runId, attemptSeq }, leaseExpiresAt };
-}
-
-function newRecord(key: string): RowRecord {
-  return {
-    key,
-    version: 0,
-    status: "pending",
-    input_digest: null,
-    created_by_run: null,
-    written_by_attempt: null,
-    written_by_run: null,
-    lease_attempt_id: null,
-    lease_run_id: null,
-    lease_seq: null,
-    lease_expires_at: null,
-  };
 }
 
 /** How many of `sizes`, in order, fit in `maxChars` (at least one, whatever its size), and at most `limit`. */
