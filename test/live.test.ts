@@ -1,5 +1,6 @@
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { TURN_EVENTS } from "../src/runtime/views/live-feed";
 import { allEvents, api, apiJson, chunkCompletions, eventsOfType, simReset, simStats, startRun, TOKEN, waitForRun } from "./helpers";
 
 interface Live {
@@ -150,6 +151,26 @@ describe("GET /v1/runs/<id>/live", () => {
     const types = live.messages.slice(1).map((m) => m.type);
     expect(types).toContain("signal.received");
     expect(types.at(-1)).toBe("run.completed");
+  });
+
+  it("replays a ledger longer than one turn sends, on a waiting run and on the run once ended: every event once, in order", async () => {
+    const key = `long-${Date.now().toString(36)}`;
+    const runId = await startRun("test-waits", { keys: [key], logLines: TURN_EVENTS + 500 });
+    await until(async () => (await allEvents(runId)).some((e) => e.type === "wait.started"), "the run to wait");
+    const live = await openLive(runId);
+    await until(() => live.messages.length > 0, "the snapshot");
+    const { seq } = live.messages[0];
+    expect(seq).toBeGreaterThan(TURN_EVENTS + 500);
+    await until(() => live.messages.length > seq, "the replay");
+    expect((await apiJson(`/v1/runs/${runId}/signals/${key}`, { method: "POST", json: { data: 1 } })).status).toBe(202);
+    expect((await live.closed).code).toBe(1000);
+    const sent = seqs(live.messages);
+    expect(sent).toEqual(sent.map((_, i) => i + 1));
+    expect(live.messages.at(-1).type).toBe("run.completed");
+    // Ended: replayed on a plain socket, which closes once the run's end is sent.
+    const ended = await openLive(runId);
+    expect((await ended.closed).code).toBe(1000);
+    expect(seqs(ended.messages)).toEqual(sent);
   });
 
   it('answers a watcher\'s "ping" with "pong" while the run waits, and the events go on unchanged', async () => {

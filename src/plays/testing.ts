@@ -198,8 +198,11 @@ export const testWaits = definePlay({
     timeoutMs: z.number().optional(),
     parallel: z.boolean().default(false),
     catchTimeout: z.boolean().default(false),
+    /** Log lines before the waits: a ledger longer than a live replay sends in one turn. */
+    logLines: z.number().int().min(0).max(10_000).default(0),
   }),
   async run(ctx, input) {
+    for (let line = 1; line <= input.logLines; line++) ctx.log(`line ${line}`);
     ctx.log("waiting for", input.keys.join(","));
     try {
       const got = input.parallel

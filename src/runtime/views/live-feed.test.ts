@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { LiveFeed, type LiveConnection, type LiveState } from "./live-feed";
+import { LiveFeed, type LiveConnection, type LiveState, TURN_EVENTS } from "./live-feed";
 import type { LedgerEvent, LedgerEventType } from "../../stores/ledger-store";
 import type { RunView } from "./run-view";
 
@@ -104,6 +104,27 @@ describe("LiveFeed", () => {
     expect(conn.seqs()).toEqual(ledger.events.map((e) => e.seq));
     expect(conn.state).toEqual({ lastSeq: 1234 });
     expect(conn.stateWrites).toBeLessThanOrEqual(4);
+  });
+
+  it("replays a ledger past one turn's events over several turns: every event once, in order, with appends between", async () => {
+    const ledger = new FakeLedger();
+    for (let i = 0; i < 2.5 * TURN_EVENTS; i++) ledger.append("log.appended");
+    const feed = ledger.feed();
+    const conn = new FakeConnection("c");
+    // Another connection with the same id (a client's `?_pk=`) replays on its own.
+    const twin = new FakeConnection("c");
+    feed.open(conn, 0);
+    feed.open(twin, TURN_EVENTS / 2);
+    expect(conn.seqs()).toHaveLength(TURN_EVENTS);
+    // An append while the replay is under way: it goes out after the events before it, once.
+    feed.publish(ledger.append("run.started"), [conn, twin]);
+    expect(conn.seqs()).toHaveLength(2 * TURN_EVENTS);
+    while (!conn.closed && conn.seqs().length < ledger.events.length) await new Promise((resolve) => setTimeout(resolve, 0));
+    feed.publish(ledger.append("run.completed"), [conn, twin]);
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(conn.seqs()).toEqual(ledger.events.map((e) => e.seq));
+    expect(twin.seqs()).toEqual(ledger.events.slice(TURN_EVENTS / 2).map((e) => e.seq));
+    expect([conn.closed?.code, twin.closed?.code]).toEqual([1000, 1000]);
   });
 
   it("closes after the terminal event, and at once for a run that already ended", () => {

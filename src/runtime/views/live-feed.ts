@@ -5,11 +5,15 @@
  * Each connection's state holds the last `seq` it was sent. It lives in the
  * connection's (hibernation-proof) attachment, never in memory, so a
  * coordinator that hibernated and woke up continues where it left off.
- * Delivery is synchronous from the ledger: the snapshot, the replay of what
- * a reconnecting client missed and every later append run without an await
- * in between, so an event appended during a replay can be neither lost nor
- * sent twice. A connection that fell behind (whatever the reason) is caught
- * up from the ledger instead of being sent the newest event out of order.
+ * Delivery reads the ledger from the connection's `lastSeq`, and a send and
+ * its state write run without an await in between, so an event appended
+ * during a replay can be neither lost nor sent twice. A connection that fell
+ * behind (whatever the reason) is caught up from the ledger instead of being
+ * sent the newest event out of order. A long replay (a day-long run's ledger
+ * is hundreds of thousands of events) goes out {@link TURN_EVENTS} at a time,
+ * one turn of the object's event loop each: in one turn it held the
+ * coordinator (its reports, its alarm) for seconds, with every message of it
+ * in memory at once.
  */
 import type { LedgerEvent } from "../../stores/ledger-store";
 import type { RunView } from "./run-view";
@@ -49,11 +53,16 @@ export const TERMINAL_EVENTS: ReadonlySet<string> = new Set(["run.completed", "r
 
 const REPLAY_PAGE = 500;
 
+/** The most events one connection is sent in one turn of the event loop; the rest of a replay goes in the next. */
+export const TURN_EVENTS = 2_000;
+
 /** Normal closure once the run has ended and everything was sent. */
 export const CLOSE_RUN_ENDED = 1000;
 
 export class LiveFeed {
   #deps: LiveFeedOptions;
+  /** Connections whose replay goes on in a later turn (by object: ids are the client's to choose, `?_pk=`). */
+  #replaying = new Set<LiveConnection>();
 
   constructor(options: LiveFeedOptions) {
     this.#deps = options;
@@ -93,14 +102,31 @@ export class LiveFeed {
     }
   }
 
-  /** Sends everything past the connection's `lastSeq`; true if that included the run's end. */
+  /**
+   * Sends what is past the connection's `lastSeq`, {@link TURN_EVENTS} of it in this turn and the rest in later
+   * ones; true if that included the run's end.
+   */
   #catchUp(connection: LiveConnection): boolean {
-    for (;;) {
+    for (let sent = 0; sent < TURN_EVENTS; sent += REPLAY_PAGE) {
       const from = connection.state?.lastSeq ?? 0;
       const page = this.#deps.events(from, REPLAY_PAGE);
       const outcome = this.#deliver(connection, page);
       if (outcome !== "more" || page.length < REPLAY_PAGE) return outcome === "ended";
     }
+    if (!this.#replaying.has(connection)) {
+      this.#replaying.add(connection);
+      setTimeout(() => {
+        this.#replaying.delete(connection);
+        try {
+          this.#catchUp(connection);
+        } catch (error) {
+          // Its state could not be read or written (a socket closing under it): it reconnects with `after`.
+          console.warn(`live connection ${connection.id}: replay failed, closing`, error);
+          closeQuietly(connection, 1011, "delivery failed; reconnect with ?after=<last seq>");
+        }
+      }, 0);
+    }
+    return false;
   }
 
   /** Sends `events` in order; the state (an attachment write) is updated once per batch. */
@@ -151,8 +177,8 @@ function closeQuietly(connection: LiveConnection, code: number, reason: string):
  * hibernatable socket's connection open after its close until the object is
  * evicted (about 10 s locally), where a plain one closes at once. The
  * coordinator's auto-response does not cover it, and no "ping" is answered
- * here: the socket is closed before this returns, so none can arrive while it
- * is open.
+ * here: the socket closes once its replay has sent the run's end (at once,
+ * or over a few turns for a long ledger).
  */
 export function replayEnded(feed: LiveFeed, request: Request): Response {
   const [client, server] = Object.values(new WebSocketPair()) as [WebSocket, WebSocket];
