@@ -32,6 +32,7 @@ import type { PacerRegistry } from "../pacing/pacers";
 import { ToolScheduler } from "../tools/tool-scheduler";
 import type { AttemptReporter } from "./attempt-reporter";
 import { CaptureUnsupported, captureMap } from "./capture";
+import { sourceTooLarge } from "./capture-sources";
 import { ExecutorSpend } from "./executor-spend";
 import { redactorFor } from "../views/redact";
 
@@ -87,7 +88,15 @@ export async function runAttempt(
 ): Promise<AttemptEnd | WoundDown> {
   // Held after this executor wound it down; else what the coordinator's own attempt, wound down, left of the chunk.
   const resume = held ?? (assignment.resume ? { ...assignment.resume, grantedMicros: 0 } : null);
-  const source = await host.source(assignment.attempt.attemptSeq, assignment.map).catch(() => null);
+  let source: CaptureSource | null;
+  try {
+    source = await host.source(assignment.attempt.attemptSeq, assignment.map);
+  } catch (error) {
+    // Too large to come here, it would be every attempt's fate: the map runs in the coordinator, which holds it.
+    if (sourceTooLarge(error))
+      return { kind: "inline", reason: `its play's source is too large to send to an executor (${messageOf(error)})` };
+    source = null;
+  }
   if (!source) return { kind: "stopped", reason: "the coordinator's invocation that assigned it has ended" };
   const { run, policy } = source;
   // Rows count in the run's progress within about a second (two progress intervals); a quiet attempt still says it lives.

@@ -27,6 +27,15 @@ export interface SourceAt {
 
 type Asking = Pick<CoordinatorLink, "captureSource">;
 
+/**
+ * Whether asking for a source failed because the source is past what one call carries (32 MiB serialized): the
+ * run's input in hand (24 MiB of rows as JSON, twice that in memory once one character is past Latin-1) and its
+ * play-level answers. The platform's own refusal, the same locally and deployed; asking again cannot help.
+ */
+export function sourceTooLarge(error: unknown): boolean {
+  return error instanceof Error && /Serialized RPC arguments or return values are limited/.test(error.message);
+}
+
 export class CaptureSources {
   #kept = new Map<string, Promise<CaptureSource | null>>();
 
