@@ -49,8 +49,7 @@ function finished(child: ChildProcessWithoutNullStreams): Promise<Finished> {
 const troupe = (...args: string[]) => finished(start(args));
 
 /**
- * A proxy in front of the test's server that notes the id of every upload made through it (the API lists no
- * uploads), and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT, with
+ * A proxy in front of the test's server that notes the id of every upload made through it, and with `refuseDeletes` answers every DELETE 503 itself (`refuseParts`: every upload part's PUT, with
  * 403 as a proxy's policy would; `failFirstOfEach`: the first PUT of each part and the first complete, 503 as a
  * restart would; `stallParts`: every PUT taken in and answered only once a DELETE comes, 404 as the server would
  * for an upload deleted). `requests` lists every request it saw, as `METHOD path`.
@@ -299,6 +298,47 @@ describe("troupe", () => {
         .split("\n")
         .filter((l) => l.startsWith("run_")),
     ).toHaveLength(1);
+  });
+
+  it("uploads lists the org's uploads, ready or receiving, a page at a time; delete-upload deletes one", async () => {
+    const ready = await client.upload("id,name\n1,Ada\n2,Grace\n", { format: "csv" });
+    const { uploadId: receiving } = await client.startMultipartUpload({ format: "ndjson" });
+    // Every page, following each page's `more:` line to the end (the other tests' runs uploaded files too).
+    const lines: string[] = [];
+    for (let args = ["uploads", "--limit", "100"]; ; ) {
+      const page = await troupe(...args);
+      expect(page.code).toBe(0);
+      const printed = page.stdout.trimEnd().split("\n");
+      const more = printed.at(-1)!.startsWith("more: ") ? printed.pop()! : null;
+      lines.push(...printed);
+      if (!more) break;
+      args = more.slice("more: troupe ".length).split(" ");
+    }
+    const { createdAt } = await client.getUpload(receiving);
+    expect(lines).toContainEqual(
+      expect.stringMatching(new RegExp(`^${ready.uploadId} {2}ready {6}csv {5}2 rows {2}22 bytes *${ready.createdAt}$`)),
+    );
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${receiving} {2}receiving {2}ndjson {2} *${createdAt}$`)));
+
+    const first = await troupe("uploads", "--limit", "1");
+    const [line, more] = first.stdout.trim().split("\n");
+    expect(line).toMatch(/^up_[0-9a-f]{32} {2}/);
+    expect(more).toMatch(/^more: troupe uploads --limit 1 --cursor up_[0-9a-f]{32}$/);
+    const next = await troupe(...more!.slice("more: troupe ".length).split(" "));
+    expect(next.stdout.trim().split("\n")[0]!.slice(0, 35)).not.toBe(line!.slice(0, 35));
+
+    expect(await troupe("delete-upload", ready.uploadId)).toEqual({ code: 0, stdout: `${ready.uploadId} deleted\n`, stderr: "" });
+    const deleted = await troupe("delete-upload", receiving, "--json");
+    expect({ code: deleted.code, answer: JSON.parse(deleted.stdout) }).toEqual({ code: 0, answer: { uploadId: receiving, deleted: true } });
+    const listed = JSON.parse((await troupe("uploads", "--json", "--limit", "100")).stdout);
+    expect(listed.uploads.map((u: { uploadId: string }) => u.uploadId)).not.toContain(ready.uploadId);
+    expect(listed.uploads.map((u: { uploadId: string }) => u.uploadId)).not.toContain(receiving);
+
+    // Deleted already: no such upload, exit 1. A page past the API's largest: a usage error, exit 2.
+    const again = await troupe("delete-upload", ready.uploadId);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toMatch(/^troupe: upload_not_found: /);
+    expect((await troupe("uploads", "--limit", "101")).code).toBe(2);
   });
 
   it("export writes the run's rows as CSV (to a file) or NDJSON (to stdout)", async () => {

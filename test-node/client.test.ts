@@ -2,7 +2,15 @@
 import { createHash } from "node:crypto";
 import { inspect } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { isTransient, TroupeApiError, TroupeClient, type LedgerEvent, type LiveMessage, type RunView } from "troupe/client";
+import {
+  isTransient,
+  TroupeApiError,
+  TroupeClient,
+  type LedgerEvent,
+  type LiveMessage,
+  type RunView,
+  type UploadView,
+} from "troupe/client";
 import { localServer, until } from "./helpers.ts";
 
 const PORT = 8812;
@@ -188,6 +196,29 @@ describe("TroupeClient", () => {
 
     const malformed = await client.upload("a,b\n1\n", { format: "csv" }).catch((e: unknown) => e);
     expect(malformed).toMatchObject({ status: 400, code: "malformed_upload", message: expect.stringContaining("line 2") });
+  });
+
+  it("lists the org's uploads by cursor, ready and receiving, each as getUpload describes it", async () => {
+    const ready = await client.upload("id\n1\n", { format: "csv" });
+    const { uploadId: receiving } = await client.startMultipartUpload({ format: "ndjson" });
+    const listed: UploadView[] = [];
+    let requests = 0;
+    for (let cursor: string | undefined; ; ) {
+      const page = await client.listUploads({ limit: 1, cursor });
+      requests++;
+      listed.push(...page.uploads);
+      if (page.nextCursor === null) break;
+      cursor = page.nextCursor;
+    }
+    expect(requests).toBeGreaterThanOrEqual(2);
+    expect(new Set(listed.map((u) => u.uploadId)).size).toBe(listed.length);
+    expect(listed.find((u) => u.uploadId === ready.uploadId)).toEqual(ready);
+    expect(listed.find((u) => u.uploadId === receiving)).toEqual(await client.getUpload(receiving));
+    expect((await client.listUploads()).uploads.map((u) => u.uploadId)).toEqual(listed.map((u) => u.uploadId));
+    expect(await client.listUploads({ cursor: "nonsense" }).catch((e: unknown) => e)).toMatchObject({
+      status: 400,
+      code: "invalid_request",
+    });
   });
 
   it("events: the snapshot, then every event once and in order, to the run's end", async () => {

@@ -272,6 +272,15 @@ export interface ReceivingUpload {
 /** `GET /v1/uploads/<uploadId>`. */
 export type UploadView = ReadyUpload | ReceivingUpload;
 
+/**
+ * `GET /v1/uploads?limit=&cursor=`: the org's uploads, each as `GET /v1/uploads/<uploadId>` describes it, in
+ * upload-id order (random, so not time order: each carries its `createdAt`); `nextCursor` null on the last page.
+ */
+export interface UploadList {
+  uploads: UploadView[];
+  nextCursor: string | null;
+}
+
 /** `201` of `POST /v1/uploads?multipart=1`: send the parts to this upload, then complete it. */
 export interface MultipartUploadStarted {
   uploadId: string;

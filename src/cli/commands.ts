@@ -135,6 +135,31 @@ export async function runsCommand(client: TroupeClient, options: { limit?: numbe
   return EXIT.ok;
 }
 
+/** `troupe uploads`: the org's uploads, ready or receiving parts, in upload-id order, a page at a time. */
+export async function uploadsCommand(client: TroupeClient, options: { limit?: number; cursor?: string; json?: boolean }): Promise<number> {
+  const page = await client.listUploads({ limit: options.limit, cursor: options.cursor });
+  if (options.json) {
+    printJson(page);
+    return EXIT.ok;
+  }
+  // A page can be empty and still have a next one (it held only what a deleted or failed upload left).
+  if (!page.uploads.length) out(page.nextCursor ? "no uploads on this page" : "no uploads");
+  const sizes = page.uploads.map((u) => (u.status === "ready" ? `${u.rows} rows  ${u.bytes} bytes` : ""));
+  const sizeWidth = Math.max(0, ...sizes.map((size) => size.length));
+  for (const [i, u] of page.uploads.entries())
+    out([u.uploadId, u.status.padEnd(9), u.format.padEnd(6), sizes[i]!.padEnd(sizeWidth), u.createdAt].join("  "));
+  if (page.nextCursor) out(`more: troupe uploads${options.limit ? ` --limit ${options.limit}` : ""} --cursor ${page.nextCursor}`);
+  return EXIT.ok;
+}
+
+/** `troupe delete-upload <uploadId>`: deletes the upload, ready or receiving parts, and everything stored for it. */
+export async function deleteUploadCommand(client: TroupeClient, uploadId: string, options: { json?: boolean }): Promise<number> {
+  const answer = await client.deleteUpload(uploadId);
+  if (options.json) printJson(answer);
+  else out(`${answer.uploadId} deleted`);
+  return EXIT.ok;
+}
+
 /** `troupe cancel <runId>`: asks the run to stop; it ends `cancelled`. */
 export async function cancelCommand(client: TroupeClient, runId: string, options: { json?: boolean }): Promise<number> {
   const answer = await client.cancel(runId);

@@ -8,6 +8,7 @@ import { Command, CommanderError, InvalidArgumentError, Option } from "commander
 import { TroupeClient } from "../client/index.ts";
 import {
   cancelCommand,
+  deleteUploadCommand,
   estimateCommand,
   exportCommand,
   rerunCommand,
@@ -15,6 +16,7 @@ import {
   runsCommand,
   signalCommand,
   statusCommand,
+  uploadsCommand,
   watchCommand,
 } from "./commands.ts";
 import { EXIT, describeError, exitCodeOfError } from "./exit-codes.ts";
@@ -72,7 +74,7 @@ export async function main(argv: string[], env: Record<string, string | undefine
   program
     .command("runs")
     .description("list the org's runs, newest first")
-    .option("--limit <n>", "runs per page (1 to 200, default 50)", pageLimit)
+    .option("--limit <n>", "runs per page (1 to 200, default 50)", pageLimit(200))
     .option("--cursor <cursor>", "the page after this cursor (printed below a full page)")
     .option("--json", "print the page as JSON")
     .action(async (options) => done(await runsCommand(client(), options)));
@@ -121,6 +123,21 @@ export async function main(argv: string[], env: Record<string, string | undefine
     .action(async (play: string, options) => done(await estimateCommand(client(), play, options)));
 
   program
+    .command("uploads")
+    .description("list the org's uploads (ready, or still receiving parts), in upload-id order")
+    .option("--limit <n>", "uploads per page (1 to 100, default 50)", pageLimit(100))
+    .option("--cursor <cursor>", "the page after this cursor (printed below a page that has a next one)")
+    .option("--json", "print the page as JSON")
+    .action(async (options) => done(await uploadsCommand(client(), options)));
+
+  program
+    .command("delete-upload")
+    .argument("<uploadId>")
+    .description("delete an upload, ready or still receiving parts, and everything stored for it")
+    .option("--json", "print the answer as JSON")
+    .action(async (uploadId: string, options) => done(await deleteUploadCommand(client(), uploadId, options)));
+
+  program
     .command("plays")
     .description("list the plays this server runs")
     .option("--json", "print the list as JSON")
@@ -148,9 +165,11 @@ function credits(value: string): number {
   return n;
 }
 
-/** `--limit`: 1 to 200. */
-function pageLimit(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > 200) throw new InvalidArgumentError("a whole number from 1 to 200");
-  return n;
+/** `--limit`: 1 to `max` (a route's largest page). */
+function pageLimit(max: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (!Number.isInteger(n) || n < 1 || n > max) throw new InvalidArgumentError(`a whole number from 1 to ${max}`);
+    return n;
+  };
 }

@@ -20,6 +20,7 @@ import type {
   MultipartUploadStarted,
   ReadyUpload,
   SignalDelivered,
+  UploadList,
   UploadPartReceived,
   UploadView,
 } from "../api/responses.ts";
@@ -157,6 +158,14 @@ export class TroupeClient {
   /** `GET /v1/uploads/<uploadId>`: a ready upload, or a multipart upload still receiving parts. */
   getUpload(uploadId: string): Promise<UploadView> {
     return this.#json("GET", uploadPath(uploadId));
+  }
+
+  /**
+   * `GET /v1/uploads`: the org's uploads, ready or receiving parts, in upload-id order (not time order), a page at a
+   * time (`nextCursor` null on the last; a page may be short of `limit` and still have one).
+   */
+  listUploads(options: { limit?: number; cursor?: string } = {}): Promise<UploadList> {
+    return this.#json("GET", `/v1/uploads${query({ limit: options.limit, cursor: options.cursor })}`);
   }
 
   /** `DELETE /v1/uploads/<uploadId>`: removes the upload, ready or receiving parts, and all it stored. */

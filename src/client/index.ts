@@ -38,6 +38,7 @@ export type {
   SnapshotMessage,
   Spend,
   Upload,
+  UploadList,
   UploadPartReceived,
   UploadView,
 } from "../api/responses.ts";

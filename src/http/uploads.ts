@@ -9,7 +9,7 @@ import { faultProbeFor } from "../clients/faults";
 import { TroupeError } from "../core/errors";
 import { MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "../uploads/limits";
 import { UploadTooLargeError } from "../uploads/errors";
-import { Uploads, uploadNotFound } from "../uploads/uploads";
+import { UPLOAD_ID, Uploads, uploadNotFound } from "../uploads/uploads";
 import type { AppEnv } from "./context";
 import { validate } from "./errors";
 
@@ -20,6 +20,15 @@ export const STREAMED_BODY_ROUTE = /^\/v1\/uploads(?:\/[^/]+\/parts\/[^/]+)?$/;
 const FORMATS: Record<string, UploadFormat> = { "text/csv": "csv", "application/x-ndjson": "ndjson" };
 
 const StartQuery = z.object({ multipart: z.enum(["0", "1"]).default("0") });
+
+// Strict, as GET /v1/runs: a filter it does not have (`status`) is refused rather than ignored. The cursor is the last
+// upload id of a page, so anything else is not one this API gave out.
+const ListQuery = z
+  .object({
+    limit: z.coerce.number().int().min(1).max(100).default(50),
+    cursor: z.string().regex(UPLOAD_ID, "not a cursor this API gave out (the last upload id of a page)").optional(),
+  })
+  .strict();
 
 const PART_NUMBER = /^[1-9][0-9]{0,4}$/;
 
@@ -34,6 +43,11 @@ uploadRoutes.post("/uploads", async (c) => {
   if (multipart === "1") return c.json(await uploads.startMultipart(format), 201);
   const body = c.req.raw.body ?? new Response("").body!;
   return c.json(await uploads.receive(body, { format, declaredBytes: declaredBytesOf(c.req.raw) }), 201);
+});
+
+uploadRoutes.get("/uploads", async (c) => {
+  const { limit, cursor } = validate(ListQuery, c.req.query(), "the query");
+  return c.json(await uploadsOf(c.env, c.get("org")).list({ limit, after: cursor ?? null }));
 });
 
 uploadRoutes.put("/uploads/:uploadId/parts/:part", async (c) => {

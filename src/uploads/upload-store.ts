@@ -103,6 +103,29 @@ export class UploadStore {
     return parts.sort((a, b) => a.part - b.part);
   }
 
+  /**
+   * One R2 list page of the names the org's keys are under, one per upload (its id), in key order: from the first,
+   * past every key of the upload `after`, or from `cursor`, R2's own of the page before. `cursor` is null once R2 has
+   * no more of them. R2 may answer fewer names than `limit` (none even) and still have more.
+   */
+  async listIds(options: { limit: number; after?: string | null; cursor?: string }): Promise<{ ids: string[]; cursor: string | null }> {
+    const page = await this.bucket.list({
+      prefix: this.#prefix,
+      delimiter: "/",
+      limit: options.limit,
+      // "0" is the character after "/": `<id>0` sorts after every key under `<id>/`, whatever its name, and before the
+      // keys of any later id (ids are all as long).
+      ...(options.cursor !== undefined
+        ? { cursor: options.cursor }
+        : options.after
+          ? { startAfter: `${this.#prefix}${options.after}0` }
+          : {}),
+    });
+    // Each is `<org>/<id>/`: the id is what lies between.
+    const ids = page.delimitedPrefixes.map((prefix) => prefix.slice(this.#prefix.length, -1));
+    return { ids, cursor: page.truncated ? page.cursor : null };
+  }
+
   /** Deletes the multipart record and the part markers of a completed upload (its data stays). */
   async forgetParts(uploadId: string): Promise<void> {
     await this.#deleteUnder(this.#key(uploadId, "parts/"));

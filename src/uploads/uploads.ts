@@ -5,7 +5,8 @@
  * its bytes and its index; a file that fails its check is deleted, so no
  * half-stored upload is ever visible.
  */
-import type { MultipartUploadStarted, ReadyUpload, UploadPartReceived, UploadView } from "../api/contract";
+import type { MultipartUploadStarted, ReadyUpload, UploadList, UploadPartReceived, UploadView } from "../api/contract";
+import { forEachLimited } from "../core/collections";
 import { messageOf, NotFoundError, TroupeError } from "../core/errors";
 import { ingest } from "./ingest";
 import { MAX_PARTS, MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "./limits";
@@ -15,7 +16,13 @@ import type { UploadIndex } from "./upload-index";
 import { UploadScan } from "./upload-scan";
 import { type MultipartRecord, type UploadRecord, UploadStore } from "./upload-store";
 
-const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
+/** An upload's id, as {@link newUploadId} makes them: also the cursor of `GET /v1/uploads`. */
+export const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
+/**
+ * Records a listing reads at once: production allows an invocation six connections open at once, R2's included (a
+ * seventh waits for one of them).
+ */
+const RECORD_READS_IN_FLIGHT = 6;
 /** How R2's Workers API ends the message of an error about a multipart upload it does not have (NoSuchUpload). */
 const R2_NO_SUCH_UPLOAD = "(10024)";
 
@@ -166,6 +173,28 @@ export class Uploads {
     const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
     if (!multipart) return null;
     return { uploadId, status: "receiving", format: multipart.format, createdAt: new Date(multipart.createdAt).toISOString() };
+  }
+
+  /**
+   * `GET /v1/uploads`: up to `limit` of the org's uploads, ready or receiving parts, in id order, after the upload
+   * `after` (the `nextCursor` of a page before; null: from the first). A page may hold fewer than `limit` (none
+   * even) and still have a `nextCursor`: it is null only once R2 has nothing more under the org.
+   */
+  async list(options: { limit: number; after: string | null }): Promise<UploadList> {
+    let page = await this.#store.listIds({ limit: options.limit, after: options.after });
+    let ids = page.ids.filter((id) => UPLOAD_ID.test(id));
+    // A page of no upload id leaves no id to resume after: go on with R2's own cursor until one comes, or nothing is left.
+    while (ids.length === 0 && page.cursor !== null) {
+      page = await this.#store.listIds({ limit: options.limit, cursor: page.cursor });
+      ids = page.ids.filter((id) => UPLOAD_ID.test(id));
+    }
+    const views: (UploadView | null)[] = ids.map(() => null);
+    await forEachLimited(ids, RECORD_READS_IN_FLIGHT, async (id, i) => {
+      views[i] = await this.describe(id);
+    });
+    // An id with neither record (an upload being deleted, what a failed one left) is left out of the page, but the
+    // cursor is the last id R2 gave, listed or not: the next page starts past it, and the listing never ends early.
+    return { uploads: views.filter((view) => view !== null), nextCursor: page.cursor === null ? null : ids.at(-1)! };
   }
 
   /**
