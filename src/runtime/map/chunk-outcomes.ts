@@ -40,7 +40,7 @@ export function attemptDied(
   if (count <= scope.policy.maxChunkRedispatches) return null;
   return new TerminalError(
     "chunk_redispatch_exhausted",
-    `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys)}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
+    `map "${map}" chunk ${idx}: its attempts lost their leases ${count} times (last: ${describeKeys(keys) || "its rows"}${why}); another run may keep taking its rows, or the shards are overloaded; let other runs of this play finish, then rerun (completed rows are reused)`,
   );
 }
 
