@@ -59,6 +59,19 @@ async function runUpload(rows: Lead[], blockedRetries: number): Promise<string> 
   return runId;
 }
 
+/** `count` leads, the places `shared` holding one key (`<prefix>…-shared`), each place with an input of its own. */
+function sharedKeyLeads(prefix: string, count: number, shared: number[]): Lead[] {
+  const p = `${prefix}${crypto.randomUUID().slice(0, 6)}`;
+  const rows: Lead[] = Array.from({ length: count }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
+  shared.forEach((at, n) => {
+    rows[at] = { id: `${p}-shared`, name: `${p} Shared ${n}`, domain: "dup.example" };
+  });
+  return rows;
+}
+
+/** A place of the shared key in each of 7 chunks of 50. */
+const SEVEN_CHUNKS = Array.from({ length: 7 }, (_, c) => c * 50 + 5);
+
 describe("a key repeated across chunks of one upload", () => {
   it("the same input in two chunks that run at once: the run completes without waiting a lease or spending a blocked retry", async () => {
     await simReset();
@@ -78,9 +91,7 @@ describe("a key repeated across chunks of one upload", () => {
   it("one key with a different input in each of 7 chunks: more blocks than blockedRetries, and the run completes", async () => {
     await simReset();
     await setSim({ ...SIM_DEFAULTS, latencyMs: 100 });
-    const p = `diff${crypto.randomUUID().slice(0, 6)}`;
-    const rows: Lead[] = Array.from({ length: 350 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
-    for (let c = 0; c < 7; c++) rows[c * 50 + 5] = { id: `${p}-shared`, name: `${p} Shared ${c}`, domain: "dup.example" };
+    const rows = sharedKeyLeads("diff", 350, SEVEN_CHUNKS);
     const runId = await runUpload(rows, 3);
     expect(ownLeaseLines(await logLines(runId)).length).toBeGreaterThan(3);
     // Only the blocked rows run again: the map's progress never goes back, and no row the run computed is counted
@@ -96,9 +107,7 @@ describe("a key repeated across chunks of one upload", () => {
 
   it("one key with a different input in 7 chunks, run again: every place reuses its own input's version, nothing runs", async () => {
     await simReset();
-    const p = `again${crypto.randomUUID().slice(0, 6)}`;
-    const rows: Lead[] = Array.from({ length: 350 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
-    for (let c = 0; c < 7; c++) rows[c * 50 + 5] = { id: `${p}-shared`, name: `${p} Shared ${c}`, domain: "dup.example" };
+    const rows = sharedKeyLeads("again", 350, SEVEN_CHUNKS);
     const first = await runUpload(rows, 3);
     const calls = (await simStats()).calls;
     const { status, body } = await apiJson(`/v1/runs/${first}/rerun`, { method: "POST", json: {} });
@@ -115,9 +124,7 @@ describe("a key repeated across chunks of one upload", () => {
 
   it("one key with a different input 5 times in one chunk: more blocks than blockedRetries, and the run completes", async () => {
     await simReset();
-    const p = `one${crypto.randomUUID().slice(0, 6)}`;
-    const rows: Lead[] = Array.from({ length: 40 }, (_, i) => ({ id: `${p}-${i}`, name: `${p} Person ${i}`, domain: "dup.example" }));
-    for (let n = 0; n < 5; n++) rows[n * 7 + 3] = { id: `${p}-shared`, name: `${p} Shared ${n}`, domain: "dup.example" };
+    const rows = sharedKeyLeads("one", 40, [3, 10, 17, 24, 31]);
     const runId = await runUpload(rows, 3);
     expect(ownLeaseLines(await logLines(runId)).length).toBe(4);
   }, 60_000);
