@@ -42,6 +42,15 @@ const lostAnswer = {
   error: { code: "provider_timeout", message: "the provider did not answer in time (test fault)" },
 } as const;
 
+/** The run's one row got its answer through a lookup: stored, sent once and billed once, no outcome unknown. */
+async function expectRecovered(run: Awaited<ReturnType<typeof waitForRun>>, dataset: string, rows: ReturnType<typeof lookupRows>) {
+  expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
+  const [row] = await datasetRows(run.runId, dataset);
+  expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
+  expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+  expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
+}
+
 describe("recovery lookups", () => {
   it("wait out a 429 and ask again: the row gets its answer, not outcome_unknown", async () => {
     await simReset();
@@ -51,12 +60,8 @@ describe("recovery lookups", () => {
     const rows = lookupRows("Limited", 1);
     const runId = await startRun("test-calls", { rows, dataset: "limited-lookups" });
     const run = await waitForRun(runId);
-    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-    const [row] = await datasetRows(runId, "limited-lookups");
-    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
-    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    await expectRecovered(run, "limited-lookups", rows);
     expect(run.usage.rateLimited).toBeGreaterThan(0);
-    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   });
 
   it("wait for a request still being answered from their first answer, not from a lookup held back before it", async () => {
@@ -76,12 +81,8 @@ describe("recovery lookups", () => {
     await new Promise((resolve) => setTimeout(resolve, 3_000));
     await env.FAULTS!.getByName(FAULT_OBJECT_NAME).release(0);
     const run = await waitForRun(runId);
-    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-    const [row] = await datasetRows(runId, "held-lookups");
-    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
-    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    await expectRecovered(run, "held-lookups", rows);
     expect(run.usage.providerLookups).toBeGreaterThan(1);
-    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   });
 
   it("tell the gate what their answers say of the provider's quota", async () => {
@@ -118,12 +119,8 @@ describe("recovery lookups", () => {
     const rows = lookupRows("Unavailable", 1);
     const runId = await startRun("test-calls", { rows, dataset: "unavailable-lookups" });
     const run = await waitForRun(runId);
-    expect(run.result).toEqual({ total: 1, completed: 1, failed: 0 });
-    const [row] = await datasetRows(runId, "unavailable-lookups");
-    expect(row.out).toEqual({ email: expectedEmail(rows[0]!.input.name, rows[0]!.input.domain) });
-    expect(run.usage).toMatchObject({ providerRequests: 1, outcomeUnknown: 0 });
+    await expectRecovered(run, "unavailable-lookups", rows);
     expect(run.usage.providerRetries).toBeGreaterThan(0);
-    expect(await simStats()).toMatchObject({ calls: 1, billed: 1, duplicates: 0 });
   });
 
   it("of many calls taken over at once keep to the provider's declared rate: every row once, none sent twice", async () => {
