@@ -28,7 +28,12 @@ export type RowRecord = {
  */
 export function reusable(record: RowRecord, digest: string, attempt: AttemptRef, recompute: boolean): boolean {
   if (record.lease_attempt_id === attempt.attemptId || record.status !== "completed" || record.input_digest !== digest) return false;
-  return !recompute || record.written_by_run === attempt.runId;
+  return servesUnderRecompute(record.written_by_run, attempt, recompute);
+}
+
+/** Whether a completed version written by `writtenByRun` may serve the attempt: any, but under `recompute` only the run's own. */
+export function servesUnderRecompute(writtenByRun: string | null, attempt: AttemptRef, recompute: boolean): boolean {
+  return !recompute || writtenByRun === attempt.runId;
 }
 
 /** A pending latest version of this run, for the same input, is computed by this attempt instead of a new one. */

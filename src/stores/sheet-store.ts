@@ -36,7 +36,7 @@ import type {
   SheetRow,
 } from "../contracts/shards";
 import { batches, type Sql } from "./sql";
-import { blockingLease, newRecord, resumable, reusable, type RowRecord } from "./row-versions";
+import { blockingLease, newRecord, resumable, reusable, type RowRecord, servesUnderRecompute } from "./row-versions";
 import {
   MAX_READ_CHARS,
   MAX_READ_ROWS,
@@ -403,8 +403,7 @@ export class SheetStore {
     if (record.input_digest === digest) return null;
     const newest = this.#sql<{ version: number; status: string; written_by_run: string | null }>`SELECT version, status,
       written_by_run FROM row_versions WHERE key = ${record.key} AND input_digest = ${digest} ORDER BY version DESC LIMIT 1`[0];
-    if (newest?.status !== "completed") return null;
-    return !recompute || newest.written_by_run === attempt.runId ? newest.version : null;
+    return newest?.status === "completed" && servesUnderRecompute(newest.written_by_run, attempt, recompute) ? newest.version : null;
   }
 
   #load(keys: readonly string[]): Map<string, RowRecord> {

@@ -16,7 +16,12 @@ describe("attemptDied", () => {
       const policy = { ...policyFor(env), maxChunkRedispatches: 1 };
       const scope = { log: () => {}, policy, meter: new SubrequestMeter() };
       const lost = (rows: string[], reason: string): ChunkSummary => ({
-        ...{ completed: 0, failed: 0, reused: 0, blocked: [], rejected: [], failureSamples: [] },
+        completed: 0,
+        failed: 0,
+        reused: 0,
+        blocked: [],
+        rejected: [],
+        failureSamples: [],
         lost: { rows, receipts: [], reason },
       });
       return [
