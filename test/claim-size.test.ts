@@ -267,7 +267,7 @@ describe("a rerun of a map whose tool calls answered large outputs", () => {
 });
 
 describe("a run whose play's source passes what one call carries", () => {
-  it("runs its map in the coordinator: every row completes, none lost to attempts that cannot be given their source", async () => {
+  it("runs its map in the coordinator from the start: every row completes, no executor asked for the source", async () => {
     // 300 rows of a CSV whose header names a 60,000-character column: about 18 MB of rows parsed, and one name past
     // Latin-1 doubles it in memory (36 MB: an executor's source would pass 32 MiB). The CSV itself is 66 KB.
     const wide = "c".repeat(60_000);
@@ -281,5 +281,8 @@ describe("a run whose play's source passes what one call carries", () => {
     expect(stored.map((row) => row.email).sort()).toEqual(names.map((name) => expectedEmail(name, "wide.test")).sort());
     const lines = (await allEvents(runId)).flatMap((e) => (e.type === "log.appended" ? [e.line] : []));
     expect(lines.some((line) => line.includes("runs in the coordinator from now on") && line.includes("too large"))).toBe(true);
+    // Known before any executor was given an attempt: none asked for the source the platform would refuse to carry.
+    expect(run.usage.objectRpcsByKind["executor.assign"] ?? 0).toBe(0);
+    expect(run.usage.objectRpcsByKind["run.captureSource"] ?? 0).toBe(0);
   }, 150_000);
 });

@@ -4,7 +4,7 @@ import { describe, expect, it } from "vitest";
 import type { CaptureSource } from "../../clients/executors";
 import { runStoreWithRun } from "../../stores/run-schema.fixture";
 import { LiveRows } from "../map/live-rows";
-import { CaptureSources } from "./capture-sources";
+import { CaptureSources, sourceOverBudget } from "./capture-sources";
 import { ExecutorAttempts } from "./executor-attempts";
 
 describe("An executor's capture sources", () => {
@@ -44,5 +44,14 @@ describe("An executor's capture sources", () => {
       attempts.open(answers);
       expect(await sources.forAttempt(link, at, new Set())).toBeNull();
     });
+  });
+});
+
+describe("Whether a capture source can be sent to an executor", () => {
+  it("counts bytes as the platform serializes them: two a character once one is past Latin-1, the effects included", () => {
+    const latin1 = "\u00e9".repeat(20 * 2 ** 20);
+    expect(sourceOverBudget(latin1, [])).toBeNull();
+    expect(sourceOverBudget(`${latin1}\u4e00`, [])).toMatch(/too large .*40\.0 MiB serialized/);
+    expect(sourceOverBudget(latin1, [{ value: "x".repeat(11 * 2 ** 20) }])).toMatch(/too large/);
   });
 });

@@ -17,6 +17,7 @@ import type { LiveRows } from "../map/live-rows";
 import type { CaptureSource } from "../../clients/executors";
 import type { SpendGrant } from "../../contracts/executors";
 import type { ExecutorAttempts } from "../executor/executor-attempts";
+import { sourceOverBudget } from "../executor/capture-sources";
 import { EffectTrace } from "./effect-trace";
 import { MapRunner } from "../map/map-runner";
 import { createDispatchServices } from "../tools/services";
@@ -146,6 +147,7 @@ export class Invocation implements InvocationScope {
       spend: spendLedger(this.store, this.#start.spend),
     });
     const services = this.#playServices();
+    const trace = new EffectTrace();
     const maps = new MapRunner({
       scope: this,
       store: this.store,
@@ -155,8 +157,8 @@ export class Invocation implements InvocationScope {
       executors: this.host.executors,
       rowSchema: rowSchemaOf(play.input),
       secrets: services.secrets,
+      sourceOverBudget: () => this.#sourceOverBudget(trace),
     });
-    const trace = new EffectTrace();
     const calls = playCalls(this, maps, () => this.store.run()!.runAttempt, invocation);
     const ctx = new RunContext({ scope: this, maps, calls, services, trace });
     const close = this.host.executors.open({
@@ -257,6 +259,12 @@ export class Invocation implements InvocationScope {
       })),
       spendCapped: this.#start.spend.capped,
     };
+  }
+
+  /** Why this invocation's capture source cannot be sent to executors now, or null (capture-sources.ts). */
+  #sourceOverBudget(trace: EffectTrace): string | null {
+    this.#inputJson ??= this.store.inputJson();
+    return sourceOverBudget(this.#inputJson, trace.snapshot());
   }
 
   /** Spend for an executor's attempt under this invocation's caps; 0 granted says a cap is reached. */

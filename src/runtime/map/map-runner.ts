@@ -59,6 +59,8 @@ export interface MapRunnerOptions {
   rowSchema: z.ZodType<Row, unknown> | null;
   /** Secret header values the invocation's fetches sent: redacted from failed rows' errors too. */
   secrets: SecretValues;
+  /** Why executors cannot be sent the invocation's source now (it is too large), or null: asked as a map starts. */
+  sourceOverBudget?(): string | null;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -222,6 +224,11 @@ export class MapRunner {
     return this.#deps.store.createMap({ name, shardCount, total, duplicatesDropped, chunkRows: chunkRowsFor(total, policy) });
   }
 
+  #runsHere(map: string, reason: string): void {
+    this.#inline.add(map);
+    this.#scope.log(`map "${map}" runs in the coordinator from now on: ${reason}`);
+  }
+
   async #drain(record: MapRecord, input: MapInput, sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
     const { store } = this.#deps;
     const { policy, signal, run } = this.#scope;
@@ -262,20 +269,25 @@ export class MapRunner {
     let grow = () => {};
     // The chunks it has left and its attempts running bound the executors it asks the org for.
     let demand = () => Number.POSITIVE_INFINITY;
-    const remote = mapExecutors({
-      scope: this.#scope,
-      attempts: this.#deps.executors,
-      store,
-      dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
-      latch,
-      demand: () => demand(),
-      windDown: executorsWindDown.signal,
-      onReport: () => {
-        this.#feed.tell(record.name, false);
-        grow();
-      },
-      onSlot: (delta) => this.#deps.live.remote(record.name, delta),
-    });
+    // A source past what one call carries could not be sent to any executor: the map runs here from the start.
+    const tooLarge = this.#deps.executors && policy.maxExecutors > 0 ? (this.#deps.sourceOverBudget?.() ?? null) : null;
+    if (tooLarge && !this.#inline.has(record.name)) this.#runsHere(record.name, tooLarge);
+    const remote = this.#inline.has(record.name)
+      ? null
+      : mapExecutors({
+          scope: this.#scope,
+          attempts: this.#deps.executors,
+          store,
+          dataset: { org: run.org, play: run.play, dataset: record.name, shardCount: record.shardCount },
+          latch,
+          demand: () => demand(),
+          windDown: executorsWindDown.signal,
+          onReport: () => {
+            this.#feed.tell(record.name, false);
+            grow();
+          },
+          onSlot: (delta) => this.#deps.live.remote(record.name, delta),
+        });
     await remote?.sizer.start();
     const queue = new ChunkQueue(
       store.chunks(record.name).filter((c) => c.state !== "done"),
@@ -312,8 +324,7 @@ export class MapRunner {
         return await remote.executor.execute(attempt);
       } catch (error) {
         if (!(error instanceof RunInline)) throw error;
-        this.#inline.add(record.name);
-        this.#scope.log(`map "${record.name}" runs in the coordinator from now on: ${error.message}`);
+        this.#runsHere(record.name, error.message);
       }
       // The same attempt, here: its rows' and receipts' leases are its own.
       this.#deps.live.ended(record.name, attempt.chunk);
