@@ -1,5 +1,5 @@
 import { env } from "cloudflare:workers";
-import { evictDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { Hono } from "hono";
 import { beforeEach, describe, expect, it } from "vitest";
 import { TroupeError } from "../src/core/errors";
@@ -464,5 +464,34 @@ describe("GET /result (recovering a lost answer)", () => {
     const batch = await callSimBatch(env, { tool: "sim_verify_email", members: [{ idempotencyKey: "v-1", input: { email: "a@b.co" } }] });
     expect(await simResult(env, "v-1")).toEqual({ found: true, output: batch.body.results[0].output });
     expect((await simStub(env).fetch("https://sim/result")).status).toBe(400);
+  });
+});
+
+describe("a request whose body cannot be read", () => {
+  it("is counted as a request and answered 400, not logged as the simulator failing", async () => {
+    const failures: unknown[][] = [];
+    const error = console.error;
+    console.error = (...args: unknown[]) => {
+      failures.push(args);
+    };
+    try {
+      // The sender went away mid-body (workerd: "Can't read from request stream because client disconnected"): its
+      // stream fails after the first bytes. Handed to the simulator object as its runtime would.
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode('{"tool":"sim_find_email",'));
+          controller.error(new TypeError("Can't read from request stream because client disconnected."));
+        },
+      });
+      const request = new Request("https://sim/call", { method: "POST", body, headers: { "Idempotency-Key": "gone-1" } });
+      const reply = await runInDurableObject(simStub(env), (sim: DurableObject) => sim.fetch!(request));
+      expect(reply.status).toBe(400);
+      expect(await reply.json()).toMatchObject({ error: { code: "body_unreadable" } });
+      const stats = await simStats(env);
+      expect({ calls: stats.calls, billed: stats.billed }).toEqual({ calls: 1, billed: 0 });
+      expect(failures.filter((args) => String(args[0]).includes("sim provider failed"))).toEqual([]);
+    } finally {
+      console.error = error;
+    }
   });
 });

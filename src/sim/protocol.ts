@@ -4,7 +4,7 @@
  * `/v1/sim` routes, so both sides of the stub agree on one schema.
  */
 import { z } from "zod";
-import { describeIssues, issuesOf, ValidationError } from "../core/errors";
+import { describeIssues, issuesOf, TroupeError, ValidationError } from "../core/errors";
 
 /**
  * Names the object that sent a provider request, as `<Class>:<name>`
@@ -107,9 +107,13 @@ export interface SimErrorBody {
 /** One member's answer inside `{ results }` of a batch, in member order. */
 export type BatchMemberResult = { status: 200; output: unknown } | { status: 400 | 422 | 503; error: { code: string; message: string } };
 
-/** Reads a JSON body; a missing or malformed one is a 400. */
+/** Reads a JSON body; a missing or malformed one is a 400, and so is one the sender stopped sending (it went away). */
 export async function readJson(request: Request): Promise<unknown> {
-  const text = await request.text();
+  const text = await request.text().catch((error: unknown) => {
+    throw new TroupeError("body_unreadable", `The body could not be read: ${error instanceof Error ? error.message : String(error)}`, {
+      httpStatus: 400,
+    });
+  });
   try {
     return JSON.parse(text) as unknown;
   } catch (error) {
