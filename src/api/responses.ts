@@ -261,7 +261,7 @@ export interface ReadyUpload extends Upload {
   createdAt: string;
 }
 
-/** A multipart upload still receiving its parts (`GET /v1/uploads/<uploadId>` before `complete`). */
+/** An upload still receiving its bytes: a multipart upload before `complete`, or a file whose one request has not ended. */
 export interface ReceivingUpload {
   uploadId: string;
   status: "receiving";
@@ -274,7 +274,8 @@ export type UploadView = ReadyUpload | ReceivingUpload;
 
 /**
  * `GET /v1/uploads?limit=&cursor=`: the org's uploads, each as `GET /v1/uploads/<uploadId>` describes it, in
- * upload-id order (random, so not time order: each carries its `createdAt`); `nextCursor` null on the last page.
+ * upload-id order (newest first; uploads made before ids held their time sort anywhere); `nextCursor` null on the
+ * last page.
  */
 export interface UploadList {
   uploads: UploadView[];

@@ -92,7 +92,7 @@ async function checkedInput(
   if (upload.status !== "ready") {
     throw new TroupeError(
       "upload_not_ready",
-      `upload ${uploadId} is still receiving its parts; complete it first (POST /v1/uploads/${uploadId}/complete)`,
+      `upload ${uploadId} is still receiving its bytes: wait for its request to end, or complete it if it was sent in parts (POST /v1/uploads/${uploadId}/complete)`,
       {
         httpStatus: 409,
       },

@@ -22,16 +22,20 @@ export interface IngestOptions {
   bucket: R2Bucket;
   key: string;
   body: ReadableStream<Uint8Array>;
-  /** The body's length when the request declared it (`Content-Length`), else null. */
-  declaredBytes: number | null;
+  /**
+   * Where the bytes go: one `put` of the length the request declared (`Content-Length`), or, for a body sent
+   * without one, the parts of a multipart upload of `key` that the caller started (and recorded, so that it can be
+   * aborted even if this request dies on the way). That upload is aborted here when anything fails.
+   */
+  into: { bytes: number } | { multipart: R2MultipartUpload };
   maxBytes: number;
   scan: UploadScan;
 }
 
 /** Writes `body` to `key`, scanned on the way; the file's index once both the write and the scan succeeded. */
 export async function ingest(options: IngestOptions): Promise<UploadIndex> {
-  const { bucket, key, declaredBytes, maxBytes, scan } = options;
-  if (declaredBytes !== null && declaredBytes > maxBytes) throw tooLarge(maxBytes);
+  const { bucket, key, into, maxBytes, scan } = options;
+  if ("bytes" in into && into.bytes > maxBytes) throw tooLarge(maxBytes);
   let index: UploadIndex | null = null;
   let received = 0;
   // Pulled by R2's side a chunk at a time: the body is read no faster than R2 takes it.
@@ -59,8 +63,8 @@ export async function ingest(options: IngestOptions): Promise<UploadIndex> {
     },
     cancel: (reason) => reader.cancel(reason),
   });
-  if (declaredBytes !== null) await putWhole(bucket, key, scanned, declaredBytes);
-  else await putInParts(bucket, key, scanned);
+  if ("bytes" in into) await putWhole(bucket, key, scanned, into.bytes);
+  else await putInParts(into.multipart, scanned);
   if (index === null) throw new Error("the upload's stream ended without its scan finishing");
   return index;
 }
@@ -73,9 +77,8 @@ async function putWhole(bucket: R2Bucket, key: string, scanned: ReadableStream<U
   if (put.status === "rejected") throw put.reason;
 }
 
-/** A multipart upload of `STREAM_PART_BYTES` parts, aborted when anything fails. */
-async function putInParts(bucket: R2Bucket, key: string, scanned: ReadableStream<Uint8Array>): Promise<void> {
-  const upload = await bucket.createMultipartUpload(key);
+/** `STREAM_PART_BYTES` parts of `upload`, aborted when anything fails. */
+async function putInParts(upload: R2MultipartUpload, scanned: ReadableStream<Uint8Array>): Promise<void> {
   try {
     const parts: R2UploadedPart[] = [];
     let buffer = new Uint8Array(STREAM_PART_BYTES);
@@ -99,13 +102,13 @@ async function putInParts(bucket: R2Bucket, key: string, scanned: ReadableStream
   } catch (error) {
     await upload.abort().catch((abortError: unknown) => {
       // The first failure is the one to report; R2 aborts an abandoned multipart upload by itself after 7 days.
-      console.warn(`could not abort the multipart upload of ${key}`, abortError);
+      console.warn(`could not abort the multipart upload of ${upload.key}`, abortError);
     });
     throw error;
   }
 }
 
-function tooLarge(maxBytes: number): UploadTooLargeError {
+export function tooLarge(maxBytes: number): UploadTooLargeError {
   return new UploadTooLargeError(
     `one request carries at most ${maxBytes} bytes; send a larger file as a multipart upload (POST /v1/uploads?multipart=1)`,
     { maxBytes },

@@ -9,6 +9,9 @@
  * - `multipart` and `parts/<n>`: a multipart upload while it receives parts
  *   (R2's multipart id; each part's etag and size, which R2's binding cannot
  *   list). Deleted once the upload is complete.
+ * - `request`: a file arriving in one request, written before its first byte
+ *   and deleted once it is ready, so that what a request that died on the way
+ *   left is found (listed `receiving`) and can be deleted.
  */
 import { z } from "zod";
 import { TerminalError } from "../core/errors";
@@ -36,6 +39,16 @@ const MultipartRecord = z.object({
   createdAt: z.number().int(),
 });
 export type MultipartRecord = z.infer<typeof MultipartRecord>;
+
+/** `request`: a file still arriving in one request. */
+const RequestRecord = z.object({
+  uploadId: z.string(),
+  format: z.enum(["csv", "ndjson"]),
+  /** R2's multipart id, for a body sent without a `Content-Length` (stored in parts as it arrives): to abort it. */
+  r2UploadId: z.string().optional(),
+  createdAt: z.number().int(),
+});
+export type RequestRecord = z.infer<typeof RequestRecord>;
 
 const PartMarker = z.object({ etag: z.string().min(1), bytes: z.coerce.number().int().min(0) });
 
@@ -66,6 +79,11 @@ export class UploadStore {
     return text === null ? null : MultipartRecord.parse(JSON.parse(text));
   }
 
+  async readRequest(uploadId: string): Promise<RequestRecord | null> {
+    const text = await this.#text(this.#key(uploadId, "request"));
+    return text === null ? null : RequestRecord.parse(JSON.parse(text));
+  }
+
   async readIndex(uploadId: string): Promise<UploadIndex | null> {
     const text = await this.#text(this.#key(uploadId, "index"));
     return text === null ? null : indexFromJson(text);
@@ -73,6 +91,10 @@ export class UploadStore {
 
   async writeMultipart(record: MultipartRecord): Promise<void> {
     await this.#putJson(this.#key(record.uploadId, "multipart"), JSON.stringify(record));
+  }
+
+  async writeRequest(record: RequestRecord): Promise<void> {
+    await this.#putJson(this.#key(record.uploadId, "request"), JSON.stringify(record));
   }
 
   /** Makes the upload ready: its index first, then the record that says it is ready. */
@@ -130,6 +152,11 @@ export class UploadStore {
   async forgetParts(uploadId: string): Promise<void> {
     await this.#deleteUnder(this.#key(uploadId, "parts/"));
     await this.bucket.delete(this.#key(uploadId, "multipart"));
+  }
+
+  /** Deletes the request record of an upload made ready (its request is done). */
+  async forgetRequest(uploadId: string): Promise<void> {
+    await this.bucket.delete(this.#key(uploadId, "request"));
   }
 
   /** Deletes every object of the upload: nothing of it remains, ready or not. */

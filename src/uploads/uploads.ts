@@ -2,22 +2,31 @@
  * One org's uploads (docs/api.md "Large inputs: uploads"): receive a file in
  * one request or in parts, check and index it, describe it, open it for
  * range reads. An upload is ready only once its record is written, after
- * its bytes and its index; a file that fails its check is deleted, so no
- * half-stored upload is ever visible.
+ * its bytes and its index. Until then it is `receiving`: its request's or
+ * multipart upload's record is written before its first byte, so that an
+ * upload whose request died on the way is listed and can be deleted. A file
+ * that fails its check is deleted, so no half-stored upload is ever ready.
  */
 import type { MultipartUploadStarted, ReadyUpload, UploadList, UploadPartReceived, UploadView } from "../api/contract";
 import { forEachLimited } from "../core/collections";
 import { messageOf, NotFoundError, TroupeError } from "../core/errors";
-import { ingest } from "./ingest";
+import { type IngestOptions, ingest, tooLarge } from "./ingest";
 import { MAX_PARTS, MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "./limits";
 import { checkParts } from "./parts";
 import type { ByteSource } from "./range-reader";
 import type { UploadIndex } from "./upload-index";
 import { UploadScan } from "./upload-scan";
-import { type MultipartRecord, type UploadRecord, UploadStore } from "./upload-store";
+import { type MultipartRecord, type RequestRecord, type UploadRecord, UploadStore } from "./upload-store";
 
 /** An upload's id, as {@link newUploadId} makes them: also the cursor of `GET /v1/uploads`. */
 export const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
+/**
+ * How long an upload may be receiving: R2 aborts a multipart upload left unfinished for seven days, and no request
+ * lasts that long. One receiving for longer is gone; what it left is deleted when it is found.
+ */
+const MAX_RECEIVING_MS = 7 * 24 * 60 * 60 * 1000;
+/** The newest time an id can hold (2^48 - 1 ms, in the year 10889): ids count down from it, so they sort newest first. */
+const LAST_ID_TIME_MS = 0xffff_ffff_ffff;
 /**
  * Records a listing reads at once: production allows an invocation six connections open at once, R2's included (a
  * seventh waits for one of them).
@@ -51,33 +60,53 @@ export class Uploads {
   /**
    * A whole file in one request body, streamed into R2 as it is checked.
    * `declaredBytes` is the request's `Content-Length`, or null when it was
-   * sent without one (then it is stored in parts as it arrives).
+   * sent without one (then it is stored in parts as it arrives). Its record
+   * is written before its first byte, so that a request that dies on the way
+   * leaves an upload listed `receiving`, which a DELETE removes, rather than
+   * bytes no one sees. A DELETE while it arrives wins: this then answers
+   * `upload_not_found` and keeps nothing.
    */
   async receive(body: ReadableStream<Uint8Array>, options: { format: UploadFormat; declaredBytes: number | null }): Promise<ReadyUpload> {
-    const uploadId = newUploadId();
+    // Refused before anything is stored (ingest still counts what arrives against the limit).
+    if (options.declaredBytes !== null && options.declaredBytes > MAX_REQUEST_UPLOAD_BYTES) throw tooLarge(MAX_REQUEST_UPLOAD_BYTES);
     const createdAt = this.#now();
-    return this.#landing(
+    const uploadId = newUploadId(createdAt);
+    const key = this.#store.dataKey(uploadId);
+    // A body of unknown length goes into a multipart upload, started here so that the record names it (to abort it).
+    const into: IngestOptions["into"] =
+      options.declaredBytes === null
+        ? { multipart: await this.#store.bucket.createMultipartUpload(key) }
+        : { bytes: options.declaredBytes };
+    await this.#store.writeRequest({
       uploadId,
-      () => true,
-      async () => {
-        const index = await ingest({
-          bucket: this.#store.bucket,
-          key: this.#store.dataKey(uploadId),
-          body,
-          declaredBytes: options.declaredBytes,
-          maxBytes: MAX_REQUEST_UPLOAD_BYTES,
-          scan: new UploadScan({ format: options.format }),
-        });
+      format: options.format,
+      createdAt,
+      ...("multipart" in into ? { r2UploadId: into.multipart.uploadId } : {}),
+    });
+    const view = await this.#landing(uploadId, {
+      discards: () => true,
+      kept: async () => (await this.#store.readRequest(uploadId)) !== null,
+      land: async () => {
+        const scan = new UploadScan({ format: options.format });
+        const index = await ingest({ bucket: this.#store.bucket, key, body, into, maxBytes: MAX_REQUEST_UPLOAD_BYTES, scan }).catch(
+          async (error: unknown) => {
+            // A DELETE aborts the multipart upload the body streams into: what failed is then the upload's deletion.
+            throw (await this.#store.readRequest(uploadId)) ? error : deletedBeforeReady(uploadId);
+          },
+        );
         return { createdAt, index };
       },
-    );
+    });
+    await this.#store.forgetRequest(uploadId);
+    return view;
   }
 
   /** Starts a multipart upload of a file in `format`: its parts come next, then `complete`. */
   async startMultipart(format: UploadFormat): Promise<MultipartUploadStarted> {
-    const uploadId = newUploadId();
+    const createdAt = this.#now();
+    const uploadId = newUploadId(createdAt);
     const upload = await this.#store.bucket.createMultipartUpload(this.#store.dataKey(uploadId));
-    await this.#store.writeMultipart({ uploadId, format, r2UploadId: upload.uploadId, createdAt: this.#now() });
+    await this.#store.writeMultipart({ uploadId, format, r2UploadId: upload.uploadId, createdAt });
     return { uploadId };
   }
 
@@ -129,25 +158,18 @@ export class Uploads {
         if (!(await this.#store.bucket.head(dataKey))) throw await this.#abortedByR2(uploadId, error);
       });
     }
-    const fileAtFault = (error: unknown) => error instanceof TroupeError && error.httpStatus < 500;
-    const view = await this.#landing(uploadId, fileAtFault, async () => {
-      const object = await this.#store.bucket.get(dataKey);
-      if (!object) throw new Error(`the completed upload ${uploadId} has no data object`);
-      const scan = new UploadScan({ format: multipart.format });
-      for await (const chunk of object.body) await scan.write(chunk);
-      const index = await scan.finish();
-      // Deleted while it was checked (DELETE found it receiving parts): recording it now would bring back a ready upload
-      // whose file is gone. (Completed by another complete meanwhile, it is still there: this one records the same.)
-      if (!(await this.#store.readMultipart(uploadId)) && !(await this.#readyRecord(uploadId))) throw uploadNotFound(uploadId);
-      return { createdAt: multipart.createdAt, index };
+    const view = await this.#landing(uploadId, {
+      discards: (error) => error instanceof TroupeError && error.httpStatus < 500,
+      // Completed by another complete meanwhile, it is still there: this one records the same.
+      kept: async () => (await this.#store.readMultipart(uploadId)) !== null || (await this.#readyRecord(uploadId)) !== null,
+      land: async () => {
+        const object = await this.#store.bucket.get(dataKey);
+        if (!object) throw new Error(`the completed upload ${uploadId} has no data object`);
+        const scan = new UploadScan({ format: multipart.format });
+        for await (const chunk of object.body) await scan.write(chunk);
+        return { createdAt: multipart.createdAt, index: await scan.finish() };
+      },
     });
-    // Deleted between that look and the commit: the file is gone, and the records just written make a ready upload of
-    // nothing. A DELETE deletes until it finds nothing left, so records written before its last look went with the
-    // file, and records written after it find the file gone here.
-    if (!(await this.#store.bucket.head(dataKey))) {
-      await this.#store.discard(uploadId);
-      throw uploadNotFound(uploadId);
-    }
     await this.#store.forgetParts(uploadId);
     return view;
   }
@@ -160,25 +182,26 @@ export class Uploads {
   async #abortedByR2(uploadId: string, error: unknown): Promise<unknown> {
     if (!messageOf(error).includes(R2_NO_SUCH_UPLOAD)) return error;
     await this.#store.discard(uploadId);
-    return new NotFoundError(
-      "upload_not_found",
-      `upload ${uploadId} is gone: R2 discarded its parts (it aborts a multipart upload left unfinished for seven days); start again`,
-    );
-  }
-
-  /** `GET /v1/uploads/<id>`: a ready upload, one receiving parts, or null (no such upload in this org). */
-  async describe(uploadId: string): Promise<UploadView | null> {
-    const ready = await this.#readyRecord(uploadId);
-    if (ready) return viewOf(ready);
-    const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
-    if (!multipart) return null;
-    return { uploadId, status: "receiving", format: multipart.format, createdAt: new Date(multipart.createdAt).toISOString() };
+    return discardedByR2(uploadId);
   }
 
   /**
-   * `GET /v1/uploads`: up to `limit` of the org's uploads, ready or receiving parts, in id order, after the upload
-   * `after` (the `nextCursor` of a page before; null: from the first). A page may hold fewer than `limit` (none
-   * even) and still have a `nextCursor`: it is null only once R2 has nothing more under the org.
+   * `GET /v1/uploads/<id>`: a ready upload, one receiving its bytes (in parts or in one request), or null (no such
+   * upload in this org, or one receiving for longer than it can: see {@link MAX_RECEIVING_MS}).
+   */
+  async describe(uploadId: string): Promise<UploadView | null> {
+    const ready = await this.#readyRecord(uploadId);
+    if (ready) return viewOf(ready);
+    const receiving = await this.#stillReceiving(uploadId);
+    if (!receiving) return null;
+    return { uploadId, status: "receiving", format: receiving.format, createdAt: new Date(receiving.createdAt).toISOString() };
+  }
+
+  /**
+   * `GET /v1/uploads`: up to `limit` of the org's uploads, ready or receiving, in id order (newest first: see
+   * {@link newUploadId}), after the upload `after` (the `nextCursor` of a page before; null: from the first). A page
+   * may hold fewer than `limit` (none even) and still have a `nextCursor`: it is null only once R2 has nothing more
+   * under the org.
    */
   async list(options: { limit: number; after: string | null }): Promise<UploadList> {
     let page = await this.#store.listIds({ limit: options.limit, after: options.after });
@@ -192,31 +215,26 @@ export class Uploads {
     await forEachLimited(ids, RECORD_READS_IN_FLIGHT, async (id, i) => {
       views[i] = await this.describe(id);
     });
-    // An id with neither record (an upload being deleted, what a failed one left) is left out of the page, but the
-    // cursor is the last id R2 gave, listed or not: the next page starts past it, and the listing never ends early.
+    // An id with no record (an upload being deleted, what a failed one left), or gone (receiving too long), is left
+    // out of the page, but the cursor is the last id R2 gave, listed or not: the next page starts past it, and the
+    // listing never ends early.
     return { uploads: views.filter((view) => view !== null), nextCursor: page.cursor === null ? null : ids.at(-1)! };
   }
 
   /**
-   * `DELETE /v1/uploads/<id>`: removes the upload, ready or receiving parts
-   * (an unfinished multipart upload is aborted in R2 first). False when this
-   * org has no such upload.
+   * `DELETE /v1/uploads/<id>`: removes the upload, ready or receiving (an
+   * unfinished multipart upload is aborted in R2 first). A request still
+   * sending it then answers `upload_not_found`. False when this org has no
+   * such upload.
    */
   async remove(uploadId: string): Promise<boolean> {
-    if (!UPLOAD_ID.test(uploadId)) return false;
-    const ready = await this.#readyRecord(uploadId);
-    const multipart = ready ? null : await this.#store.readMultipart(uploadId);
-    if (!ready && !multipart) return false;
-    if (multipart) {
-      await this.#store.bucket
-        .resumeMultipartUpload(this.#store.dataKey(uploadId), multipart.r2UploadId)
-        .abort()
-        .catch((error: unknown) => {
-          // Already completed or aborted by R2 (it aborts unfinished uploads after a week): nothing is left to abort.
-          console.warn(`upload ${uploadId}: could not abort its multipart upload`, error);
-        });
+    if (await this.#readyRecord(uploadId)) {
+      await this.#store.discard(uploadId);
+      return true;
     }
-    await this.#store.discard(uploadId);
+    const receiving = await this.#stillReceiving(uploadId);
+    if (!receiving) return false;
+    await this.#drop(uploadId, receiving);
     return true;
   }
 
@@ -228,15 +246,25 @@ export class Uploads {
     return { index, source: { read: (range) => this.#store.readData(uploadId, range) } };
   }
 
-  /** Stores a checked file's index and record; on a failure on the way that `discards`, deletes all of the upload. */
+  /**
+   * Stores the index and record of the file `land` received and checked, unless the upload was deleted meanwhile
+   * (`kept` says whether it still is): then, as on a failure on the way that `discards`, deletes all of the upload.
+   */
   async #landing(
     uploadId: string,
-    discards: (error: unknown) => boolean,
-    land: () => Promise<{ createdAt: number; index: UploadIndex }>,
+    steps: {
+      land: () => Promise<{ createdAt: number; index: UploadIndex }>;
+      kept: () => Promise<boolean>;
+      discards: (error: unknown) => boolean;
+    },
   ): Promise<ReadyUpload> {
+    let record: UploadRecord;
     try {
-      const { createdAt, index } = await land();
-      const record: UploadRecord = {
+      const { createdAt, index } = await steps.land();
+      // Deleted while it was received or checked (a DELETE found it receiving): recording it now would bring back a
+      // ready upload whose file is gone.
+      if (!(await steps.kept())) throw deletedBeforeReady(uploadId);
+      record = {
         uploadId,
         format: index.format,
         rows: index.rows,
@@ -247,11 +275,18 @@ export class Uploads {
       };
       await this.#faults?.check("upload.commit");
       await this.#store.commit(record, index);
-      return viewOf(record);
     } catch (error) {
-      if (discards(error)) await this.#store.discard(uploadId);
+      if (steps.discards(error)) await this.#store.discard(uploadId);
       throw error;
     }
+    // Deleted between that look and the commit: the file is gone, and the records just written make a ready upload of
+    // nothing. A DELETE deletes until it finds nothing left, so records written before its last look went with the
+    // file, and records written after it find the file gone here.
+    if (!(await this.#store.bucket.head(this.#store.dataKey(uploadId)))) {
+      await this.#store.discard(uploadId);
+      throw deletedBeforeReady(uploadId);
+    }
+    return viewOf(record);
   }
 
   async #readyRecord(uploadId: string): Promise<UploadRecord | null> {
@@ -261,9 +296,41 @@ export class Uploads {
   /** The multipart record of an upload still receiving parts, or the reason it is not one. */
   async #receiving(uploadId: string): Promise<MultipartRecord> {
     const multipart = UPLOAD_ID.test(uploadId) ? await this.#store.readMultipart(uploadId) : null;
+    if (multipart && this.#expired(multipart)) {
+      await this.#drop(uploadId, multipart);
+      throw discardedByR2(uploadId);
+    }
     if (multipart) return multipart;
     if (await this.#readyRecord(uploadId)) throw completeAlready(uploadId);
     throw uploadNotFound(uploadId);
+  }
+
+  /** The record of an upload receiving its bytes, in parts or in one request; null when there is none, or it expired. */
+  async #stillReceiving(uploadId: string): Promise<MultipartRecord | RequestRecord | null> {
+    if (!UPLOAD_ID.test(uploadId)) return null;
+    const record = (await this.#store.readMultipart(uploadId)) ?? (await this.#store.readRequest(uploadId));
+    if (!record || !this.#expired(record)) return record;
+    await this.#drop(uploadId, record);
+    return null;
+  }
+
+  /** Receiving for longer than an upload can (see {@link MAX_RECEIVING_MS}): it is gone. */
+  #expired(record: { createdAt: number }): boolean {
+    return this.#now() - record.createdAt > MAX_RECEIVING_MS;
+  }
+
+  /** Deletes an upload receiving its bytes: the multipart upload they go into, if any, is aborted in R2 first. */
+  async #drop(uploadId: string, record: { r2UploadId?: string }): Promise<void> {
+    if (record.r2UploadId !== undefined) {
+      await this.#store.bucket
+        .resumeMultipartUpload(this.#store.dataKey(uploadId), record.r2UploadId)
+        .abort()
+        .catch((error: unknown) => {
+          // Already completed or aborted by R2 (it aborts unfinished uploads after a week): nothing is left to abort.
+          console.warn(`upload ${uploadId}: could not abort its multipart upload`, error);
+        });
+    }
+    await this.#store.discard(uploadId);
   }
 }
 
@@ -277,10 +344,26 @@ export function uploadNotFound(uploadId: string): NotFoundError {
   return new NotFoundError("upload_not_found", `no upload ${JSON.stringify(uploadId)} in this org`);
 }
 
-/** An id no one can guess: 128 random bits. */
-function newUploadId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(16));
-  return `up_${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+function deletedBeforeReady(uploadId: string): NotFoundError {
+  return new NotFoundError("upload_not_found", `upload ${uploadId} was deleted before it was ready; nothing of it is kept`);
+}
+
+function discardedByR2(uploadId: string): NotFoundError {
+  return new NotFoundError(
+    "upload_not_found",
+    `upload ${uploadId} is gone: R2 discarded its parts (it aborts a multipart upload left unfinished for seven days); start again`,
+  );
+}
+
+/**
+ * An id no one can guess that sorts newest first (R2 lists keys in order, and so `GET /v1/uploads`): 12 hex digits
+ * of {@link LAST_ID_TIME_MS} minus the time it was made, then 80 random bits. Ids made before they held a time are
+ * 128 random bits, and sort anywhere.
+ */
+function newUploadId(createdAt: number): string {
+  const countdown = (LAST_ID_TIME_MS - createdAt).toString(16).padStart(12, "0");
+  const random = Array.from(crypto.getRandomValues(new Uint8Array(10)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return `up_${countdown}${random}`;
 }
 
 function viewOf(record: UploadRecord): ReadyUpload {
