@@ -28,6 +28,25 @@ export default defineConfig({
           // files wait on alarms, leases and held answers rather than burn CPU: measured on two idle cores, two at a
           // time kept them 50% busy (423 s), four 77% (280 s).
           maxWorkers: 4,
+          // Each test file's isolate imports the Worker's modules again, one request each: its dependencies go
+          // prebundled, a few modules rather than hundreds (the import phase measured about a quarter shorter).
+          deps: {
+            optimizer: {
+              ssr: {
+                enabled: true,
+                include: [
+                  "zod",
+                  "hono",
+                  "hono/body-limit",
+                  "hono/utils/http-status",
+                  "partyserver",
+                  "csv-parse/sync",
+                  "csv-stringify/sync",
+                  "structured-headers",
+                ],
+              },
+            },
+          },
           include: ["test/**/*.test.ts", "src/**/*.test.ts"],
           testTimeout: 60_000,
           hookTimeout: 60_000,
