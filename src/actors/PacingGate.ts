@@ -8,7 +8,13 @@ import { createSql, migrate, type Sql } from "../stores/sql";
 const GATE_MIGRATIONS = [
   `CREATE TABLE pacing_override (provider TEXT PRIMARY KEY, policy TEXT NOT NULL);`,
   `CREATE TABLE pacing_pause (id INTEGER PRIMARY KEY CHECK (id = 1), paused_until INTEGER NOT NULL);`,
+  `CREATE TABLE pacing_learned (id INTEGER PRIMARY KEY CHECK (id = 1), requests_per_second REAL NOT NULL, learned_at INTEGER NOT NULL);`,
 ];
+
+/** A learned limit stored this long ago is not restored: the provider may have changed it (its 429s teach it again). */
+const LEARNED_MEMORY_MS = 24 * 60 * 60 * 1000;
+/** A learned limit is stored again once it has moved by this share of the stored one (it creeps while callers send). */
+const LEARNED_STORE_STEP = 0.05;
 
 const Provider = z.string().min(1).max(64);
 /** Waits and resets past an hour are taken as an hour: a pause that long is an outage, not pacing. */
@@ -58,16 +64,19 @@ export interface GateState {
 /**
  * One per (org, provider), named `<org>/<provider>`: every run of the org
  * paces that provider's requests through it. A thin adapter over
- * `GateLedger` (in memory: what it learned need not survive a restart, the
- * provider's 429s teach it again); stored are the org's policy override and
- * the pause the provider asked for, so that an eviction during a long
- * Retry-After does not send new callers into it.
+ * `GateLedger` (in memory); stored are the org's policy override, the pause
+ * the provider asked for, so that an eviction during a long Retry-After does
+ * not send new callers into it, and the limit learned from its 429s, so that a
+ * run after the gate was evicted (idle a minute or two, in production) is
+ * paced at it from its first request rather than learning it again from 429s.
  */
 export class PacingGate extends DurableObject<Env> {
   readonly #sql: Sql;
   #ledger = new GateLedger();
   /** The pause stored: written only when the ledger's grows past it. */
   #storedPause = 0;
+  /** The learned limit stored (null: none). */
+  #storedLearned: number | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -76,6 +85,12 @@ export class PacingGate extends DurableObject<Env> {
       migrate(ctx.storage, GATE_MIGRATIONS);
       this.#storedPause = this.#sql<{ paused_until: number }>`SELECT paused_until FROM pacing_pause WHERE id = 1`[0]?.paused_until ?? 0;
       if (this.#storedPause > Date.now()) this.#ledger.restorePause(this.#storedPause);
+      const learned = this.#sql<{ requests_per_second: number; learned_at: number }>`SELECT requests_per_second, learned_at
+        FROM pacing_learned WHERE id = 1`[0];
+      if (learned && Date.now() - learned.learned_at < LEARNED_MEMORY_MS) {
+        this.#storedLearned = learned.requests_per_second;
+        this.#ledger.restoreLearned(learned.requests_per_second, Date.now());
+      }
     });
   }
 
@@ -84,6 +99,7 @@ export class PacingGate extends DurableObject<Env> {
     const request = parseRpcInput(GateAcquire, input);
     const grant = this.#ledger.acquire(this.#policy(request.provider), { ...request, now: Date.now() });
     this.#storePause();
+    this.#storeLearned();
     return grant;
   }
 
@@ -92,6 +108,7 @@ export class PacingGate extends DurableObject<Env> {
     const request = parseRpcInput(GateReport, input);
     const answer = this.#ledger.report(this.#policy(request.provider), { signal: request.signal, now: Date.now() });
     this.#storePause();
+    this.#storeLearned();
     return answer;
   }
 
@@ -110,6 +127,7 @@ export class PacingGate extends DurableObject<Env> {
     if (override === null) {
       this.#sql.write`DELETE FROM pacing_override WHERE provider = ${name}`;
       this.#ledger.forgetLearned();
+      this.#storeLearned();
     } else {
       const value = JSON.stringify(parseRpcInput(PacingOverride, override));
       this.#sql.write`INSERT INTO pacing_override (provider, policy) VALUES (${name}, ${value})
@@ -135,6 +153,19 @@ export class PacingGate extends DurableObject<Env> {
     this.#sql.write`INSERT INTO pacing_pause (id, paused_until) VALUES (1, ${Math.ceil(until)})
       ON CONFLICT (id) DO UPDATE SET paused_until = excluded.paused_until`;
     this.#storedPause = until;
+  }
+
+  /** Stores the learned limit when it came, went, or moved by {@link LEARNED_STORE_STEP}: a write per step, not per call. */
+  #storeLearned(): void {
+    const learned = this.#ledger.learned;
+    const stored = this.#storedLearned;
+    if (learned === stored) return;
+    if (learned !== null && stored !== null && Math.abs(learned - stored) < stored * LEARNED_STORE_STEP) return;
+    if (learned === null) this.#sql.write`DELETE FROM pacing_learned WHERE id = 1`;
+    else
+      this.#sql.write`INSERT INTO pacing_learned (id, requests_per_second, learned_at) VALUES (1, ${learned}, ${Date.now()})
+        ON CONFLICT (id) DO UPDATE SET requests_per_second = excluded.requests_per_second, learned_at = excluded.learned_at`;
+    this.#storedLearned = learned;
   }
 
   #override(provider: string): PacingOverride | null {

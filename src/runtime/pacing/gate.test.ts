@@ -297,9 +297,25 @@ describe("GateLedger: backpressure", () => {
     const next = gate.acquire(p, { caller: "b", slots: 3, inFlight: 0, now: 10 + LEARN_SETTLE_MS });
     expect(gate.snapshot(p, 10 + LEARN_SETTLE_MS).learnedRequestsPerSecond).toBe(30);
     expect(next.startInMs[2]! - next.startInMs[1]!).toBeCloseTo(1000 / (30 * PACE_UTILIZATION), 6);
-    // Without 429s the learned limit creeps up, so a raised limit is found again.
+    // Without 429s the learned limit creeps up while callers send, so a raised limit is found again.
     gate.acquire(p, { caller: "b", slots: 0, inFlight: 0, now: 60_000 });
     expect(gate.snapshot(p, 60_000).learnedRequestsPerSecond!).toBeGreaterThan(30);
+  });
+
+  it("creeps a learned limit up only while callers ask: an idle hour does not start the next run far past it", () => {
+    const gate = heardGate();
+    const p = policy();
+    gate.acquire(p, { caller: "a", slots: 40, inFlight: 0, now: 0 });
+    gate.report(p, { signal: signal({ ...limited(10), unpacedStarts: 10 }), now: 10 });
+    gate.acquire(p, { caller: "a", slots: 0, inFlight: 0, now: 10 + LEARN_SETTLE_MS });
+    const learned = gate.snapshot(p, 10 + LEARN_SETTLE_MS).learnedRequestsPerSecond!;
+    // Asked every second for a minute: it creeps by about half a percent a second.
+    for (let at = 2_000; at <= 62_000; at += 1_000) gate.acquire(p, { caller: "a", slots: 0, inFlight: 0, now: at });
+    const active = gate.snapshot(p, 62_000).learnedRequestsPerSecond!;
+    expect(active).toBeGreaterThan(learned * 1.25);
+    // Then nobody asks for an hour: the first ask after it finds the limit where the last left it, give or take a few seconds' creep.
+    gate.acquire(p, { caller: "b", slots: 0, inFlight: 0, now: 62_000 + 3_600_000 });
+    expect(gate.snapshot(p, 62_000 + 3_600_000).learnedRequestsPerSecond!).toBeLessThan(active * 1.05);
   });
 });
 

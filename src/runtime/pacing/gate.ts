@@ -210,6 +210,20 @@ export class GateLedger {
     this.#pause(until);
   }
 
+  /** The limit learned from the provider's 429s, requests per second; null when none (see ProviderRate). */
+  get learned(): number | null {
+    return this.#rate.learned;
+  }
+
+  /**
+   * A limit learned before a restart: the provider was heard from (no probe holds the first callers), and its
+   * requests are paced at the limit at once, not sent unpaced into its 429s to learn it again.
+   */
+  restoreLearned(requestsPerSecond: number, now: number): void {
+    this.#rate.restoreLearned(requestsPerSecond, now);
+    this.#heard = true;
+  }
+
   /** Takes in the caller's signal, then grants up to `request.slots` slots and the caller's concurrency units. */
   acquire(policy: PacingPolicy, request: AcquireRequest): Grant {
     const { caller, now, inFlight } = request;

@@ -38,8 +38,13 @@ export const DECLARED_RATE_DECREASE = 0.9;
 export const MIN_RATE_FACTOR = 0.2;
 /** Share of the declared rate regained per second without a 429. */
 export const RATE_RECOVERY_PER_SECOND = 0.05;
-/** A learned limit grows by this share of itself per second without a 429. */
+/** A learned limit grows by this share of itself per second without a 429, while the provider is called. */
 export const LEARNED_PROBE_PER_SECOND = 0.005;
+/**
+ * The most seconds one look at a learned limit creeps it by: callers ask at least every few seconds while they send,
+ * and a gate left idle finds nothing out (an hour's quiet would else start the next run at 19 times the limit).
+ */
+export const LEARNED_PROBE_GAP_S = 5;
 /** A 429 this long after the previous one is isolated. */
 export const ISOLATED_429_MS = 5000;
 /** 429s closer together than this lower the rate once. */
@@ -83,6 +88,12 @@ export class ProviderRate {
   /** The learned limit, requests per second; null when none. */
   get learned(): number | null {
     return this.#learned;
+  }
+
+  /** A limit learned before a restart (the gate stores it): paced at once, creeping from `now` on. */
+  restoreLearned(requestsPerSecond: number, now: number): void {
+    this.#learned = requestsPerSecond;
+    this.#lastRecoveryAt = now;
   }
 
   /** When a learned limit's measurement is due; null when none is under way. */
@@ -186,7 +197,7 @@ export class ProviderRate {
     if (this.#known(policy)) {
       this.#factor = Math.min(1, this.#factor + seconds * RATE_RECOVERY_PER_SECOND);
     } else if (this.#learned !== null && !this.#measuring) {
-      this.#learned *= 1 + seconds * LEARNED_PROBE_PER_SECOND;
+      this.#learned *= 1 + Math.min(seconds, LEARNED_PROBE_GAP_S) * LEARNED_PROBE_PER_SECOND;
       if (this.#learned > LEARNED_RATE_CEILING) this.#learned = null;
     }
   }
