@@ -125,6 +125,12 @@ describe("an upload whose request has not landed it", () => {
     const receiving = { uploadId, status: "receiving", format: "csv", createdAt: expect.any(String) };
     expect(await apiJson(`/v1/uploads/${uploadId}`)).toEqual({ status: 200, body: receiving });
     expect(await listed()).toContainEqual(receiving);
+    // Its id is listed now, but it takes no part and no complete: it is not a multipart upload.
+    for (const [method, path, body] of [
+      ["PUT", `/v1/uploads/${uploadId}/parts/1`, "id,name\n2,Bo\n"],
+      ["POST", `/v1/uploads/${uploadId}/complete`, undefined],
+    ] as const)
+      expect(await apiJson(path, { method, body })).toMatchObject({ status: 409, body: { error: { code: "upload_not_multipart" } } });
 
     expect(await apiJson(`/v1/uploads/${uploadId}`, { method: "DELETE" })).toEqual({ status: 200, body: { uploadId, deleted: true } });
     expect(await keysOf(uploadId!)).toEqual([]);

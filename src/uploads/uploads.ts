@@ -302,6 +302,11 @@ export class Uploads {
     }
     if (multipart) return multipart;
     if (await this.#readyRecord(uploadId)) throw completeAlready(uploadId);
+    if (await this.#stillReceiving(uploadId)) {
+      throw new TroupeError("upload_not_multipart", `upload ${uploadId} arrives in one request: it takes no parts and no complete`, {
+        httpStatus: 409,
+      });
+    }
     throw uploadNotFound(uploadId);
   }
 
