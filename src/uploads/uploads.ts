@@ -97,7 +97,10 @@ export class Uploads {
         return { createdAt, index };
       },
     });
-    await this.#store.forgetRequest(uploadId);
+    // The upload is ready whatever happens to this: a record left over is read after the ready one, and goes with it.
+    await this.#store.forgetRequest(uploadId).catch((error: unknown) => {
+      console.warn(`upload ${uploadId}: ready, but its request's record stays`, error);
+    });
     return view;
   }
 
