@@ -60,7 +60,7 @@ export interface MapRunnerOptions {
   /** Secret header values the invocation's fetches sent: redacted from failed rows' errors too. */
   secrets: SecretValues;
   /** Why executors cannot be sent the invocation's source now (it is too large), or null: asked as a map starts. */
-  sourceOverBudget?(): string | null;
+  sourceOverBudget(): string | null;
 }
 
 const MAP_NAME = /^[a-z0-9][a-z0-9_-]{0,63}$/;
@@ -270,8 +270,10 @@ export class MapRunner {
     // The chunks it has left and its attempts running bound the executors it asks the org for.
     let demand = () => Number.POSITIVE_INFINITY;
     // A source past what one call carries could not be sent to any executor: the map runs here from the start.
-    const tooLarge = this.#deps.executors && policy.maxExecutors > 0 ? (this.#deps.sourceOverBudget?.() ?? null) : null;
-    if (tooLarge && !this.#inline.has(record.name)) this.#runsHere(record.name, tooLarge);
+    if (this.#deps.executors && policy.maxExecutors > 0 && !this.#inline.has(record.name)) {
+      const tooLarge = this.#deps.sourceOverBudget();
+      if (tooLarge) this.#runsHere(record.name, tooLarge);
+    }
     const remote = this.#inline.has(record.name)
       ? null
       : mapExecutors({
