@@ -28,6 +28,7 @@ export interface IngestOptions {
    * aborted even if this request dies on the way). That upload is aborted here when anything fails.
    */
   into: { bytes: number } | { multipart: R2MultipartUpload };
+  /** What may arrive: past it the stream errors. A declared length past it is the caller's to refuse, before it stores anything. */
   maxBytes: number;
   scan: UploadScan;
 }
@@ -35,7 +36,6 @@ export interface IngestOptions {
 /** Writes `body` to `key`, scanned on the way; the file's index once both the write and the scan succeeded. */
 export async function ingest(options: IngestOptions): Promise<UploadIndex> {
   const { bucket, key, into, maxBytes, scan } = options;
-  if ("bytes" in into && into.bytes > maxBytes) throw tooLarge(maxBytes);
   let index: UploadIndex | null = null;
   let received = 0;
   // Pulled by R2's side a chunk at a time: the body is read no faster than R2 takes it.

@@ -67,7 +67,7 @@ export class Uploads {
    * `upload_not_found` and keeps nothing.
    */
   async receive(body: ReadableStream<Uint8Array>, options: { format: UploadFormat; declaredBytes: number | null }): Promise<ReadyUpload> {
-    // Refused before anything is stored (ingest still counts what arrives against the limit).
+    // Refused before anything is stored (ingest counts what arrives against the limit).
     if (options.declaredBytes !== null && options.declaredBytes > MAX_REQUEST_UPLOAD_BYTES) throw tooLarge(MAX_REQUEST_UPLOAD_BYTES);
     const createdAt = this.#now();
     const uploadId = newUploadId(createdAt);
