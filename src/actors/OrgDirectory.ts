@@ -21,16 +21,32 @@ import {
   type SpendDay,
 } from "../stores/org-spend-store";
 import { createSql, migrate } from "../stores/sql";
+import { UploadSweepStore, UploadWatch } from "../stores/upload-sweep-store";
+import { forEachLimited } from "../core/collections";
+import { messageOf } from "../core/errors";
+import { Uploads } from "../uploads/uploads";
 
-/** One per org: the index of the org's runs, newest first (`GET /v1/runs`), its idempotency keys, and its spend. */
+/** Uploads one alarm looks at, at most (each is a few R2 calls: the invocation's subrequests stay far from the cap). */
+const SWEEPS_PER_ALARM = 100;
+/** Looked at together: production allows an invocation six connections open at once, R2's included. */
+const SWEEPS_IN_FLIGHT = 6;
+/** An upload that could not be looked at (R2 failed) is looked at again this much later. */
+const SWEEP_RETRY_MS = 60 * 60 * 1000;
+
+/**
+ * One per org: the index of the org's runs, newest first (`GET /v1/runs`), its idempotency keys, its spend, and the
+ * uploads it will look at again (its alarm deletes what an upload that never became ready left).
+ */
 export class OrgDirectory extends DurableObject<Env> {
   #store: DirectoryStore;
   #spend: OrgSpendStore;
+  #sweeps: UploadSweepStore;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.#store = new DirectoryStore({ sql: createSql(ctx.storage) });
     this.#spend = new OrgSpendStore({ sql: createSql(ctx.storage) });
+    this.#sweeps = new UploadSweepStore({ sql: createSql(ctx.storage) });
     ctx.blockConcurrencyWhile(async () => migrate(ctx.storage, directoryMigrations));
   }
 
@@ -114,5 +130,31 @@ export class OrgDirectory extends DurableObject<Env> {
 
   async setSpendLimits(limits: SpendLimits): Promise<SpendLimits> {
     return this.#spend.setLimits(SpendLimits.parse(limits));
+  }
+
+  /** Watches an upload from before its first byte (Uploads' watcher): the alarm looks at it again once it is due. */
+  async watchUpload(watch: UploadWatch): Promise<void> {
+    this.#sweeps.watch(UploadWatch.parse(watch));
+    const next = this.#sweeps.nextDueAt()!;
+    const armed = await this.ctx.storage.getAlarm();
+    if (armed === null || next < armed) await this.ctx.storage.setAlarm(next);
+  }
+
+  /** Looks at the uploads due (Uploads.sweep), the longest due first; those still receiving, or that failed, later. */
+  override async alarm(): Promise<void> {
+    const due = this.#sweeps.due(Date.now(), SWEEPS_PER_ALARM);
+    await forEachLimited(due, SWEEPS_IN_FLIGHT, async (watch) => {
+      try {
+        const again = await new Uploads({ bucket: this.env.UPLOADS, org: watch.org }).sweep(watch.uploadId);
+        if (again === null) this.#sweeps.forget(watch.uploadId);
+        else this.#sweeps.watch({ ...watch, dueAt: again });
+      } catch (error) {
+        console.warn(`upload ${watch.uploadId} could not be looked at (${messageOf(error)}); again in an hour`);
+        this.#sweeps.watch({ ...watch, dueAt: Date.now() + SWEEP_RETRY_MS });
+      }
+    });
+    // More due than one alarm looks at: the next goes on at once.
+    const next = this.#sweeps.nextDueAt();
+    if (next !== null) await this.ctx.storage.setAlarm(next);
   }
 }

@@ -8,6 +8,7 @@ export type RunEntryMessage = Parameters<DirectoryStub["record"]>[0];
 export type SpendReportMessage = Parameters<DirectoryStub["recordSpend"]>[0];
 export type PlayStatsMessage = Parameters<DirectoryStub["recordPlayStats"]>[0];
 export type ExecutorLeaseMessage = Parameters<DirectoryStub["leaseExecutors"]>[0];
+export type UploadWatchMessage = Parameters<DirectoryStub["watchUpload"]>[0];
 
 export class OrgClient {
   #env: Pick<Env, "ORG_DIRECTORY">;
@@ -54,5 +55,10 @@ export class OrgClient {
   /** Executors the org's bound leaves a run's map now (at least one), leased for `ttlMs`. */
   leaseExecutors(request: ExecutorLeaseMessage): Promise<number> {
     return this.#stub.leaseExecutors(request);
+  }
+
+  /** Watches an upload until it is ready or gone: the directory deletes what one that never became ready left. */
+  watchUpload(watch: UploadWatchMessage): Promise<void> {
+    return this.#stub.watchUpload(watch);
   }
 }

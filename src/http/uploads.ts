@@ -6,6 +6,7 @@
 import { Hono } from "hono";
 import { z } from "zod";
 import { faultProbeFor } from "../clients/faults";
+import { OrgClient } from "../clients/orgs";
 import { TroupeError } from "../core/errors";
 import { MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "../uploads/limits";
 import { UploadTooLargeError } from "../uploads/errors";
@@ -34,7 +35,14 @@ const PART_NUMBER = /^[1-9][0-9]{0,4}$/;
 
 export const uploadRoutes = new Hono<AppEnv>();
 
-const uploadsOf = (env: Env, org: string) => new Uploads({ bucket: env.UPLOADS, org, faults: faultProbeFor(env) });
+/** The org's uploads; each one started is watched by the org's directory, which deletes what it left unless it is ready. */
+const uploadsOf = (env: Env, org: string) =>
+  new Uploads({
+    bucket: env.UPLOADS,
+    org,
+    faults: faultProbeFor(env),
+    watch: ({ uploadId, dueAt }) => new OrgClient({ env, org }).watchUpload({ uploadId, org, dueAt }),
+  });
 
 uploadRoutes.post("/uploads", async (c) => {
   const { multipart } = validate(StartQuery, c.req.query(), "the query");

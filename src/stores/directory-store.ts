@@ -2,6 +2,7 @@
 import { z } from "zod";
 import type { Sql } from "./sql";
 import { dailyHoldsExpiryMigration, dailyHoldsMigration, orgSpendMigration } from "./org-spend-store";
+import { uploadSweepMigration } from "./upload-sweep-store";
 
 export const directoryMigrations = [
   `CREATE TABLE runs (
@@ -19,6 +20,7 @@ export const directoryMigrations = [
   // What each lease's holder asked for: the bound is shared by what the holders want (leaseExecutors).
   `ALTER TABLE executor_leases ADD COLUMN wanted INTEGER NOT NULL DEFAULT 0;`,
   `ALTER TABLE executor_leases ADD COLUMN busy INTEGER NOT NULL DEFAULT 0;`,
+  uploadSweepMigration,
 ];
 
 /** How long an `Idempotency-Key` stands for its run: a submit with it after this starts a new one. */

@@ -4,8 +4,11 @@
  * range reads. An upload is ready only once its record is written, after
  * its bytes and its index. Until then it is `receiving`: its request's or
  * multipart upload's record is written before its first byte, so that an
- * upload whose request died on the way is listed and can be deleted. A file
- * that fails its check is deleted, so no half-stored upload is ever ready.
+ * upload whose request died on the way is listed and can be deleted; and its
+ * watcher (the org's directory) is told of it before that, to look at it
+ * again once it can no longer be receiving and delete what it left ({@link
+ * Uploads.sweep}). A file that fails its check is deleted, so no half-stored
+ * upload is ever ready.
  */
 import type { MultipartUploadStarted, ReadyUpload, UploadList, UploadPartReceived, UploadView } from "../api/contract";
 import { forEachLimited } from "../core/collections";
@@ -25,6 +28,8 @@ export const UPLOAD_ID = /^up_[0-9a-f]{32}$/;
  * lasts that long. One receiving for longer is gone; what it left is deleted when it is found.
  */
 const MAX_RECEIVING_MS = 7 * 24 * 60 * 60 * 1000;
+/** An upload is looked at again this long after it began ({@link Uploads.sweep}): a minute after it can be receiving. */
+const SWEEP_AFTER_MS = MAX_RECEIVING_MS + 60_000;
 /** The newest time an id can hold (2^48 - 1 ms, in the year 10889): ids count down from it, so they sort newest first. */
 const LAST_ID_TIME_MS = 0xffff_ffff_ffff;
 /**
@@ -46,15 +51,24 @@ export interface UploadFaults {
   check(point: "upload.commit"): Promise<void>;
 }
 
+/**
+ * Who looks at an upload again at `dueAt` and calls {@link Uploads.sweep} (the org's directory, by its alarm): told
+ * before the upload's first byte is stored, so that nothing of an upload is stored unwatched.
+ */
+export type UploadWatcher = (watch: { uploadId: string; dueAt: number }) => Promise<void>;
+
 export class Uploads {
   #store: UploadStore;
   #now: () => number;
   #faults: UploadFaults | null;
+  #watch: UploadWatcher | null;
 
-  constructor(options: { bucket: R2Bucket; org: string; now?: () => number; faults?: UploadFaults }) {
+  /** `watch`: whoever starts uploads in production passes one (HTTP); readers need none, nor do tests of one upload. */
+  constructor(options: { bucket: R2Bucket; org: string; now?: () => number; faults?: UploadFaults; watch?: UploadWatcher }) {
     this.#store = new UploadStore(options);
     this.#now = options.now ?? Date.now;
     this.#faults = options.faults ?? null;
+    this.#watch = options.watch ?? null;
   }
 
   /**
@@ -69,8 +83,7 @@ export class Uploads {
   async receive(body: ReadableStream<Uint8Array>, options: { format: UploadFormat; declaredBytes: number | null }): Promise<ReadyUpload> {
     // Refused before anything is stored (ingest counts what arrives against the limit).
     if (options.declaredBytes !== null && options.declaredBytes > MAX_REQUEST_UPLOAD_BYTES) throw tooLarge(MAX_REQUEST_UPLOAD_BYTES);
-    const createdAt = this.#now();
-    const uploadId = newUploadId(createdAt);
+    const { uploadId, createdAt } = await this.#begin();
     const key = this.#store.dataKey(uploadId);
     // A body of unknown length goes into a multipart upload, started here so that the record names it (to abort it).
     const into: IngestOptions["into"] =
@@ -106,8 +119,7 @@ export class Uploads {
 
   /** Starts a multipart upload of a file in `format`: its parts come next, then `complete`. */
   async startMultipart(format: UploadFormat): Promise<MultipartUploadStarted> {
-    const createdAt = this.#now();
-    const uploadId = newUploadId(createdAt);
+    const { uploadId, createdAt } = await this.#begin();
     const upload = await this.#store.bucket.createMultipartUpload(this.#store.dataKey(uploadId));
     await this.#store.writeMultipart({ uploadId, format, r2UploadId: upload.uploadId, createdAt });
     return { uploadId };
@@ -247,6 +259,29 @@ export class Uploads {
     const index = await this.#store.readIndex(uploadId);
     if (!index) throw new Error(`upload ${uploadId} is ready but has no index`);
     return { index, source: { read: (range) => this.#store.readData(uploadId, range) } };
+  }
+
+  /**
+   * Looks at an upload again, as its watcher does once it is due: deletes what
+   * is left of it unless it is ready or still receiving (an upload receiving
+   * for too long is gone, and deleted: see {@link MAX_RECEIVING_MS}); what a
+   * request that died before it wrote any record left goes too. Answers when
+   * to look again: null once there is nothing more to look at.
+   */
+  async sweep(uploadId: string): Promise<number | null> {
+    if (await this.#readyRecord(uploadId)) return null;
+    const receiving = await this.#stillReceiving(uploadId);
+    if (receiving) return receiving.createdAt + SWEEP_AFTER_MS;
+    if (UPLOAD_ID.test(uploadId)) await this.#store.discard(uploadId);
+    return null;
+  }
+
+  /** A new upload's id and time, once its watcher knows of it: nothing of it is stored yet. */
+  async #begin(): Promise<{ uploadId: string; createdAt: number }> {
+    const createdAt = this.#now();
+    const uploadId = newUploadId(createdAt);
+    await this.#watch?.({ uploadId, dueAt: createdAt + SWEEP_AFTER_MS });
+    return { uploadId, createdAt };
   }
 
   /**
