@@ -127,6 +127,13 @@ export interface RuntimePolicy {
    * alarm, which waits for it, runs 15 minutes at most.
    */
   coordinatorWindDownMs: number;
+  /**
+   * What a map's capture source may weigh, serialized, to be sent to
+   * executors (runtime/executor/capture-sources.ts): 32 MiB, what one call
+   * carries, less room for the run's record and policy sent with it. A source
+   * past it runs its map in the coordinator from the start.
+   */
+  sourceBudgetBytes: number;
 }
 
 const production: RuntimePolicy = {
@@ -192,6 +199,7 @@ const production: RuntimePolicy = {
   executorWindDownMs: 12 * 60_000,
   // As the executors: 3 minutes for the attempts to stop sending, store their rows and report.
   coordinatorWindDownMs: 12 * 60_000,
+  sourceBudgetBytes: 30 * 1024 * 1024,
 };
 
 const test: Partial<RuntimePolicy> = {
@@ -266,6 +274,12 @@ export const TestPolicyOverrides = z
     progressIntervalMs: z.number().int().min(10).max(600_000),
     /** Lets a few hundred rows spread over many shards, as millions would. */
     sheetRowsPerShard: z.number().int().min(1).max(10_000_000),
+    /** Past 32 MiB, a test lets executors ask for a source the platform then refuses to carry (the fallback). */
+    sourceBudgetBytes: z
+      .number()
+      .int()
+      .min(1)
+      .max(2 ** 30),
     /** How often a parent asks a child it has not heard from (a {@link import("../runtime/invocation/waits").WaitPolicy} knob). */
     childCheckIntervalMs: z
       .number()

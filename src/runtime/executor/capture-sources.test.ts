@@ -2,6 +2,7 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { CaptureSource } from "../../clients/executors";
+import { policyFor } from "../../core/policy";
 import { runStoreWithRun } from "../../stores/run-schema.fixture";
 import { LiveRows } from "../map/live-rows";
 import { CaptureSources, sourceOverBudget } from "./capture-sources";
@@ -48,10 +49,13 @@ describe("An executor's capture sources", () => {
 });
 
 describe("Whether a capture source can be sent to an executor", () => {
+  /** Production's: 32 MiB less room for what a source carries besides. */
+  const BUDGET = policyFor({} as Env).sourceBudgetBytes;
+
   it("counts bytes as the platform serializes them: two a character once one is past Latin-1, the effects included", () => {
     const latin1 = "\u00e9".repeat(20 * 2 ** 20);
-    expect(sourceOverBudget(latin1, [])).toBeNull();
-    expect(sourceOverBudget(`${latin1}\u4e00`, [])).toMatch(/too large .*40\.0 MiB serialized/);
-    expect(sourceOverBudget(latin1, [{ value: "x".repeat(11 * 2 ** 20) }])).toMatch(/too large/);
+    expect(sourceOverBudget(latin1, [], BUDGET)).toBeNull();
+    expect(sourceOverBudget(`${latin1}\u4e00`, [], BUDGET)).toMatch(/too large .*40\.0 MiB serialized/);
+    expect(sourceOverBudget(latin1, [{ value: "x".repeat(11 * 2 ** 20) }], BUDGET)).toMatch(/too large/);
   });
 });

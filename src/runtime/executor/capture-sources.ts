@@ -37,19 +37,14 @@ export function sourceTooLarge(error: unknown): boolean {
 }
 
 /**
- * What a source may weigh, serialized, for the coordinator to send it: 32 MiB less room for the run's record,
- * policy and map figures it also carries.
- */
-const SOURCE_BUDGET_BYTES = 30 * 1024 * 1024;
-
-/**
  * Why the source of an invocation whose stored input is `inputJson` and whose play-level effects so far are
- * `effects` cannot be sent to an executor, or null when it can. Strings serialize at one byte a character, two once
+ * `effects` cannot be sent to an executor (it weighs more than `budgetBytes`: the policy's `sourceBudgetBytes`), or
+ * null when it can. Strings serialize at one byte a character, two once
  * one character is past Latin-1, so the check is of bytes, not characters. The coordinator asks before it sends a map
  * to executors: each executor asking for a source the platform refuses to carry costs a call and an uncaught
  * exception in the coordinator, and ends the same way (the map runs there).
  */
-export function sourceOverBudget(inputJson: string, effects: unknown): string | null {
+export function sourceOverBudget(inputJson: string, effects: unknown, budgetBytes: number): string | null {
   let effectsJson: string;
   try {
     effectsJson = JSON.stringify(effects) ?? "";
@@ -57,7 +52,7 @@ export function sourceOverBudget(inputJson: string, effects: unknown): string | 
     return null; // Not JSON: the platform's own refusal (sourceTooLarge) still decides.
   }
   const bytes = serializedBytes(inputJson) + serializedBytes(effectsJson);
-  if (bytes <= SOURCE_BUDGET_BYTES) return null;
+  if (bytes <= budgetBytes) return null;
   return `its play's source is too large to send to an executor (${(bytes / 2 ** 20).toFixed(1)} MiB serialized; one call carries 32 MiB)`;
 }
 

@@ -264,7 +264,7 @@ export class Invocation implements InvocationScope {
   /** Why this invocation's capture source cannot be sent to executors now, or null (capture-sources.ts). */
   #sourceOverBudget(trace: EffectTrace): string | null {
     this.#inputJson ??= this.store.inputJson();
-    return sourceOverBudget(this.#inputJson, trace.snapshot());
+    return sourceOverBudget(this.#inputJson, trace.snapshot(), this.policy.sourceBudgetBytes);
   }
 
   /** Spend for an executor's attempt under this invocation's caps; 0 granted says a cap is reached. */
