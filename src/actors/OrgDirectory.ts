@@ -135,26 +135,33 @@ export class OrgDirectory extends DurableObject<Env> {
   /** Watches an upload from before its first byte (Uploads' watcher): the alarm looks at it again once it is due. */
   async watchUpload(watch: UploadWatch): Promise<void> {
     this.#sweeps.watch(UploadWatch.parse(watch));
-    const next = this.#sweeps.nextDueAt()!;
-    const armed = await this.ctx.storage.getAlarm();
-    if (armed === null || next < armed) await this.ctx.storage.setAlarm(next);
+    await this.#armNextAlarm();
   }
 
   /** Looks at the uploads due (Uploads.sweep), the longest due first; those still receiving, or that failed, later. */
   override async alarm(): Promise<void> {
-    const due = this.#sweeps.due(Date.now(), SWEEPS_PER_ALARM);
-    await forEachLimited(due, SWEEPS_IN_FLIGHT, async (watch) => {
-      try {
-        const again = await new Uploads({ bucket: this.env.UPLOADS, org: watch.org }).sweep(watch.uploadId);
-        if (again === null) this.#sweeps.forget(watch.uploadId);
-        else this.#sweeps.watch({ ...watch, dueAt: again });
-      } catch (error) {
-        console.warn(`upload ${watch.uploadId} could not be looked at (${messageOf(error)}); again in an hour`);
-        this.#sweeps.watch({ ...watch, dueAt: Date.now() + SWEEP_RETRY_MS });
-      }
-    });
-    // More due than one alarm looks at: the next goes on at once.
+    try {
+      const due = this.#sweeps.due(Date.now(), SWEEPS_PER_ALARM);
+      await forEachLimited(due, SWEEPS_IN_FLIGHT, async (watch) => {
+        try {
+          const again = await new Uploads({ bucket: this.env.UPLOADS, org: watch.org }).sweep(watch.uploadId);
+          if (again === null) this.#sweeps.forget(watch.uploadId);
+          else this.#sweeps.watch({ ...watch, dueAt: again });
+        } catch (error) {
+          console.warn(`upload ${watch.uploadId} could not be looked at (${messageOf(error)}); again in an hour`);
+          this.#sweeps.watch({ ...watch, dueAt: Date.now() + SWEEP_RETRY_MS });
+        }
+      });
+    } finally {
+      // More due than one alarm looks at: the next goes on at once.
+      await this.#armNextAlarm();
+    }
+  }
+
+  /** The alarm at the earliest upload due, or none. */
+  async #armNextAlarm(): Promise<void> {
     const next = this.#sweeps.nextDueAt();
-    if (next !== null) await this.ctx.storage.setAlarm(next);
+    if (next === null) await this.ctx.storage.deleteAlarm();
+    else await this.ctx.storage.setAlarm(next);
   }
 }
