@@ -4,9 +4,9 @@
  * a file is uploaded (`POST /v1/uploads`, docs/api.md "Large inputs"), in
  * one request up to 95 MB and in parts beyond, and the run takes
  * `{ upload: uploadId }`; the server checks the file as it arrives and
- * refuses a malformed one naming its line. Uploads never expire and nothing
- * lists them: one that no run will read (an estimate's, a refused run's) is
- * deleted with {@link discardUpload}.
+ * refuses a malformed one naming its line. A ready upload never expires (it
+ * is only listed, `troupe uploads`): one that no run will read (an
+ * estimate's, a refused run's) is deleted with {@link discardUpload}.
  */
 import { constants, openAsBlob } from "node:fs";
 import { access, stat } from "node:fs/promises";
@@ -96,7 +96,7 @@ export async function runInput(options: InputOptions, client: TroupeClient, limi
     if (exiting) return await exiting;
   } catch (error) {
     if (exiting) return await exiting;
-    // Nothing lists uploads: one left half sent would stay on the server for good.
+    // One left half sent would stay on the server, listed `receiving`, for a week (until its org's directory sweeps it).
     await discardUpload(client, uploadId);
     throw error;
   } finally {
