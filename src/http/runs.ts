@@ -15,7 +15,8 @@ import { validate } from "./errors";
 import { parseJsonBody, readJsonBody } from "./json-body";
 import { runLinks } from "../runtime/views/links";
 import { isUploadedRows } from "../play/define";
-import { Uploads, uploadNotFound } from "../uploads/uploads";
+import { uploadNotFound } from "../uploads/errors";
+import { Uploads } from "../uploads/uploads";
 import { MAX_RUN_TIMEOUT_SECONDS } from "../actors/RunCoordinator";
 
 /** The public run request (src/api/contract.ts) plus the test runner's knobs. */

@@ -9,8 +9,8 @@ import { faultProbeFor } from "../clients/faults";
 import { OrgClient } from "../clients/orgs";
 import { TroupeError } from "../core/errors";
 import { MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "../uploads/limits";
-import { UploadTooLargeError } from "../uploads/errors";
-import { UPLOAD_ID, Uploads, uploadNotFound } from "../uploads/uploads";
+import { UploadTooLargeError, uploadNotFound } from "../uploads/errors";
+import { UPLOAD_ID, Uploads } from "../uploads/uploads";
 import type { AppEnv } from "./context";
 import { validate } from "./errors";
 

@@ -12,7 +12,8 @@
  */
 import type { MultipartUploadStarted, ReadyUpload, UploadList, UploadPartReceived, UploadView } from "../api/contract";
 import { forEachLimited } from "../core/collections";
-import { messageOf, NotFoundError, TroupeError } from "../core/errors";
+import { messageOf, TroupeError } from "../core/errors";
+import { completeAlready, deletedBeforeReady, discardedByR2, uploadNotFound } from "./errors";
 import { type IngestOptions, ingest, tooLarge } from "./ingest";
 import { MAX_PARTS, MAX_REQUEST_UPLOAD_BYTES, type UploadFormat } from "./limits";
 import { checkParts } from "./parts";
@@ -375,27 +376,6 @@ export class Uploads {
     }
     await this.#store.discard(uploadId);
   }
-}
-
-function completeAlready(uploadId: string): TroupeError {
-  return new TroupeError("upload_complete", `upload ${uploadId} is complete and takes no more parts; start a new upload`, {
-    httpStatus: 409,
-  });
-}
-
-export function uploadNotFound(uploadId: string): NotFoundError {
-  return new NotFoundError("upload_not_found", `no upload ${JSON.stringify(uploadId)} in this org`);
-}
-
-function deletedBeforeReady(uploadId: string): NotFoundError {
-  return new NotFoundError("upload_not_found", `upload ${uploadId} was deleted before it was ready; nothing of it is kept`);
-}
-
-function discardedByR2(uploadId: string): NotFoundError {
-  return new NotFoundError(
-    "upload_not_found",
-    `upload ${uploadId} is gone: R2 discarded its parts (it aborts a multipart upload left unfinished for seven days); start again`,
-  );
 }
 
 /**

@@ -12,7 +12,8 @@ import type { PlannedRow, UploadSlice } from "../../contracts/shards";
 import type { FaultProbe } from "../../clients/faults";
 import type { MapOptions, Row } from "../../play/types";
 import { readRows } from "../../uploads/range-reader";
-import { type OpenUpload, Uploads, uploadNotFound } from "../../uploads/uploads";
+import { uploadNotFound } from "../../uploads/errors";
+import { type OpenUpload, Uploads } from "../../uploads/uploads";
 import { contentKey, keyOfRow } from "./row-keys";
 
 export interface UploadRowsOptions {
