@@ -7,6 +7,7 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MAX_STALLED_WIND_DOWNS } from "../src/runtime/map/chunk-outcomes";
 import { updateSimConfig } from "../src/sim/client";
 import {
   allEvents,
@@ -74,6 +75,15 @@ describe("an executor invocation near its subrequest limit", () => {
     );
     expect(spent.length).toBe(windDowns);
     for (const total of spent) expect(total).toBeLessThan(60 + 60);
+  });
+
+  it("has not stalled while it buys calls, though more invocations than the stall rule allows pass before a row settles", async () => {
+    const rows = leads(100);
+    // At 30 subrequests an invocation, the chunk's 100 finds take more invocations than MAX_STALLED_WIND_DOWNS before
+    // its first verification batch goes (the first row to settle); each of them bought finds the next reuses.
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 30 } });
+    const { windDowns } = await expectWhole(runId, rows);
+    expect(windDowns).toBeGreaterThan(MAX_STALLED_WIND_DOWNS);
   });
 
   it("carries what the attempt was granted to spend: a run capped at its exact cost still completes", async () => {

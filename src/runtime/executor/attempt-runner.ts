@@ -130,6 +130,9 @@ export async function runAttempt(
     now: host.now,
   };
   const guards = createMapGuards({ policy, deadlineAt: run.deadlineAt, now: host.now });
+  // Calls billed in this invocation: an invocation that settles no row but buys calls has made progress (the next
+  // one reuses what they answered), unlike one that buys none.
+  let billedHere = 0;
   const spend = new ExecutorSpend({
     attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
@@ -137,7 +140,10 @@ export async function runAttempt(
     // A reservation waiting for a grant stops with the attempt, and when its invocation winds down.
     signal: AbortSignal.any([signal, windDown]),
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
-    keep: (bill) => host.store.addBill(bill),
+    keep: (bill) => {
+      billedHere++;
+      host.store.addBill(bill);
+    },
   });
   const dispatch = createDispatchServices(scope, {
     tools: host.tools,
@@ -211,8 +217,10 @@ export async function runAttempt(
     );
     const summary = resume ? joinedSummary(resume.done, part) : part;
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
-    // No row settled in this invocation: one that cannot settle within an invocation's budget would go on for ever.
-    const stalled = resume && deferred.length === resume.rows.length ? (resume.stalled ?? 0) + 1 : 0;
+    // No row settled and no call bought in this invocation: a row that cannot settle within an invocation's budget
+    // would go on for ever. One that bought calls has not stalled: under load its reports and renewals take more of
+    // the budget, and several invocations may pass before its first row settles.
+    const stalled = resume && deferred.length === resume.rows.length && billedHere === 0 ? (resume.stalled ?? 0) + 1 : 0;
     if (stalled >= MAX_STALLED_WIND_DOWNS)
       return {
         kind: "failed",
