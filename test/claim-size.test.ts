@@ -273,14 +273,20 @@ describe("a run whose play's source passes what one call carries", () => {
   const names = Array.from({ length: 300 }, (_, i) => `${i === 7 ? "\u4e00" : ""}Wide ${i}`);
   const csv = `name,domain,${wide}\n${names.map((name) => `${name},wide.test,v`).join("\n")}\n`;
 
-  it("runs its map in the coordinator from the start: every row completes, no executor asked for the source", async () => {
-    const runId = await startRun("test-keyed-rows", { csv });
+  /** Runs the CSV to completion (every row, the right emails); answers the run and its log lines. */
+  async function runWide(testPolicy?: Record<string, number>) {
+    const runId = await startRun("test-keyed-rows", { csv }, testPolicy ? { testPolicy } : {});
     const run = await waitForRun(runId, { timeoutMs: 120_000 });
     expect(run.status, JSON.stringify(run.error)).toBe("completed");
     expect(run.result).toEqual({ total: 300, completed: 300, failed: 0 });
     const stored = await datasetRows(runId, "items");
     expect(stored.map((row) => row.email).sort()).toEqual(names.map((name) => expectedEmail(name, "wide.test")).sort());
     const lines = (await allEvents(runId)).flatMap((e) => (e.type === "log.appended" ? [e.line] : []));
+    return { run, lines };
+  }
+
+  it("runs its map in the coordinator from the start: every row completes, no executor asked for the source", async () => {
+    const { run, lines } = await runWide();
     expect(lines.some((line) => line.includes("runs in the coordinator from now on") && line.includes("too large"))).toBe(true);
     // Known before any executor was given an attempt: none asked for the source the platform would refuse to carry.
     expect(run.usage.objectRpcsByKind["executor.assign"] ?? 0).toBe(0);
@@ -290,13 +296,7 @@ describe("a run whose play's source passes what one call carries", () => {
   it("weighed short of what the platform carries, runs its map in the coordinator once an executor is refused it", async () => {
     // The weighing told to let it through (as an estimate short of the platform's serialization would): an executor
     // asks for the source, the platform refuses to carry it, and the map goes on where the source is.
-    const runId = await startRun("test-keyed-rows", { csv }, { testPolicy: { sourceBudgetBytes: 2 ** 30 } });
-    const run = await waitForRun(runId, { timeoutMs: 120_000 });
-    expect(run.status, JSON.stringify(run.error)).toBe("completed");
-    expect(run.result).toEqual({ total: 300, completed: 300, failed: 0 });
-    const stored = await datasetRows(runId, "items");
-    expect(stored.map((row) => row.email).sort()).toEqual(names.map((name) => expectedEmail(name, "wide.test")).sort());
-    const lines = (await allEvents(runId)).flatMap((e) => (e.type === "log.appended" ? [e.line] : []));
+    const { run, lines } = await runWide({ sourceBudgetBytes: 2 ** 30 });
     expect(lines.some((line) => line.includes("runs in the coordinator from now on") && line.includes("Serialized RPC"))).toBe(true);
     expect(run.usage.objectRpcsByKind["executor.assign"]).toBeGreaterThan(0);
     expect(run.usage.objectRpcsByKind["run.captureSource"]).toBeGreaterThan(0);

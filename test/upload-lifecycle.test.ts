@@ -11,8 +11,8 @@ import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { Uploads } from "../src/uploads/uploads";
 import { clearFaults, setFaults, until } from "./chaos-helpers";
 import { api, apiJson } from "./helpers";
+import { heldUploads } from "./upload-helpers";
 
-const DAY_MS = 24 * 60 * 60 * 1000;
 const CSV = "text/csv";
 const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 const encode = (text: string) => new TextEncoder().encode(text);
@@ -195,20 +195,7 @@ describe("an upload whose request has not landed it", () => {
 
 describe("an upload receiving for more than seven days", () => {
   /** Uploads of org dev as they were `daysAgo` days ago, a commit held until `release` (a request upload's). */
-  function uploadsAgo(daysAgo: number) {
-    let release!: () => void;
-    let held!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    const holding = new Promise<void>((resolve) => (held = resolve));
-    const faults = {
-      check: async () => {
-        held();
-        await released;
-      },
-    };
-    const uploads = new Uploads({ bucket: env.UPLOADS, org: "dev", now: () => Date.now() - daysAgo * DAY_MS, faults });
-    return { uploads, holding, release };
-  }
+  const uploadsAgo = (daysAgo: number) => heldUploads({ org: "dev", daysAgo });
 
   it("is gone: a multipart upload begun 8 days ago is not described or listed, takes no part, and what it left is deleted", async () => {
     const { uploads } = uploadsAgo(8);

@@ -7,9 +7,9 @@ import { env } from "cloudflare:workers";
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { OrgClient, type UploadWatchMessage } from "../src/clients/orgs";
-import { Uploads } from "../src/uploads/uploads";
 import { until } from "./chaos-helpers";
 import { apiJson } from "./helpers";
+import { heldUploads } from "./upload-helpers";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** When the directory looks at an upload again: a minute after it can no longer be receiving (seven days). */
@@ -29,30 +29,14 @@ async function watched(org: string): Promise<{ upload_id: string; due_at: number
 }
 
 /**
- * Uploads of `org` as they were `daysAgo` days ago. What they tell their watcher is kept in `watches`, for the test
- * to hand to the directory once the upload is in the state to look at; a commit waits for `release`.
+ * Uploads of `org` as they were `daysAgo` days ago (heldUploads). What they tell their watcher is kept in `watches`,
+ * for the test to hand to the directory once the upload is in the state to look at.
  */
 function uploadsAgo(org: string, daysAgo: number) {
   const watches: UploadWatchMessage[] = [];
-  let release!: () => void;
-  let held!: () => void;
-  const released = new Promise<void>((resolve) => (release = resolve));
-  const holding = new Promise<void>((resolve) => (held = resolve));
-  const faults = {
-    check: async () => {
-      held();
-      await released;
-    },
-  };
-  const uploads = new Uploads({
-    bucket: env.UPLOADS,
-    org,
-    now: () => Date.now() - daysAgo * DAY_MS,
-    faults,
-    watch: async ({ uploadId, dueAt }) => void watches.push({ uploadId, org, dueAt }),
-  });
+  const held = heldUploads({ org, daysAgo, watch: async ({ uploadId, dueAt }) => void watches.push({ uploadId, org, dueAt }) });
   const tellDirectory = async (watch: UploadWatchMessage) => new OrgClient({ env, org }).watchUpload(watch);
-  return { uploads, watches, holding, release, tellDirectory };
+  return { ...held, watches, tellDirectory };
 }
 
 describe("an org's directory", () => {
