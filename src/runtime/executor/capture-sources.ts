@@ -39,10 +39,10 @@ export function sourceTooLarge(error: unknown): boolean {
 /**
  * Why the source of an invocation whose stored input is `inputJson` and whose play-level effects so far are
  * `effects` cannot be sent to an executor (it weighs more than `budgetBytes`: the policy's `sourceBudgetBytes`), or
- * null when it can. Strings serialize at one byte a character, two once
- * one character is past Latin-1, so the check is of bytes, not characters. The coordinator asks before it sends a map
- * to executors: each executor asking for a source the platform refuses to carry costs a call and an uncaught
- * exception in the coordinator, and ends the same way (the map runs there).
+ * null when it can. Strings serialize at one byte a character, two once one character is past Latin-1, so the check
+ * is of bytes, not characters. The coordinator asks before it sends a map to executors: each executor asking for a
+ * source the platform refuses to carry costs a call and an uncaught exception in the coordinator, and ends the same
+ * way (the map runs there).
  */
 export function sourceOverBudget(inputJson: string, effects: unknown, budgetBytes: number): string | null {
   let effectsJson: string;
