@@ -20,7 +20,7 @@ import type { ExecutorStore, HeldAssignment } from "../../stores/executor-store"
 import { readWindow } from "../map/dataset-view";
 import { attemptServices } from "../map/attempt-leases";
 import { InProcessChunkExecutor, joinedSummary, refusedIn, sweepReused } from "../map/chunk-executor";
-import { MAX_STALLED_WIND_DOWNS } from "../map/chunk-outcomes";
+import { MAX_STALLED_WIND_DOWNS, stalledCount } from "../map/chunk-outcomes";
 import { UploadRows } from "../map/upload-rows";
 import type { OpenUpload } from "../../uploads/uploads";
 import { rowSchemaOf } from "../../play/define";
@@ -130,8 +130,7 @@ export async function runAttempt(
     now: host.now,
   };
   const guards = createMapGuards({ policy, deadlineAt: run.deadlineAt, now: host.now });
-  // Calls billed in this invocation: an invocation that settles no row but buys calls has made progress (the next
-  // one reuses what they answered), unlike one that buys none.
+  // Calls billed in this invocation: progress, though no row settles in it (stalledCount).
   let billedHere = 0;
   const spend = new ExecutorSpend({
     attemptId: assignment.attempt.attemptId,
@@ -217,10 +216,8 @@ export async function runAttempt(
     );
     const summary = resume ? joinedSummary(resume.done, part) : part;
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
-    // No row settled and no call bought in this invocation: a row that cannot settle within an invocation's budget
-    // would go on for ever. One that bought calls has not stalled: under load its reports and renewals take more of
-    // the budget, and several invocations may pass before its first row settles.
-    const stalled = resume && deferred.length === resume.rows.length && billedHere === 0 ? (resume.stalled ?? 0) + 1 : 0;
+    // Under load its reports and renewals take more of each invocation's budget: calls bought count as progress.
+    const stalled = stalledCount(resume, deferred.length, billedHere > 0);
     if (stalled >= MAX_STALLED_WIND_DOWNS)
       return {
         kind: "failed",

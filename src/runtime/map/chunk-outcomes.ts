@@ -45,6 +45,16 @@ export function attemptDied(
 }
 
 /**
+ * Wound-down invocations in a row that made no progress, counting the one that just ended: it left all `deferred`
+ * of the rows it went on from (`resume`, null for an attempt's first invocation) and bought no call. A row that cannot
+ * settle within an invocation's budget would otherwise go on for ever; one that buys calls has not stalled (the next
+ * invocation reuses what they answered), though several may pass before its first row settles.
+ */
+export function stalledCount(resume: { rows: readonly number[]; stalled?: number } | null, deferred: number, boughtCalls: boolean): number {
+  return resume && deferred === resume.rows.length && !boughtCalls ? (resume.stalled ?? 0) + 1 : 0;
+}
+
+/**
  * The chunk's attempt wound down here: the chunk goes back to pending with
  * its counts and the rows it left (the next invocation runs only those).
  * The error when it wound down {@link MAX_STALLED_WIND_DOWNS} times in a row
@@ -57,10 +67,9 @@ export function attemptWoundDown(
 ): TerminalError | null {
   const { map, idx, attemptSeq, resume } = at;
   const { deferred, unstarted, ...done } = summary;
-  // No row settled since the last wind-down: a row that cannot settle within an invocation would go on for ever. An
-  // attempt handed back before it started says nothing of its rows.
-  const settledNone = resume && deferred.length === resume.rows.length;
-  const stalled = unstarted ? (resume?.stalled ?? 0) : settledNone ? (resume.stalled ?? 0) + 1 : 0;
+  // An attempt handed back before it started says nothing of its rows. What the attempt bought here is not in its
+  // summary: only settled rows count as progress on this side (an executor counts its bills too).
+  const stalled = unstarted ? (resume?.stalled ?? 0) : stalledCount(resume, deferred.length, false);
   store.deferChunk(map, idx, { rows: deferred, done, stalled });
   scope.log(
     `chunk ${map}#${idx}: attempt ${attemptSeq} wound down (${scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
