@@ -86,6 +86,22 @@ describe("an executor invocation near its subrequest limit", () => {
     expect(windDowns).toBeGreaterThan(MAX_STALLED_WIND_DOWNS);
   });
 
+  it("fails a chunk that settles no row and buys no call invocation after invocation: chunk_stalled, not redispatched", async () => {
+    const rows = leads(20);
+    // 5 subrequests: each invocation's leases and lookups take them all before the first call.
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 5 } });
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error?.code, JSON.stringify(run.error)).toBe("chunk_stalled");
+    expect(run.error?.message).toContain('map "leads" chunk 0: 3 invocations in a row wound down without settling a row');
+    // Failed as the coordinator fails a stall of its own: not retried as a broken store under a new epoch each time.
+    const events = await allEvents(runId);
+    const codes = events.flatMap((e) => (e.type === "log.appended" && e.code ? [e.code] : []));
+    expect(codes).not.toContain("attempt_redispatched");
+    expect(events.filter((e) => e.type === "log.appended" && e.line.includes("infrastructure error"))).toEqual([]);
+    expect((await simStats()).calls).toBe(0);
+  });
+
   it("carries what the attempt was granted to spend: a run capped at its exact cost still completes", async () => {
     const rows = leads(100);
     // 1.25 credits a lead (find 1, verify 0.25). An attempt's unused grant left reserved at each wind-down would
@@ -102,8 +118,8 @@ describe("an executor invocation near its time limit", () => {
     await updateSimConfig(env, { latencyMs: 100 });
     const rows = leads(120);
     // 240 calls at six at a time, 100 ms each: about 4 s, over invocations of a second. An invocation must settle a
-    // row (its verification batch sent and answered): three in a row that settle none are a stalled attempt, which
-    // is redispatched. Invocations of 400 ms settled none beside three busy CPUs.
+    // row (its verification batch sent and answered): three in a row that settle none (and buy nothing) are a stalled
+    // attempt, which fails the run. Invocations of 400 ms settled none beside three busy CPUs.
     const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, chunkRows: 120, executorWindDownMs: 1000 } });
     const { windDowns } = await expectWhole(runId, rows);
     expect(windDowns).toBeGreaterThanOrEqual(2);
@@ -135,6 +151,22 @@ describe("a coordinator invocation near its time limit", () => {
     const codes = events.flatMap((e) => (e.type === "log.appended" && e.code ? [e.code] : []));
     for (const code of ["attempt_redispatched", "invocation_resumed", "leases_lost", "late_write_rejected"] as const)
       expect(codes, lines).not.toContain(code);
+  });
+
+  it("has not stalled while its executor buys calls, though it hands rows back more times than the stall rule allows before a row settles", async () => {
+    await updateSimConfig(env, { latencyMs: 1_000 });
+    const rows = leads(30);
+    // Coordinator invocations of 0.7 s, finds of a second: each invocation's executor sends six finds and hands the
+    // chunk back once they are answered, having bought them (the next invocation reuses them). The verification batch
+    // waits for every find; so five invocations pass before the first row settles.
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, coordinatorWindDownMs: 700 } });
+    const run = await waitForRun(runId);
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    await expectExactlyOnce(runId, rows);
+    const handedBack = (await allEvents(runId)).filter(
+      (e) => e.type === "log.appended" && e.code === "attempt_wound_down" && e.line.includes("go on in the next"),
+    );
+    expect(handedBack.length).toBeGreaterThan(MAX_STALLED_WIND_DOWNS);
   });
 });
 

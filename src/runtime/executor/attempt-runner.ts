@@ -218,11 +218,9 @@ export async function runAttempt(
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
     // Under load its reports and renewals take more of each invocation's budget: calls bought count as progress.
     const stalled = stalledCount(resume, deferred.length, billedHere > 0);
-    if (stalled >= MAX_STALLED_WIND_DOWNS)
-      return {
-        kind: "failed",
-        message: `attempt ${assignment.attempt.attemptId} wound down ${stalled} invocations in a row without settling a row: its rows need more than an invocation's subrequests or time`,
-      };
+    // Its rows go back to the coordinator, which fails the map (chunk_stalled) as it would a stall of its own: a
+    // redispatched attempt would stall the same way.
+    if (stalled >= MAX_STALLED_WIND_DOWNS) return { kind: "summary", summary, deferred, stalled };
     // Handed back, the coordinator says what becomes of its rows.
     if (codeOf(windDown.reason) !== HANDED_BACK)
       log(
@@ -340,7 +338,7 @@ async function withTimeout<T>(promise: Promise<T>, ms: number, message: string):
  */
 export function handedBack({ assignment, resume }: Pick<HeldAssignment, "assignment" | "resume">): AttemptEnd {
   // Wound down here before: it ran, and what it left goes back. Else it never started.
-  if (resume) return { kind: "summary", summary: resume.done, deferred: resume.rows };
+  if (resume) return { kind: "summary", summary: resume.done, deferred: resume.rows, stalled: resume.stalled };
   if (assignment.resume) return { kind: "summary", summary: assignment.resume.done, deferred: assignment.resume.rows, unstarted: true };
   const { rows, slice } = assignment;
   const deferred = slice ? Array.from({ length: slice.to - slice.from }, (_, i) => slice.from + i) : rows.map((row) => row.index);

@@ -312,9 +312,14 @@ describe("handedBack: an attempt held and not running, wound down by its coordin
   });
 
   it("hands back the rows a wind-down left, with what the chunk did before (here, or in the coordinator)", () => {
-    // Wound down here: it ran (a chunk whose rows never settle is caught by the stall count).
+    // Wound down here: it ran, and its stall count (the calls it bought counted) goes with its rows.
     const held = { rows: [5, 6], done, grantedMicros: 40, stalled: 1 };
-    expect(handedBack({ assignment: assignment({}), resume: held })).toEqual({ kind: "summary", summary: done, deferred: [5, 6] });
+    expect(handedBack({ assignment: assignment({}), resume: held })).toEqual({
+      kind: "summary",
+      summary: done,
+      deferred: [5, 6],
+      stalled: 1,
+    });
     // Given what the coordinator's own attempt left, and never started here.
     const byCoordinator = assignment({ resume: { rows: [6], done } });
     expect(handedBack({ assignment: byCoordinator, resume: null })).toEqual({

@@ -18,7 +18,7 @@ import type { FatalLatch } from "../../core/latch";
 import type { AssignedDataset, AttemptEnd, AttemptReport, ChunkSummary, UsageDelta } from "../../contracts/executors";
 import { SpendCapReached } from "../tools/spend";
 import { sleep } from "../../core/time";
-import type { ChunkAttempt, ChunkExecutor, ChunkSweep } from "../map/chunk-executor";
+import type { AttemptOutcome, ChunkAttempt, ChunkExecutor, ChunkSweep } from "../map/chunk-executor";
 import type { ExecutorAttempts } from "./executor-attempts";
 
 /**
@@ -99,14 +99,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     return spare;
   }
 
-  async execute({
-    map,
-    chunk,
-    attempt,
-    rows,
-    slice,
-    resume,
-  }: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[]; unstarted?: boolean }> {
+  async execute({ map, chunk, attempt, rows, slice, resume }: ChunkAttempt): Promise<AttemptOutcome> {
     const { client, attempts, signal, runId } = this.#deps;
     const { attemptId } = attempt;
     const { slot, alongside } = this.#take(attemptId);
@@ -218,7 +211,7 @@ export class RemoteChunkExecutor implements ChunkExecutor {
   }
 
   /** The attempt's summary as the map runner records it; a failure or fatal end throws as it would have in process. */
-  #summaryOf(end: AttemptEnd | null): ChunkSummary & { deferred?: number[]; unstarted?: boolean } {
+  #summaryOf(end: AttemptEnd | null): AttemptOutcome {
     const lost = (reason: string): ChunkSummary => ({
       completed: 0,
       failed: 0,
@@ -231,7 +224,9 @@ export class RemoteChunkExecutor implements ChunkExecutor {
     if (end === null) return lost(`its executor was not heard from for ${this.#deps.silenceMs} ms`);
     switch (end.kind) {
       case "summary":
-        return end.deferred?.length ? { ...end.summary, deferred: end.deferred, unstarted: end.unstarted } : end.summary;
+        return end.deferred?.length
+          ? { ...end.summary, deferred: end.deferred, unstarted: end.unstarted, stalled: end.stalled }
+          : end.summary;
       case "stopped":
         return lost(end.reason);
       case "inline":

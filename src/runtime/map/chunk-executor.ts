@@ -71,11 +71,7 @@ export interface ChunkSweep {
 }
 
 export interface ChunkExecutor {
-  /**
-   * The attempt's summary; `deferred`: the rows a wind-down left (they go on in the run's next invocation), and
-   * `unstarted` when it had not started (AttemptEnd).
-   */
-  execute(chunk: ChunkAttempt): Promise<ChunkSummary & { deferred?: number[]; unstarted?: boolean }>;
+  execute(chunk: ChunkAttempt): Promise<AttemptOutcome>;
   /** The chunks of `sweep` whose every row was reused, now recorded in the run's view; the others are left as they were. */
   sweep(sweep: ChunkSweep): Promise<number[]>;
 }
@@ -161,6 +157,13 @@ export interface Refusable {
 export function refusedIn(rc: RowContext): void {
   (rc as RowContext & Refusable)[REFUSED]?.();
 }
+
+/**
+ * How a chunk attempt ended, as the map runner records it (AttemptEnd): its summary; `deferred`, the rows a wind-down
+ * left (they go on in the run's next invocation); `unstarted` when it had not started; `stalled`, the wind-downs in a
+ * row without progress as its executor counted them (calls it bought count as progress there).
+ */
+export type AttemptOutcome = ChunkSummary & { deferred?: number[]; unstarted?: boolean; stalled?: number };
 
 /** An attempt's summary; `deferred`: the indexes of rows a wind-down left unfinished (nothing of them was persisted). */
 export interface WoundDownSummary extends ChunkSummary {

@@ -58,18 +58,19 @@ export function stalledCount(resume: { rows: readonly number[]; stalled?: number
  * The chunk's attempt wound down here: the chunk goes back to pending with
  * its counts and the rows it left (the next invocation runs only those).
  * The error when it wound down {@link MAX_STALLED_WIND_DOWNS} times in a row
- * without a row settled.
+ * without progress (here or, as its executor counted them, there): no attempt
+ * does better (the same rows need the same budget), so it is not redispatched.
  */
 export function attemptWoundDown(
   { scope, store }: Outcomes,
   at: { map: string; idx: number; attemptSeq: number; resume: { rows: number[]; stalled?: number } | null },
-  summary: ChunkSummary & { deferred: number[]; unstarted?: boolean },
+  summary: ChunkSummary & { deferred: number[]; unstarted?: boolean; stalled?: number },
 ): TerminalError | null {
   const { map, idx, attemptSeq, resume } = at;
-  const { deferred, unstarted, ...done } = summary;
-  // An attempt handed back before it started says nothing of its rows. What the attempt bought here is not in its
-  // summary: only settled rows count as progress on this side (an executor counts its bills too).
-  const stalled = unstarted ? (resume?.stalled ?? 0) : stalledCount(resume, deferred.length, false);
+  const { deferred, unstarted, stalled: counted, ...done } = summary;
+  // An executor counted its own (with the calls it bought). An attempt handed back before it started says nothing of
+  // its rows. What an attempt bought here is not in its summary: only settled rows count as progress on this side.
+  const stalled = counted ?? (unstarted ? (resume?.stalled ?? 0) : stalledCount(resume, deferred.length, false));
   store.deferChunk(map, idx, { rows: deferred, done, stalled });
   scope.log(
     `chunk ${map}#${idx}: attempt ${attemptSeq} wound down (${scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,

@@ -7,7 +7,7 @@
  */
 import type { ChunkRecord, RunStore } from "../../stores/run-store";
 import type { InvocationScope } from "../invocation/scope";
-import type { ChunkSummary } from "./chunk-executor";
+import type { AttemptOutcome, ChunkSummary } from "./chunk-executor";
 import { attemptDied, attemptWoundDown, blockedTooLong, ownRowsBlocked } from "./chunk-outcomes";
 import type { DrainOutcome } from "./drain-outcome";
 import type { MapProgressFeed } from "./map-progress";
@@ -34,7 +34,7 @@ export class ChunkResults {
   }
 
   /** The attempt of epoch `attemptSeq` at `chunk` ended with `summary`. */
-  attempted(chunk: ChunkRecord, attemptSeq: number, summary: ChunkSummary & { deferred?: number[]; unstarted?: boolean }): void {
+  attempted(chunk: ChunkRecord, attemptSeq: number, summary: AttemptOutcome): void {
     const { map, store, feed, outcome, scope } = this.#deps;
     const idx = chunk.idx;
     const outcomes = { scope, store };

@@ -22,7 +22,7 @@ import type { ChunkRecord, MapRecord, RunStore } from "../../stores/run-store";
 import { createMapGuards, type DispatchServices, type MapGuards } from "../tools/services";
 import { attemptServices, type AttemptLeases } from "./attempt-leases";
 import type { WorkerBarrier } from "../../core/bulk-queue";
-import { type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
+import { type AttemptOutcome, type ChunkAttempt, type ChunkExecutor, InProcessChunkExecutor, type ChunkSummary } from "./chunk-executor";
 import type { ExecutorAttempts } from "../executor/executor-attempts";
 import { mapExecutors } from "../executor/map-executors";
 import { RunInline } from "../executor/remote-executor";
@@ -320,7 +320,7 @@ export class MapRunner {
     const executorOf = (): ChunkExecutor => (remote && !this.#inline.has(record.name) ? remote.executor : inProcess);
 
     /** Runs the attempt in an executor, or here when the map cannot run there (a row starts a child play). */
-    const execute = async (attempt: ChunkAttempt): Promise<ChunkSummary> => {
+    const execute = async (attempt: ChunkAttempt): Promise<AttemptOutcome> => {
       if (!remote || this.#inline.has(record.name)) return inProcess.execute(attempt);
       try {
         return await remote.executor.execute(attempt);
@@ -341,7 +341,7 @@ export class MapRunner {
       this.#feed.tell(record.name, false);
       const from = idx * record.chunkRows;
       const to = Math.min(record.total, from + record.chunkRows);
-      let summary: ChunkSummary & { deferred?: number[]; unstarted?: boolean };
+      let summary: AttemptOutcome;
       try {
         summary = await execute(
           input.kind === "upload"
