@@ -153,21 +153,25 @@ describe("a coordinator invocation near its time limit", () => {
       expect(codes, lines).not.toContain(code);
   });
 
-  it("has not stalled while its executor buys calls, though it hands rows back more times than the stall rule allows before a row settles", async () => {
-    await updateSimConfig(env, { latencyMs: 1_000 });
-    const rows = leads(30);
-    // Coordinator invocations of 0.7 s, finds of a second: each invocation's executor sends six finds and hands the
-    // chunk back once they are answered, having bought them (the next invocation reuses them). The verification batch
-    // waits for every find; so five invocations pass before the first row settles.
-    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, coordinatorWindDownMs: 700 } });
-    const run = await waitForRun(runId);
-    expect(run.status, JSON.stringify(run.error)).toBe("completed");
-    await expectExactlyOnce(runId, rows);
-    const handedBack = (await allEvents(runId)).filter(
-      (e) => e.type === "log.appended" && e.code === "attempt_wound_down" && e.line.includes("go on in the next"),
-    );
-    expect(handedBack.length).toBeGreaterThan(MAX_STALLED_WIND_DOWNS);
-  });
+  // Invocations of 0.7 s (the coordinator's, whose executor hands the rows back; or the coordinator's own attempt's),
+  // finds of a second: each invocation sends six finds and winds down once they are answered and stored (the next
+  // invocation reuses them). The verification batch waits for every find; so five pass before the first row settles.
+  for (const [where, testPolicy] of [
+    ["its executor", { ...oneChunk, coordinatorWindDownMs: 700 }],
+    ["the coordinator itself", { maxExecutors: 0, chunkRows: 100, executorWindDownMs: 700 }],
+  ] as const)
+    it(`has not stalled while its calls are answered, though more invocations than the stall rule allows wind down before a row settles (run by ${where})`, async () => {
+      await updateSimConfig(env, { latencyMs: 1_000 });
+      const rows = leads(30);
+      const runId = await startRun("demo-enrich", { rows }, { testPolicy });
+      const run = await waitForRun(runId);
+      expect(run.status, JSON.stringify(run.error)).toBe("completed");
+      await expectExactlyOnce(runId, rows);
+      const woundDown = (await allEvents(runId)).filter(
+        (e) => e.type === "log.appended" && e.code === "attempt_wound_down" && e.line.includes("go on in the next"),
+      );
+      expect(woundDown.length).toBeGreaterThan(MAX_STALLED_WIND_DOWNS);
+    });
 });
 
 describe("an executor evicted around a wind-down", () => {

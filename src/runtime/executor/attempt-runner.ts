@@ -130,8 +130,6 @@ export async function runAttempt(
     now: host.now,
   };
   const guards = createMapGuards({ policy, deadlineAt: run.deadlineAt, now: host.now });
-  // Calls billed in this invocation: progress, though no row settles in it (stalledCount).
-  let billedHere = 0;
   const spend = new ExecutorSpend({
     attemptId: assignment.attempt.attemptId,
     capped: source.spendCapped,
@@ -139,10 +137,7 @@ export async function runAttempt(
     // A reservation waiting for a grant stops with the attempt, and when its invocation winds down.
     signal: AbortSignal.any([signal, windDown]),
     grant: (wantedMicros) => host.link.grantSpend(assignment.attempt.attemptId, wantedMicros),
-    keep: (bill) => {
-      billedHere++;
-      host.store.addBill(bill);
-    },
+    keep: (bill) => host.store.addBill(bill),
   });
   const dispatch = createDispatchServices(scope, {
     tools: host.tools,
@@ -210,14 +205,18 @@ export async function runAttempt(
     onDraining: () => host.reporter.draining(),
   });
   try {
-    const { deferred, ...part } = await executor.execute(
+    const {
+      deferred,
+      callsSettled = 0,
+      ...part
+    } = await executor.execute(
       { map: assignment.map, chunk: assignment.chunk, attempt: assignment.attempt, rows: assignment.rows, slice: assignment.slice },
       resume ? new Set(resume.rows) : undefined,
     );
     const summary = resume ? joinedSummary(resume.done, part) : part;
     if (deferred.length === 0 || summary.lost || summary.rejected.length > 0) return { kind: "summary", summary };
-    // Under load its reports and renewals take more of each invocation's budget: calls bought count as progress.
-    const stalled = stalledCount(resume, deferred.length, billedHere > 0);
+    // Under load its reports and renewals take more of each invocation's budget: calls answered count as progress.
+    const stalled = stalledCount(resume, deferred.length, callsSettled > 0);
     // Its rows go back to the coordinator, which fails the map (chunk_stalled) as it would a stall of its own: a
     // redispatched attempt would stall the same way.
     if (stalled >= MAX_STALLED_WIND_DOWNS) return { kind: "summary", summary, deferred, stalled };

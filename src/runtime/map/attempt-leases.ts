@@ -74,6 +74,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   #guard: ReturnType<typeof setTimeout> | null = null;
   #beating: Promise<void> | null = null;
   #stopped = false;
+  #callsSettled = 0;
   /** When the leases were last known to be held (a claim or a whole successful beat). */
   #confirmedAt: number;
   /** Aborted when the run stops or this attempt lost a lease; the reason says which. */
@@ -95,6 +96,11 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     return [...this.#receipts.values()].flatMap((held) => [...held]);
   }
 
+  /** Calls of the attempt whose outcomes it stored (or is storing) since it started: progress, though no row settled. */
+  get callsSettled(): number {
+    return this.#callsSettled;
+  }
+
   holdRows(keys: Iterable<string>): void {
     for (const key of keys) this.#rows.add(key);
   }
@@ -109,6 +115,7 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   }
 
   finished(shard: number, keys: string[]): void {
+    this.#callsSettled += keys.length;
     const held = this.#receipts.get(shard);
     for (const key of keys) held?.delete(key);
   }

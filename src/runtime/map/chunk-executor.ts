@@ -161,13 +161,17 @@ export function refusedIn(rc: RowContext): void {
 /**
  * How a chunk attempt ended, as the map runner records it (AttemptEnd): its summary; `deferred`, the rows a wind-down
  * left (they go on in the run's next invocation); `unstarted` when it had not started; `stalled`, the wind-downs in a
- * row without progress as its executor counted them (calls it bought count as progress there).
+ * row without progress as its executor counted them; `callsSettled`, run here, as {@link WoundDownSummary}'s.
  */
-export type AttemptOutcome = ChunkSummary & { deferred?: number[]; unstarted?: boolean; stalled?: number };
+export type AttemptOutcome = ChunkSummary & { deferred?: number[]; unstarted?: boolean; stalled?: number; callsSettled?: number };
 
-/** An attempt's summary; `deferred`: the indexes of rows a wind-down left unfinished (nothing of them was persisted). */
+/**
+ * An attempt's summary; `deferred`: the indexes of rows a wind-down left unfinished (nothing of them was persisted);
+ * `callsSettled`: the calls whose outcomes it stored before it wound down (progress, though no row settled).
+ */
 export interface WoundDownSummary extends ChunkSummary {
   deferred: number[];
+  callsSettled?: number;
 }
 
 /** Runs chunk attempts inside the calling invocation. */
@@ -186,7 +190,7 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     const { resume } = attempt;
     if (!resume || only) return this.#execute(attempt, only);
     const part = await this.#execute(attempt, new Set(resume.rows));
-    return { ...joinedSummary(resume.done, part), deferred: part.deferred };
+    return { ...joinedSummary(resume.done, part), deferred: part.deferred, callsSettled: part.callsSettled };
   }
 
   async #execute({ attempt, rows: given, chunk, slice }: ChunkAttempt, only?: ReadonlySet<number>): Promise<WoundDownSummary> {
@@ -269,8 +273,10 @@ export class InProcessChunkExecutor implements ChunkExecutor {
       // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again. A call
       // left running (a request whose failure was cut short, a takeover whose recovery was) is not the same
       // attempt's to send again: its chunk goes to a new epoch, whose claims see it was taken over.
-      if (unsettled.length === 0) summary.deferred = left.map((row) => row.index);
-      else
+      if (unsettled.length === 0) {
+        summary.deferred = left.map((row) => row.index);
+        summary.callsSettled = leases.callsSettled;
+      } else
         summary.lost = {
           rows: left.map((row) => row.key),
           receipts: unsettled,

@@ -11,6 +11,7 @@ import type { ChunkSummary } from "../../contracts/executors";
 import type { RunStore } from "../../stores/run-store";
 import type { InvocationScope } from "../invocation/scope";
 import { describeKeys } from "./attempt-leases";
+import type { AttemptOutcome } from "./chunk-executor";
 
 /** Wind-downs of a chunk in a row without a row settled before the map fails (the executor's limit too). */
 export const MAX_STALLED_WIND_DOWNS = 3;
@@ -46,12 +47,16 @@ export function attemptDied(
 
 /**
  * Wound-down invocations in a row that made no progress, counting the one that just ended: it left all `deferred`
- * of the rows it went on from (`resume`, null for an attempt's first invocation) and bought no call. A row that cannot
- * settle within an invocation's budget would otherwise go on for ever; one that buys calls has not stalled (the next
- * invocation reuses what they answered), though several may pass before its first row settles.
+ * of the rows it went on from (`resume`, null for an attempt's first invocation) and stored no call's outcome. A row
+ * that cannot settle within an invocation's budget would otherwise go on for ever; one whose calls are answered has
+ * not stalled (the next invocation reuses the answers), though several may pass before its first row settles.
  */
-export function stalledCount(resume: { rows: readonly number[]; stalled?: number } | null, deferred: number, boughtCalls: boolean): number {
-  return resume && deferred === resume.rows.length && !boughtCalls ? (resume.stalled ?? 0) + 1 : 0;
+export function stalledCount(
+  resume: { rows: readonly number[]; stalled?: number } | null,
+  deferred: number,
+  settledCalls: boolean,
+): number {
+  return resume && deferred === resume.rows.length && !settledCalls ? (resume.stalled ?? 0) + 1 : 0;
 }
 
 /**
@@ -64,13 +69,12 @@ export function stalledCount(resume: { rows: readonly number[]; stalled?: number
 export function attemptWoundDown(
   { scope, store }: Outcomes,
   at: { map: string; idx: number; attemptSeq: number; resume: { rows: number[]; stalled?: number } | null },
-  summary: ChunkSummary & { deferred: number[]; unstarted?: boolean; stalled?: number },
+  summary: AttemptOutcome & { deferred: number[] },
 ): TerminalError | null {
   const { map, idx, attemptSeq, resume } = at;
-  const { deferred, unstarted, stalled: counted, ...done } = summary;
-  // An executor counted its own (with the calls it bought). An attempt handed back before it started says nothing of
-  // its rows. What an attempt bought here is not in its summary: only settled rows count as progress on this side.
-  const stalled = counted ?? (unstarted ? (resume?.stalled ?? 0) : stalledCount(resume, deferred.length, false));
+  const { deferred, unstarted, stalled: counted, callsSettled = 0, ...done } = summary;
+  // An executor counts its own; an attempt handed back before it started says nothing of its rows.
+  const stalled = counted ?? (unstarted ? (resume?.stalled ?? 0) : stalledCount(resume, deferred.length, callsSettled > 0));
   store.deferChunk(map, idx, { rows: deferred, done, stalled });
   scope.log(
     `chunk ${map}#${idx}: attempt ${attemptSeq} wound down (${scope.meter.total} subrequests in this invocation); ${deferred.length} of its rows go on in the next`,
