@@ -70,7 +70,7 @@ export interface ChunkResume {
   rows: number[];
   /** The summary so far (its `lost` is null: an attempt that lost leases ends). */
   done: ChunkSummary;
-  /** Wind-downs in a row without progress: no row settled, no call bought (absent: none). */
+  /** Wind-downs in a row without progress: no row settled, no call's answer stored (absent: none). */
   stalled?: number;
 }
 
@@ -228,7 +228,7 @@ export type AttemptEnd =
    * `deferred`: the indexes of rows it left when its coordinator had it wind down (nothing of them was persisted);
    * `unstarted`: it had not started (its rows go back as they were given: no sign of a row that cannot settle);
    * `stalled`: its wind-downs in a row without progress, as the executor counted them (ChunkResume.stalled), when it
-   * ran: calls it bought count as progress, which its summary does not show.
+   * ran: calls whose answers it stored count as progress, which its summary does not show.
    */
   | { kind: "summary"; summary: ChunkSummary; deferred?: number[]; unstarted?: boolean; stalled?: number }
   /** It stopped without a summary: cancelled, superseded, or its executor restarted mid-way. */

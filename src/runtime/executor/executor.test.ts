@@ -312,7 +312,7 @@ describe("handedBack: an attempt held and not running, wound down by its coordin
   });
 
   it("hands back the rows a wind-down left, with what the chunk did before (here, or in the coordinator)", () => {
-    // Wound down here: it ran, and its stall count (the calls it bought counted) goes with its rows.
+    // Wound down here: it ran, and its stall count (the calls it had answered counted) goes with its rows.
     const held = { rows: [5, 6], done, grantedMicros: 40, stalled: 1 };
     expect(handedBack({ assignment: assignment({}), resume: held })).toEqual({
       kind: "summary",
