@@ -287,7 +287,9 @@ describe("a run whose play's source passes what one call carries", () => {
 
   it("runs its map in the coordinator from the start: every row completes, no executor asked for the source", async () => {
     const { run, lines } = await runWide();
-    expect(lines.some((line) => line.includes("runs in the coordinator from now on") && line.includes("too large"))).toBe(true);
+    expect(
+      lines.some((line) => line.includes("runs in the coordinator for the rest of this invocation") && line.includes("too large")),
+    ).toBe(true);
     // Known before any executor was given an attempt: none asked for the source the platform would refuse to carry.
     expect(run.usage.objectRpcsByKind["executor.assign"] ?? 0).toBe(0);
     expect(run.usage.objectRpcsByKind["run.captureSource"] ?? 0).toBe(0);
@@ -297,7 +299,9 @@ describe("a run whose play's source passes what one call carries", () => {
     // The weighing told to let it through (as an estimate short of the platform's serialization would): an executor
     // asks for the source, the platform refuses to carry it, and the map goes on where the source is.
     const { run, lines } = await runWide({ sourceBudgetBytes: 2 ** 30 });
-    expect(lines.some((line) => line.includes("runs in the coordinator from now on") && line.includes("Serialized RPC"))).toBe(true);
+    expect(
+      lines.some((line) => line.includes("runs in the coordinator for the rest of this invocation") && line.includes("Serialized RPC")),
+    ).toBe(true);
     expect(run.usage.objectRpcsByKind["executor.assign"]).toBeGreaterThan(0);
     expect(run.usage.objectRpcsByKind["run.captureSource"]).toBeGreaterThan(0);
   }, 150_000);

@@ -226,7 +226,7 @@ export class MapRunner {
 
   #runsHere(map: string, reason: string): void {
     this.#inline.add(map);
-    this.#scope.log(`map "${map}" runs in the coordinator from now on: ${reason}`);
+    this.#scope.log(`map "${map}" runs in the coordinator for the rest of this invocation: ${reason}`);
   }
 
   async #drain(record: MapRecord, input: MapInput, sheets: SheetClient, fields: FieldSet, options: MapOptions): Promise<void> {
