@@ -28,9 +28,9 @@
  * meanwhile ends it with the stop's reason: that says nothing of the request.
  */
 import type { AnyTool } from "../../play/types";
-import { messageOf } from "../../core/errors";
+import { codeOf, messageOf } from "../../core/errors";
 import { sleep } from "../../core/time";
-import { outboundFetch } from "../../core/outbound";
+import { outboundFetch, withSendHooks } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
 import { ToolCallError } from "../../play/tool-error";
 import { currentRank } from "../../core/request-rank";
@@ -79,27 +79,39 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
   let until: number | null = null;
   for (let poll = 0, attempt = 1; ; poll++) {
     signal.throwIfAborted();
-    // Counted before its slot is taken: past the invocation's subrequest cap it throws, and a slot taken would be held.
-    meter.lookups++;
     const heard = new AnswerSignals();
     let slot: PacerSlot | null = null;
     let answer: Awaited<ReturnType<typeof recover>>;
+    // Counted as it goes out, as a call is (after any wait for one of the object's six connections): counted while
+    // they waited, a chunk's lookups after a takeover spent a short invocation's budget before the first was answered.
+    let counted = false;
+    const count = () => {
+      if (counted) return;
+      counted = true;
+      meter.lookups++;
+    };
     try {
       // A slot refused (the gate unreachable) is a lookup that failed: asked again as one.
       slot = await pacer.rateSlot(signal, currentRank());
       await services.faults.check("provider.lookup", o.tool.id);
-      answer = await recover(o.idempotencyKey, {
-        idempotencyKey: o.idempotencyKey,
-        signal,
-        env: toolEnv(o.tool, services.env),
-        authScopeDigest: o.authScopeDigest,
-        input: o.input,
-        fetch: outboundFetch(signal),
-        reportHeaders: (headers) => heard.add(headers),
-      });
+      answer = await withSendHooks({ sent: count }, () =>
+        recover(o.idempotencyKey, {
+          idempotencyKey: o.idempotencyKey,
+          signal,
+          env: toolEnv(o.tool, services.env),
+          authScopeDigest: o.authScopeDigest,
+          input: o.input,
+          fetch: outboundFetch(signal),
+          reportHeaders: (headers) => heard.add(headers),
+        }),
+      );
+      // A tool that asks some other way than `call.fetch` is counted once it answers.
+      count();
     } catch (error) {
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
       slot?.release(heard.signals);
+      // Past the invocation's subrequest cap: the invocation's error, not the lookup's.
+      if (codeOf(error) === "too_many_subrequests") throw error;
       // Stopped while it waited for its slot or asked (a cancel, lost leases, a wind-down): the attempt stops, having
       // learnt nothing, and the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller
       // would fail it outcome_unknown for good (a provider that ignores idempotency keys), though the provider knows.
