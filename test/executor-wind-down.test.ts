@@ -102,6 +102,16 @@ describe("an executor invocation near its subrequest limit", () => {
     expect((await simStats()).calls).toBe(0);
   });
 
+  it("fails a chunk whose calls each wind-down refuses before they leave: a call stored as not sent is no progress", async () => {
+    const rows = leads(20);
+    // 8 subrequests: the calls are claimed, then refused by the wind-down before they go out (their receipts say so).
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy: { ...oneChunk, executorWindDownSubrequests: 8 } });
+    // Before: each refusal stored counted as progress, and the run went on for ever, an invocation every 50 ms.
+    const run = await waitForRun(runId);
+    expect(run.status).toBe("failed");
+    expect(run.error?.code, JSON.stringify(run.error)).toBe("chunk_stalled");
+  });
+
   it("carries what the attempt was granted to spend: a run capped at its exact cost still completes", async () => {
     const rows = leads(100);
     // 1.25 credits a lead (find 1, verify 0.25). An attempt's unused grant left reserved at each wind-down would

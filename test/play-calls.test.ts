@@ -49,7 +49,7 @@ function playCallsOver(shards: ReturnType<typeof fakeShards>) {
             const { key, shard } = input as { key: string; shard: number };
             leases.claimed(shard, [key]);
             const end = (settle: () => void) => () => {
-              leases.finished(shard, [key]);
+              leases.finished(shard, [key], 1);
               settle();
             };
             leases.signal.addEventListener("abort", () => reject(leases.signal.reason), { once: true });

@@ -27,6 +27,7 @@ import type {
 import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS, RPC_PAGE_CHARS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
+import { NOT_SENT } from "../stores/receipt-store";
 import { getOrInsert, inSizedPages } from "../core/collections";
 
 /** Groups items by the shard their key routes to. */
@@ -269,10 +270,13 @@ export function receiptShardName(org: string, shard: number): string {
   return `${org}/${shard}`;
 }
 
-/** Hears which receipts an attempt holds: claimed (running, ours) until completed or failed. */
+/**
+ * Hears which receipts an attempt holds: claimed (running, ours) until completed or failed; `answered`, how many of
+ * those finished hold a provider's answer (a failure written as `not_sent` does not).
+ */
 export interface ReceiptLeaseObserver {
   claimed(shard: number, keys: string[]): void;
-  finished(shard: number, keys: string[]): void;
+  finished(shard: number, keys: string[], answered: number): void;
 }
 
 export class ReceiptClient {
@@ -343,7 +347,8 @@ export class ReceiptClient {
     if (request.complete.length) await this.#faults.check("receipt.complete");
     if (request.fail.length) await this.#faults.check("receipt.fail");
     if (claiming) await this.#faults.check("receipt.claim");
-    this.#finishing(shard, [...request.complete, ...request.fail]);
+    const answered = request.complete.length + request.fail.filter((item) => item.error.code !== NOT_SENT).length;
+    this.#finishing(shard, [...request.complete, ...request.fail], answered);
     const result = await this.#write(shard, request);
     const claims = result.claims.map((group) => [...group]);
     for (;;) {
@@ -371,7 +376,7 @@ export class ReceiptClient {
 
   async complete(shard: number, request: CompleteReceiptsRequest): Promise<ReceiptWriteResult> {
     await this.#faults.check("receipt.complete");
-    this.#finishing(shard, request.items);
+    this.#finishing(shard, request.items, request.items.length);
     const written = await this.#stub(shard, "complete").complete(request);
     await this.#faults.check("receipt.completed");
     return written;
@@ -387,10 +392,11 @@ export class ReceiptClient {
    * heartbeat racing the write must not take them for lost. A write that fails
    * is retried by the completion ladder, well within a lease.
    */
-  #finishing(shard: number, items: { key: string }[]): void {
+  #finishing(shard: number, items: { key: string }[], answered: number): void {
     this.#leases?.finished(
       shard,
       items.map((item) => item.key),
+      answered,
     );
   }
 

@@ -59,7 +59,7 @@ describe("AttemptLeases", () => {
     leases.claimed(0, ["r1", "r2"]);
     leases.claimed(2, ["r3"]);
     leases.releaseRows(["b"]);
-    leases.finished(0, ["r2"]);
+    leases.finished(0, ["r2"], 1);
     await leases.beat();
     expect(shards.state.rowCalls).toEqual([["a", "c"]]);
     expect(shards.state.receiptCalls).toEqual([
@@ -92,7 +92,7 @@ describe("AttemptLeases", () => {
     shards.state.lostKeys = new Set(["a", "r1"]);
     shards.state.during = () => {
       leases.releaseRows(["a"]);
-      leases.finished(0, ["r1"]);
+      leases.finished(0, ["r1"], 1);
     };
     await leases.beat();
     expect(leases.signal.aborted).toBe(false);

@@ -96,7 +96,10 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     return [...this.#receipts.values()].flatMap((held) => [...held]);
   }
 
-  /** Calls of the attempt whose outcomes it stored (or is storing) since it started: progress, though no row settled. */
+  /**
+   * Calls of the attempt whose outcomes it stored since it started (a provider's answer): progress, though no row
+   * settled. A call stored as not sent is not one.
+   */
   get callsSettled(): number {
     return this.#callsSettled;
   }
@@ -114,8 +117,8 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     for (const key of keys) held.add(key);
   }
 
-  finished(shard: number, keys: string[]): void {
-    this.#callsSettled += keys.length;
+  finished(shard: number, keys: string[], answered: number): void {
+    this.#callsSettled += answered;
     const held = this.#receipts.get(shard);
     for (const key of keys) held?.delete(key);
   }
