@@ -199,6 +199,27 @@ describe("an executor evicted around a wind-down", () => {
     await expectExactlyOnce(runId, rows);
   });
 
+  it("with calls in flight, its redispatch winds down before it has learned how they ended: that attempt goes on with them", async () => {
+    await updateSimConfig(env, { latencyMs: 200 });
+    const rows = leads(100);
+    // Dies after its fourth answer, other requests in flight and the rest claimed: the next epoch takes all 100 over,
+    // asking the provider of each before calling again, more lookups than an invocation of 40 subrequests makes. That
+    // redispatch is the only one the run allows.
+    await setFaults([{ point: "provider.after", play: "demo-enrich", fromCall: 4, times: 1, crash: true }]);
+    const testPolicy = { ...oneChunk, executorWindDownSubrequests: 40, maxChunkRedispatches: 1 };
+    const runId = await startRun("demo-enrich", { rows }, { testPolicy });
+    const run = await waitForRun(runId);
+    // Before: a wind-down that left a takeover unresolved lost the chunk to a new epoch, which took it all over again
+    // (chunk_redispatch_exhausted); and lookups counted while they waited for a connection spent each invocation's
+    // budget before one was answered (chunk_stalled).
+    expect(run.status, JSON.stringify(run.error)).toBe("completed");
+    await expectExactlyOnce(runId, rows);
+    const codes = await notices(runId);
+    expect(codes.filter((code) => code === "attempt_redispatched")).toHaveLength(1);
+    expect(codes).toContain("call_recovered");
+    expect(codes).toContain("attempt_wound_down");
+  });
+
   it("while it holds the attempt to go on: the next alarm, in a new instance, goes on with it", async () => {
     await updateSimConfig(env, { latencyMs: 50 });
     const rows = leads(100);

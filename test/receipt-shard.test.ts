@@ -163,12 +163,11 @@ describe("claim dispositions", () => {
     expect(results).toEqual([{ key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true }]);
   });
 
-  it("says takeover only when another attempt had claimed the generation and not completed it", async () => {
+  it("says takeover only when an attempt had claimed the generation and not completed it", async () => {
     const stub = shard();
     const a = attempt("run-a");
     expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
-    // The owner itself re-claiming is no takeover; a newer attempt of its run is (the owner may have reached the provider).
-    expect(await claim(stub, a, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 0 }]);
+    // A newer attempt of its run takes it over (the owner may have reached the provider).
     expect(await claim(stub, attempt("run-a", 1), ["k1"])).toEqual([
       { key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
     ]);
@@ -177,14 +176,19 @@ describe("claim dispositions", () => {
     expect(await claim(stub, attempt("run-b"), ["k1"], { refresh: true })).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
   });
 
-  it("lets the owner re-claim idempotently, refreshing the lease", async () => {
+  it("lets the owner claim again what it left running, as a takeover, refreshing the lease", async () => {
     const stub = shard();
     const b = attempt("run-b");
     await atGenerationOne(stub, "k1", b, 1_000);
     const first = (await stub.get({ key: "k1" }))!.leaseExpiresAt!;
     await sleep(5);
-    expect(await claim(stub, b, ["k1"])).toEqual([{ key: "k1", disposition: "claimed", generation: 1 }]);
+    // An attempt claims a call once an invocation: claimed again, it was left running by an earlier invocation of the
+    // attempt (wound down with its request's end unknown), which may have sent it.
+    expect(await claim(stub, b, ["k1"])).toEqual([
+      { key: "k1", disposition: "claimed", generation: 1, takeover: true, unknownOutcome: true },
+    ]);
     expect((await stub.get({ key: "k1" }))!.leaseExpiresAt).toBeGreaterThan(first + LONG_LEASE_MS - 1_000);
+    expect((await stub.get({ key: "k1" }))!.unknownFrom).toEqual([b.attemptId]);
   });
 
   it("processes a key repeated in one request in order", async () => {
@@ -193,7 +197,7 @@ describe("claim dispositions", () => {
     expect(results).toEqual([
       { key: "k1", disposition: "claimed", generation: 0 },
       { key: "k2", disposition: "claimed", generation: 0 },
-      { key: "k1", disposition: "claimed", generation: 0 },
+      { key: "k1", disposition: "claimed", generation: 0, takeover: true, unknownOutcome: true },
     ]);
   });
 

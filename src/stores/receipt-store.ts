@@ -421,7 +421,8 @@ function finished(receipt: Receipt, attempt: AttemptRef, now: number): Receipt {
  * - `running` → `claimed` (same generation) for its owner, a newer attempt of its run, anyone once
  *   the lease has passed, or a caller asking to `takeover`; else `running` with its owner;
  * - `failed` → retryable: `claimed` (same generation); else like `completed` but `failed` with the error.
- * A claim of a generation that another attempt claimed and did not complete says `takeover: true`.
+ * A claim of a generation that another attempt claimed and did not complete says `takeover: true`, as does its
+ * owner's claim of it still `running` (left so by an earlier invocation of the attempt).
  */
 function decideClaim(
   existing: Receipt | undefined,
@@ -430,8 +431,13 @@ function decideClaim(
   now: number,
 ): { result: StoredReceiptClaim; next?: Receipt } {
   const { attempt } = request;
-  // Another attempt claimed this generation and never completed it: it may have reached the provider.
-  const takeover = existing !== undefined && existing.status !== "completed" && existing.owner.attemptId !== attempt.attemptId;
+  // Another attempt claimed this generation and never completed it: it may have reached the provider. So may this
+  // attempt, claiming again what it left running: an attempt claims a call once an invocation, so its earlier
+  // invocation wound down or died with the request's end unknown (sent, or a takeover not yet resolved).
+  const takeover =
+    existing !== undefined &&
+    existing.status !== "completed" &&
+    (existing.owner.attemptId !== attempt.attemptId || existing.status === "running");
   // The request it was claimed for may have been sent, and nothing says how it ended: left running, expired or
   // released, or failed so (claimed again under `retryUnknown`).
   const unknown =

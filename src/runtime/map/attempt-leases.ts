@@ -97,8 +97,8 @@ export class AttemptLeases implements ReceiptLeaseObserver {
   }
 
   /**
-   * Calls of the attempt whose outcomes it stored since it started (a provider's answer): progress, though no row
-   * settled. A call stored as not sent is not one.
+   * Calls of the attempt whose outcomes it learned since it started (a provider's answer stored, or a lookup's word
+   * that a taken-over request never arrived): progress, though no row settled. A call stored as not sent is not one.
    */
   get callsSettled(): number {
     return this.#callsSettled;
@@ -110,6 +110,11 @@ export class AttemptLeases implements ReceiptLeaseObserver {
 
   releaseRows(keys: Iterable<string>): void {
     for (const key of keys) this.#rows.delete(key);
+  }
+
+  /** A lookup learned that the provider never received a taken-over call's request: its claim need not ask again. */
+  learned(): void {
+    this.#callsSettled++;
   }
 
   claimed(shard: number, keys: string[]): void {
@@ -241,7 +246,7 @@ export function attemptServices(base: DispatchServices, leases: AttemptLeases): 
     faults: base.faults,
     leases,
   });
-  return { ...base, signal: leases.signal, receipts };
+  return { ...base, signal: leases.signal, receipts, learned: () => leases.learned() };
 }
 
 async function none(): Promise<LeaseResult> {

@@ -268,20 +268,11 @@ export class InProcessChunkExecutor implements ChunkExecutor {
     this.#deps.signal.throwIfAborted();
     if (latch.tripped) throw latch.tripped;
     if (windDown?.aborted && !lost) {
-      const left = pending.filter((row) => !computed.has(row.index));
-      const unsettled = leases.heldReceipts;
-      // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again. A call
-      // left running (a request whose failure was cut short, a takeover whose recovery was) is not the same
-      // attempt's to send again: its chunk goes to a new epoch, whose claims see it was taken over.
-      if (unsettled.length === 0) {
-        summary.deferred = left.map((row) => row.index);
-        summary.callsSettled = leases.callsSettled;
-      } else
-        summary.lost = {
-          rows: left.map((row) => row.key),
-          receipts: unsettled,
-          reason: `wound down with ${unsettled.length} calls whose outcome it had not stored`,
-        };
+      // Wound down: the rows not computed keep this attempt's leases, which its next invocation claims again. So do
+      // the calls it left running (a request whose failure was cut short, a takeover whose recovery was): its claim of
+      // one is a takeover, which asks the provider how the request ended before sending it again.
+      summary.deferred = pending.filter((row) => !computed.has(row.index)).map((row) => row.index);
+      summary.callsSettled = leases.callsSettled;
     }
     return summary;
   }

@@ -42,6 +42,8 @@ export interface DispatchServices extends InvocationScope {
    * the oldest request: both size the map's executors.
    */
   observeRequest(provider: string): (timed: boolean) => void;
+  /** A lookup learned that the provider never received a taken-over call's request (a chunk attempt's progress). */
+  learned?(): void;
 }
 
 /** Per map: one latch, one dispatch window and one completion ladder for all its chunks. */

@@ -288,6 +288,7 @@ export class ToolScheduler {
     // Reserved before anything can bill; a request the cap refuses is never sent.
     await this.#reserve(call, key, shard, unknownOutcome);
     let billed = false;
+    let unknown = unknownOutcome;
     try {
       if (takeover) {
         // The attempt this receipt was taken from may have been billed before it died: ask before calling again.
@@ -300,9 +301,14 @@ export class ToolScheduler {
         // idempotency keys would execute it twice.
         if (!recovered.known && unknownOutcome && !this.#deps.retryUnknown && call.tool.idempotent === false)
           return await this.#unknownOutcome(call, shard);
+        // The provider never got it: a send cut off now leaves the receipt `not_sent`, and the next claim asks no more.
+        if (recovered.known) {
+          unknown = false;
+          this.#services.learned?.();
+        }
       }
       try {
-        return await this.#send(call, shard, key, unknownOutcome, (accepted) => (billed = accepted));
+        return await this.#send(call, shard, key, unknown, (accepted) => (billed = accepted));
       } catch (error) {
         if (!(error instanceof Unanswered)) throw error;
         // Cut off by the timeout at a provider that ignores idempotency keys: it may have executed the request, so
