@@ -7,6 +7,7 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { MAX_OUTBOUND_IN_FLIGHT } from "../src/core/platform-limits";
 import { MAX_STALLED_WIND_DOWNS } from "../src/runtime/map/chunk-outcomes";
 import { updateSimConfig } from "../src/sim/client";
 import {
@@ -214,6 +215,9 @@ describe("an executor evicted around a wind-down", () => {
     // budget before one was answered (chunk_stalled).
     expect(run.status, JSON.stringify(run.error)).toBe("completed");
     await expectExactlyOnce(runId, rows);
+    // Each call taken over is asked about once (a request the dead executor had in flight, still being answered, maybe
+    // twice more): a lookup in flight at a wind-down is answered and kept, not asked again (before: 129 to 131).
+    expect(run.usage.providerLookups).toBeLessThanOrEqual(rows.length + 2 * MAX_OUTBOUND_IN_FLIGHT);
     const codes = await notices(runId);
     expect(codes.filter((code) => code === "attempt_redispatched")).toHaveLength(1);
     expect(codes).toContain("call_recovered");

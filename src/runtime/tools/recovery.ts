@@ -29,10 +29,10 @@
  */
 import type { AnyTool } from "../../play/types";
 import { codeOf, messageOf } from "../../core/errors";
-import { sleep } from "../../core/time";
-import { outboundFetch, withSendHooks } from "../../core/outbound";
+import { sleep, timeoutSignal } from "../../core/time";
+import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
-import { ToolCallError } from "../../play/tool-error";
+import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import { currentRank } from "../../core/request-rank";
 import type { Pacer, PacerSlot } from "../pacing/pacer";
 import { AnswerSignals } from "../pacing/signals";
@@ -90,30 +90,51 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       counted = true;
       meter.lookups++;
     };
+    let timeout: ReturnType<typeof timeoutSignal> | null = null;
     try {
       // A slot refused (the gate unreachable) is a lookup that failed: asked again as one.
       slot = await pacer.rateSlot(signal, currentRank());
       await services.faults.check("provider.lookup", o.tool.id);
-      answer = await withSendHooks({ sent: count }, () =>
-        recover(o.idempotencyKey, {
-          idempotencyKey: o.idempotencyKey,
-          signal,
-          env: toolEnv(o.tool, services.env),
-          authScopeDigest: o.authScopeDigest,
-          input: o.input,
-          fetch: outboundFetch(signal),
-          reportHeaders: (headers) => heard.add(headers),
-        }),
+      // Not sent once the attempt stops (a cancel, lost leases, a wind-down); one sent is answered, as a call in
+      // flight is, so that what it learnt is stored (a wound-down attempt's next invocation need not ask again). Only
+      // its timeout stops it, a call's, whose clock stops while it waits for one of the object's six connections.
+      timeout = timeoutSignal(
+        services.policy.providerTimeoutMs,
+        () => new ProviderTimeout(`${o.tool.id}: the lookup was not answered in time`),
+      );
+      const { pause, resume } = timeout;
+      const requestSignal = timeout.signal;
+      answer = await withSendStop(signal, () =>
+        withSendHooks(
+          {
+            waiting: pause,
+            sent: () => {
+              count();
+              resume();
+            },
+          },
+          () =>
+            recover(o.idempotencyKey, {
+              idempotencyKey: o.idempotencyKey,
+              signal: requestSignal,
+              env: toolEnv(o.tool, services.env),
+              authScopeDigest: o.authScopeDigest,
+              input: o.input,
+              fetch: outboundFetch(requestSignal),
+              reportHeaders: (headers) => heard.add(headers),
+            }),
+        ),
       );
       // A tool that asks some other way than `call.fetch` is counted once it answers.
       count();
     } catch (error) {
+      timeout?.clear();
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
       slot?.release(heard.signals);
       // Past the invocation's subrequest cap: the invocation's error, not the lookup's.
       if (codeOf(error) === "too_many_subrequests") throw error;
-      // Stopped while it waited for its slot or asked (a cancel, lost leases, a wind-down): the attempt stops, having
-      // learnt nothing, and the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller
+      // Stopped before it was sent (a cancel, lost leases, a wind-down): the attempt stops, having learnt nothing, and
+      // the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller
       // would fail it outcome_unknown for good (a provider that ignores idempotency keys), though the provider knows.
       if (!signal.aborted && (await mayAskAgain(o.tool, { pacer, error, attempt }, services))) {
         attempt++;
@@ -123,6 +144,7 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
+    timeout.clear();
     slot.release(heard.signals);
     if (answer.found) {
       const count = (recoveries.get(log) ?? 0) + 1;
