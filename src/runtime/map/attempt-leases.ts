@@ -91,11 +91,6 @@ export class AttemptLeases implements ReceiptLeaseObserver {
     return this.#controller.signal.aborted ? (this.#controller.signal.reason as LeaseLostError) : null;
   }
 
-  /** The receipts the attempt holds running: claimed and neither completed nor failed. */
-  get heldReceipts(): string[] {
-    return [...this.#receipts.values()].flatMap((held) => [...held]);
-  }
-
   /**
    * Calls of the attempt whose outcomes it learned since it started (a provider's answer stored, or a lookup's word
    * that a taken-over request never arrived): progress, though no row settled. A call stored as not sent is not one.

@@ -25,7 +25,9 @@
  * retryable (a 5xx) after the calls' backoff, within their attempts.
  * Anything else (a permanent failure, an error that is not a
  * `ToolCallError`) ends the lookup: nothing sure. The attempt stopping
- * meanwhile ends it with the stop's reason: that says nothing of the request.
+ * before the lookup is sent ends it with the stop's reason, which says
+ * nothing of the request; a lookup already sent is answered, as a call in
+ * flight is, and what it says is kept.
  */
 import type { AnyTool } from "../../play/types";
 import { codeOf, messageOf } from "../../core/errors";
@@ -134,8 +136,8 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       // Past the invocation's subrequest cap: the invocation's error, not the lookup's.
       if (codeOf(error) === "too_many_subrequests") throw error;
       // Stopped before it was sent (a cancel, lost leases, a wind-down): the attempt stops, having learnt nothing, and
-      // the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller
-      // would fail it outcome_unknown for good (a provider that ignores idempotency keys), though the provider knows.
+      // the receipt goes to the next taker, which asks again. Answered "nothing sure", the caller would fail it
+      // outcome_unknown for good (a provider that ignores idempotency keys), though the provider knows.
       if (!signal.aborted && (await mayAskAgain(o.tool, { pacer, error, attempt }, services))) {
         attempt++;
         continue;
