@@ -4,7 +4,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { describe, expect, it } from "vitest";
 import type { AttemptRef } from "../src/contracts/shards";
 import type { ReceiptShard } from "../src/actors/ReceiptShard";
-import { OUTCOME_UNKNOWN } from "../src/stores/receipt-store";
+import { OUTCOME_UNKNOWN } from "../src/stores/receipt-rules";
 
 const LONG_LEASE_MS = 60_000;
 

@@ -14,7 +14,8 @@ import {
 } from "../contracts/shards";
 import { AnswerBudget } from "../stores/answer-budget";
 import { RECEIPT_MIGRATIONS } from "../stores/receipt-schema";
-import { OUTCOME_UNKNOWN, type Receipt, ReceiptStore, type StoredReceiptClaim } from "../stores/receipt-store";
+import { OUTCOME_UNKNOWN, type Receipt, type StoredReceiptClaim } from "../stores/receipt-rules";
+import { ReceiptStore } from "../stores/receipt-store";
 import { createSql, migrate } from "../stores/sql";
 
 export const GetReceiptRequest = z.object({ key: z.string().min(1).max(512) });

@@ -27,7 +27,7 @@ import type {
 import { MAX_READ_ROWS, MAX_RUN_COLUMN_CHARS, MAX_RUN_COLUMNS, RPC_PAGE_CHARS } from "../contracts/shards";
 import type { SubrequestMeter } from "../core/meter";
 import { NO_FAULTS, type FaultProbe } from "./faults";
-import { NOT_SENT } from "../stores/receipt-store";
+import { NOT_SENT } from "../stores/receipt-rules";
 import { getOrInsert, inSizedPages } from "../core/collections";
 
 /** Groups items by the shard their key routes to. */

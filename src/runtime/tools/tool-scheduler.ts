@@ -14,7 +14,7 @@ import { ToolQueue, type HeldOutcome } from "./tool-queue";
 import { NotSent } from "./provider-call";
 import { priceOf, SpendCapReached } from "./spend";
 import { AUTH_SCOPE_CHANGED, ToolCallError } from "../../play/tool-error";
-import { NOT_SENT, OUTCOME_UNKNOWN } from "../../stores/receipt-store";
+import { NOT_SENT, OUTCOME_UNKNOWN } from "../../stores/receipt-rules";
 import type { ToolCallOptions, AnyTool } from "../../play/types";
 import { describeIssues, messageOf, TroupeError } from "../../core/errors";
 import { sleep } from "../../core/time";
