@@ -70,7 +70,7 @@ export interface ChunkResume {
   rows: number[];
   /** The summary so far (its `lost` is null: an attempt that lost leases ends). */
   done: ChunkSummary;
-  /** Wind-downs in a row without progress: no row settled, no call's answer stored (absent: none). */
+  /** Wind-downs in a row without progress: no row settled, no call's outcome learned (absent: none). */
   stalled?: number;
 }
 

@@ -13,7 +13,7 @@ import type { InvocationScope } from "../invocation/scope";
 import { describeKeys } from "./attempt-leases";
 import type { AttemptOutcome } from "./chunk-executor";
 
-/** Wind-downs of a chunk in a row without a row settled before the map fails (the executor's limit too). */
+/** Wind-downs of a chunk in a row without progress (stalledCount) before the map fails (the executor's limit too). */
 export const MAX_STALLED_WIND_DOWNS = 3;
 
 type Outcomes = { scope: Pick<InvocationScope, "log" | "policy" | "meter">; store: RunStore };
@@ -47,9 +47,10 @@ export function attemptDied(
 
 /**
  * Wound-down invocations in a row that made no progress, counting the one that just ended: it left all `deferred`
- * of the rows it went on from (`resume`, null for an attempt's first invocation) and stored no call's outcome. A row
- * that cannot settle within an invocation's budget would otherwise go on for ever; one whose calls are answered has
- * not stalled (the next invocation reuses the answers), though several may pass before its first row settles.
+ * of the rows it went on from (`resume`, null for an attempt's first invocation) and learned no call's outcome (no
+ * answer stored, no lookup saying a request never arrived: AttemptLeases.callsSettled). A row that cannot settle
+ * within an invocation's budget would otherwise go on for ever; one whose calls are answered has not stalled (the
+ * next invocation reuses the answers), though several may pass before its first row settles.
  */
 export function stalledCount(
   resume: { rows: readonly number[]; stalled?: number } | null,
