@@ -23,6 +23,7 @@ import type { RetryClass } from "../../core/backoff";
 import type { DispatchServices } from "./services";
 import type { DispatchWindow } from "./dispatch-window";
 import { getOrInsert } from "../../core/collections";
+import { BatchLanes } from "./batch-lanes";
 import { toolEnv } from "../../play/define";
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 
@@ -86,7 +87,7 @@ export class ToolQueue {
   /** Calls of the attempt on their way to an outcome ({@link ToolQueue.began}), gathered members included. */
   #running = 0;
   #review: ReturnType<typeof setTimeout> | null = null;
-  #lanes = new Map<string, { busy: number; waiting: (() => void)[] }>();
+  #lanes = new BatchLanes();
   #ready = 0;
   #onReadyLow: (() => void) | undefined;
   #onWindowFull: (() => void) | undefined;
@@ -336,21 +337,7 @@ export class ToolQueue {
       return;
     }
     for (const batch of planBatches(pending, tool.batch!.maxMembers)) {
-      void this.#inLane(tool, () => this.#batch(tool, batch));
-    }
-  }
-
-  /** Runs `work` when fewer than the provider's `batchParallelism` batches of this tool are in flight. */
-  async #inLane(tool: AnyTool, work: () => Promise<void>): Promise<void> {
-    const lane = getOrInsert(this.#lanes, tool.id, () => ({ busy: 0, waiting: [] }));
-    const limit = this.#services.pacers.for(tool.provider).policy.batchParallelism;
-    if (lane.busy >= limit) await new Promise<void>((resolve) => lane.waiting.push(resolve));
-    lane.busy++;
-    try {
-      await work();
-    } finally {
-      lane.busy--;
-      lane.waiting.shift()?.();
+      void this.#lanes.run(tool.id, this.#services.pacers.for(tool.provider).policy.batchParallelism, () => this.#batch(tool, batch));
     }
   }
 
