@@ -196,6 +196,26 @@ describe("pacing across runs", () => {
     expect(stats.duplicates).toBe(0);
   });
 
+  it("goes on at a corrected rate: callers already waiting for a slot far off under the mistaken one hear of it", async () => {
+    await simReset();
+    // Declared at one request per 100 s by mistake: the first call goes at once, the next would wait 100 s.
+    await setPacing("sim", { requestsPerSecond: 0.01 });
+    const rows = Array.from({ length: 10 }, (_, i) => ({
+      id: `m${i}`,
+      tool: "sim_find_email",
+      input: { name: `Mistaken Rate ${i}`, domain: "mistake.test" },
+    }));
+    const runId = await startRun("test-calls", { rows, dataset: "mistaken-rate" });
+    await until(simStats, (stats) => stats.calls >= 1, "the first call");
+    await setPacing("sim", { requestsPerSecond: 50 });
+    // Before the correction reached waiting callers, the second call went 100 s after the first: past this wait.
+    const run = await waitForRun(runId, { timeoutMs: 30_000 });
+    expect(run.result).toEqual({ total: 10, completed: 10, failed: 0 });
+    const stats = await simStats();
+    expect(stats.billed).toBe(10);
+    expect(stats.duplicates).toBe(0);
+  });
+
   it("slows every caller after a 429 with Retry-After when the gate does not know the limit", async () => {
     await simReset();
     await setSim({ ratePerSecond: 20 });

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import {
+  RATE_RECHECK_MS,
   BARE_429_INTERVALS,
   BARE_429_WAIT_MS,
   BUDGET_MIN_RESET_MS,
@@ -46,8 +47,10 @@ describe("GateLedger: rate", () => {
 
   it("paces by a changed declared rate from the change on: a slot far away under the old one does not hold up the new", () => {
     const gate = new GateLedger();
-    // Declared at one request per 100 s by mistake: the next slot is 100 s away.
-    gate.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });
+    // Declared at one request per 100 s by mistake: the next slot is 100 s away. The caller asks again well before
+    // it (RATE_RECHECK_MS), so a correction reaches it.
+    const waiting = gate.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });
+    expect(waiting).toMatchObject({ startInMs: [0], retryInMs: RATE_RECHECK_MS });
     // Corrected to 100/s a second later: the next slots come at the new pace, not after the old one's 100 s.
     const fixed = policy({ requestsPerSecond: 100 });
     const grant = gate.acquire(fixed, { caller: "a", slots: 3, inFlight: 0, now: 1_000 });

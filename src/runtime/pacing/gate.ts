@@ -66,6 +66,14 @@ export const BARE_429_WAIT_MS = 1000;
 export const BARE_429_INTERVALS = 4;
 /** A caller refused concurrency asks again after this long. */
 export const CONCURRENCY_RETRY_MS = 25;
+/**
+ * A caller whose next slot is far off at the pace in force asks again at
+ * least this often: a rate raised meanwhile (an org's `PUT /v1/pacing`, a
+ * higher limit learned) reaches it within this long, not at the slot the old
+ * pace set (at one request per 100 s, up to 100 s later). A pause the
+ * provider asked for is waited out whole: nothing here lifts it.
+ */
+export const RATE_RECHECK_MS = 5000;
 /** While nothing paces the provider, a caller may start requests without asking for this long. */
 export const UNPACED_LEASE_MS = 1000;
 /** Unpaced starts told together are recorded in at most this many steps over the span they started in. */
@@ -282,7 +290,8 @@ export class GateLedger {
       const blockedByUnits = startInMs.length >= rateOnly && units !== null && units <= inFlight;
       const slotAt = this.#withinBudget(Math.max(earliest, rps === null ? earliest : this.#nextSlotAt));
       const untilGrantable = measuring === null ? slotAt - now - horizonMs + LEASE_REFILL_MS : measuring - now;
-      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, untilGrantable);
+      const pauseLeft = this.#pausedUntil - now;
+      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, pauseLeft, Math.min(untilGrantable, RATE_RECHECK_MS));
     }
     const unpaced = rps === null && this.#pausedUntil <= now && this.#budget === null && this.#heard;
     const probe = firstContact === "probe" && startInMs.length > 0;

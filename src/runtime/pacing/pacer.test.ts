@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from "vitest";
-import { HOLDER_TTL_MS } from "./gate";
+import { HOLDER_TTL_MS, RATE_RECHECK_MS } from "./gate";
 import { Pacer, type GateClient } from "./pacer";
 import { pacingPolicyFor, PACE_UTILIZATION, type PacingPolicy } from "./policy";
 import { NO_SIGNALS } from "./signals";
@@ -181,6 +181,24 @@ describe("Pacer", () => {
       const before = Date.now();
       (await p.slot(signal)).release();
       expect(Date.now() - before).toBeGreaterThanOrEqual(25);
+    }));
+
+  it("sees a rate raised while it waits for a slot far off at the old one (an org's PUT /v1/pacing)", () =>
+    onFakeClock(async () => {
+      // Declared at one request per 100 s by mistake: after the first request, the next slot is 100 s away.
+      const policy: PacingPolicy = { requestsPerSecond: 0.01, concurrency: null, batchParallelism: 1 };
+      const { gate } = fakeGate(policy);
+      const p = pacer(gate, policy);
+      const signal = new AbortController().signal;
+      (await p.slot(signal)).release();
+      const asked = Date.now();
+      const next = p.slot(signal);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      // Corrected a second later (the gate reads the org's policy at each call): the waiter goes at the new pace.
+      policy.requestsPerSecond = 10;
+      (await next).release();
+      expect(Date.now() - asked).toBeLessThanOrEqual(RATE_RECHECK_MS + 1000);
+      await p.close();
     }));
 
   it("takes a tool's wait that is not a number (a date header read as one) as unsaid, and keeps serving slots", () =>
