@@ -58,6 +58,30 @@ describe("GateLedger: rate", () => {
     expect(Math.max(...grant.startInMs)).toBeLessThan(100);
   });
 
+  it("asks a caller the pace holds back again within RATE_RECHECK_MS, and one the provider holds back at its wait's end", () => {
+    // The pace: one request per 100 s. A rate raised meanwhile must reach the caller long before its next slot.
+    const slow = new GateLedger();
+    const once = policy({ requestsPerSecond: 0.01 });
+    expect(slow.acquire(once, { caller: "a", slots: 1, inFlight: 0, now: 0 }).startInMs).toEqual([0]);
+    expect(slow.acquire(once, { caller: "a", slots: 1, inFlight: 0, now: 10 })).toMatchObject({
+      startInMs: [],
+      retryInMs: RATE_RECHECK_MS,
+    });
+
+    // The provider's budget: one request left until a reset a minute away. No policy lifts it: asked again at the reset.
+    const spent = new GateLedger();
+    const fast = policy({ requestsPerSecond: 100 });
+    spent.report(fast, { signal: signal({ remaining: { requests: 1, resetMs: 60_000, ageMs: 0 } }), now: 0 });
+    const budgeted = spent.acquire(fast, { caller: "a", slots: 3, inFlight: 0, now: 0 });
+    expect(budgeted.startInMs).toHaveLength(1);
+    expect(budgeted.retryInMs).toBeGreaterThan(50_000);
+
+    // A 429 asking for a minute: the same.
+    const paused = new GateLedger();
+    paused.report(fast, { signal: signal({ limited: 1, retryAfterMs: 60_000 }), now: 0 });
+    expect(paused.acquire(fast, { caller: "a", slots: 3, inFlight: 0, now: 0 }).retryInMs).toBeGreaterThan(59_000);
+  });
+
   it("paces from a reset on by the rate then in force: a slot far away under the rate before it does not hold it up", () => {
     const gate = new GateLedger();
     gate.acquire(policy({ requestsPerSecond: 0.01 }), { caller: "a", slots: 2, inFlight: 0, now: 0 });

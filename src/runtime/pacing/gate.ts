@@ -70,8 +70,9 @@ export const CONCURRENCY_RETRY_MS = 25;
  * A caller whose next slot is far off at the pace in force asks again at
  * least this often: a rate raised meanwhile (an org's `PUT /v1/pacing`, a
  * higher limit learned) reaches it within this long, not at the slot the old
- * pace set (at one request per 100 s, up to 100 s later). A pause the
- * provider asked for is waited out whole: nothing here lifts it.
+ * pace set (at one request per 100 s, up to 100 s later). A wait the
+ * provider set (a pause, a budget spent until its reset) is waited out whole:
+ * no policy lifts it.
  */
 export const RATE_RECHECK_MS = 5000;
 /** While nothing paces the provider, a caller may start requests without asking for this long. */
@@ -288,10 +289,13 @@ export class GateLedger {
     if (startInMs.length < slots || (startInMs.length === 0 && request.slots > 0)) {
       // Short of the slots of the rate alone, the schedule is what holds it back.
       const blockedByUnits = startInMs.length >= rateOnly && units !== null && units <= inFlight;
-      const slotAt = this.#withinBudget(Math.max(earliest, rps === null ? earliest : this.#nextSlotAt));
+      const pacedAt = Math.max(earliest, rps === null ? earliest : this.#nextSlotAt);
+      const slotAt = this.#withinBudget(pacedAt);
       const untilGrantable = measuring === null ? slotAt - now - horizonMs + LEASE_REFILL_MS : measuring - now;
-      const pauseLeft = this.#pausedUntil - now;
-      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, pauseLeft, Math.min(untilGrantable, RATE_RECHECK_MS));
+      // What the provider holds back (a pause, a budget spent until its reset) is waited out; what the pace holds back
+      // is asked about again (RATE_RECHECK_MS).
+      const recheck = slotAt > pacedAt ? untilGrantable : Math.min(untilGrantable, RATE_RECHECK_MS);
+      retryInMs = blockedByUnits ? CONCURRENCY_RETRY_MS : Math.max(1, this.#pausedUntil - now, recheck);
     }
     const unpaced = rps === null && this.#pausedUntil <= now && this.#budget === null && this.#heard;
     const probe = firstContact === "probe" && startInMs.length > 0;
