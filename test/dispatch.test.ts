@@ -198,7 +198,8 @@ describe("pacing across runs", () => {
 
   it("goes on at a corrected rate: callers already waiting for a slot far off under the mistaken one hear of it", async () => {
     await simReset();
-    // Declared at one request per 100 s by mistake: the first call goes at once, the next would wait 100 s.
+    // Declared at one request per 100 s by mistake: the calls wait up to 100 s between them (the first too, as the
+    // last request of the tests before went out moments ago).
     await setPacing("sim", { requestsPerSecond: 0.01 });
     const rows = Array.from({ length: 10 }, (_, i) => ({
       id: `m${i}`,
@@ -206,9 +207,14 @@ describe("pacing across runs", () => {
       input: { name: `Mistaken Rate ${i}`, domain: "mistake.test" },
     }));
     const runId = await startRun("test-calls", { rows, dataset: "mistaken-rate" });
-    await until(simStats, (stats) => stats.calls >= 1, "the first call");
+    // The executor's pacer has asked the gate (it holds units of the provider's concurrency) and been told to wait.
+    await until(
+      () => apiJson("/v1/pacing/sim"),
+      (res) => res.body.state.holders > 0,
+      "the run's calls to ask the gate",
+    );
     await setPacing("sim", { requestsPerSecond: 50 });
-    // Before the correction reached waiting callers, the second call went 100 s after the first: past this wait.
+    // Before the correction reached waiting callers, they waited for their slots at the old pace: past this wait.
     const run = await waitForRun(runId, { timeoutMs: 30_000 });
     expect(run.result).toEqual({ total: 10, completed: 10, failed: 0 });
     const stats = await simStats();
