@@ -6,18 +6,32 @@
  * process with escalating delays within the run's retry budget. Every retry
  * and every 429 is counted on the meter.
  */
-import { withSendHooks } from "../../core/outbound";
+import { withSendHooks, withSendStop } from "../../core/outbound";
 import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import type { SubrequestMeter } from "../../core/meter";
 import type { Pacer } from "../pacing/pacer";
 import { AnswerSignals, readRateLimitSignals, saneWaitMs } from "../pacing/signals";
 import { messageOf } from "../../core/errors";
 import { MAX_JSON_DEPTH, tooDeepAt } from "../../core/json-depth";
-import { sleep } from "../../core/time";
+import { sleep, type timeoutSignal } from "../../core/time";
 import { currentRank } from "../../core/request-rank";
 import type { ReceiptError } from "../../contracts/shards";
 import type { FaultProbe } from "../../clients/faults";
 import { mayRetry, retryDelayMs, type RetryBudget, type RetryClass, type RetryPolicy } from "../../core/backoff";
+
+/**
+ * Sends one provider request (a call, a batch, a lookup) under the attempt's stop and its own timeout: not sent at all
+ * once `stop` has aborted (a cancel, lost leases, a wind-down), while one already sent is answered; the timeout's clock
+ * stops while the request waits for one of the object's six connections, since that wait is not the provider being
+ * slow. `send` is given the request's signal (the timeout's). The caller clears the timeout.
+ */
+export function sendTimed<T>(
+  stop: AbortSignal,
+  timeout: ReturnType<typeof timeoutSignal>,
+  send: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  return withSendStop(stop, () => withSendHooks({ waiting: timeout.pause, sent: timeout.resume }, () => send(timeout.signal)));
+}
 
 /** What one provider request needs: its tool's pacer, the run's budget, the fault seam, the retry policy. */
 export interface ProviderCallContext {

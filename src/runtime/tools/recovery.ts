@@ -32,13 +32,13 @@
 import type { AnyTool } from "../../play/types";
 import { codeOf, messageOf } from "../../core/errors";
 import { sleep, timeoutSignal } from "../../core/time";
-import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
+import { outboundFetch, withSendHooks } from "../../core/outbound";
 import { toolEnv } from "../../play/define";
 import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import { currentRank } from "../../core/request-rank";
 import type { Pacer, PacerSlot } from "../pacing/pacer";
 import { AnswerSignals } from "../pacing/signals";
-import { classifyFailure, retryWait } from "./provider-call";
+import { classifyFailure, retryWait, sendTimed } from "./provider-call";
 import type { DispatchServices } from "./services";
 
 /** The call to recover: its tool and input, its keys, and how long to wait for a request with its key still in flight. */
@@ -92,7 +92,6 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       counted = true;
       meter.lookups++;
     };
-    let timeout: ReturnType<typeof timeoutSignal> | null = null;
     try {
       // A slot refused (the gate unreachable) is a lookup that failed: asked again as one.
       slot = await pacer.rateSlot(signal, currentRank());
@@ -100,22 +99,13 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       // Not sent once the attempt stops (a cancel, lost leases, a wind-down); one sent is answered, as a call in
       // flight is, so that what it learnt is stored (a wound-down attempt's next invocation need not ask again). Only
       // its timeout stops it, a call's, whose clock stops while it waits for one of the object's six connections.
-      timeout = timeoutSignal(
+      const timeout = timeoutSignal(
         services.policy.providerTimeoutMs,
         () => new ProviderTimeout(`${o.tool.id}: the lookup was not answered in time`),
       );
-      const { pause, resume } = timeout;
-      const requestSignal = timeout.signal;
-      answer = await withSendStop(signal, () =>
-        withSendHooks(
-          {
-            waiting: pause,
-            sent: () => {
-              count();
-              resume();
-            },
-          },
-          () =>
+      try {
+        answer = await withSendHooks({ sent: count }, () =>
+          sendTimed(signal, timeout, (requestSignal) =>
             recover(o.idempotencyKey, {
               idempotencyKey: o.idempotencyKey,
               signal: requestSignal,
@@ -125,12 +115,14 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
               fetch: outboundFetch(requestSignal),
               reportHeaders: (headers) => heard.add(headers),
             }),
-        ),
-      );
+          ),
+        );
+      } finally {
+        timeout.clear();
+      }
       // A tool that asks some other way than `call.fetch` is counted once it answers.
       count();
     } catch (error) {
-      timeout?.clear();
       if (error instanceof ToolCallError && error.headers) heard.add(error.headers);
       slot?.release(heard.signals);
       // Past the invocation's subrequest cap: the invocation's error, not the lookup's.
@@ -146,7 +138,6 @@ export async function recoverCall(o: RecoverCallOptions, services: RecoveryServi
       log(`${o.tool.id}: could not ask the provider for the result of a taken-over call (${messageOf(error)})`);
       return { found: false, known: false };
     }
-    timeout.clear();
     slot.release(heard.signals);
     if (answer.found) {
       const count = (recoveries.get(log) ?? 0) + 1;

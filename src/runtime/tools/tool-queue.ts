@@ -11,13 +11,21 @@
  * Each caller gets its outcome together with its place in the window:
  * `done()` gives the place back once the receipt is written.
  */
-import { outboundFetch, withSendHooks, withSendStop } from "../../core/outbound";
+import { outboundFetch, withSendHooks } from "../../core/outbound";
 import { sleep, timeoutSignal } from "../../core/time";
 import type { BatchMember, AnyTool } from "../../play/types";
 import { messageOf } from "../../core/errors";
 import type { WorkerBarrier } from "../../core/bulk-queue";
 import { checkSplit, planBatches } from "./batching";
-import { callProvider, classifyFailure, NotSent, type ProviderCallContext, type ProviderOutcome, retryWait } from "./provider-call";
+import {
+  callProvider,
+  classifyFailure,
+  NotSent,
+  type ProviderCallContext,
+  type ProviderOutcome,
+  retryWait,
+  sendTimed,
+} from "./provider-call";
 import { ProviderTimeout, ToolCallError } from "../../play/tool-error";
 import type { RetryClass } from "../../core/backoff";
 import type { DispatchServices } from "./services";
@@ -228,12 +236,9 @@ export class ToolQueue {
     const timeoutMs = this.#services.policy.providerTimeoutMs;
     const timeout = timeoutSignal(timeoutMs, () => new ProviderTimeout(`the provider did not answer within ${timeoutMs} ms`));
     try {
-      // Not sent at all once the attempt stopped (leases lost, cancel): what waited for a slot stays unsent.
-      // Its clock stops while it waits for one of the object's six slots (a pacer holds six units per provider, but
-      // an executor calling two providers, or fetching too, shares its six): that wait is not the provider being slow.
-      return await withSendStop(this.#services.signal, () =>
-        withSendHooks({ waiting: timeout.pause, sent: timeout.resume }, () => send(timeout.signal)),
-      );
+      // A pacer holds six units per provider, but an executor calling two providers, or fetching too, shares its six
+      // connections: the clock stops while a request waits for one.
+      return await sendTimed(this.#services.signal, timeout, send);
     } catch (error) {
       // A stub's fetch rejects with an error of its own (the reason's message, not the reason): the timeout is
       // the reason, retryable, whatever the request threw.
