@@ -29,7 +29,7 @@ afterEach(async () => {
 describe("executor sizing", () => {
   it("widens the map while its first requests still wait for an answer", async () => {
     await simReset();
-    // 100 requests/s: a request that has waited half a second already asks for 100 × 0.5 × 1.5 / 6 ≈ 13 executors,
+    // 100 requests/s: a request that has waited half a second already asks for 100 × 0.5 × 2.5 / 6 ≈ 21 executors,
     // past the ceiling of 4. The provider answers nothing for ten seconds.
     expect((await api("/v1/pacing/sim", { method: "PUT", json: { requestsPerSecond: 100, concurrency: 250 } })).status).toBe(200);
     await setSim({ ...SIM_DEFAULTS, latencyMs: 10_000 });

@@ -20,10 +20,10 @@ describe("ExecutorSizer", () => {
     return s.target();
   };
 
-  it("starts at the floor, then keeps rate × latency × 1.5 / 6 executors once a provider's pace and latency are known", async () => {
+  it("starts at the floor, then keeps rate × latency × 2.5 / 6 executors once a provider's pace and latency are known", async () => {
     expect(sizer({ requestsPerSecond: 100, concurrency: 250 }).target()).toBe(4);
-    // 100 requests/s at 500 ms: 50 in flight, 75 with the headroom, 13 executors of six.
-    expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 5_000 })).toBe(13);
+    // 100 requests/s at 500 ms: 50 in flight, 125 with the headroom, 21 executors of six.
+    expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 5_000 })).toBe(21);
   });
 
   it("sizes the map as soon as the first latency arrives, not a refresh after the provider was first seen", async () => {
@@ -37,7 +37,7 @@ describe("ExecutorSizer", () => {
     now.t = 1_000;
     s.observe(["sim"], { calls: 10, totalMs: 5_000 });
     await settle(s);
-    expect(s.target()).toBe(13);
+    expect(s.target()).toBe(21);
   });
 
   it("sizes by how long the oldest request has waited until the first latency is known, then by the latency", async () => {
@@ -45,18 +45,18 @@ describe("ExecutorSizer", () => {
     const s = sizer({ requestsPerSecond: 100, concurrency: 250 }, now);
     await s.start();
     expect(s.sizing).toBe(true);
-    // Waited 0.8 s already: 100 × 0.8 × 1.5 / 6 = 20 executors, leased at once (no refresh interval to wait out).
+    // Waited 0.8 s already: 100 × 0.8 × 2.5 / 6 ≈ 34 executors, leased at once (no refresh interval to wait out).
     s.observe(["sim"], null, 800);
     await settle(s);
-    expect(s.target()).toBe(20);
+    expect(s.target()).toBe(34);
     // A shorter wait seen later lowers nothing; an answer in 500 ms replaces the bound.
     s.observe(["sim"], null, 300);
     await settle(s);
-    expect(s.target()).toBe(20);
+    expect(s.target()).toBe(34);
     now.t = 1_000;
     s.observe(["sim"], { calls: 6, totalMs: 3_000 });
     await settle(s);
-    expect(s.target()).toBe(13);
+    expect(s.target()).toBe(21);
     expect(s.sizing).toBe(false);
   });
 
@@ -75,11 +75,11 @@ describe("ExecutorSizer", () => {
     // One ask starts the refresh; nothing asks again.
     expect(s.target()).toBe(4);
     await new Promise((r) => setTimeout(r, 10));
-    expect(resized).toEqual([13]);
+    expect(resized).toEqual([21]);
   });
 
   it("never sizes past the provider's concurrency, headroom included", async () => {
-    // 100 requests/s at 2 s: 200 in flight, 300 with the headroom, but 250 at once at most: 42 executors.
+    // 100 requests/s at 2 s: 200 in flight, 500 with the headroom, but 250 at once at most: 42 executors.
     expect(await sizedFor({ requestsPerSecond: 100, concurrency: 250 }, { calls: 10, totalMs: 20_000 })).toBe(42);
   });
 

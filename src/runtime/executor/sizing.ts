@@ -5,7 +5,7 @@
  * calls, between the policy's floor and ceiling. R is the provider's declared
  * or learned rate from its pacing gate (without one, its gate's concurrency
  * bounds the requests in flight instead); L is the latency the executors
- * observe; half as many again ({@link HEADROOM}), never past the provider's
+ * observe; two and a half times that ({@link HEADROOM}), never past the provider's
  * concurrency. Until the first reports arrive the map starts at the floor;
  * before the first answer, the age of the oldest request still waiting is
  * the latency it sizes by (the latency is at least that). The
@@ -46,13 +46,18 @@ export interface SizingOptions {
 
 /**
  * Executors past R × L / 6: an executor's six connections are not busy all
- * the time (a connection waits for the gate's next slot after each answer,
- * and a map's last chunks leave some executors idle while the others
- * finish), so exactly R × L / 6 kept a local 500 ms run at 65% of R; half as
- * many again reached 74%. The gate still keeps every request to the rate,
- * so the extra executors only fill the gaps.
+ * the time (a connection waits for the gate's next slot after each answer),
+ * and a map's last chunks run on fewer executors than the pace needs. The
+ * gate shares the pace among the executors, so with more of them each chunk
+ * is further from its end when the queue runs dry, and the last ones (six
+ * connections each) leave less to finish. Exactly R × L / 6 kept a local
+ * 500 ms run at 65% of R, half as many again 74% (later 81 to 85%), two and
+ * a half times 87 to 88% (`BENCH_LATENCIES=500`, three runs each; twice 86%,
+ * three times 86%). The gate still keeps every request to the rate, so the
+ * extra executors only fill the gaps; each reports its progress, about 0.08
+ * object RPCs per row more at 500 ms.
  */
-const HEADROOM = 1.5;
+const HEADROOM = 2.5;
 
 /** How often the providers' pace is asked again. */
 const REFRESH_MS = 5_000;
