@@ -52,9 +52,10 @@ export interface SizingOptions {
  * is further from its end when the queue runs dry, and the last ones (six
  * connections each) leave less to finish. Exactly R × L / 6 kept a local
  * 500 ms run at 65% of R, half as many again 74% (later 81 to 85%), two and
- * a half times 87 to 88% (`BENCH_LATENCIES=500`, three runs each; twice 86%,
- * three times 86%). The gate still keeps every request to the rate, so the
- * extra executors only fill the gaps; each reports its progress, about 0.08
+ * a half times 87 to 88% (`BENCH_LATENCIES=500` runs one after another: 87.3
+ * to 88.1% in three, 81 and 85% at 1.5 ×, 86% at 2 × and at 3 ×). The gate
+ * still keeps every request to the rate, so the extra executors only fill
+ * the gaps; each reports its progress and claims its receipts, about 0.1
  * object RPCs per row more at 500 ms.
  */
 const HEADROOM = 2.5;
