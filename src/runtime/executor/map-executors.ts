@@ -51,7 +51,11 @@ export function mapExecutors(options: {
     now,
     pace: async (provider) => {
       const { policy: pacing, state } = await pacingGate(env, run.org, provider, meter, "state").state(provider);
-      return { requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond, concurrency: pacing.concurrency };
+      return {
+        requestsPerSecond: pacing.requestsPerSecond ?? state.effectiveRequestsPerSecond,
+        concurrency: pacing.concurrency,
+        bookedForMs: state.bookedForMs,
+      };
     },
     // Async: past the emulated subrequest cap the meter throws, and the sizer takes a failed lease as a rejection.
     lease: async (wanted) => {

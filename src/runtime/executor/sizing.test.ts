@@ -100,6 +100,35 @@ describe("ExecutorSizer", () => {
     expect(await sizedFor({ requestsPerSecond: null, concurrency: null }, { calls: 1, totalMs: 50 })).toBe(64);
   });
 
+  it("widens a map only while a provider's gate has slots free: a longer latency under a saturated rate adds none", async () => {
+    const now = { t: 0 };
+    const pace = { requestsPerSecond: 100, concurrency: 250, bookedForMs: 0 };
+    const s = new ExecutorSizer({ min: 4, max: 64, pace: async () => pace, lease: async (wanted) => wanted, now: () => now.t });
+    await s.start();
+    s.observe(["sim"], { calls: 10, totalMs: 5_000 });
+    await settle(s);
+    expect(s.target()).toBe(21);
+    // The gate hands out slots 0.8 s ahead: the executors already hold more connections than the rate fills. Answers
+    // taking 2 s (the average 0.95 s now: 40 executors) add none.
+    pace.bookedForMs = 800;
+    now.t = 5_000;
+    s.observe(["sim"], { calls: 10, totalMs: 20_000 });
+    await settle(s);
+    expect(s.target()).toBe(21);
+    // It narrows as it would: answers in 200 ms again need fewer.
+    now.t = 10_000;
+    for (let i = 0; i < 6; i++) s.observe(["sim"], { calls: 10, totalMs: 2_000 });
+    await settle(s);
+    const narrowed = s.target();
+    expect(narrowed).toBeLessThan(21);
+    // Slots free again (the executors' connections are what hold the requests back): it widens.
+    pace.bookedForMs = 0;
+    now.t = 15_000;
+    s.observe(["sim"], { calls: 10, totalMs: 20_000 });
+    await settle(s);
+    expect(s.target()).toBeGreaterThan(narrowed);
+  });
+
   it("runs a map that only reuses rows at the ceiling at once, until it calls a provider", async () => {
     const now = { t: 0 };
     const s = sizer({ requestsPerSecond: 100, concurrency: 250 }, now);

@@ -8,7 +8,10 @@
  * observe; two and a half times that ({@link HEADROOM}), never past the provider's
  * concurrency. Until the first reports arrive the map starts at the floor;
  * before the first answer, the age of the oldest request still waiting is
- * the latency it sizes by (the latency is at least that). The
+ * the latency it sizes by (the latency is at least that). A map grows only
+ * while some provider it calls has slots free at its gate: when every one's
+ * rate already holds its requests back, a longer latency does not add
+ * executors (they would wait for the same slots). The
  * org's directory leases executors to its runs' maps under `maxExecutorsPerOrg`,
  * shared by what each wants (each keeps at least one), renewed with every refresh. A map whose attempts
  * end having computed nothing (a rerun: every row reused) and that has called
@@ -23,6 +26,8 @@ export interface ProviderPace {
   requestsPerSecond: number | null;
   /** Requests in flight its gate allows at once; null when unbounded. */
   concurrency: number | null;
+  /** How far past now its gate's next free slot is (GateSnapshot.bookedForMs); absent: not known. */
+  bookedForMs?: number;
 }
 
 export interface SizingOptions {
@@ -59,6 +64,14 @@ export interface SizingOptions {
  * object RPCs per row more at 500 ms.
  */
 const HEADROOM = 2.5;
+
+/**
+ * A gate whose next free slot is this far off or further is saturated: its
+ * callers hold more connections than its rate lets them use, and lease slots
+ * ahead (`LEASE_REFILL_MS`). A map no executor of which could send sooner is
+ * not widened, whatever latency it observes.
+ */
+const SATURATED_MS = 250;
 
 /** How often the providers' pace is asked again. */
 const REFRESH_MS = 5_000;
@@ -199,11 +212,20 @@ export class ExecutorSizer {
         if (pace) this.#providers.set(provider, pace);
       }),
     )
-      .then(() => this.#lease(this.#wanted()))
+      // Widened only for a provider with free slots: while each gate's rate holds the map's requests back, more
+      // executors would wait for the same slots. A latency observed longer under that load (locally, one thread
+      // running every object) asked for more executors, whose start took the thread from the rest.
+      .then(() => this.#lease(this.#saturated() ? Math.min(this.#wanted(), before) : this.#wanted()))
       .finally(() => {
         this.#refreshing = null;
         if (this.#sized() !== before) this.#deps.onResized?.();
       });
+  }
+
+  /** Every provider the map calls has a known pace, and each one's gate has no slot free for a while (SATURATED_MS). */
+  #saturated(): boolean {
+    const paces = [...this.#providers.values()];
+    return paces.length > 0 && paces.every((pace) => pace !== null && (pace.bookedForMs ?? 0) >= SATURATED_MS);
   }
 
   /**

@@ -149,6 +149,25 @@ describe("GateLedger: rate", () => {
     expect(announced.acquire(policy(), { caller: "a", slots: 1, inFlight: 0, now: 0 }).startInMs).toEqual([]);
   });
 
+  it("says how far off its next free slot is: the slots leased ahead, a pause, nothing without a rate", () => {
+    const gate = new GateLedger();
+    const p = policy({ requestsPerSecond: 10 });
+    const interval = 1000 / (10 * PACE_UTILIZATION);
+    expect(gate.snapshot(p, 0).bookedForMs).toBe(0);
+    gate.acquire(p, { caller: "a", slots: 6, inFlight: 0, now: 0 });
+    expect(gate.snapshot(p, 0).bookedForMs).toBeCloseTo(6 * interval, 6);
+    // Time passes as the slots start: less of the schedule is taken.
+    expect(gate.snapshot(p, 2 * interval).bookedForMs).toBeCloseTo(4 * interval, 6);
+    expect(gate.snapshot(p, 10 * interval).bookedForMs).toBe(0);
+    // A pause longer than the schedule is what a new slot waits for.
+    gate.report(p, { signal: limited(2_000), now: 10 * interval });
+    expect(gate.snapshot(p, 10 * interval).bookedForMs).toBeCloseTo(2_000, 6);
+
+    const unpaced = heardGate();
+    unpaced.acquire(policy(), { caller: "a", slots: 50, inFlight: 0, now: 100 });
+    expect(unpaced.snapshot(policy(), 100).bookedForMs).toBe(0);
+  });
+
   it("grants every slot at once without a rate, and lets the caller go unpaced for a while", () => {
     const gate = heardGate();
     const grant = gate.acquire(policy(), { caller: "a", slots: 50, inFlight: 0, now: 100 });

@@ -180,6 +180,13 @@ export interface GateSnapshot {
   /** Whether the provider has answered since the gate started (before that, requests wait for the probe). */
   heard: boolean;
   pausedUntil: number;
+  /**
+   * How far past now a slot asked for now would start (0: at once): the slots
+   * its callers have leased ahead under the rate, or the pause still to wait
+   * out. While it is more than a moment, the provider's rate, not its callers'
+   * connections, is what holds its requests back.
+   */
+  bookedForMs: number;
   /** Slots left before the provider's reset, when its remaining count set a budget. */
   budget: { left: number; until: number } | null;
   holders: number;
@@ -360,6 +367,7 @@ export class GateLedger {
       learnedRequestsPerSecond: this.#rate.learned,
       heard: this.#heard,
       pausedUntil: this.#pausedUntil,
+      bookedForMs: this.#nextStartAt(now) - now,
       budget: this.#budget && this.#budget.until > now ? { ...this.#budget } : null,
       holders: this.#holders.size,
       unitsHeld,
@@ -450,6 +458,13 @@ export class GateLedger {
     if (this.#probe) return "wait";
     this.#probe = { caller, until: now + PROBE_TIMEOUT_MS };
     return "probe";
+  }
+
+  /** When a slot asked for at `now` would start: after the pause, the slots leased ahead and a budget spent. */
+  #nextStartAt(now: number): number {
+    const at = Math.max(now, this.#pausedUntil, this.#paced ? this.#nextSlotAt : now);
+    const budget = this.#budget;
+    return budget && budget.until > at && budget.left <= 0 ? budget.until : at;
   }
 
   /** The earliest start at or after `at` that the budget allows. */
