@@ -67,9 +67,11 @@ const HEADROOM = 2.5;
 
 /**
  * A gate whose next free slot is this far off or further is saturated: its
- * callers hold more connections than its rate lets them use, and lease slots
- * ahead (`LEASE_REFILL_MS`). A map no executor of which could send sooner is
- * not widened, whatever latency it observes.
+ * callers hold more connections than its rate lets them use, so they lease
+ * slots ahead and wait for them. (A caller asks again once this much of the
+ * schedule has freed: the gate's `LEASE_REFILL_MS`.) A map whose providers'
+ * gates are all saturated is not widened, whatever latency it observes: its
+ * new executors would wait for the same slots.
  */
 const SATURATED_MS = 250;
 
