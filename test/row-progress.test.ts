@@ -2,12 +2,18 @@
  * Progress a user can watch: a row counts as done as soon as its last field
  * returns, while its chunk still runs, not when the whole chunk ends.
  */
+import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
+import { FAULT_OBJECT_NAME } from "../src/clients/faults";
 import { clearFaults, faultState, logLines, SIM_DEFAULTS, setFaults, setSim, until } from "./chaos-helpers";
-import { allEvents, chunkCompletions, datasetRows, eventsOfType, simReset, simStats, startRun, waitForRun } from "./helpers";
+import { allEvents, chunkCompletions, datasetRows, eventsOfType, simReset, startRun, waitForRun } from "./helpers";
+
+const injector = () => env.FAULTS!.getByName(FAULT_OBJECT_NAME);
 
 afterEach(async () => {
+  // Cleared first, then whatever is held let go: the next test's calls are not held.
   await clearFaults();
+  await injector().release(0);
   await setSim(SIM_DEFAULTS);
 });
 
@@ -61,19 +67,25 @@ describe("row progress", () => {
       tool: "sim_find_email",
       input: { name: i % 2 === 0 ? `!fail ${i}` : `Own ${i}`, domain: "p.test" },
     }));
-    // The first run holds ten rows while their calls take 300 ms (they fail); the second's one chunk finds them blocked,
-    // fails ten of its own, and is dispatched again once they are written: every failed row is computed again.
+    // The first run holds ten rows: its first call is held before it is sent, so its chunk cannot end (they fail).
+    // The second's one chunk finds them blocked, fails ten of its own, and is dispatched again once they are written:
+    // every failed row is computed again. (Without the hold the first run could end before the second claimed.)
+    await setFaults([{ point: "provider.before", play: "test-calls", times: 1, hold: true }]);
     const first = await startRun("test-calls", { rows: held, dataset: "reprog" });
-    await until(simStats, (s) => s.calls > 0, "the first run's calls");
+    await injector().held(0);
     const second = await startRun("test-calls", { rows: [...held, ...own], dataset: "reprog" });
+    await until(
+      () => allEvents(second),
+      (events) => eventsOfType(events, "map.progress").some((e) => e.blocked > 0),
+      "the second run's chunk to find the first run's rows blocked",
+    );
+    expect(await injector().release(0)).toBe(1);
     await waitForRun(first);
     const run = await waitForRun(second);
     expect(run.result).toEqual({ total: 30, completed: 10, failed: 20 });
 
     const events = await allEvents(second);
     const progress = eventsOfType(events, "map.progress");
-    // The chunk ran twice: it found rows blocked the first time.
-    expect(progress.some((e) => e.blocked > 0)).toBe(true);
     // Its rows are counted once: settled (stored, or live in the running attempt) or active, never both.
     for (const e of progress) expect(e.completed + e.failed + e.active).toBeLessThanOrEqual(30);
     const done = progress.map((e) => e.completed + e.failed);
