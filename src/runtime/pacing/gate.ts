@@ -25,8 +25,8 @@
  *   Retry-After, and may lower the rate.
  * - **Concurrency.** Callers hold concurrency units for a lease TTL, renewed
  *   by every acquire; the units held never sum past the policy's limit. When
- *   a caller is starved, the others are trimmed to a fair share as they renew.
- *   Slots of the rate alone (`rateOnly`: a recovery lookup, which its caller
+ *   a caller is starved, the others are trimmed to a fair share as they renew
+ *   (`ConcurrencyUnits`, `units.ts`). Slots of the rate alone (`rateOnly`: a recovery lookup, which its caller
  *   needs before its calls can go on) are granted on the schedule whatever
  *   units the caller holds, and hold none.
  *
@@ -39,6 +39,7 @@
 import { HISTORY_MS, StartHistory } from "./history";
 import type { PacingPolicy } from "./policy";
 import { ProviderRate } from "./rate";
+import { ConcurrencyUnits } from "./units";
 import type { Quota, Remaining } from "./signals";
 
 /** Slots are leased at most this far ahead of now... */
@@ -50,8 +51,6 @@ export const SLOT_HORIZON_MS = 1000;
  * unit of a provider allowing 256 at once at 100 requests/s to hold a slot.
  */
 export const DECLARED_HORIZON_MS = 3000;
-/** Concurrency units lapse this long after the holder's last acquire. */
-export const HOLDER_TTL_MS = 10_000;
 /**
  * A caller whose lease reaches the horizon asks again once this much more of
  * the schedule is grantable: one call per this many ms of slots, not one per
@@ -164,12 +163,6 @@ export interface Grant {
   policy: PacingPolicy;
 }
 
-interface Holder {
-  units: number;
-  wanted: number;
-  expiresAt: number;
-}
-
 /** A snapshot for diagnostics and tests. */
 export interface GateSnapshot {
   effectiveRequestsPerSecond: number | null;
@@ -214,7 +207,7 @@ export class GateLedger {
   #declared: number | null | undefined = undefined;
   #probe: { caller: string; until: number } | null = null;
   #reports = 0;
-  #holders = new Map<string, Holder>();
+  #units = new ConcurrencyUnits();
 
   /** Until when every caller is paused (a Retry-After, nothing left until a reset); in the past when not paused. */
   get pausedUntil(): number {
@@ -247,12 +240,12 @@ export class GateLedger {
     if (request.signal) this.#absorb(policy, request.signal, now);
     this.#rate.settle({ now, pausedUntil: this.#pausedUntil, history: this.#history });
     this.#rate.recover(policy, { now, pausedUntil: this.#pausedUntil });
-    this.#expire(now);
+    this.#units.expire(now);
     const rateOnly = Math.max(0, Math.min(request.rateOnly ?? 0, request.slots, MAX_SLOTS_PER_LEASE));
     let slots = Math.max(0, Math.min(request.slots, MAX_SLOTS_PER_LEASE) - rateOnly);
     let units: number | null = null;
     if (policy.concurrency !== null) {
-      units = this.#units(policy.concurrency, caller, inFlight, Math.max(request.units ?? 0, inFlight + slots), now);
+      units = this.#units.grant(policy.concurrency, caller, inFlight, Math.max(request.units ?? 0, inFlight + slots), now);
       slots = Math.min(slots, Math.max(0, units - inFlight));
     }
     slots += rateOnly;
@@ -334,7 +327,7 @@ export class GateLedger {
 
   /** The caller is done: its concurrency units return at once. */
   release(caller: string): void {
-    this.#holders.delete(caller);
+    this.#units.release(caller);
   }
 
   /**
@@ -357,9 +350,7 @@ export class GateLedger {
   }
 
   snapshot(policy: PacingPolicy, now: number): GateSnapshot {
-    this.#expire(now);
-    let unitsHeld = 0;
-    for (const holder of this.#holders.values()) unitsHeld += holder.units;
+    this.#units.expire(now);
     return {
       effectiveRequestsPerSecond: this.#rate.effective(policy),
       rateFactor: this.#rate.factor,
@@ -369,8 +360,8 @@ export class GateLedger {
       pausedUntil: this.#pausedUntil,
       bookedForMs: this.#nextStartAt(now) - now,
       budget: this.#budget && this.#budget.until > now ? { ...this.#budget } : null,
-      holders: this.#holders.size,
-      unitsHeld,
+      holders: this.#units.holders,
+      unitsHeld: this.#units.held,
       backpressureReports: this.#reports,
       slotsGranted: this.#history.slotsGranted,
       maxSlotsPerSecond: this.#history.maxSlotsPerSecond,
@@ -475,28 +466,5 @@ export class GateLedger {
       return at;
     }
     return this.#budget.left > 0 ? at : this.#budget.until;
-  }
-
-  #units(limit: number, caller: string, inFlight: number, wanted: number, now: number): number {
-    let others = 0;
-    let starved = false;
-    for (const [id, holder] of this.#holders) {
-      if (id === caller) continue;
-      others += holder.units;
-      starved ||= holder.wanted > holder.units;
-    }
-    let cap = Math.max(0, limit - others);
-    if (starved) {
-      const live = this.#holders.size + (this.#holders.has(caller) ? 0 : 1);
-      cap = Math.min(cap, Math.max(Math.ceil(limit / live), inFlight));
-    }
-    const units = Math.min(wanted, cap);
-    if (units === 0 && wanted === 0) this.#holders.delete(caller);
-    else this.#holders.set(caller, { units, wanted, expiresAt: now + HOLDER_TTL_MS });
-    return units;
-  }
-
-  #expire(now: number): void {
-    for (const [id, holder] of this.#holders) if (holder.expiresAt <= now) this.#holders.delete(id);
   }
 }

@@ -1,6 +1,6 @@
 /** A pacer's hold on the gate's concurrency units: renewed while its requests are out, given back when it closes. */
 import { describe, expect, it, vi } from "vitest";
-import { HOLDER_TTL_MS } from "./gate";
+import { HOLDER_TTL_MS } from "./units";
 import { Pacer, type GateClient } from "./pacer";
 import type { PacingPolicy } from "./policy";
 import { fakeGate } from "./fake-gate.fixture";

@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from "vitest";
-import { HOLDER_TTL_MS, RATE_RECHECK_MS } from "./gate";
+import { RATE_RECHECK_MS } from "./gate";
+import { HOLDER_TTL_MS } from "./units";
 import { Pacer, type GateClient } from "./pacer";
 import { pacingPolicyFor, PACE_UTILIZATION, type PacingPolicy } from "./policy";
 import { NO_SIGNALS } from "./signals";

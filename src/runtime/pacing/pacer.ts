@@ -15,7 +15,8 @@
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 import { ToolCallError } from "../../play/tool-error";
 import { messageOf } from "../../core/errors";
-import { HOLDER_TTL_MS, type GateSignal, type Grant } from "./gate";
+import type { GateSignal, Grant } from "./gate";
+import { HOLDER_TTL_MS } from "./units";
 import { PACE_UTILIZATION, type PacingPolicy } from "./policy";
 import { HeardSignals } from "./heard";
 import { type RateLimitSignals, saneWaitMs } from "./signals";
