@@ -24,6 +24,9 @@ export default defineConfig({
         ],
         test: {
           name: "workers",
+          // The plugin imports the Worker again at each object invocation, a round trip to this process each time:
+          // answered from memory once loaded (the file says why).
+          setupFiles: ["./test/setup-module-cache.ts"],
           // Vitest's default is one worker per core minus one: on two cores, one file at a time. Most of these
           // files wait on alarms, leases and held answers rather than burn CPU: measured on two idle cores, two at a
           // time kept them 50% busy (423 s), four 77% (280 s).
