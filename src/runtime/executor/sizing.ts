@@ -20,6 +20,7 @@
  */
 import { MAX_OUTBOUND_IN_FLIGHT } from "../../core/platform-limits";
 import { sleep } from "../../core/time";
+import { LEASE_REFILL_MS } from "../pacing/gate";
 
 export interface ProviderPace {
   /** Requests per second the provider allows (declared, announced or learned); null when none is known. */
@@ -68,12 +69,12 @@ const HEADROOM = 2.5;
 /**
  * A gate whose next free slot is this far off or further is saturated: its
  * callers hold more connections than its rate lets them use, so they lease
- * slots ahead and wait for them. (A caller asks again once this much of the
- * schedule has freed: the gate's `LEASE_REFILL_MS`.) A map whose providers'
- * gates are all saturated is not widened, whatever latency it observes: its
- * new executors would wait for the same slots.
+ * slots ahead and wait for them (a caller asks again once this much of the
+ * schedule has freed). A map whose providers' gates are all saturated is not
+ * widened, whatever latency it observes: its new executors would wait for the
+ * same slots.
  */
-const SATURATED_MS = 250;
+const SATURATED_MS = LEASE_REFILL_MS;
 
 /** How often the providers' pace is asked again. */
 const REFRESH_MS = 5_000;

@@ -26,9 +26,9 @@
  * - **Concurrency.** Callers hold concurrency units for a lease TTL, renewed
  *   by every acquire; the units held never sum past the policy's limit. When
  *   a caller is starved, the others are trimmed to a fair share as they renew
- *   (`ConcurrencyUnits`, `units.ts`). Slots of the rate alone (`rateOnly`: a recovery lookup, which its caller
- *   needs before its calls can go on) are granted on the schedule whatever
- *   units the caller holds, and hold none.
+ *   (`ConcurrencyUnits`, `units.ts`). Slots of the rate alone (`rateOnly`: a
+ *   recovery lookup, which its caller needs before its calls can go on) are
+ *   granted on the schedule whatever units the caller holds, and hold none.
  *
  * State is memory only but for the pause ({@link GateLedger.pausedUntil}),
  * which the PacingGate object stores: a restarted gate starts a fresh
@@ -453,18 +453,18 @@ export class GateLedger {
 
   /** When a slot asked for at `now` would start: after the pause, the slots leased ahead and a budget spent. */
   #nextStartAt(now: number): number {
-    const at = Math.max(now, this.#pausedUntil, this.#paced ? this.#nextSlotAt : now);
-    const budget = this.#budget;
-    return budget && budget.until > at && budget.left <= 0 ? budget.until : at;
+    return this.#budgetAllows(Math.max(now, this.#pausedUntil, this.#paced ? this.#nextSlotAt : now));
   }
 
-  /** The earliest start at or after `at` that the budget allows. */
+  /** The earliest start at or after `at` that the budget allows, forgetting a budget whose reset `at` has passed. */
   #withinBudget(at: number): number {
-    if (!this.#budget) return at;
-    if (at >= this.#budget.until) {
-      this.#budget = null;
-      return at;
-    }
-    return this.#budget.left > 0 ? at : this.#budget.until;
+    if (this.#budget && at >= this.#budget.until) this.#budget = null;
+    return this.#budgetAllows(at);
+  }
+
+  /** The earliest start at or after `at` that the budget allows: its reset, once nothing is left before it. */
+  #budgetAllows(at: number): number {
+    const budget = this.#budget;
+    return budget && at < budget.until && budget.left <= 0 ? budget.until : at;
   }
 }
